@@ -1,0 +1,24 @@
+# CUDA detection. When nvcc exists (it does on the build machines, which have no GPU) and
+# DELTASERVE_CUDA is ON, the CUDA language is enabled so that every .cu file under
+# kernels/cuda is compiled, by CI included, from its first line. -DDELTASERVE_CUDA=OFF skips it.
+set(DELTASERVE_HAVE_CUDA OFF)
+if(DELTASERVE_CUDA)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      # Ampere (A100), Ada (L40/4090), Hopper (H100/H200).
+      set(CMAKE_CUDA_ARCHITECTURES 80 89 90)
+    endif()
+    enable_language(CUDA)
+    # CMake 3.25 does not know nvcc's C++20 flag; device code is C++17.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(DELTASERVE_HAVE_CUDA ON)
+    message(STATUS "DeltaServe: CUDA enabled (${CMAKE_CUDA_COMPILER}, archs ${CMAKE_CUDA_ARCHITECTURES})")
+  else()
+    message(STATUS "DeltaServe: nvcc not found, CUDA backend off")
+  endif()
+else()
+  message(STATUS "DeltaServe: CUDA backend off (-DDELTASERVE_CUDA=OFF)")
+endif()

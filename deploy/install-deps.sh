@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs, from Debian 12 packages only, everything DeltaServe needs to build and test.
+# Idempotent: packages already present are skipped by apt-get. Run as root (or with sudo).
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git python3
+  # clang for libFuzzer targets and the sanitizer runtime
+  clang libclang-rt-14-dev
+  # RPC and serialization
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # base libraries (prometheus-cpp is not packaged in Debian 12: metrics use our own text exposition)
+  libabsl-dev libhiredis-dev libboost-dev
+  nlohmann-json3-dev
+  # Unicode classes for the tokenizer's pre-tokenizer
+  libicu-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev redis-server
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,31 @@
+#include "tests/support/test_paths.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace deltaserve::testing {
+
+std::string GoldenDir() {
+  if (const char* env = std::getenv("DELTASERVE_GOLDEN_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return DELTASERVE_DEFAULT_GOLDEN_DIR;
+}
+
+std::string GoldenPath(const std::string& name) {
+  std::string path = absl::StrCat(GoldenDir(), "/", name);
+  if (!std::filesystem::exists(path)) {
+    ADD_FAILURE() << "golden file missing: " << path
+                  << " (set DELTASERVE_GOLDEN_DIR to the shared/golden directory)";
+  }
+  return path;
+}
+
+std::string BinaryPath(const std::string& relative) {
+  return absl::StrCat(DELTASERVE_BINARY_DIR, "/", relative);
+}
+
+}  // namespace deltaserve::testing
