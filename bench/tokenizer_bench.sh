@@ -106,7 +106,10 @@ fi
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 log "llama.cpp (llama-cpp-python ${LLAMA_CPP_PYTHON_VERSION}), ${reps} reps"
-llama_out="$("${venv}/bin/python" "${repo}/bench/llama_cpp_tokenizer_throughput.py" \
+# llama_cpp imports numpy, whose OpenBLAS would otherwise start idle-spinning worker threads
+# (4% of the samples in a perf profile of this run) that compete with the tokenizing thread.
+llama_out="$(OPENBLAS_NUM_THREADS=1 "${venv}/bin/python" \
+  "${repo}/bench/llama_cpp_tokenizer_throughput.py" \
   --model "${model}" --corpus "${corpus}" --reps "${reps}" --tmp-dir "${repo}/build/bench" \
   "${force_qwen2[@]}")"
 llama_line="$(grep '^llama.cpp: ' <<<"${llama_out}")"

@@ -162,10 +162,16 @@ nlohmann::json PieceJson(std::string_view piece) {
   return nlohmann::json{{"hex", hex}};
 }
 
-// Control characters and invalid bytes escaped, for the one-token-per-line listing.
+// Control characters escaped, and every non-ASCII byte of a piece that is not valid UTF-8 on
+// its own (a part of a character), for the one-token-per-line listing.
 std::string Printable(std::string_view piece) {
+  const bool valid = IsValidUtf8(piece);
   std::string out;
   for (unsigned char c : piece) {
+    if (!valid && c >= 0x80) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+      continue;
+    }
     if (c == '\n') {
       out += "\\n";
     } else if (c == '\t') {
@@ -178,7 +184,7 @@ std::string Printable(std::string_view piece) {
       out += static_cast<char>(c);
     }
   }
-  return IsValidUtf8(out) ? out : SanitizeUtf8(out);
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
