@@ -1,11 +1,14 @@
 #include "common/gguf_writer.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -166,6 +169,84 @@ GgufMetadataValue GgufMetadataValue::ArrayOfArrays(std::vector<GgufMetadataValue
   return out;
 }
 
+namespace {
+
+// Element i of a scalar array as T (integers through ArrayInt, floats through ArrayDouble).
+template <typename T>
+std::vector<T> ArrayElements(const GgufValue& v) {
+  std::vector<T> out(v.ArraySize());
+  for (uint64_t i = 0; i < out.size(); ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      out[i] = static_cast<T>(v.ArrayDouble(i).value_or(0));
+    } else if constexpr (std::is_same_v<T, uint64_t>) {
+      // GgufValue widens to int64_t; a u64 above INT64_MAX is only reachable as a double.
+      std::optional<int64_t> x = v.ArrayInt(i);
+      out[i] = x ? static_cast<uint64_t>(*x) : static_cast<uint64_t>(v.ArrayDouble(i).value_or(0));
+    } else {
+      out[i] = static_cast<T>(v.ArrayInt(i).value_or(0));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+GgufMetadataValue GgufMetadataValue::CopyOf(const GgufValue& v) {
+  switch (v.type()) {
+    case GgufValueType::kUint8: return Uint8(static_cast<uint8_t>(v.AsInt().value_or(0)));
+    case GgufValueType::kInt8: return Int8(static_cast<int8_t>(v.AsInt().value_or(0)));
+    case GgufValueType::kUint16: return Uint16(static_cast<uint16_t>(v.AsInt().value_or(0)));
+    case GgufValueType::kInt16: return Int16(static_cast<int16_t>(v.AsInt().value_or(0)));
+    case GgufValueType::kUint32: return Uint32(static_cast<uint32_t>(v.AsInt().value_or(0)));
+    case GgufValueType::kInt32: return Int32(static_cast<int32_t>(v.AsInt().value_or(0)));
+    case GgufValueType::kFloat32: return Float32(static_cast<float>(v.AsDouble().value_or(0)));
+    case GgufValueType::kBool: return Bool(v.AsBool().value_or(false));
+    case GgufValueType::kString: return String(v.AsString().value_or(""));
+    case GgufValueType::kUint64: {
+      std::optional<int64_t> x = v.AsInt();
+      return Uint64(x ? static_cast<uint64_t>(*x)
+                      : static_cast<uint64_t>(v.AsDouble().value_or(0)));
+    }
+    case GgufValueType::kInt64: return Int64(v.AsInt().value_or(0));
+    case GgufValueType::kFloat64: return Float64(v.AsDouble().value_or(0));
+    case GgufValueType::kArray: break;
+  }
+  switch (v.array_type()) {
+    case GgufValueType::kUint8: return Uint8Array(ArrayElements<uint8_t>(v));
+    case GgufValueType::kInt8: return Int8Array(ArrayElements<int8_t>(v));
+    case GgufValueType::kUint16: return Uint16Array(ArrayElements<uint16_t>(v));
+    case GgufValueType::kInt16: return Int16Array(ArrayElements<int16_t>(v));
+    case GgufValueType::kUint32: return Uint32Array(ArrayElements<uint32_t>(v));
+    case GgufValueType::kInt32: return Int32Array(ArrayElements<int32_t>(v));
+    case GgufValueType::kFloat32: return Float32Array(ArrayElements<float>(v));
+    case GgufValueType::kUint64: return Uint64Array(ArrayElements<uint64_t>(v));
+    case GgufValueType::kInt64: return Int64Array(ArrayElements<int64_t>(v));
+    case GgufValueType::kFloat64: return Float64Array(ArrayElements<double>(v));
+    case GgufValueType::kBool: {
+      std::vector<uint8_t> bytes = ArrayElements<uint8_t>(v);
+      GgufMetadataValue out = PackedArray(GgufValueType::kBool, absl::Span<const uint8_t>(bytes));
+      return out;
+    }
+    case GgufValueType::kString: {
+      std::vector<std::string> strings(v.ArraySize());
+      for (uint64_t i = 0; i < strings.size(); ++i) {
+        strings[i] = std::string(v.ArrayString(i).value_or(""));
+      }
+      return StringArray(std::move(strings));
+    }
+    case GgufValueType::kArray: {
+      std::vector<GgufMetadataValue> items;
+      items.reserve(v.ArraySize());
+      for (uint64_t i = 0; i < v.ArraySize(); ++i) {
+        const GgufValue* item = v.ArrayItem(i);
+        items.push_back(item != nullptr ? CopyOf(*item) : Uint8Array({}));
+      }
+      return ArrayOfArrays(std::move(items));
+    }
+  }
+  return Uint8Array({});  // unreachable for values GgufFile parsed
+}
+
 uint64_t GgufMetadataValue::ArraySize() const {
   if (type_ != GgufValueType::kArray) return 0;
   if (array_type_ == GgufValueType::kString) return strings_.size();
@@ -217,9 +298,9 @@ absl::Status GgufMetadataValue::CheckItemsAreArrays(std::string_view key,
   for (size_t i = 0; i < items_.size(); ++i) {
     const std::string item_path = absl::StrCat(path, "[", i, "]");
     if (items_[i].type() != GgufValueType::kArray) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GGUF key '", Sv(key), "': item ", item_path, " of an array of arrays is a ",
-          Sv(GgufValueTypeName(items_[i].type())), ", not an array"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GGUF key '", Sv(key), "': item ", item_path, " of an array of arrays is a ",
+                       Sv(GgufValueTypeName(items_[i].type())), ", not an array"));
     }
     if (absl::Status s = items_[i].CheckItemsAreArrays(key, item_path); !s.ok()) return s;
   }
@@ -247,10 +328,9 @@ absl::StatusOr<uint64_t> GgufTensorByteSize(GgmlType type, absl::Span<const int6
     n_elements *= ne[d];
   }
   if (ne[0] % traits.block_size != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor shape ", ShapeString(ne), ": first dimension ", ne[0],
-                     " is not a multiple of the ", Sv(traits.name), " block size ",
-                     traits.block_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor shape ", ShapeString(ne), ": first dimension ", ne[0], " is not a multiple of the ",
+        Sv(traits.name), " block size ", traits.block_size));
   }
   const uint64_t row_bytes = static_cast<uint64_t>(ne[0] / traits.block_size) * traits.type_size;
   const uint64_t rows = ne[0] == 0 ? 0 : static_cast<uint64_t>(n_elements / ne[0]);
@@ -288,8 +368,8 @@ absl::Status GgufWriter::AddMetadata(std::string_view key, GgufMetadataValue val
 
 absl::Status GgufWriter::SetAlignment(uint64_t alignment) {
   if (!IsValidAlignment(alignment)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GGUF alignment must be a power of two between 1 and 2^30, got ", alignment));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF alignment must be a power of two between 1 and 2^30, got ", alignment));
   }
   for (Entry& e : metadata_) {
     if (e.key == kAlignmentKey) {
@@ -301,8 +381,8 @@ absl::Status GgufWriter::SetAlignment(uint64_t alignment) {
   return AddMetadata(kAlignmentKey, GgufMetadataValue::Uint32(static_cast<uint32_t>(alignment)));
 }
 
-absl::Status GgufWriter::AddTensor(std::string_view name, GgmlType type,
-                                   absl::Span<const int64_t> ne, std::vector<uint8_t> data) {
+absl::StatusOr<uint64_t> GgufWriter::CheckNewTensor(std::string_view name, GgmlType type,
+                                                    absl::Span<const int64_t> ne) const {
   if (name.empty()) return absl::InvalidArgumentError("GGUF tensor name is empty");
   for (const Tensor& t : tensors_) {
     if (t.name == name) {
@@ -314,14 +394,35 @@ absl::Status GgufWriter::AddTensor(std::string_view name, GgmlType type,
     return absl::InvalidArgumentError(
         absl::StrCat("GGUF tensor '", Sv(name), "': ", n_bytes.status().message()));
   }
+  return *n_bytes;
+}
+
+absl::Status GgufWriter::AddTensor(std::string_view name, GgmlType type,
+                                   absl::Span<const int64_t> ne, std::vector<uint8_t> data) {
+  absl::StatusOr<uint64_t> n_bytes = CheckNewTensor(name, type, ne);
+  if (!n_bytes.ok()) return n_bytes.status();
   if (data.size() != *n_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GGUF tensor '", Sv(name), "': ", data.size(), " bytes of data, but ",
         Sv(GgmlTypeName(type)), " ", ShapeString(ne), " takes ", *n_bytes));
   }
-  tensors_.push_back(
-      Tensor{std::string(name), type, std::vector<int64_t>(ne.begin(), ne.end()), std::move(data)});
+  tensors_.push_back(Tensor{std::string(name), type, std::vector<int64_t>(ne.begin(), ne.end()),
+                            *n_bytes, /*declared=*/false, std::move(data)});
   return absl::OkStatus();
+}
+
+absl::Status GgufWriter::DeclareTensor(std::string_view name, GgmlType type,
+                                       absl::Span<const int64_t> ne) {
+  absl::StatusOr<uint64_t> n_bytes = CheckNewTensor(name, type, ne);
+  if (!n_bytes.ok()) return n_bytes.status();
+  tensors_.push_back(Tensor{std::string(name), type, std::vector<int64_t>(ne.begin(), ne.end()),
+                            *n_bytes, /*declared=*/true, {}});
+  return absl::OkStatus();
+}
+
+GgufTensorDecl GgufWriter::tensor(size_t index) const {
+  const Tensor& t = tensors_.at(index);
+  return GgufTensorDecl{t.name, t.type, t.ne, t.n_bytes};
 }
 
 absl::Status GgufWriter::AddF32Tensor(std::string_view name, absl::Span<const int64_t> ne,
@@ -329,6 +430,16 @@ absl::Status GgufWriter::AddF32Tensor(std::string_view name, absl::Span<const in
   std::vector<uint8_t> bytes(values.size() * sizeof(float));
   if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
   return AddTensor(name, GgmlType::kF32, ne, std::move(bytes));
+}
+
+absl::Status GgufWriter::CheckAllTensorsHaveData() const {
+  for (const Tensor& t : tensors_) {
+    if (t.declared) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "GGUF tensor '", t.name, "' was declared without data: write with WriteFileStreaming"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GgufWriter::CheckVersion() const {
@@ -345,7 +456,7 @@ std::vector<uint64_t> GgufWriter::TensorOffsets() const {
   uint64_t next = 0;
   for (const Tensor& t : tensors_) {
     offsets.push_back(next);
-    next = AlignUp(next + t.data.size(), alignment_);
+    next = AlignUp(next + t.n_bytes, alignment_);
   }
   return offsets;
 }
@@ -383,12 +494,13 @@ uint64_t GgufWriter::DataOffset() const {
 
 uint64_t GgufWriter::FileSize() const {
   uint64_t n = DataOffset();
-  for (const Tensor& t : tensors_) n += AlignUp(t.data.size(), alignment_);
+  for (const Tensor& t : tensors_) n += AlignUp(t.n_bytes, alignment_);
   return n;
 }
 
 absl::StatusOr<std::vector<uint8_t>> GgufWriter::Build() const {
   if (absl::Status s = CheckVersion(); !s.ok()) return s;
+  if (absl::Status s = CheckAllTensorsHaveData(); !s.ok()) return s;
   std::vector<uint8_t> out = EncodeHead();
   out.reserve(FileSize());
   for (const Tensor& t : tensors_) {
@@ -399,6 +511,50 @@ absl::StatusOr<std::vector<uint8_t>> GgufWriter::Build() const {
 }
 
 absl::Status GgufWriter::WriteFile(const std::string& path) const {
+  if (absl::Status s = CheckAllTensorsHaveData(); !s.ok()) return s;
+  return WriteFileImpl(path, nullptr);
+}
+
+absl::Status GgufWriter::WriteFileStreaming(const std::string& path,
+                                            const GgufTensorProducer& produce) const {
+  return WriteFileImpl(path, &produce);
+}
+
+namespace {
+
+// Writes one declared tensor's bytes to the file and counts them.
+class FileTensorSink : public GgufTensorSink {
+ public:
+  FileTensorSink(std::FILE* f, const std::string& file, std::string_view tensor, uint64_t n_bytes)
+      : f_(f), file_(file), tensor_(tensor), n_bytes_(n_bytes) {}
+
+  absl::Status Write(absl::Span<const uint8_t> bytes) override {
+    if (bytes.size() > n_bytes_ - written_) {
+      return absl::OutOfRangeError(absl::StrCat("GGUF tensor '", Sv(tensor_), "': producer wrote ",
+                                                written_ + bytes.size(), " bytes, but it takes ",
+                                                n_bytes_));
+    }
+    if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f_) != bytes.size()) {
+      return absl::InternalError(
+          absl::StrCat("cannot write ", file_, ": ", std::strerror(errno)));
+    }
+    written_ += bytes.size();
+    return absl::OkStatus();
+  }
+  uint64_t written() const { return written_; }
+
+ private:
+  std::FILE* f_;
+  const std::string& file_;
+  std::string_view tensor_;
+  uint64_t n_bytes_;
+  uint64_t written_ = 0;
+};
+
+}  // namespace
+
+absl::Status GgufWriter::WriteFileImpl(const std::string& path,
+                                       const GgufTensorProducer* produce) const {
   if (absl::Status s = CheckVersion(); !s.ok()) return s;
   const std::string tmp = absl::StrCat(path, ".tmp");
   // "cannot write model.gguf.tmp: No space left on device"; the partial file is removed.
@@ -414,11 +570,25 @@ absl::Status GgufWriter::WriteFile(const std::string& path) const {
     return io_error(absl::StrCat("cannot write ", tmp));
   }
   static constexpr uint8_t kZeros[4096] = {};
-  for (const Tensor& t : tensors_) {
-    if (!t.data.empty() && std::fwrite(t.data.data(), 1, t.data.size(), f.get()) != t.data.size()) {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const Tensor& t = tensors_[i];
+    if (t.declared) {
+      FileTensorSink sink(f.get(), tmp, t.name, t.n_bytes);
+      absl::Status s = (*produce)(i, sink);
+      if (s.ok() && sink.written() != t.n_bytes) {
+        s = absl::DataLossError(absl::StrCat("GGUF tensor '", t.name, "': producer wrote ",
+                                             sink.written(), " bytes, but it takes ", t.n_bytes));
+      }
+      if (!s.ok()) {
+        f.reset();
+        std::remove(tmp.c_str());
+        return s;
+      }
+    } else if (!t.data.empty() &&
+               std::fwrite(t.data.data(), 1, t.data.size(), f.get()) != t.data.size()) {
       return io_error(absl::StrCat("cannot write ", tmp));
     }
-    uint64_t pad = AlignUp(t.data.size(), alignment_) - t.data.size();
+    uint64_t pad = AlignUp(t.n_bytes, alignment_) - t.n_bytes;
     while (pad > 0) {
       const size_t n = std::min<uint64_t>(pad, sizeof(kZeros));
       if (std::fwrite(kZeros, 1, n, f.get()) != n) return io_error(absl::StrCat("cannot write ", tmp));

@@ -8,9 +8,14 @@
 //   RETURN_IF_ERROR(w.AddMetadata("general.architecture", GgufMetadataValue::String("qwen35")));
 //   RETURN_IF_ERROR(w.AddTensor("output_norm.weight", GgmlType::kF32, {256}, std::move(bytes)));
 //   RETURN_IF_ERROR(w.WriteFile("model.gguf"));
+//
+// Files larger than memory are streamed: DeclareTensor() gives a tensor's name, type and shape
+// without data, and WriteFileStreaming() asks a producer for each declared tensor's bytes, in
+// file order, as the file is written (peak memory is what the producer holds at a time).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +65,9 @@ class GgufMetadataValue {
   // An array whose elements are arrays. GgufWriter::AddMetadata refuses it (naming the index)
   // when an item is not itself an array.
   static GgufMetadataValue ArrayOfArrays(std::vector<GgufMetadataValue> items);
+  // An owned copy of a value read from a file (copying keys such as `tokenizer.*` from one
+  // GGUF file into another). `v` is only read during the call.
+  static GgufMetadataValue CopyOf(const GgufValue& v);
 
   GgufValueType type() const { return type_; }
   // Element type of an array value (meaningless for scalars and strings).
@@ -82,17 +90,38 @@ class GgufMetadataValue {
 
   GgufValueType type_ = GgufValueType::kUint8;
   GgufValueType array_type_ = GgufValueType::kUint8;
-  uint64_t bits_ = 0;                      // little-endian bits of a scalar
-  std::string string_;                     // string value
-  std::vector<uint8_t> packed_;            // little-endian elements of a scalar array
-  uint64_t packed_count_ = 0;              // elements in `packed_`
-  std::vector<std::string> strings_;       // elements of a string array
-  std::vector<GgufMetadataValue> items_;   // elements of an array of arrays
+  uint64_t bits_ = 0;                     // little-endian bits of a scalar
+  std::string string_;                    // string value
+  std::vector<uint8_t> packed_;           // little-endian elements of a scalar array
+  uint64_t packed_count_ = 0;             // elements in `packed_`
+  std::vector<std::string> strings_;      // elements of a string array
+  std::vector<GgufMetadataValue> items_;  // elements of an array of arrays
 };
 
 // Bytes a tensor of `type` and shape `ne` (GGML order, 1..4 dims, each >= 0) takes: rows of
 // ne[0] elements, ne[0] a multiple of the type's block size. Errors name the failing dimension.
 absl::StatusOr<uint64_t> GgufTensorByteSize(GgmlType type, absl::Span<const int64_t> ne);
+
+// A tensor as the writer holds it; the views stay valid until the writer changes or dies.
+struct GgufTensorDecl {
+  std::string_view name;
+  GgmlType type;
+  absl::Span<const int64_t> ne;  // GGML order
+  uint64_t n_bytes;              // GgufTensorByteSize(type, ne)
+};
+
+// Receives the bytes of one declared tensor during WriteFileStreaming.
+class GgufTensorSink {
+ public:
+  virtual ~GgufTensorSink() = default;
+  // Appends the next `bytes` of the tensor. Fails, naming the tensor or the file, when they go
+  // past the tensor's size or cannot be written; the producer then returns that status.
+  virtual absl::Status Write(absl::Span<const uint8_t> bytes) = 0;
+};
+
+// Produces declared tensor `index` (its position in tensor order) by writing exactly its
+// n_bytes to `sink`, in as many pieces as it likes. An error status aborts the write.
+using GgufTensorProducer = std::function<absl::Status(size_t index, GgufTensorSink& sink)>;
 
 // Builds a GGUF file; see the file comment. Not thread-safe.
 class GgufWriter {
@@ -123,6 +152,12 @@ class GgufWriter {
   // Convenience for F32 tensors: copies `values` (ne[0] * ... * ne[n-1] floats).
   absl::Status AddF32Tensor(std::string_view name, absl::Span<const int64_t> ne,
                             absl::Span<const float> values);
+  // Declares a tensor whose bytes WriteFileStreaming asks for while it writes the file. Checked
+  // as AddTensor checks (name, shape against the type's blocks); takes its place in the order.
+  absl::Status DeclareTensor(std::string_view name, GgmlType type, absl::Span<const int64_t> ne);
+
+  // Tensor `index` in file order (index < tensor_count()).
+  GgufTensorDecl tensor(size_t index) const;
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -134,11 +169,17 @@ class GgufWriter {
   // Offset of the tensor data section in that file (a multiple of the alignment).
   uint64_t DataOffset() const;
 
-  // The whole file in memory.
+  // The whole file in memory. Fails when a tensor was declared without data.
   absl::StatusOr<std::vector<uint8_t>> Build() const;
   // Writes the file to `path` through `path`.tmp and a rename, so that `path` is either the
-  // complete file or untouched. Tensor data is streamed, not copied into one image.
+  // complete file or untouched. Tensor data is streamed, not copied into one image. Fails when
+  // a tensor was declared without data.
   absl::Status WriteFile(const std::string& path) const;
+  // WriteFile for writers with declared tensors: `produce` is called once per declared tensor,
+  // in file order, and must write exactly its bytes (tensors added with data are written from
+  // memory). A producer error, or a wrong byte count, removes the temporary file and is
+  // returned (a short count names the tensor and both sizes).
+  absl::Status WriteFileStreaming(const std::string& path, const GgufTensorProducer& produce) const;
 
  private:
   struct Entry {
@@ -149,10 +190,19 @@ class GgufWriter {
     std::string name;
     GgmlType type;
     std::vector<int64_t> ne;
-    std::vector<uint8_t> data;
+    uint64_t n_bytes;
+    bool declared;               // data comes from a GgufTensorProducer
+    std::vector<uint8_t> data;   // empty when declared
   };
 
   absl::Status CheckVersion() const;
+  // Fails when a tensor has no data (Build and WriteFile cannot produce it).
+  absl::Status CheckAllTensorsHaveData() const;
+  // Checks a new tensor's name and shape; its byte size.
+  absl::StatusOr<uint64_t> CheckNewTensor(std::string_view name, GgmlType type,
+                                          absl::Span<const int64_t> ne) const;
+  // WriteFile and WriteFileStreaming; `produce` is null for WriteFile.
+  absl::Status WriteFileImpl(const std::string& path, const GgufTensorProducer* produce) const;
   // Header, key/values and tensor infos, padded to the data section.
   std::vector<uint8_t> EncodeHead() const;
   // Offset of each tensor relative to the data section, in tensor order.

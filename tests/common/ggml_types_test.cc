@@ -29,36 +29,36 @@ struct Expected {
 constexpr Expected kGgml[] = {
     {0, "f32", 1, 4},
     {1, "f16", 1, 2},
-    {2, "q4_0", kQK, kHalf + kQK / 2},                      // d, qs
-    {3, "q4_1", kQK, 2 * kHalf + kQK / 2},                  // d, m, qs
-    {6, "q5_0", kQK, kHalf + 4 + kQK / 2},                  // d, qh[4], qs
-    {7, "q5_1", kQK, 2 * kHalf + 4 + kQK / 2},              // d, m, qh[4], qs
-    {8, "q8_0", kQK, kHalf + kQK},                          // d, qs
-    {9, "q8_1", kQK, 2 * kHalf + kQK},                      // d, s, qs
-    {10, "q2_K", kQK_K, kQK_K / 16 + kQK_K / 4 + 2 * kHalf},             // scales, qs, d, dmin
-    {11, "q3_K", kQK_K, kQK_K / 8 + kQK_K / 4 + 12 + kHalf},             // hmask, qs, scales, d
-    {12, "q4_K", kQK_K, 2 * kHalf + kScaleSize + kQK_K / 2},             // d, dmin, scales, qs
-    {13, "q5_K", kQK_K, 2 * kHalf + kScaleSize + kQK_K / 8 + kQK_K / 2}, // + qh
-    {14, "q6_K", kQK_K, kQK_K / 2 + kQK_K / 4 + kQK_K / 16 + kHalf},     // ql, qh, scales, d
-    {15, "q8_K", kQK_K, 4 + kQK_K + 2 * (kQK_K / 16)},     // float d, qs, int16 bsums
-    {16, "iq2_xxs", kQK_K, kHalf + 2 * (kQK_K / 8)},       // d, uint16 qs
+    {2, "q4_0", kQK, kHalf + kQK / 2},                                    // d, qs
+    {3, "q4_1", kQK, 2 * kHalf + kQK / 2},                                // d, m, qs
+    {6, "q5_0", kQK, kHalf + 4 + kQK / 2},                                // d, qh[4], qs
+    {7, "q5_1", kQK, 2 * kHalf + 4 + kQK / 2},                            // d, m, qh[4], qs
+    {8, "q8_0", kQK, kHalf + kQK},                                        // d, qs
+    {9, "q8_1", kQK, 2 * kHalf + kQK},                                    // d, s, qs
+    {10, "q2_K", kQK_K, kQK_K / 16 + kQK_K / 4 + 2 * kHalf},              // scales, qs, d, dmin
+    {11, "q3_K", kQK_K, kQK_K / 8 + kQK_K / 4 + 12 + kHalf},              // hmask, qs, scales, d
+    {12, "q4_K", kQK_K, 2 * kHalf + kScaleSize + kQK_K / 2},              // d, dmin, scales, qs
+    {13, "q5_K", kQK_K, 2 * kHalf + kScaleSize + kQK_K / 8 + kQK_K / 2},  // + qh
+    {14, "q6_K", kQK_K, kQK_K / 2 + kQK_K / 4 + kQK_K / 16 + kHalf},      // ql, qh, scales, d
+    {15, "q8_K", kQK_K, 4 + kQK_K + 2 * (kQK_K / 16)},            // float d, qs, int16 bsums
+    {16, "iq2_xxs", kQK_K, kHalf + 2 * (kQK_K / 8)},              // d, uint16 qs
     {17, "iq2_xs", kQK_K, kHalf + 2 * (kQK_K / 8) + kQK_K / 32},  // d, qs, scales
     {18, "iq3_xxs", kQK_K, kHalf + 3 * kQK_K / 8},                // d, qs
     {19, "iq1_s", kQK_K, kHalf + kQK_K / 8 + 2 * (kQK_K / 32)},   // d, qs, uint16 qh
-    {20, "iq4_nl", kQK, kHalf + kQK / 2},                          // d, qs
+    {20, "iq4_nl", kQK, kHalf + kQK / 2},                         // d, qs
     {21, "iq3_s", kQK_K, kHalf + kQK_K / 4 + kQK_K / 32 + kQK_K / 8 + kQK_K / 64},
     {22, "iq2_s", kQK_K, kHalf + kQK_K / 4 + kQK_K / 32 + kQK_K / 32},  // d, qs, qh, scales
-    {23, "iq4_xs", kQK_K, kHalf + 2 + kQK_K / 64 + kQK_K / 2},  // d, scales_h, scales_l, qs
+    {23, "iq4_xs", kQK_K, kHalf + 2 + kQK_K / 64 + kQK_K / 2},          // d, scales_h, scales_l, qs
     {24, "i8", 1, 1},
     {25, "i16", 1, 2},
     {26, "i32", 1, 4},
     {27, "i64", 1, 8},
     {28, "f64", 1, 8},
-    {29, "iq1_m", kQK_K, kQK_K / 8 + kQK_K / 16 + kQK_K / 32},          // qs, qh, scales
+    {29, "iq1_m", kQK_K, kQK_K / 8 + kQK_K / 16 + kQK_K / 32},  // qs, qh, scales
     {30, "bf16", 1, 2},
     {34, "tq1_0", kQK_K, (kQK_K - 4 * kQK_K / 64) / 5 + kQK_K / 64 + kHalf},  // qs, qh, d
-    {35, "tq2_0", kQK_K, kQK_K / 4 + kHalf},                             // qs, d
-    {39, "mxfp4", kQK, 1 + kQK / 2},                                     // e, qs
+    {35, "tq2_0", kQK_K, kQK_K / 4 + kHalf},                                  // qs, d
+    {39, "mxfp4", kQK, 1 + kQK / 2},                                          // e, qs
 };
 
 TEST(GgmlTypesTest, BlockLayoutMatchesGgmlStructs) {
@@ -96,8 +96,8 @@ TEST(GgmlTypesTest, RemovedAndUnknownIdsAreRejected) {
 
 TEST(GgmlTypesTest, SupportedTypesAreTheOnesDeltaServeComputesWith) {
   // The weight types of the golden files (f32, q8_0, q4_K, q6_K, q5_0) must be loadable.
-  for (GgmlType t : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
-                     GgmlType::kQ5_0}) {
+  for (GgmlType t :
+       {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ5_0}) {
     EXPECT_TRUE(TraitsOf(t).supported) << GgmlTypeName(t);
   }
   EXPECT_FALSE(TraitsOf(GgmlType::kIQ2_XXS).supported);

@@ -117,7 +117,7 @@ TEST_P(GgufRoundTripTest, EveryScalarTypeKeepsItsTypeAndValue) {
   const GgufFile& f = *p.file;
   EXPECT_EQ(f.version(), GetParam());
   ASSERT_EQ(f.metadata().size(), 13u);
-  const char* order[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
+  const char* order[] = {"u8",   "i8",  "u16", "i16", "u32", "i32",  "f32",
                          "bool", "str", "u64", "i64", "f64", "empty"};
   for (size_t i = 0; i < 13; ++i) EXPECT_EQ(f.metadata()[i].key, order[i]);
 
@@ -263,8 +263,9 @@ TEST_P(GgufRoundTripTest, NestedArraysKeepTheirShape) {
   EXPECT_EQ((*v)->ArrayItem(3)->ArraySize(), 0u);
   EXPECT_EQ((*v)->ArrayItem(4), nullptr);
   EXPECT_EQ(*p.file->GetInt("after"), 42);
-  EXPECT_EQ((*v)->DebugString(), "[array; 4] [u32; 3] 1, 2, 3, [string; 2] \"x\", \"yz\", "
-                                 "[array; 2] [i64; 1] -1, [f32; 0], [array; 0]");
+  EXPECT_EQ((*v)->DebugString(),
+            "[array; 4] [u32; 3] 1, 2, 3, [string; 2] \"x\", \"yz\", "
+            "[array; 2] [i64; 1] -1, [f32; 0], [array; 0]");
 }
 
 TEST_P(GgufRoundTripTest, TensorViewsAreZeroCopyAndExact) {
@@ -348,8 +349,9 @@ TEST(GgufFileTest, AlignmentMustBeAPowerOfTwo) {
   for (uint32_t bad : {0u, 3u, 48u, 0x80000000u}) {
     RawGguf raw;
     raw.Header(3, 0, 1).Kv("general.alignment", GgufValueType::kUint32).U32(bad);
-    EXPECT_THAT(ParseError(raw.bytes()),
-                HasSubstr(absl::StrCat("key 'general.alignment' must be a power of two, got ", bad)));
+    EXPECT_THAT(
+        ParseError(raw.bytes()),
+        HasSubstr(absl::StrCat("key 'general.alignment' must be a power of two, got ", bad)));
   }
   RawGguf raw;
   raw.Header(3, 0, 1).Kv("general.alignment", GgufValueType::kString).Str("64");
@@ -405,8 +407,10 @@ TEST(GgufFileErrorTest, TruncatedHeader) {
   // Which field each prefix length cuts: magic [0,4), version [4,8), counts [8,16), [16,24).
   for (size_t n = 0; n < 24; ++n) {
     std::vector<uint8_t> cut(raw.bytes().begin(), raw.bytes().begin() + n);
-    const char* field = n < 4 ? "magic" : n < 8 ? "version" : n < 16 ? "tensor count"
-                                                                     : "metadata count";
+    const char* field = n < 4    ? "magic"
+                        : n < 8  ? "version"
+                        : n < 16 ? "tensor count"
+                                 : "metadata count";
     EXPECT_THAT(ParseError(cut), HasSubstr(absl::StrCat("truncated: ", field, " needs"))) << n;
   }
   EXPECT_EQ(ParseError(raw.bytes()), "OK");  // the empty file itself is valid

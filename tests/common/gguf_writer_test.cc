@@ -2,6 +2,7 @@
 // validation of what is added, and files that GgufFile reads back.
 #include "common/gguf_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -56,12 +57,12 @@ TEST(GgufWriterTest, SmallFileMatchesHandAssembledBytes) {
   PutLe(want, 0x11223344, 4);
   PutLe(want, 1, 8);
   want.push_back('t');
-  PutLe(want, 1, 4);  // n_dims
-  PutLe(want, 2, 8);  // ne[0]
-  PutLe(want, 0, 4);  // GGML_TYPE_F32
-  PutLe(want, 0, 8);  // offset in the data section
+  PutLe(want, 1, 4);                      // n_dims
+  PutLe(want, 2, 8);                      // ne[0]
+  PutLe(want, 0, 4);                      // GGML_TYPE_F32
+  PutLe(want, 0, 8);                      // offset in the data section
   ASSERT_EQ(want.size(), 24u + 21 + 33);  // header, kv, tensor info
-  want.resize(96, 0);  // padded to the default alignment of 32
+  want.resize(96, 0);                     // padded to the default alignment of 32
   const std::vector<uint8_t> data = Bytes(8, 0xA0);
   want.insert(want.end(), data.begin(), data.end());
   want.resize(128, 0);  // the last tensor is padded too, as llama.cpp's gguf writer does
@@ -194,10 +195,10 @@ TEST(GgufWriterTest, RefusesShapesTheTypeCannotHold) {
               HasSubstr("tensor 'd5': tensor shape {1, 1, 1, 1, 1} has 5 dimensions"));
   EXPECT_THAT(MessageOf(w.AddTensor("neg", GgmlType::kF32, {4, -1}, {})),
               HasSubstr("dimension 1 is negative"));
-  EXPECT_THAT(MessageOf(w.AddTensor("big", GgmlType::kF32, {int64_t{1} << 32, int64_t{1} << 32},
-                                    {})),
-              HasSubstr("tensor 'big': tensor shape {4294967296, 4294967296}: dimension 1 "
-                        "overflows"));
+  EXPECT_THAT(
+      MessageOf(w.AddTensor("big", GgmlType::kF32, {int64_t{1} << 32, int64_t{1} << 32}, {})),
+      HasSubstr("tensor 'big': tensor shape {4294967296, 4294967296}: dimension 1 "
+                "overflows"));
   EXPECT_EQ(w.tensor_count(), 0u);
 }
 
@@ -297,6 +298,108 @@ TEST(GgufWriterTest, WriteFileNamesThePathItCannotCreate) {
   absl::Status s = w.WriteFile(path);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(MessageOf(s), HasSubstr("cannot create " + path + ".tmp"));
+}
+
+TEST(GgufWriterTest, StreamedTensorsGiveTheSameFileAsAddedOnes) {
+  // The same three tensors, once with data and once declared and produced in small pieces.
+  const std::vector<uint8_t> a = Bytes(12, 1), b = Bytes(68, 50), c = Bytes(10, 200);
+  GgufWriter in_memory;
+  ASSERT_TRUE(in_memory.AddMetadata("k", GgufMetadataValue::String("v")).ok());
+  ASSERT_TRUE(in_memory.AddTensor("a", GgmlType::kF32, {3}, a).ok());
+  ASSERT_TRUE(in_memory.AddTensor("b", GgmlType::kQ8_0, {32, 2}, b).ok());
+  ASSERT_TRUE(in_memory.AddTensor("c", GgmlType::kF16, {5}, c).ok());
+  absl::StatusOr<std::vector<uint8_t>> image = in_memory.Build();
+  ASSERT_TRUE(image.ok());
+
+  GgufWriter streamed;
+  ASSERT_TRUE(streamed.AddMetadata("k", GgufMetadataValue::String("v")).ok());
+  ASSERT_TRUE(streamed.DeclareTensor("a", GgmlType::kF32, {3}).ok());
+  ASSERT_TRUE(streamed.AddTensor("b", GgmlType::kQ8_0, {32, 2}, b).ok());  // mixed: from memory
+  ASSERT_TRUE(streamed.DeclareTensor("c", GgmlType::kF16, {5}).ok());
+  EXPECT_EQ(streamed.FileSize(), in_memory.FileSize());
+  EXPECT_EQ(streamed.tensor(1).n_bytes, 68u);
+  EXPECT_EQ(streamed.tensor(2).name, "c");
+  std::vector<size_t> asked;
+  const std::string path = ::testing::TempDir() + "/gguf_writer_streamed.gguf";
+  absl::Status s = streamed.WriteFileStreaming(path, [&](size_t i, GgufTensorSink& sink) {
+    asked.push_back(i);
+    const std::vector<uint8_t>& src = i == 0 ? a : c;
+    for (size_t off = 0; off < src.size(); off += 3) {
+      const size_t n = std::min<size_t>(3, src.size() - off);
+      if (absl::Status w = sink.Write(absl::MakeConstSpan(src.data() + off, n)); !w.ok()) return w;
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(asked, (std::vector<size_t>{0, 2}));
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> on_disk((std::istreambuf_iterator<char>(in)),
+                                     std::istreambuf_iterator<char>());
+  EXPECT_EQ(on_disk, *image);
+  std::filesystem::remove(path);
+}
+
+TEST(GgufWriterTest, StreamingRefusesWrongByteCountsAndKeepsNoPartialFile) {
+  GgufWriter w;
+  ASSERT_TRUE(w.DeclareTensor("t", GgmlType::kF32, {4}).ok());
+  EXPECT_THAT(MessageOf(w.Build()), HasSubstr("tensor 't' was declared without data"));
+  const std::string path = ::testing::TempDir() + "/gguf_writer_short.gguf";
+  EXPECT_THAT(MessageOf(w.WriteFile(path)), HasSubstr("WriteFileStreaming"));
+
+  const std::vector<uint8_t> twelve = Bytes(12, 0), twenty = Bytes(20, 0);
+  EXPECT_THAT(MessageOf(w.WriteFileStreaming(
+                  path, [&](size_t, GgufTensorSink& sink) { return sink.Write(twelve); })),
+              HasSubstr("tensor 't': producer wrote 12 bytes, but it takes 16"));
+  EXPECT_THAT(MessageOf(w.WriteFileStreaming(
+                  path, [&](size_t, GgufTensorSink& sink) { return sink.Write(twenty); })),
+              HasSubstr("tensor 't': producer wrote 20 bytes, but it takes 16"));
+  EXPECT_THAT(MessageOf(w.WriteFileStreaming(path,
+                                             [](size_t, GgufTensorSink&) {
+                                               return absl::CancelledError("stopped by test");
+                                             })),
+              HasSubstr("stopped by test"));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_THAT(MessageOf(w.DeclareTensor("t", GgmlType::kF32, {4})), HasSubstr("duplicate"));
+  EXPECT_THAT(MessageOf(w.DeclareTensor("k", GgmlType::kQ4_K, {100})),
+              HasSubstr("not a multiple of the q4_K block size 256"));
+}
+
+TEST(GgufWriterTest, CopyOfReproducesEveryValueType) {
+  GgufWriter w;
+  ASSERT_TRUE(w.AddMetadata("u8", GgufMetadataValue::Uint8(200)).ok());
+  ASSERT_TRUE(w.AddMetadata("i8", GgufMetadataValue::Int8(-5)).ok());
+  ASSERT_TRUE(w.AddMetadata("u16", GgufMetadataValue::Uint16(60000)).ok());
+  ASSERT_TRUE(w.AddMetadata("i16", GgufMetadataValue::Int16(-300)).ok());
+  ASSERT_TRUE(w.AddMetadata("u32", GgufMetadataValue::Uint32(4000000000u)).ok());
+  ASSERT_TRUE(w.AddMetadata("i32", GgufMetadataValue::Int32(-7)).ok());
+  ASSERT_TRUE(w.AddMetadata("f32", GgufMetadataValue::Float32(1e-6f)).ok());
+  ASSERT_TRUE(w.AddMetadata("b", GgufMetadataValue::Bool(true)).ok());
+  ASSERT_TRUE(w.AddMetadata("s", GgufMetadataValue::String("{% if x %}")).ok());
+  ASSERT_TRUE(w.AddMetadata("u64", GgufMetadataValue::Uint64(uint64_t{1} << 40)).ok());
+  ASSERT_TRUE(w.AddMetadata("i64", GgufMetadataValue::Int64(-(int64_t{1} << 40))).ok());
+  ASSERT_TRUE(w.AddMetadata("f64", GgufMetadataValue::Float64(0.1)).ok());
+  ASSERT_TRUE(w.AddMetadata("ai32", GgufMetadataValue::Int32Array({1, -3, 5})).ok());
+  ASSERT_TRUE(w.AddMetadata("af32", GgufMetadataValue::Float32Array({0.5f, -2.25f})).ok());
+  ASSERT_TRUE(w.AddMetadata("ab", GgufMetadataValue::BoolArray({true, false, true})).ok());
+  ASSERT_TRUE(w.AddMetadata("as", GgufMetadataValue::StringArray({"a b", "", "c"})).ok());
+  ASSERT_TRUE(w.AddMetadata("au64", GgufMetadataValue::Uint64Array({7, uint64_t{1} << 50})).ok());
+  std::vector<GgufMetadataValue> items;
+  items.push_back(GgufMetadataValue::Uint8Array({7}));
+  items.push_back(GgufMetadataValue::StringArray({"x"}));
+  ASSERT_TRUE(w.AddMetadata("nested", GgufMetadataValue::ArrayOfArrays(std::move(items))).ok());
+  absl::StatusOr<std::vector<uint8_t>> image = w.Build();
+  ASSERT_TRUE(image.ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::FromBuffer(*image, "all-types");
+  ASSERT_TRUE(f.ok()) << f.status();
+
+  GgufWriter copy;
+  for (const GgufKeyValue& kv : (*f)->metadata()) {
+    ASSERT_TRUE(copy.AddMetadata(kv.key, GgufMetadataValue::CopyOf(kv.value)).ok()) << kv.key;
+  }
+  absl::StatusOr<std::vector<uint8_t>> copied = copy.Build();
+  ASSERT_TRUE(copied.ok());
+  EXPECT_EQ(*copied, *image);  // byte for byte: same types, same values
 }
 
 }  // namespace

@@ -68,9 +68,15 @@ uint64_t TouchValue(const GgufValue& v) {
   if (!v.is_array()) return sum;
   for (uint64_t i = 0; i < v.ArraySize(); ++i) {
     switch (v.array_type()) {
-      case GgufValueType::kString: sum += v.ArrayString(i).value().size(); break;
-      case GgufValueType::kArray: sum += TouchValue(*v.ArrayItem(i)); break;
-      default: sum += static_cast<uint64_t>(v.ArrayDouble(i).value() != 0); break;
+      case GgufValueType::kString:
+        sum += v.ArrayString(i).value().size();
+        break;
+      case GgufValueType::kArray:
+        sum += TouchValue(*v.ArrayItem(i));
+        break;
+      default:
+        sum += static_cast<uint64_t>(v.ArrayDouble(i).value() != 0);
+        break;
     }
   }
   return sum;
@@ -79,7 +85,8 @@ uint64_t TouchValue(const GgufValue& v) {
 // The first inconsistency of a parsed file against the buffer it was parsed from, or "".
 std::string Inconsistency(const GgufFile& f, absl::Span<const uint8_t> buf) {
   if (f.file_size() != buf.size()) return "file_size differs from the buffer";
-  if (f.data_offset() > buf.size() || f.data_offset() % f.alignment() != 0) {
+  // A file without tensors may end before its (aligned) data section would start.
+  if ((!f.tensors().empty() && f.data_offset() > buf.size()) || f.data_offset() % f.alignment()) {
     return absl::StrCat("data offset ", f.data_offset());
   }
   for (const GgufKeyValue& kv : f.metadata()) {
@@ -129,14 +136,12 @@ struct Golden {
   int anywhere_flips;      // variants with flips anywhere in the file
 };
 
-// 1,080 flip variants in all. The vocabulary file gets fewer because each parse walks its
-// 300k strings (tens of ms under ASan).
+// 3,040 flip variants in all. The vocabulary file gets fewer because each parse walks its
+// 300k strings (about 7 ms under ASan, against 1 ms for a tiny model's metadata).
 constexpr Golden kGoldens[] = {
-    {"tiny-dense-f32.gguf", 200, 40},
-    {"tiny-moe-f32.gguf", 200, 40},
-    {"tiny-dense-q8_0.gguf", 200, 40},
-    {"tiny-dense-q4_k_m.gguf", 200, 40},
-    {"qwen3-vocab-qwen35pre.gguf", 100, 20},
+    {"tiny-dense-f32.gguf", 600, 100},       {"tiny-moe-f32.gguf", 600, 100},
+    {"tiny-dense-q8_0.gguf", 600, 100},      {"tiny-dense-q4_k_m.gguf", 600, 100},
+    {"qwen3-vocab-qwen35pre.gguf", 200, 40},
 };
 
 class GgufCorruptionTest : public ::testing::TestWithParam<Golden> {
@@ -156,7 +161,8 @@ class GgufCorruptionTest : public ::testing::TestWithParam<Golden> {
     hot_.push_back({0, 24});
     for (const GgufKeyValue& kv : (*f)->metadata()) {
       const uint64_t key_at = Offset(kv.key.data()) - 8;
-      hot_.push_back({key_at, std::min<uint64_t>(key_at + 8 + kv.key.size() + 4 + 12, data_offset_)});
+      hot_.push_back(
+          {key_at, std::min<uint64_t>(key_at + 8 + kv.key.size() + 4 + 12, data_offset_)});
     }
     if (!(*f)->tensors().empty()) {
       hot_.push_back({Offset((*f)->tensors().front().name.data()) - 8, data_offset_});
@@ -189,8 +195,8 @@ TEST_P(GgufCorruptionTest, EveryFourKibTruncationIsRefusedOrConsistent) {
     // Poison what follows the cut (64 KiB is far beyond any single field read).
     const uint64_t poisoned = std::min<uint64_t>(bytes_.size() - cut, 64 * 1024);
     Poison(bytes_.data() + cut, poisoned);
-    const bool parsed = CheckVariant(absl::MakeConstSpan(bytes_.data(), cut), name,
-                                     absl::StrCat("cut at ", cut));
+    const bool parsed =
+        CheckVariant(absl::MakeConstSpan(bytes_.data(), cut), name, absl::StrCat("cut at ", cut));
     Unpoison(bytes_.data() + cut, poisoned);
     // A prefix that lacks any byte of metadata, tensor infos or tensor data must be refused.
     if (cut < data_end_) {
@@ -198,7 +204,8 @@ TEST_P(GgufCorruptionTest, EveryFourKibTruncationIsRefusedOrConsistent) {
     }
     refused += parsed ? 0 : 1;
   }
-  EXPECT_EQ(refused, static_cast<int>((std::min<uint64_t>(data_end_, bytes_.size()) + 4095) / 4096));
+  EXPECT_EQ(refused,
+            static_cast<int>((std::min<uint64_t>(data_end_, bytes_.size()) + 4095) / 4096));
 }
 
 TEST_P(GgufCorruptionTest, RandomByteFlipsAreRefusedOrConsistent) {
@@ -239,8 +246,10 @@ INSTANTIATE_TEST_SUITE_P(Golden, GgufCorruptionTest, ::testing::ValuesIn(kGolden
                          [](const ::testing::TestParamInfo<Golden>& info) {
                            std::string n = info.param.file;
                            n = n.substr(0, n.find(".gguf"));
-                           std::replace_if(n.begin(), n.end(),
-                                           [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+                           std::replace_if(
+                               n.begin(), n.end(),
+                               [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); },
+                               '_');
                            return n;
                          });
 

@@ -10,8 +10,8 @@
 //  - Quantized 2-D weights: 8 per DeltaNet layer (attn_qkv, attn_gate, ssm_beta, ssm_alpha,
 //    ssm_out, ffn x3), 7 per attention layer, token_embd and output: 6 * 8 + 2 * 7 + 2 = 64,
 //    the README's 49 q4_K + 9 q6_K + 6 q5_0; the other 45 stay f32.
-// Shapes: d = 256, C = 2 * nk * dk + nv * dk = 2 * 2 * 32 + 4 * 32 = 256, attn_q = 2 * H * hd = 512,
-// attn_k = Hk * hd = 128, n_vocab = 2048, n_exp = 16, n_ff_exp = 32, n_ff_sh = 128.
+// Shapes: d = 256, C = 2 * nk * dk + nv * dk = 2 * 2 * 32 + 4 * 32 = 256, attn_q = 2 * H * hd =
+// 512, attn_k = Hk * hd = 128, n_vocab = 2048, n_exp = 16, n_ff_exp = 32, n_ff_sh = 128.
 #include <cstring>
 #include <map>
 #include <memory>
@@ -27,7 +27,8 @@ namespace deltaserve::common {
 namespace {
 
 std::unique_ptr<GgufFile> OpenGolden(const std::string& name) {
-  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(deltaserve::testing::GoldenPath(name));
+  absl::StatusOr<std::unique_ptr<GgufFile>> f =
+      GgufFile::Open(deltaserve::testing::GoldenPath(name));
   EXPECT_TRUE(f.ok()) << f.status();
   return f.ok() ? std::move(*f) : nullptr;
 }
@@ -46,7 +47,8 @@ std::string Shape(const GgufFile& f, std::string_view tensor) {
 // Checks that every tensor's size follows its type and shape and that its bytes are in the file.
 void ExpectTensorsWellFormed(const GgufFile& f) {
   for (const GgufTensorInfo& t : f.tensors()) {
-    absl::StatusOr<uint64_t> n = GgufTensorByteSize(t.type, absl::MakeConstSpan(t.ne.data(), t.n_dims));
+    absl::StatusOr<uint64_t> n =
+        GgufTensorByteSize(t.type, absl::MakeConstSpan(t.ne.data(), t.n_dims));
     ASSERT_TRUE(n.ok()) << t.name;
     EXPECT_EQ(*n, t.n_bytes) << t.name;
     EXPECT_EQ(t.offset % f.alignment(), 0u) << t.name;
@@ -83,7 +85,7 @@ TEST(GgufGoldenTest, TinyDenseF32MatchesTheReadme) {
   EXPECT_EQ(Shape(*f, "blk.3.attn_k.weight"), "{256, 128}");
   EXPECT_EQ(Shape(*f, "blk.3.attn_output.weight"), "{256, 256}");
   EXPECT_EQ(Shape(*f, "blk.7.ffn_down.weight"), "{256, 256}");
-  EXPECT_EQ(f->FindTensor("blk.3.ssm_a"), nullptr);     // layer 3 is full attention
+  EXPECT_EQ(f->FindTensor("blk.3.ssm_a"), nullptr);          // layer 3 is full attention
   EXPECT_EQ(f->FindTensor("blk.0.attn_q.weight"), nullptr);  // layer 0 is DeltaNet
   ExpectTensorsWellFormed(*f);
 
@@ -129,9 +131,9 @@ TEST(GgufGoldenTest, TinyDenseQ8_0QuantizesOnlyTheMatrices) {
   EXPECT_EQ(CountByType(*f),
             (std::map<GgmlType, int>{{GgmlType::kF32, 45}, {GgmlType::kQ8_0, 64}}));
   // README: norms, ssm_a, ssm_dt.bias and ssm_conv1d stay F32.
-  for (const char* name : {"output_norm.weight", "blk.0.ssm_a", "blk.0.ssm_dt.bias",
-                           "blk.0.ssm_conv1d.weight", "blk.0.ssm_norm.weight",
-                           "blk.3.attn_q_norm.weight"}) {
+  for (const char* name :
+       {"output_norm.weight", "blk.0.ssm_a", "blk.0.ssm_dt.bias", "blk.0.ssm_conv1d.weight",
+        "blk.0.ssm_norm.weight", "blk.3.attn_q_norm.weight"}) {
     ASSERT_NE(f->FindTensor(name), nullptr) << name;
     EXPECT_EQ(f->FindTensor(name)->type, GgmlType::kF32) << name;
   }

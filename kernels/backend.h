@@ -1,0 +1,243 @@
+// The compute interface of the hybrid engine. Every op of the Qwen3.5 forward pass goes through
+// a Backend; the CPU backend (kernels/cpu) and the CUDA backend (kernels/cuda) implement it, and
+// worker/engine is written once against it.
+//
+// Memory: a backend owns its memory. The engine holds DeviceBuffer handles and the typed views
+// below, whose pointers it never dereferences (they are device pointers on a GPU). Weights come
+// in their GGUF block type and are multiplied in that form; activations are f32.
+//
+// Layouts: activations are row-major f32 matrices (Mat) with one row per token, or per
+// (token, head) where an op works on heads; `stride` is the distance between rows in floats, so
+// a column range of a wider matrix (the q part of a fused qkv projection) is a view, not a copy.
+// Batches: matrix products and element-wise ops take all tokens of all sequences at once; ops
+// that carry per-sequence state (conv, delta rule, attention) take one sequence's tokens.
+//
+// Errors: ops return KernelStatus; kernels/ uses no exceptions and no Abseil (ARCHITECTURE.md:
+// kernels may use only the C++ library and the CUDA toolkit).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+namespace deltaserve::kernels {
+
+// Result of a backend call.
+enum class KernelStatus {
+  kOk = 0,
+  kInvalidArgument,   // shapes or parameters inconsistent
+  kUnsupportedType,   // a weight type this backend cannot compute with
+  kOutOfMemory,
+  kDeviceError,       // a device call failed (CUDA)
+};
+
+// Human-readable name of a status ("invalid argument").
+std::string_view KernelStatusName(KernelStatus status);
+
+// Weight block types, numbered as GGML/GGUF number them (so a GGUF type id converts by cast).
+enum class WeightType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
+};
+
+// Elements per block and bytes per block of a weight type; {0, 0} for an unknown id.
+struct BlockLayout {
+  int64_t block_size;
+  int64_t block_bytes;
+};
+BlockLayout BlockLayoutOf(WeightType type);
+// True when `type_id` (a GGUF type id) is one of the WeightType values.
+bool IsWeightType(uint32_t type_id);
+
+// A weight matrix W [out][in] in backend memory: `out` rows of `in` elements each, every row
+// `row_bytes` long in `type` blocks (in is a multiple of the block size). y = W x. A stack of
+// matrices (MoE experts, GGUF shape {in, out, n}) is `count` such matrices back to back.
+struct WeightView {
+  const void* data = nullptr;
+  WeightType type = WeightType::kF32;
+  int64_t in = 0;
+  int64_t out = 0;
+  size_t row_bytes = 0;
+  int64_t count = 1;
+
+  // Matrix `index` of a stack.
+  WeightView Matrix(int64_t index) const {
+    WeightView v = *this;
+    v.data = static_cast<const uint8_t*>(data) + static_cast<size_t>(index) * out * row_bytes;
+    v.count = 1;
+    return v;
+  }
+  // Rows [first, first + n) of a single matrix.
+  WeightView Rows(int64_t first, int64_t n) const {
+    WeightView v = *this;
+    v.data = static_cast<const uint8_t*>(data) + static_cast<size_t>(first) * row_bytes;
+    v.out = n;
+    v.count = 1;
+    return v;
+  }
+};
+
+// A row-major f32 matrix [rows][cols] in backend memory, rows `stride` floats apart.
+struct Mat {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;
+
+  // Columns [first, first + n) of every row.
+  Mat Cols(int64_t first, int64_t n) const { return {data + first, rows, n, stride}; }
+  // Rows [first, first + n).
+  Mat Rows(int64_t first, int64_t n) const { return {data + first * stride, n, cols, stride}; }
+  // The same memory seen as [rows * cols / new_cols][new_cols]; needs stride == cols.
+  Mat Reshaped(int64_t new_cols) const {
+    return {data, rows * cols / new_cols, new_cols, new_cols};
+  }
+};
+
+// A dense f32 vector in backend memory (norm weights, per-head parameters).
+struct Vec {
+  const float* data = nullptr;
+  int64_t n = 0;
+};
+
+// A backend allocation; freed by its backend when the handle dies. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(void* data, size_t bytes, void (*free_fn)(void*, void*), void* owner)
+      : data_(data), bytes_(bytes), free_fn_(free_fn), owner_(owner) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      free_fn_ = o.free_fn_;
+      owner_ = o.owner_;
+      o.data_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+
+  void* data() const { return data_; }
+  float* floats() const { return static_cast<float*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void Reset() {
+    if (data_ != nullptr && free_fn_ != nullptr) free_fn_(owner_, data_);
+    data_ = nullptr;
+  }
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  void (*free_fn_)(void*, void*) = nullptr;
+  void* owner_ = nullptr;
+};
+
+// The compute interface; see the file comment. Implementations are not thread-safe: one engine
+// thread drives a backend (which may use many threads inside an op).
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "cuda:0".
+  virtual std::string_view name() const = 0;
+
+  // --- memory ---------------------------------------------------------------------------
+  // Allocates `bytes` (64-byte aligned, zero-filled). An empty handle means out of memory.
+  virtual DeviceBuffer Allocate(size_t bytes) = 0;
+  // Copies host bytes into backend memory and back.
+  virtual KernelStatus CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual KernelStatus CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Makes `bytes` of host memory that outlives the backend (a memory-mapped GGUF) usable as
+  // weights: the CPU backend returns `host` itself (zero copy); a GPU backend copies it into
+  // `storage` and returns the device pointer. Null on failure.
+  virtual const void* ImportWeights(const void* host, size_t bytes, DeviceBuffer& storage) = 0;
+  // Waits until every queued op has finished (no-op on the CPU).
+  virtual KernelStatus Synchronize() = 0;
+
+  // --- dense algebra -------------------------------------------------------------------
+  // y[r][o] = sum_i W[o][i] * x[r][i] for every row r. x.cols == w.in, y.cols == w.out.
+  virtual KernelStatus MatMul(const WeightView& w, const Mat& x, Mat& y) = 0;
+  // out[i] = row ids[i] of `table` (an embedding stored in any weight type), as f32.
+  virtual KernelStatus GetRows(const WeightView& table, const int32_t* ids, int64_t n,
+                               Mat& out) = 0;
+  // y = x / sqrt(mean(x^2) + eps) * w per row (w.n == x.cols; w.data may be null: no weight).
+  // In place when y aliases x.
+  virtual KernelStatus RmsNorm(const Mat& x, Vec w, float eps, Mat& y) = 0;
+  // x = x / max(||x||_2, eps) over each run of `group` consecutive columns of every row (one
+  // head; x.cols is a multiple of group), in place. x may be a column view (q inside qkv).
+  virtual KernelStatus L2Norm(Mat& x, int64_t group, float eps) = 0;
+  // dst = src (same rows and cols; strides may differ): deinterleaving heads, writing new K/V
+  // rows into a cache.
+  virtual KernelStatus Copy(const Mat& src, Mat& dst) = 0;
+  // x += y.
+  virtual KernelStatus Add(Mat& x, const Mat& y) = 0;
+  // out = silu(gate) * up.
+  virtual KernelStatus SwiGlu(const Mat& gate, const Mat& up, Mat& out) = 0;
+  // x *= sigmoid(gate) element-wise (gate.cols == x.cols), or per row when gate.cols == 1.
+  virtual KernelStatus MulSigmoid(Mat& x, const Mat& gate) = 0;
+
+  // --- attention layers ----------------------------------------------------------------
+  // NeoX rotary embedding, in place, on the first n_rot dims of each head: x is
+  // [n_tokens * n_heads][head_dim], positions[t] the position of token t (row t * n_heads + h).
+  // Pairs (i, i + n_rot/2), angle positions[t] * base^(-2i/n_rot).
+  virtual KernelStatus RopeNeox(Mat& x, const int32_t* positions, int64_t n_heads, int64_t n_rot,
+                                float freq_base) = 0;
+  // Causal softmax attention of one sequence. q is [T][n_head * head_dim] for the sequence's
+  // T newest tokens at positions n_past .. n_past+T-1; k and v are [n_past + T][n_head_kv *
+  // head_dim] (every cached position, the new ones included). Query head h reads kv head
+  // h / (n_head / n_head_kv). out is [T][n_head * head_dim]. Softmax in f32 with `scale`.
+  virtual KernelStatus Attention(const Mat& q, const Mat& k, const Mat& v, int64_t n_past,
+                                 int64_t n_head, int64_t n_head_kv, float scale, Mat& out) = 0;
+
+  // --- Gated DeltaNet layers -----------------------------------------------------------
+  // Causal depthwise conv1d over one sequence's T tokens, then SiLU. x and y are [T][C]; w is
+  // [C][kernel] (GGUF ssm_conv1d {kernel, C}); state is [kernel-1][C], the previous inputs
+  // (oldest first), read and then replaced by the last kernel-1 inputs. y may alias x.
+  virtual KernelStatus CausalConv1dSilu(const Mat& x, const float* w, int64_t kernel,
+                                        float* state, Mat& y) = 0;
+  // Gated delta rule (MODEL_SPEC §2.4 step 6) over one sequence's T tokens, from and into
+  // `state` [n_v_heads][head_dim (v)][head_dim (k)] (rows indexed by v, contiguous over k, as
+  // llama.cpp keeps it). q, k: [T][n_k_heads * head_dim], already L2-normalised; q not yet
+  // scaled (the op applies 1/sqrt(head_dim)); v: [T][n_v_heads * head_dim]; g (log decay, < 0)
+  // and beta: [T][n_v_heads]. Value head h reads q/k head h % n_k_heads (GGUF tiled order).
+  // out: [T][n_v_heads * head_dim]. T > 1 may use the chunked form of MODEL_SPEC §3.
+  virtual KernelStatus GatedDeltaRule(const Mat& q, const Mat& k, const Mat& v, const Mat& g,
+                                      const Mat& beta, int64_t n_k_heads, int64_t n_v_heads,
+                                      int64_t head_dim, float* state, Mat& out) = 0;
+  // y = rmsnorm(x) * w * silu(z) per row (rows are (token, head) pairs; w.n == x.cols).
+  virtual KernelStatus GatedRmsNorm(const Mat& x, Vec w, const Mat& z, float eps, Mat& y) = 0;
+  // g = ssm_a[h] * softplus(alpha + dt_bias[h]); beta = sigmoid(beta), in place, [T][n_v_heads].
+  virtual KernelStatus DeltaNetGates(Mat& alpha_to_g, Mat& beta, Vec ssm_a, Vec dt_bias) = 0;
+
+  // --- mixture of experts ---------------------------------------------------------------
+  // Softmax over each row of `logits` [T][n_expert], top-k, weights renormalised to sum 1
+  // (the sum clamped at >= 6.1e-5). ids and weights are [T][k] in backend memory.
+  virtual KernelStatus MoeRoute(const Mat& logits, int64_t k, int32_t* ids, float* weights) = 0;
+  // y[t] = sum_j weights[t][j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = ids[t][j], over
+  // the expert stacks gate/up {in, ff, n_expert} and down {ff, in, n_expert}. Tokens are
+  // grouped by expert so each expert's weights are read once per batch. y is overwritten.
+  virtual KernelStatus MoeFfn(const Mat& x, const int32_t* ids, const float* weights, int64_t k,
+                              const WeightView& gate_exps, const WeightView& up_exps,
+                              const WeightView& down_exps, Mat& y) = 0;
+};
+
+// The CPU backend with `n_threads` worker threads (0: one per core).
+std::unique_ptr<Backend> MakeCpuBackend(int n_threads);
+
+}  // namespace deltaserve::kernels

@@ -1,0 +1,224 @@
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/quants.h"
+
+namespace deltaserve::kernels {
+namespace internal {
+namespace {
+
+// Blocking of the many-row product (T > 1, or any T without a fused kernel). A task decodes up
+// to kChunkRows weight rows once into a thread-local f32 buffer, then walks the activations in
+// blocks of kRowBlock rows and the reduction in slices of kSliceK values, so the weight slice
+// of one tile (kTileRows x kSliceK floats, 16 KiB) stays in L1 while every activation row of
+// the block passes over it, and the activation block (kRowBlock x kSliceK floats, 256 KiB)
+// stays in L2.
+constexpr int64_t kChunkRows = 16;
+constexpr int64_t kRowBlock = 64;
+constexpr int64_t kSliceK = 1024;
+// Multiply-adds a parallel task should carry at least, so the pool's hand-off (~1 us) stays
+// small against the work.
+constexpr int64_t kMinMacsPerTask = 1 << 17;
+
+// --- scalar kernels -------------------------------------------------------------------------
+
+bool ScalarDequantize(WeightType type, const void* blocks, float* out, int64_t n) {
+  return DequantizeRow(type, blocks, out, n) == KernelStatus::kOk;
+}
+
+// Eight partial sums per product: the same association as a vector of 8 lanes, and what lets
+// the compiler keep several independent additions in flight.
+void ScalarDotTile(const float* const* w, const float* const* x, int nx, int64_t n, float* out) {
+  for (int i = 0; i < kTileRows; ++i) {
+    for (int j = 0; j < nx; ++j) {
+      float acc[8] = {};
+      int64_t k = 0;
+      for (; k + 8 <= n; k += 8) {
+        for (int u = 0; u < 8; ++u) acc[u] += w[i][k + u] * x[j][k + u];
+      }
+      for (int u = 0; k < n; ++k, ++u) acc[u] += w[i][k] * x[j][k];
+      out[i * kMaxTileCols + j] =
+          ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+  }
+}
+
+constexpr MatMulKernels kScalarTable = {&ScalarDequantize, &ScalarDotTile, kMaxTileCols, nullptr,
+                                        nullptr};
+
+// --- validation ---------------------------------------------------------------------------
+
+// A single weight matrix whose rows hold `in` values of its type.
+KernelStatus CheckWeights(const WeightView& w) {
+  const BlockLayout layout = BlockLayoutOf(w.type);
+  if (layout.block_size == 0) return KernelStatus::kUnsupportedType;
+  if (w.in < 0 || w.out < 0 || w.count != 1) return KernelStatus::kInvalidArgument;
+  if (w.in % layout.block_size != 0) return KernelStatus::kInvalidArgument;
+  if (w.row_bytes < RowBytes(w.type, w.in)) return KernelStatus::kInvalidArgument;
+  if (w.out > 0 && w.in > 0 && w.data == nullptr) return KernelStatus::kInvalidArgument;
+  return KernelStatus::kOk;
+}
+
+bool MatOk(const Mat& m) {
+  if (m.rows < 0 || m.cols < 0) return false;
+  if (m.rows == 0 || m.cols == 0) return true;
+  return m.data != nullptr && (m.rows == 1 || m.stride >= m.cols);
+}
+
+// --- the products -------------------------------------------------------------------------
+
+// Rows [r0, r1) of y for every activation row (r1 - r0 <= kChunkRows).
+void MultiplyChunk(const MatMulKernels& kern, const WeightView& w, const Mat& x, Mat& y,
+                   int64_t r0, int64_t r1) {
+  thread_local std::vector<float> decoded;
+  const int64_t rows = r1 - r0;
+  const int64_t k_total = w.in;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const float* row_ptr[kChunkRows];
+  if (w.type == WeightType::kF32) {
+    for (int64_t i = 0; i < rows; ++i) {
+      row_ptr[i] = reinterpret_cast<const float*>(base + (r0 + i) * w.row_bytes);
+    }
+  } else {
+    decoded.resize(static_cast<size_t>(rows * k_total));
+    for (int64_t i = 0; i < rows; ++i) {
+      float* dst = decoded.data() + i * k_total;
+      const void* src = base + (r0 + i) * w.row_bytes;
+      if (!kern.dequantize_row(w.type, src, dst, k_total)) {
+        DequantizeRow(w.type, src, dst, k_total);
+      }
+      row_ptr[i] = dst;
+    }
+  }
+
+  float partial[kRowBlock * kChunkRows];
+  for (int64_t t0 = 0; t0 < x.rows; t0 += kRowBlock) {
+    const int64_t tn = std::min(kRowBlock, x.rows - t0);
+    std::fill(partial, partial + tn * kChunkRows, 0.0f);
+    for (int64_t k0 = 0; k0 < k_total; k0 += kSliceK) {
+      const int64_t kn = std::min(kSliceK, k_total - k0);
+      for (int64_t i0 = 0; i0 < rows; i0 += kTileRows) {
+        const int valid_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - i0));
+        const float* wp[kTileRows];
+        // A short tile repeats its last row; those results are dropped.
+        for (int i = 0; i < kTileRows; ++i) wp[i] = row_ptr[i0 + std::min(i, valid_rows - 1)] + k0;
+        for (int64_t j0 = 0; j0 < tn; j0 += kern.max_nx) {
+          const int nx = static_cast<int>(std::min<int64_t>(kern.max_nx, tn - j0));
+          const float* xp[kMaxTileCols];
+          for (int j = 0; j < nx; ++j) xp[j] = x.data + (t0 + j0 + j) * x.stride + k0;
+          float out[kTileRows * kMaxTileCols];
+          kern.dot_tile(wp, xp, nx, kn, out);
+          for (int j = 0; j < nx; ++j) {
+            for (int i = 0; i < valid_rows; ++i) {
+              partial[(j0 + j) * kChunkRows + i0 + i] += out[i * kMaxTileCols + j];
+            }
+          }
+        }
+      }
+    }
+    for (int64_t j = 0; j < tn; ++j) {
+      float* dst = y.data + (t0 + j) * y.stride + r0;
+      std::copy(partial + j * kChunkRows, partial + j * kChunkRows + rows, dst);
+    }
+  }
+}
+
+int64_t TaskGrain(int64_t macs_per_item) {
+  return std::max<int64_t>(1, kMinMacsPerTask / std::max<int64_t>(1, macs_per_item));
+}
+
+}  // namespace
+
+const MatMulKernels& ScalarKernels() { return kScalarTable; }
+
+const MatMulKernels& KernelsFor(CpuIsa isa) {
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+  switch (ClampIsa(isa)) {
+    case CpuIsa::kAvx512: return Avx512Kernels();
+    case CpuIsa::kAvx2: return Avx2Kernels();
+    case CpuIsa::kScalar: break;
+  }
+#else
+  (void)isa;
+#endif
+  return ScalarKernels();
+}
+
+KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y,
+                          CpuIsa isa) {
+  if (KernelStatus s = CheckWeights(w); s != KernelStatus::kOk) return s;
+  if (!MatOk(x) || !MatOk(y)) return KernelStatus::kInvalidArgument;
+  if (x.cols != w.in || y.cols != w.out || x.rows != y.rows) return KernelStatus::kInvalidArgument;
+  if (x.rows == 0 || w.out == 0) return KernelStatus::kOk;
+  if (w.in == 0) {
+    for (int64_t t = 0; t < y.rows; ++t) std::fill(y.data + t * y.stride, y.data + t * y.stride + y.cols, 0.0f);
+    return KernelStatus::kOk;
+  }
+  const MatMulKernels& kern = KernelsFor(isa);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+
+  if (x.rows == 1 && kern.has_fused_rows != nullptr && kern.has_fused_rows(w.type)) {
+    pool.ParallelFor(w.out, TaskGrain(w.in), [&](int64_t begin, int64_t end) {
+      kern.fused_rows(w.type, base + begin * w.row_bytes, w.row_bytes, end - begin, x.data,
+                      w.in, y.data + begin);
+    });
+    return KernelStatus::kOk;
+  }
+
+  const int64_t n_chunks = (w.out + kChunkRows - 1) / kChunkRows;
+  pool.ParallelFor(n_chunks, TaskGrain(kChunkRows * w.in * x.rows),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t c = begin; c < end; ++c) {
+                       MultiplyChunk(kern, w, x, y, c * kChunkRows,
+                                     std::min(w.out, (c + 1) * kChunkRows));
+                     }
+                   });
+  return KernelStatus::kOk;
+}
+
+KernelStatus GetRowsCpuIsa(const WeightView& table, const int32_t* ids, int64_t n, Mat& out,
+                           CpuIsa isa) {
+  if (KernelStatus s = CheckWeights(table); s != KernelStatus::kOk) return s;
+  if (n < 0 || !MatOk(out) || out.rows != n || out.cols != table.in) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (n > 0 && ids == nullptr) return KernelStatus::kInvalidArgument;
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= table.out) return KernelStatus::kInvalidArgument;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const void* src = static_cast<const uint8_t*>(table.data) + ids[i] * table.row_bytes;
+    if (KernelStatus s = DequantizeRowIsa(table.type, src, out.data + i * out.stride, table.in,
+                                          isa);
+        s != KernelStatus::kOk) {
+      return s;
+    }
+  }
+  return KernelStatus::kOk;
+}
+
+KernelStatus DequantizeRowIsa(WeightType type, const void* blocks, float* out, int64_t n,
+                              CpuIsa isa) {
+  const BlockLayout layout = BlockLayoutOf(type);
+  if (layout.block_size == 0) return KernelStatus::kUnsupportedType;
+  if (n < 0 || n % layout.block_size != 0) return KernelStatus::kInvalidArgument;
+  if (KernelsFor(isa).dequantize_row(type, blocks, out, n)) return KernelStatus::kOk;
+  return DequantizeRow(type, blocks, out, n);
+}
+
+}  // namespace internal
+
+KernelStatus MatMulCpu(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y) {
+  return internal::MatMulCpuIsa(pool, w, x, y, ActiveIsa());
+}
+
+KernelStatus GetRowsCpu(const WeightView& table, const int32_t* ids, int64_t n, Mat& out) {
+  return internal::GetRowsCpuIsa(table, ids, n, out, ActiveIsa());
+}
+
+}  // namespace deltaserve::kernels

@@ -1,0 +1,57 @@
+// Internal to the CPU matrix products: the per-ISA kernel table that matmul.cc drives, and
+// entry points with an explicit ISA for tests and benchmarks (the public functions in matmul.h
+// use ActiveIsa()).
+//
+// matmul.cc owns blocking and threading; an ISA file (matmul_avx2.cc, matmul_avx512.cc, built
+// with their own -m flags) only provides the three leaf kernels below, so nothing compiled with
+// wider instructions runs unless cpu_features.h said the CPU has them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace deltaserve::kernels::internal {
+
+// Weight rows multiplied together by one dot_tile call, and the most activation rows one call
+// takes; `out` of dot_tile is [kTileRows][kMaxTileCols].
+inline constexpr int kTileRows = 4;
+inline constexpr int kMaxTileCols = 4;
+
+struct MatMulKernels {
+  // Decodes n values (whole blocks) of `type` into out, bit-identical to DequantizeRow. Returns
+  // false, writing nothing, for a type this ISA does not decode (the caller uses the scalar one).
+  bool (*dequantize_row)(WeightType type, const void* blocks, float* out, int64_t n);
+  // out[i * kMaxTileCols + j] = sum_k w[i][k] * x[j][k] over k < n, for i < kTileRows and
+  // j < nx (1 <= nx <= max_nx). Pointers need no alignment.
+  void (*dot_tile)(const float* const* w, const float* const* x, int nx, int64_t n, float* out);
+  int max_nx;
+  // True when fused_rows handles `type`; may be null (no fused kernels).
+  bool (*has_fused_rows)(WeightType type);
+  // The one-activation-row product: y[r] = sum_k W[r][k] * x[k] for r < rows, rows
+  // `row_bytes` apart starting at w, each row decoded in registers and never stored.
+  void (*fused_rows)(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                     const float* x, int64_t n, float* y);
+};
+
+const MatMulKernels& ScalarKernels();  // matmul.cc
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+const MatMulKernels& Avx2Kernels();    // matmul_avx2.cc
+const MatMulKernels& Avx512Kernels();  // matmul_avx512.cc
+#endif
+
+// The kernels of ClampIsa(isa).
+const MatMulKernels& KernelsFor(CpuIsa isa);
+
+// MatMulCpu / GetRowsCpu / DequantizeRow on the path of ClampIsa(isa).
+KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y,
+                          CpuIsa isa);
+KernelStatus GetRowsCpuIsa(const WeightView& table, const int32_t* ids, int64_t n, Mat& out,
+                           CpuIsa isa);
+KernelStatus DequantizeRowIsa(WeightType type, const void* blocks, float* out, int64_t n,
+                              CpuIsa isa);
+
+}  // namespace deltaserve::kernels::internal

@@ -1,0 +1,10 @@
+# Every non-matmul op of the CPU backend and the Backend implementation itself (CpuBackend,
+# MakeCpuBackend). Included by kernels/cpu/CMakeLists.txt.
+target_sources(deltaserve_kernels_cpu PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/norm_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/rope.cc
+  ${CMAKE_CURRENT_LIST_DIR}/attention.cc
+  ${CMAKE_CURRENT_LIST_DIR}/conv1d.cc
+  ${CMAKE_CURRENT_LIST_DIR}/gated_delta_rule.cc
+  ${CMAKE_CURRENT_LIST_DIR}/moe.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_backend.cc)

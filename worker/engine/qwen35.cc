@@ -1,0 +1,323 @@
+#include "worker/engine/qwen35.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/str_util.h"
+
+namespace deltaserve::worker {
+namespace {
+
+using kernels::KernelStatus;
+using kernels::Mat;
+
+// Turns a kernel failure into a Status naming the op.
+absl::Status Check(KernelStatus s, const char* op) {
+  if (s == KernelStatus::kOk) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("kernel ", op, " failed: ", common::Sv(kernels::KernelStatusName(s))));
+}
+
+#define DS_RUN(op, ...)                                                 \
+  do {                                                                  \
+    if (absl::Status s_ = Check(backend_->op(__VA_ARGS__), #op); !s_.ok()) return s_; \
+  } while (0)
+
+Mat Contiguous(const kernels::DeviceBuffer& b, int64_t rows, int64_t cols) {
+  return {b.floats(), rows, cols, cols};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(
+    const std::string& path, kernels::Backend& backend,
+    void (*progress)(double fraction, void* ctx), void* progress_ctx) {
+  std::unique_ptr<Qwen35Model> m(new Qwen35Model());
+  absl::StatusOr<std::unique_ptr<common::GgufFile>> file = common::GgufFile::Open(path);
+  if (!file.ok()) return file.status();
+  m->file_ = std::move(*file);
+  absl::StatusOr<common::Qwen35HParams> hp = common::ReadQwen35HParams(*m->file_);
+  if (!hp.ok()) return hp.status();
+  m->hp_ = std::move(*hp);
+  m->backend_ = &backend;
+  if (progress != nullptr) progress(0.0, progress_ctx);
+  absl::StatusOr<ModelWeights> w = LoadQwen35Weights(*m->file_, m->hp_, backend);
+  if (!w.ok()) return w.status();
+  m->weights_ = std::move(*w);
+  if (progress != nullptr) progress(1.0, progress_ctx);
+  int dn = 0, at = 0;
+  for (common::LayerKind kind : m->hp_.layers) {
+    const bool is_dn = kind == common::LayerKind::kDeltaNet;
+    m->deltanet_index_.push_back(is_dn ? dn++ : -1);
+    m->attention_index_.push_back(is_dn ? -1 : at++);
+  }
+  return m;
+}
+
+ModelMemory Qwen35Model::Memory() const {
+  ModelMemory mem;
+  mem.weight_bytes = weights_.bytes;
+  const uint64_t n_dn = hp_.LayersOf(common::LayerKind::kDeltaNet).size();
+  const uint64_t n_at = hp_.LayersOf(common::LayerKind::kFullAttention).size();
+  const uint64_t conv = (hp_.ssm_conv_kernel - 1) * hp_.ssm_conv_channels();
+  const uint64_t delta = hp_.ssm_n_v_heads * hp_.ssm_head_dim * hp_.ssm_head_dim;
+  mem.state_bytes_per_sequence = n_dn * (conv + delta) * sizeof(float);
+  mem.kv_bytes_per_token = n_at * 2 * hp_.n_head_kv * hp_.head_dim * sizeof(float);
+  return mem;
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> Qwen35Model::NewSequence(int64_t max_tokens) {
+  if (max_tokens <= 0) return absl::InvalidArgumentError("max_tokens must be positive");
+  auto seq = std::make_unique<SequenceState>();
+  const size_t conv = (hp_.ssm_conv_kernel - 1) * hp_.ssm_conv_channels() * sizeof(float);
+  const size_t delta =
+      hp_.ssm_n_v_heads * hp_.ssm_head_dim * hp_.ssm_head_dim * sizeof(float);
+  for (int idx : deltanet_index_) {
+    if (idx < 0) continue;
+    seq->conv.push_back(backend_->Allocate(conv));
+    seq->delta.push_back(backend_->Allocate(delta));
+    if (seq->conv.back().data() == nullptr || seq->delta.back().data() == nullptr) {
+      return absl::ResourceExhaustedError("no memory for a sequence's recurrent state");
+    }
+  }
+  const int n_attention = static_cast<int>(hp_.LayersOf(common::LayerKind::kFullAttention).size());
+  auto kv = std::make_unique<ContiguousKv>(*backend_, n_attention, max_tokens,
+                                           hp_.n_head_kv * hp_.head_dim);
+  if (!kv->ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory for the KV of ", max_tokens, " tokens"));
+  }
+  seq->kv = std::move(kv);
+  return seq;
+}
+
+absl::Status Qwen35Model::ReserveWorkspace(int64_t tokens, int64_t out_rows) {
+  if (tokens <= ws_tokens_ && out_rows <= ws_out_rows_) return absl::OkStatus();
+  tokens = std::max(tokens, ws_tokens_);
+  out_rows = std::max(out_rows, ws_out_rows_);
+  ws_buffers_.clear();
+  const int64_t d = hp_.n_embd, c = hp_.ssm_conv_channels();
+  const int64_t nv = hp_.ssm_n_v_heads, dv = hp_.ssm_head_dim;
+  const int64_t hd = hp_.head_dim, h = hp_.n_head, hk = hp_.n_head_kv;
+  const int64_t ff = std::max({hp_.n_ff, hp_.n_ff_shared_expert, int64_t{1}});
+  const int64_t e = std::max<int64_t>(hp_.n_expert, 1), k = std::max<int64_t>(hp_.n_expert_used, 1);
+  auto alloc = [&](int64_t rows, int64_t cols, Mat& view) -> absl::Status {
+    ws_buffers_.push_back(backend_->Allocate(static_cast<size_t>(rows * cols) * sizeof(float)));
+    if (ws_buffers_.back().data() == nullptr) {
+      return absl::ResourceExhaustedError("no memory for the forward pass workspace");
+    }
+    view = Contiguous(ws_buffers_.back(), rows, cols);
+    return absl::OkStatus();
+  };
+  const std::pair<int64_t, Mat*> per_token[] = {
+      {d, &ws_.x},       {d, &ws_.xn},          {d, &ws_.mix},     {c, &ws_.qkv},
+      {nv * dv, &ws_.z}, {nv, &ws_.alpha},      {nv, &ws_.beta},   {nv * dv, &ws_.o},
+      {2 * h * hd, &ws_.qg}, {hk * hd, &ws_.k}, {hk * hd, &ws_.v}, {h * hd, &ws_.qc},
+      {h * hd, &ws_.ao}, {ff, &ws_.ff_gate},    {ff, &ws_.ff_up},  {e, &ws_.router},
+      {k, &ws_.route_w}, {1, &ws_.shared_g},    {d, &ws_.shared_out},
+  };
+  for (const auto& [cols, view] : per_token) {
+    if (auto s = alloc(tokens, cols, *view); !s.ok()) return s;
+  }
+  if (auto s = alloc(out_rows, d, ws_.out_x); !s.ok()) return s;
+  if (auto s = alloc(out_rows, hp_.n_vocab, ws_.logits); !s.ok()) return s;
+  ids_buf_ = backend_->Allocate(tokens * sizeof(int32_t));
+  pos_buf_ = backend_->Allocate(tokens * sizeof(int32_t));
+  route_ids_buf_ = backend_->Allocate(tokens * k * sizeof(int32_t));
+  if (ids_buf_.data() == nullptr || pos_buf_.data() == nullptr || route_ids_buf_.data() == nullptr) {
+    return absl::ResourceExhaustedError("no memory for the forward pass workspace");
+  }
+  ws_tokens_ = tokens;
+  ws_out_rows_ = out_rows;
+  return absl::OkStatus();
+}
+
+absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
+                                  std::vector<float>& logits) {
+  int64_t total = 0, out_rows = 0;
+  std::vector<int32_t> ids, positions;
+  for (const BatchEntry& e : batch) {
+    if (e.sequence == nullptr || e.tokens.empty()) {
+      return absl::InvalidArgumentError("a batch entry has no sequence or no tokens");
+    }
+    const int64_t n = static_cast<int64_t>(e.tokens.size());
+    if (e.sequence->n_past + n > e.sequence->kv->capacity()) {
+      return absl::OutOfRangeError(absl::StrCat("sequence would hold ", e.sequence->n_past + n,
+                                                " tokens; its capacity is ",
+                                                e.sequence->kv->capacity()));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = e.tokens[i];
+      if (id < 0 || id >= hp_.n_vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " outside the vocabulary (", hp_.n_vocab, ")"));
+      }
+      ids.push_back(id);
+      positions.push_back(static_cast<int32_t>(e.sequence->n_past + i));
+    }
+    total += n;
+    out_rows += e.all_logits ? n : 1;
+  }
+  if (total == 0) return absl::InvalidArgumentError("empty batch");
+  if (auto s = ReserveWorkspace(total, out_rows); !s.ok()) return s;
+  n_tokens_ = total;
+  // Views sized to this pass (the buffers hold ws_tokens_ rows).
+  for (Mat* m : {&ws_.x, &ws_.xn, &ws_.mix, &ws_.qkv, &ws_.z, &ws_.alpha, &ws_.beta, &ws_.o,
+                 &ws_.qg, &ws_.k, &ws_.v, &ws_.qc, &ws_.ao, &ws_.ff_gate, &ws_.ff_up, &ws_.router,
+                 &ws_.route_w, &ws_.shared_g, &ws_.shared_out}) {
+    m->rows = total;
+  }
+  ws_.out_x.rows = out_rows;
+  ws_.logits.rows = out_rows;
+
+  DS_RUN(CopyToDevice, ids_buf_.data(), ids.data(), ids.size() * sizeof(int32_t));
+  DS_RUN(CopyToDevice, pos_buf_.data(), positions.data(), positions.size() * sizeof(int32_t));
+  DS_RUN(GetRows, weights_.token_embd, static_cast<const int32_t*>(ids_buf_.data()), total, ws_.x);
+
+  absl::Status status;
+  for (size_t i = 0; i < weights_.layers.size() && status.ok(); ++i) {
+    const LayerWeights& l = weights_.layers[i];
+    DS_RUN(RmsNorm, ws_.x, l.attn_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
+    status = l.kind == common::LayerKind::kDeltaNet
+                 ? RunDeltaNet(l, deltanet_index_[i], batch)
+                 : RunAttention(l, attention_index_[i], batch);
+    if (!status.ok()) break;
+    DS_RUN(Add, ws_.x, ws_.mix);
+    DS_RUN(RmsNorm, ws_.x, l.post_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
+    status = RunFfn(l);
+    if (!status.ok()) break;
+    DS_RUN(Add, ws_.x, ws_.mix);
+  }
+  if (status.ok()) {
+    // Gather the rows that want logits, then final norm and head on those rows only.
+    int64_t row = 0, out = 0;
+    for (const BatchEntry& e : batch) {
+      const int64_t n = static_cast<int64_t>(e.tokens.size());
+      const int64_t first = e.all_logits ? row : row + n - 1;
+      const int64_t count = e.all_logits ? n : 1;
+      Mat dst = ws_.out_x.Rows(out, count);
+      DS_RUN(Copy, ws_.x.Rows(first, count), dst);
+      row += n;
+      out += count;
+    }
+    DS_RUN(RmsNorm, ws_.out_x, weights_.output_norm, static_cast<float>(hp_.rms_eps), ws_.out_x);
+    DS_RUN(MatMul, weights_.output, ws_.out_x, ws_.logits);
+    logits.resize(static_cast<size_t>(out_rows * hp_.n_vocab));
+    DS_RUN(CopyToHost, logits.data(), ws_.logits.data, logits.size() * sizeof(float));
+    for (const BatchEntry& e : batch) e.sequence->n_past += static_cast<int64_t>(e.tokens.size());
+  }
+  return status;
+}
+
+absl::Status Qwen35Model::RunDeltaNet(const LayerWeights& l, int dn_index,
+                                      absl::Span<const BatchEntry> batch) {
+  const DeltaNetWeights& w = l.deltanet;
+  const int64_t nk = hp_.ssm_n_k_heads, nv = hp_.ssm_n_v_heads, dk = hp_.ssm_head_dim;
+  const float eps = static_cast<float>(hp_.rms_eps);
+  DS_RUN(MatMul, w.qkv, ws_.xn, ws_.qkv);
+  DS_RUN(MatMul, w.z, ws_.xn, ws_.z);
+  DS_RUN(MatMul, w.beta, ws_.xn, ws_.beta);
+  DS_RUN(MatMul, w.alpha, ws_.xn, ws_.alpha);
+  DS_RUN(DeltaNetGates, ws_.alpha, ws_.beta, w.ssm_a, w.dt_bias);
+  Mat q = ws_.qkv.Cols(0, nk * dk);
+  Mat k = ws_.qkv.Cols(nk * dk, nk * dk);
+  Mat v = ws_.qkv.Cols(2 * nk * dk, nv * dk);
+  int64_t row = 0;
+  for (const BatchEntry& e : batch) {
+    const int64_t n = static_cast<int64_t>(e.tokens.size());
+    SequenceState& seq = *e.sequence;
+    Mat qkv = ws_.qkv.Rows(row, n);
+    DS_RUN(CausalConv1dSilu, qkv, w.conv, hp_.ssm_conv_kernel, seq.conv[dn_index].floats(), qkv);
+    row += n;
+  }
+  DS_RUN(L2Norm, q, dk, eps);
+  DS_RUN(L2Norm, k, dk, eps);
+  row = 0;
+  for (const BatchEntry& e : batch) {
+    const int64_t n = static_cast<int64_t>(e.tokens.size());
+    Mat o = ws_.o.Rows(row, n);
+    DS_RUN(GatedDeltaRule, q.Rows(row, n), k.Rows(row, n), v.Rows(row, n), ws_.alpha.Rows(row, n),
+           ws_.beta.Rows(row, n), nk, nv, dk, e.sequence->delta[dn_index].floats(), o);
+    row += n;
+  }
+  Mat o_heads = ws_.o.Reshaped(dk);
+  DS_RUN(GatedRmsNorm, o_heads, w.norm, ws_.z.Reshaped(dk), eps, o_heads);
+  DS_RUN(MatMul, w.out, ws_.o, ws_.mix);
+  return absl::OkStatus();
+}
+
+absl::Status Qwen35Model::RunAttention(const LayerWeights& l, int attn_index,
+                                       absl::Span<const BatchEntry> batch) {
+  const AttentionWeights& w = l.attention;
+  const int64_t h = hp_.n_head, hk = hp_.n_head_kv, hd = hp_.head_dim, t = n_tokens_;
+  const float eps = static_cast<float>(hp_.rms_eps);
+  const auto* positions = static_cast<const int32_t*>(pos_buf_.data());
+  DS_RUN(MatMul, w.q, ws_.xn, ws_.qg);
+  DS_RUN(MatMul, w.k, ws_.xn, ws_.k);
+  DS_RUN(MatMul, w.v, ws_.xn, ws_.v);
+  // attn_q rows are per head [query (hd) | gate (hd)]: strided views, one row per (token, head).
+  Mat query{ws_.qg.data, t * h, hd, 2 * hd};
+  Mat gate{ws_.qg.data + hd, t * h, hd, 2 * hd};
+  Mat key = ws_.k.Reshaped(hd);
+  DS_RUN(RmsNorm, query, w.q_norm, eps, query);
+  DS_RUN(RmsNorm, key, w.k_norm, eps, key);
+  const float base = static_cast<float>(hp_.rope_freq_base);
+  DS_RUN(RopeNeox, query, positions, h, hp_.n_rot, base);
+  DS_RUN(RopeNeox, key, positions, hk, hp_.n_rot, base);
+  Mat qc = ws_.qc.Reshaped(hd);
+  DS_RUN(Copy, query, qc);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  int64_t row = 0;
+  for (const BatchEntry& e : batch) {
+    const int64_t n = static_cast<int64_t>(e.tokens.size());
+    SequenceState& seq = *e.sequence;
+    const int64_t total = seq.n_past + n;
+    Mat keys = seq.kv->Keys(attn_index, total);
+    Mat values = seq.kv->Values(attn_index, total);
+    Mat new_k = keys.Rows(seq.n_past, n), new_v = values.Rows(seq.n_past, n);
+    DS_RUN(Copy, ws_.k.Rows(row, n), new_k);
+    DS_RUN(Copy, ws_.v.Rows(row, n), new_v);
+    Mat out = ws_.ao.Rows(row, n);
+    DS_RUN(Attention, ws_.qc.Rows(row, n), keys, values, seq.n_past, h, hk, scale, out);
+    row += n;
+  }
+  Mat ao_heads = ws_.ao.Reshaped(hd);
+  DS_RUN(MulSigmoid, ao_heads, gate);
+  DS_RUN(MatMul, w.out, ws_.ao, ws_.mix);
+  return absl::OkStatus();
+}
+
+absl::Status Qwen35Model::RunFfn(const LayerWeights& l) {
+  if (!hp_.is_moe) {
+    Mat gate = ws_.ff_gate.Cols(0, hp_.n_ff), up = ws_.ff_up.Cols(0, hp_.n_ff);
+    DS_RUN(MatMul, l.ffn.gate, ws_.xn, gate);
+    DS_RUN(MatMul, l.ffn.up, ws_.xn, up);
+    DS_RUN(SwiGlu, gate, up, gate);
+    DS_RUN(MatMul, l.ffn.down, gate, ws_.mix);
+    return absl::OkStatus();
+  }
+  const MoeWeights& m = l.moe;
+  const int64_t k = hp_.n_expert_used;
+  auto* route_ids = static_cast<int32_t*>(route_ids_buf_.data());
+  Mat router = ws_.router.Cols(0, hp_.n_expert);
+  Mat route_w = ws_.route_w.Cols(0, k);
+  DS_RUN(MatMul, m.router, ws_.xn, router);
+  DS_RUN(MoeRoute, router, k, route_ids, route_w.data);
+  DS_RUN(MoeFfn, ws_.xn, route_ids, route_w.data, k, m.gate_exps, m.up_exps, m.down_exps, ws_.mix);
+  if (m.has_shared) {
+    const int64_t ff = hp_.n_ff_shared_expert;
+    Mat gate = ws_.ff_gate.Cols(0, ff), up = ws_.ff_up.Cols(0, ff);
+    DS_RUN(MatMul, m.shared.gate, ws_.xn, gate);
+    DS_RUN(MatMul, m.shared.up, ws_.xn, up);
+    DS_RUN(SwiGlu, gate, up, gate);
+    DS_RUN(MatMul, m.shared.down, gate, ws_.shared_out);
+    DS_RUN(MatMul, m.shared_gate, ws_.xn, ws_.shared_g);
+    DS_RUN(MulSigmoid, ws_.shared_out, ws_.shared_g);
+    DS_RUN(Add, ws_.mix, ws_.shared_out);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace deltaserve::worker

@@ -1,0 +1,98 @@
+// The Qwen3.5 hybrid model (GGUF `qwen35` dense and `qwen35moe`): the forward pass of
+// MODEL_SPEC §2 over a batch of tokens from one or more sequences, each with its own position,
+// recurrent state and attention KV. Written once against kernels::Backend.
+//
+//   ASSIGN_OR_RETURN(auto model, Qwen35Model::Load("model.gguf", *backend));
+//   ASSIGN_OR_RETURN(auto seq, model->NewSequence(/*max_tokens=*/4096));
+//   std::vector<float> logits;   // [rows][n_vocab]
+//   RETURN_IF_ERROR(model->Forward({{seq.get(), prompt_ids, /*all_logits=*/false}}, logits));
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/gguf_file.h"
+#include "common/qwen35_hparams.h"
+#include "kernels/backend.h"
+#include "worker/engine/model_weights.h"
+#include "worker/engine/sequence_state.h"
+
+namespace deltaserve::worker {
+
+// What a loaded model needs in memory, for the plan printed before allocating.
+struct ModelMemory {
+  uint64_t weight_bytes = 0;             // tensors the forward pass reads
+  uint64_t state_bytes_per_sequence = 0; // conv windows + delta-rule matrices, f32
+  uint64_t kv_bytes_per_token = 0;       // f32 K and V of every attention layer
+};
+
+// Tokens of one sequence in a forward pass.
+struct BatchEntry {
+  SequenceState* sequence;
+  absl::Span<const int32_t> tokens;
+  bool all_logits = false;  // logits for every token, else only for the last one
+};
+
+// See the file comment.
+class Qwen35Model {
+ public:
+  // Maps `path`, reads and validates hyperparameters and tensors. `progress` (may be null) is
+  // called with the fraction of weight bytes bound so far.
+  static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(
+      const std::string& path, kernels::Backend& backend,
+      void (*progress)(double fraction, void* ctx) = nullptr, void* progress_ctx = nullptr);
+
+  const common::Qwen35HParams& hparams() const { return hp_; }
+  const common::GgufFile& file() const { return *file_; }
+  int64_t n_vocab() const { return hp_.n_vocab; }
+  // Memory needs computed from the hyperparameters (before anything per-sequence exists).
+  ModelMemory Memory() const;
+
+  // A fresh sequence (zero state) able to hold `max_tokens` positions.
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t max_tokens);
+
+  // Runs the tokens of `batch` and writes logits to `logits` ([rows][n_vocab], f32): for each
+  // entry in order, one row per token if all_logits, else one row for its last token. Each
+  // sequence's n_past advances by its token count. Fails (state unchanged for sequences not yet
+  // run is not guaranteed) on bad token ids or when a sequence would exceed its capacity.
+  absl::Status Forward(absl::Span<const BatchEntry> batch, std::vector<float>& logits);
+
+ private:
+  Qwen35Model() = default;
+
+  // Scratch activations for up to `tokens` tokens and `out_rows` logits rows.
+  absl::Status ReserveWorkspace(int64_t tokens, int64_t out_rows);
+  absl::Status RunDeltaNet(const LayerWeights& l, int dn_index,
+                           absl::Span<const BatchEntry> batch);
+  absl::Status RunAttention(const LayerWeights& l, int attn_index,
+                            absl::Span<const BatchEntry> batch);
+  absl::Status RunFfn(const LayerWeights& l);
+
+  std::unique_ptr<common::GgufFile> file_;
+  common::Qwen35HParams hp_;
+  kernels::Backend* backend_ = nullptr;
+  ModelWeights weights_;
+  std::vector<int> deltanet_index_;   // per layer: index among DeltaNet layers, or -1
+  std::vector<int> attention_index_;  // per layer: index among attention layers, or -1
+
+  // Workspace (backend memory) and the views of the current pass.
+  int64_t ws_tokens_ = 0;
+  int64_t ws_out_rows_ = 0;
+  std::vector<kernels::DeviceBuffer> ws_buffers_;
+  kernels::DeviceBuffer ids_buf_, pos_buf_, route_ids_buf_;
+  struct Views {
+    kernels::Mat x, xn, mix;            // [T][d]
+    kernels::Mat qkv, z, alpha, beta, o;  // DeltaNet
+    kernels::Mat qg, k, v, qc, ao;      // attention
+    kernels::Mat ff_gate, ff_up;        // dense FFN / shared expert
+    kernels::Mat router, route_w, shared_g, shared_out;  // MoE
+    kernels::Mat out_x, logits;         // [rows][d], [rows][n_vocab]
+  } ws_;
+  int64_t n_tokens_ = 0;  // T of the current pass
+};
+
+}  // namespace deltaserve::worker

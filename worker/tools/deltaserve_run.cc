@@ -1,0 +1,215 @@
+// deltaserve-run: run a Qwen3.5 GGUF model on the CPU from the command line.
+//
+//   deltaserve-run -m FILE -p TEXT [-n N] [--temp T --top-k K --top-p P --min-p M --seed S]
+//                  [--threads N] [--chat] [--ctx N] [--ignore-eos]
+//       streams the generated text to stdout; ends with one line on stderr:
+//       timing: prompt_tokens=N prefill_tok_s=X decode_tokens=M decode_tok_s=Y peak_rss_mb=Z
+//   deltaserve-run -m FILE --tokens 1,2,3 --dump-logits OUT.bin
+//       evaluates the ids as one sequence from an empty state and writes f32 little-endian
+//       logits [n_tokens][n_vocab] (the row format of ../shared/golden).
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/streaming_detokenizer.h"
+#include "common/tokenizer.h"
+#include "kernels/backend.h"
+#include "worker/engine/qwen35.h"
+#include "worker/sampling/sampler.h"
+
+namespace deltaserve::worker {
+namespace {
+
+struct Options {
+  std::string model;
+  std::string prompt;
+  bool have_prompt = false;
+  std::vector<int32_t> tokens;
+  std::string dump_logits;
+  int n_predict = 64;
+  int threads = 0;
+  int64_t ctx = 0;
+  bool chat = false;
+  bool ignore_eos = false;
+  SamplingParams sampling;
+};
+
+int Usage(const std::string& why) {
+  if (!why.empty()) std::cerr << "deltaserve-run: " << why << "\n";
+  std::cerr << "usage: deltaserve-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+               "                      [--min-p M] [--seed S] [--threads N] [--chat] [--ctx N]\n"
+               "                      [--ignore-eos]\n"
+               "       deltaserve-run -m FILE --tokens 1,2,3 --dump-logits OUT.bin [--threads N]\n";
+  return 2;
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "deltaserve-run: " << s.message() << "\n";
+  return 1;
+}
+
+double PeakRssMb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// Parses argv; returns an empty string on success, else what is wrong.
+std::string Parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    auto number = [&](auto& out) -> bool {
+      const char* v = value();
+      if (v == nullptr) return false;
+      if constexpr (std::is_floating_point_v<std::remove_reference_t<decltype(out)>>) {
+        return absl::SimpleAtof(v, &out);
+      } else {
+        return absl::SimpleAtoi(v, &out);
+      }
+    };
+    if (a == "-m" || a == "--model") {
+      const char* v = value();
+      if (v == nullptr) return "-m needs a file";
+      o.model = v;
+    } else if (a == "-p" || a == "--prompt") {
+      const char* v = value();
+      if (v == nullptr) return "-p needs a text";
+      o.prompt = v;
+      o.have_prompt = true;
+    } else if (a == "--tokens") {
+      const char* v = value();
+      if (v == nullptr) return "--tokens needs ids";
+      for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        int32_t id;
+        if (!absl::SimpleAtoi(part, &id)) return absl::StrCat("bad token id '", part, "'");
+        o.tokens.push_back(id);
+      }
+    } else if (a == "--dump-logits") {
+      const char* v = value();
+      if (v == nullptr) return "--dump-logits needs a file";
+      o.dump_logits = v;
+    } else if (a == "-n" || a == "--n-predict") {
+      if (!number(o.n_predict) || o.n_predict < 0) return "-n needs a count >= 0";
+    } else if (a == "--threads" || a == "-t") {
+      if (!number(o.threads) || o.threads < 0) return "--threads needs a count";
+    } else if (a == "--ctx" || a == "-c") {
+      if (!number(o.ctx) || o.ctx < 0) return "--ctx needs a token count";
+    } else if (a == "--temp") {
+      if (!number(o.sampling.temperature)) return "--temp needs a number";
+    } else if (a == "--top-k") {
+      if (!number(o.sampling.top_k)) return "--top-k needs an integer";
+    } else if (a == "--top-p") {
+      if (!number(o.sampling.top_p)) return "--top-p needs a number";
+    } else if (a == "--min-p") {
+      if (!number(o.sampling.min_p)) return "--min-p needs a number";
+    } else if (a == "--seed") {
+      if (!number(o.sampling.seed)) return "--seed needs an integer";
+    } else if (a == "--chat") {
+      o.chat = true;
+    } else if (a == "--ignore-eos") {
+      o.ignore_eos = true;
+    } else {
+      return absl::StrCat("unknown argument '", a, "'");
+    }
+  }
+  if (o.model.empty()) return "-m FILE is required";
+  if (o.have_prompt == !o.tokens.empty()) return "give exactly one of -p TEXT and --tokens IDS";
+  if (!o.dump_logits.empty() && o.tokens.empty()) return "--dump-logits goes with --tokens";
+  return "";
+}
+
+void ShowProgress(double fraction, void*) {
+  std::fprintf(stderr, "\rloading weights: %3.0f%%", fraction * 100.0);
+  if (fraction >= 1.0) std::fprintf(stderr, "\n");
+}
+
+int DumpLogits(Qwen35Model& model, const Options& o) {
+  absl::StatusOr<std::unique_ptr<SequenceState>> seq =
+      model.NewSequence(static_cast<int64_t>(o.tokens.size()));
+  if (!seq.ok()) return Fail(seq.status());
+  std::vector<float> logits;
+  const BatchEntry entry{seq->get(), o.tokens, /*all_logits=*/true};
+  if (absl::Status s = model.Forward({&entry, 1}, logits); !s.ok()) return Fail(s);
+  std::ofstream out(o.dump_logits, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(logits.data()),
+            static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  if (!out) return Fail(absl::InternalError(absl::StrCat("cannot write ", o.dump_logits)));
+  std::cerr << absl::StreamFormat("wrote %d x %d logits to %s\n", o.tokens.size(),
+                                  model.n_vocab(), o.dump_logits);
+  return 0;
+}
+
+int Generate(Qwen35Model& model, const Options& o) {
+  absl::StatusOr<std::unique_ptr<common::Tokenizer>> tok =
+      common::Tokenizer::FromGguf(model.file());
+  if (!tok.ok()) return Fail(tok.status());
+  std::string text = o.prompt;
+  if (o.chat) {
+    text = absl::StrCat("<|im_start|>user\n", o.prompt, "<|im_end|>\n<|im_start|>assistant\n");
+  }
+  const std::vector<int32_t> prompt = (*tok)->Encode(text, /*parse_special=*/true);
+  if (prompt.empty()) return Fail(absl::InvalidArgumentError("the prompt has no tokens"));
+  const int64_t ctx = o.ctx > 0 ? o.ctx : static_cast<int64_t>(prompt.size()) + o.n_predict;
+  absl::StatusOr<std::unique_ptr<SequenceState>> seq = model.NewSequence(ctx);
+  if (!seq.ok()) return Fail(seq.status());
+
+  Sampler sampler(o.sampling, (*tok)->vocab_size());
+  common::StreamingDetokenizer detok(**tok);
+  std::vector<float> logits;
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  BatchEntry entry{seq->get(), prompt, false};
+  if (absl::Status s = model.Forward({&entry, 1}, logits); !s.ok()) return Fail(s);
+  const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  int decoded = 0;
+  const auto t1 = Clock::now();
+  for (int i = 0; i < o.n_predict; ++i) {
+    const int32_t next = sampler.Sample(logits);
+    if (!o.ignore_eos && (*tok)->IsEndOfGeneration(next)) break;
+    std::cout << detok.Push(next) << std::flush;
+    if (i + 1 == o.n_predict || (*seq)->n_past >= ctx) break;
+    const int32_t ids[1] = {next};
+    BatchEntry step{seq->get(), ids, false};
+    if (absl::Status s = model.Forward({&step, 1}, logits); !s.ok()) return Fail(s);
+    ++decoded;
+  }
+  std::cout << detok.Flush() << std::endl;
+  const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  std::cerr << absl::StreamFormat(
+      "timing: prompt_tokens=%d prefill_tok_s=%.2f decode_tokens=%d decode_tok_s=%.2f "
+      "peak_rss_mb=%.1f\n",
+      prompt.size(), prompt.size() / std::max(prefill_s, 1e-9), decoded,
+      decoded / std::max(decode_s, 1e-9), PeakRssMb());
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltaserve::worker
+
+int main(int argc, char** argv) {
+  using namespace deltaserve::worker;
+  Options o;
+  if (std::string why = Parse(argc, argv, o); !why.empty()) return Usage(why);
+  std::unique_ptr<deltaserve::kernels::Backend> backend =
+      deltaserve::kernels::MakeCpuBackend(o.threads);
+  absl::StatusOr<std::unique_ptr<Qwen35Model>> model =
+      Qwen35Model::Load(o.model, *backend, ShowProgress, nullptr);
+  if (!model.ok()) return Fail(model.status());
+  const ModelMemory mem = (*model)->Memory();
+  std::cerr << absl::StreamFormat(
+      "memory plan: weights %.1f MiB (memory-mapped), recurrent state %.2f MiB per sequence, "
+      "KV %.1f KiB per token (f32)\n",
+      mem.weight_bytes / 1048576.0, mem.state_bytes_per_sequence / 1048576.0,
+      mem.kv_bytes_per_token / 1024.0);
+  return o.dump_logits.empty() ? Generate(**model, o) : DumpLogits(**model, o);
+}
