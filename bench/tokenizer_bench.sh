@@ -15,10 +15,9 @@
 # corpus; default python3; Debian 12 needs python3-venv).
 set -euo pipefail
 
-readonly LLAMA_CPP_PYTHON_VERSION=0.3.36
-readonly GGUF_VERSION=0.19.0
-
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=bench/venv.sh
+source "${repo}/bench/venv.sh"
 python="${PYTHON:-python3}"
 venv="${DELTASERVE_BENCH_VENV:-${repo}/build/bench-venv}"
 reps=5
@@ -49,34 +48,8 @@ done
 
 log() { echo "== $*" >&2; }
 
-# --- 1. venv with llama-cpp-python -------------------------------------------------------------
-installed_version() {
-  "${venv}/bin/python" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || true
-}
-if [[ ! -x "${venv}/bin/python" ]]; then
-  log "creating venv ${venv}"
-  "${python}" -m venv "${venv}"
-  "${venv}/bin/pip" install --quiet --upgrade pip
-fi
-if [[ "$(installed_version llama_cpp_python)" != "${LLAMA_CPP_PYTHON_VERSION}" ||
-      "$(installed_version gguf)" != "${GGUF_VERSION}" ]]; then
-  install_log="${venv}/install.log"
-  log "installing llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION} gguf==${GGUF_VERSION}" \
-      "(compiles llama.cpp with one job; full log: ${install_log})"
-  # One compile job: the machines this runs on have two cores and are shared.
-  if ! CMAKE_ARGS="-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON" \
-       CMAKE_BUILD_PARALLEL_LEVEL=1 MAKEFLAGS=-j1 \
-       "${venv}/bin/pip" install --verbose --no-cache-dir \
-         "llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION}" "gguf==${GGUF_VERSION}" 2>&1 |
-       tee "${install_log}" |
-       awk '/^ *\[[0-9]+\/[0-9]+\] / { if (n++ % 10 == 0) { print "   compiling " $1; fflush() } }
-            /^Successfully installed/ { print "   " $0; fflush() }' >&2; then
-    echo "tokenizer_bench: pip install failed, see ${install_log}" >&2
-    exit 1
-  fi
-else
-  log "llama-cpp-python ${LLAMA_CPP_PYTHON_VERSION} already in ${venv}"
-fi
+# --- 1. venv with llama-cpp-python (bench/venv.sh) ---------------------------------------------
+bench_venv_ensure "${venv}" "${python}" tokenizer_bench
 
 # --- 2. corpus ---------------------------------------------------------------------------------
 if [[ -z "${corpus}" ]]; then

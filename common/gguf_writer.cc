@@ -8,7 +8,6 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -169,82 +168,54 @@ GgufMetadataValue GgufMetadataValue::ArrayOfArrays(std::vector<GgufMetadataValue
   return out;
 }
 
-namespace {
-
-// Element i of a scalar array as T (integers through ArrayInt, floats through ArrayDouble).
-template <typename T>
-std::vector<T> ArrayElements(const GgufValue& v) {
-  std::vector<T> out(v.ArraySize());
-  for (uint64_t i = 0; i < out.size(); ++i) {
-    if constexpr (std::is_floating_point_v<T>) {
-      out[i] = static_cast<T>(v.ArrayDouble(i).value_or(0));
-    } else if constexpr (std::is_same_v<T, uint64_t>) {
-      // GgufValue widens to int64_t; a u64 above INT64_MAX is only reachable as a double.
-      std::optional<int64_t> x = v.ArrayInt(i);
-      out[i] = x ? static_cast<uint64_t>(*x) : static_cast<uint64_t>(v.ArrayDouble(i).value_or(0));
-    } else {
-      out[i] = static_cast<T>(v.ArrayInt(i).value_or(0));
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 GgufMetadataValue GgufMetadataValue::CopyOf(const GgufValue& v) {
+  // Integers and bools keep their type: the low bytes of the widened value are the stored
+  // little-endian bytes. GgufValue widens to int64_t, so a u64 above INT64_MAX is only
+  // reachable through its double.
+  auto int_bits = [](std::optional<int64_t> i, std::optional<double> d) {
+    return i ? static_cast<uint64_t>(*i) : static_cast<uint64_t>(d.value_or(0));
+  };
   switch (v.type()) {
-    case GgufValueType::kUint8: return Uint8(static_cast<uint8_t>(v.AsInt().value_or(0)));
-    case GgufValueType::kInt8: return Int8(static_cast<int8_t>(v.AsInt().value_or(0)));
-    case GgufValueType::kUint16: return Uint16(static_cast<uint16_t>(v.AsInt().value_or(0)));
-    case GgufValueType::kInt16: return Int16(static_cast<int16_t>(v.AsInt().value_or(0)));
-    case GgufValueType::kUint32: return Uint32(static_cast<uint32_t>(v.AsInt().value_or(0)));
-    case GgufValueType::kInt32: return Int32(static_cast<int32_t>(v.AsInt().value_or(0)));
-    case GgufValueType::kFloat32: return Float32(static_cast<float>(v.AsDouble().value_or(0)));
-    case GgufValueType::kBool: return Bool(v.AsBool().value_or(false));
-    case GgufValueType::kString: return String(v.AsString().value_or(""));
-    case GgufValueType::kUint64: {
-      std::optional<int64_t> x = v.AsInt();
-      return Uint64(x ? static_cast<uint64_t>(*x)
-                      : static_cast<uint64_t>(v.AsDouble().value_or(0)));
-    }
-    case GgufValueType::kInt64: return Int64(v.AsInt().value_or(0));
-    case GgufValueType::kFloat64: return Float64(v.AsDouble().value_or(0));
-    case GgufValueType::kArray: break;
+    case GgufValueType::kString:
+      return String(v.AsString().value_or(""));
+    case GgufValueType::kFloat32:
+      return Float32(static_cast<float>(v.AsDouble().value_or(0)));
+    case GgufValueType::kFloat64:
+      return Float64(v.AsDouble().value_or(0));
+    case GgufValueType::kArray:
+      break;
+    default:
+      return Scalar(v.type(), int_bits(v.AsInt(), v.AsDouble()));
   }
+  const uint64_t n = v.ArraySize();
   switch (v.array_type()) {
-    case GgufValueType::kUint8: return Uint8Array(ArrayElements<uint8_t>(v));
-    case GgufValueType::kInt8: return Int8Array(ArrayElements<int8_t>(v));
-    case GgufValueType::kUint16: return Uint16Array(ArrayElements<uint16_t>(v));
-    case GgufValueType::kInt16: return Int16Array(ArrayElements<int16_t>(v));
-    case GgufValueType::kUint32: return Uint32Array(ArrayElements<uint32_t>(v));
-    case GgufValueType::kInt32: return Int32Array(ArrayElements<int32_t>(v));
-    case GgufValueType::kFloat32: return Float32Array(ArrayElements<float>(v));
-    case GgufValueType::kUint64: return Uint64Array(ArrayElements<uint64_t>(v));
-    case GgufValueType::kInt64: return Int64Array(ArrayElements<int64_t>(v));
-    case GgufValueType::kFloat64: return Float64Array(ArrayElements<double>(v));
-    case GgufValueType::kBool: {
-      std::vector<uint8_t> bytes = ArrayElements<uint8_t>(v);
-      GgufMetadataValue out = PackedArray(GgufValueType::kBool, absl::Span<const uint8_t>(bytes));
-      return out;
+    case GgufValueType::kFloat32:
+    case GgufValueType::kFloat64: {
+      std::vector<double> values(n);
+      for (uint64_t i = 0; i < n; ++i) values[i] = v.ArrayDouble(i).value_or(0);
+      if (v.array_type() == GgufValueType::kFloat64) return Float64Array(values);
+      return Float32Array(std::vector<float>(values.begin(), values.end()));
     }
     case GgufValueType::kString: {
-      std::vector<std::string> strings(v.ArraySize());
-      for (uint64_t i = 0; i < strings.size(); ++i) {
-        strings[i] = std::string(v.ArrayString(i).value_or(""));
-      }
+      std::vector<std::string> strings(n);
+      for (uint64_t i = 0; i < n; ++i) strings[i] = std::string(v.ArrayString(i).value_or(""));
       return StringArray(std::move(strings));
     }
     case GgufValueType::kArray: {
       std::vector<GgufMetadataValue> items;
-      items.reserve(v.ArraySize());
-      for (uint64_t i = 0; i < v.ArraySize(); ++i) {
+      items.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
         const GgufValue* item = v.ArrayItem(i);
         items.push_back(item != nullptr ? CopyOf(*item) : Uint8Array({}));
       }
       return ArrayOfArrays(std::move(items));
     }
+    default: {
+      std::vector<uint64_t> bits(n);
+      for (uint64_t i = 0; i < n; ++i) bits[i] = int_bits(v.ArrayInt(i), v.ArrayDouble(i));
+      return PackedArray(v.array_type(), absl::Span<const uint64_t>(bits));
+    }
   }
-  return Uint8Array({});  // unreachable for values GgufFile parsed
 }
 
 uint64_t GgufMetadataValue::ArraySize() const {

@@ -65,8 +65,9 @@ class GgufMetadataValue {
   // An array whose elements are arrays. GgufWriter::AddMetadata refuses it (naming the index)
   // when an item is not itself an array.
   static GgufMetadataValue ArrayOfArrays(std::vector<GgufMetadataValue> items);
-  // An owned copy of a value read from a file (copying keys such as `tokenizer.*` from one
-  // GGUF file into another). `v` is only read during the call.
+  // An owned copy of a value read from a file, same type and bytes (copying keys such as
+  // `tokenizer.*` from one GGUF file into another). `v` is only read during the call. A u64
+  // above INT64_MAX passes through a double (GgufValue widens to int64_t), exact up to 2^53.
   static GgufMetadataValue CopyOf(const GgufValue& v);
 
   GgufValueType type() const { return type_; }

@@ -1,33 +1,147 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
 namespace deltaserve::kernels {
 namespace {
 
+// The build targets baseline x86-64 (SSE2). The attention loops are compiled three times
+// (AVX-512, AVX2+FMA, baseline) and the copy for the running CPU is picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DELTASERVE_ISA_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DELTASERVE_ISA_CLONES
+#endif
+
 // Below this many multiply-adds (q·k plus p·v over all heads) the op stays on the calling thread.
 constexpr int64_t kParallelFlops = 1 << 16;
+// Query tokens per work item in prefill: every K/V row loaded serves this many tokens times the
+// query heads of its group.
+constexpr int64_t kQueryBlock = 4;
 
 bool IsValid(const Mat& m) {
   return m.rows >= 0 && m.cols >= 0 && m.stride >= m.cols &&
          (m.data != nullptr || m.rows == 0 || m.cols == 0);
 }
 
-// Dot product with 16 independent partial sums so that g++ -O3 vectorises it without
+// exp(x) for x <= 0 without a library call, so the softmax loop vectorises: x = n ln2 + r with
+// |r| <= ln2/2 (ln2 split in two for an exact product), e^r by the Cephes expf polynomial
+// (relative error ~1e-7), 2^n built in the exponent bits. Inputs below -87 (where e^x nears the
+// smallest normal float) give 0; e^0 is exactly 1; NaN stays NaN.
+__attribute__((always_inline)) inline float ExpNonPositive(float x_in) {
+  const float x = x_in > -87.0f ? x_in : -87.0f;  // also maps NaN into range: no UB below
+  // Round to nearest by the 1.5 * 2^23 trick (no -ffast-math here, so it is not folded away).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * r * r + r + 1.0f;
+  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return x_in >= -87.0f ? er * two_n : (x_in < -87.0f ? 0.0f : x_in);
+}
+
+// Dot product with 32 independent partial sums so that g++ -O3 vectorises it without
 // -ffast-math.
-float Dot(const float* __restrict a, const float* __restrict b, int64_t n) {
-  float acc[16] = {};
+__attribute__((always_inline)) inline float Dot(const float* __restrict a,
+                                                const float* __restrict b, int64_t n) {
+  float acc[32] = {};
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  for (; i + 32 <= n; i += 32) {
+    for (int j = 0; j < 32; ++j) acc[j] += a[i + j] * b[i + j];
   }
   float s = 0.0f;
   for (; i < n; ++i) s += a[i] * b[i];
-  for (int j = 0; j < 16; ++j) s += acc[j];
+  for (int j = 0; j < 32; ++j) s += acc[j];
   return s;
+}
+
+struct Problem {
+  const Mat& q;
+  const Mat& k;
+  const Mat& v;
+  int64_t n_past;
+  int64_t n_head;
+  int64_t head_dim;
+  int64_t group;  // query heads per kv head
+  float scale;
+  Mat& out;
+};
+
+// Per-thread buffers for a block of `rows` query vectors against up to n_kv keys.
+struct Scratch {
+  Scratch(int64_t rows, int64_t n_kv, int64_t head_dim)
+      : q(rows * head_dim), acc(rows * head_dim), scores(rows * n_kv), inv_sum(rows) {}
+  std::vector<float> q, acc;  // [rows][head_dim]
+  std::vector<float> scores;  // [rows][n_kv]
+  std::vector<float> inv_sum;  // [rows]
+};
+
+// Tokens [t0, t0 + nt) and query heads [h0, h0 + nh) of kv head kvh. Rows r = ti * nh + hi; row
+// r sees keys 0 .. n_past + t0 + ti. K and V rows are read once for all rows of the block.
+DELTASERVE_ISA_CLONES void AttendBlock(const Problem& p, int64_t t0, int64_t nt, int64_t kvh,
+                                       int64_t h0, int64_t nh, Scratch& s) {
+  const int64_t hd = p.head_dim;
+  const int64_t rows = nt * nh;
+  const int64_t n_keys = p.n_past + t0 + nt;  // keys seen by the block's last token
+  const int64_t n_kv = p.n_past + p.q.rows;   // row length of the scores buffer
+  float* q = s.q.data();
+  float* acc = s.acc.data();
+  float* scores = s.scores.data();
+  // Private query copies let out alias q.
+  for (int64_t ti = 0; ti < nt; ++ti) {
+    for (int64_t hi = 0; hi < nh; ++hi) {
+      std::copy_n(p.q.data + (t0 + ti) * p.q.stride + (h0 + hi) * hd, hd,
+                  q + (ti * nh + hi) * hd);
+    }
+  }
+  const float* kbase = p.k.data + kvh * hd;
+  const float* vbase = p.v.data + kvh * hd;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float* kj = kbase + j * p.k.stride;
+    // Tokens before ti_min do not see key j (causality).
+    const int64_t ti_min = std::max<int64_t>(0, j - p.n_past - t0);
+    for (int64_t r = ti_min * nh; r < rows; ++r) {
+      scores[r * n_kv + j] = p.scale * Dot(q + r * hd, kj, hd);
+    }
+  }
+  float* inv_sum = s.inv_sum.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n_visible = p.n_past + t0 + r / nh + 1;
+    float* sr = scores + r * n_kv;
+    float max_score = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n_visible; ++j) max_score = std::max(max_score, sr[j]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n_visible; ++j) {
+      sr[j] = ExpNonPositive(sr[j] - max_score);
+      sum += sr[j];
+    }
+    inv_sum[r] = 1.0f / sum;
+  }
+  std::fill_n(acc, rows * hd, 0.0f);
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float* __restrict vj = vbase + j * p.v.stride;
+    const int64_t ti_min = std::max<int64_t>(0, j - p.n_past - t0);
+    for (int64_t r = ti_min * nh; r < rows; ++r) {
+      const float pj = scores[r * n_kv + j];
+      float* __restrict ar = acc + r * hd;
+      for (int64_t x = 0; x < hd; ++x) ar[x] += pj * vj[x];
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = p.out.data + (t0 + r / nh) * p.out.stride + (h0 + r % nh) * hd;
+    for (int64_t x = 0; x < hd; ++x) o[x] = acc[r * hd + x] * inv_sum[r];
+  }
 }
 
 }  // namespace
@@ -48,56 +162,46 @@ KernelStatus AttentionCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Ma
   }
   if (n_tokens == 0) return KernelStatus::kOk;
   const int64_t group = n_head / n_head_kv;
+  const Problem p{q, k, v, n_past, n_head, head_dim, group, scale, out};
 
-  // Item i is head i % n_head of token i / n_head: neighbouring items read the same kv head.
-  auto attend = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(n_kv);
-    std::vector<float> qh(head_dim);
-    std::vector<float> acc(head_dim);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / n_head;
-      const int64_t h = item % n_head;
-      const int64_t kvh = h / group;
-      const int64_t n_visible = n_past + t + 1;
-      // A private copy of the query lets out alias q.
-      std::copy_n(q.data + t * q.stride + h * head_dim, head_dim, qh.data());
-      const float* kbase = k.data + kvh * head_dim;
-      const float* vbase = v.data + kvh * head_dim;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n_visible; ++j) {
-        const float s = scale * Dot(qh.data(), kbase + j * k.stride, head_dim);
-        scores[j] = s;
-        max_score = std::max(max_score, s);
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n_visible; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        sum += scores[j];
-      }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      float* __restrict a = acc.data();
-      for (int64_t j = 0; j < n_visible; ++j) {
-        const float p = scores[j];
-        const float* __restrict vj = vbase + j * v.stride;
-        for (int64_t d = 0; d < head_dim; ++d) a[d] += p * vj[d];
-      }
-      const float inv_sum = 1.0f / sum;
-      float* o = out.data + t * out.stride + h * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] = a[d] * inv_sum;
-    }
-  };
-
-  const int64_t n_items = n_tokens * n_head;
-  // Average visible length times q·k and p·v per head.
-  const int64_t flops = n_items * (n_past + (n_tokens + 1) / 2) * 2 * head_dim;
-  if (flops < kParallelFlops || pool.size() == 1) {
-    attend(0, n_items);
-  } else {
-    const int64_t per_item = std::max<int64_t>(1, n_kv * 2 * head_dim);
-    const int64_t grain = std::clamp<int64_t>(kParallelFlops / 4 / per_item, 1,
-                                              std::max<int64_t>(1, n_items / (4 * pool.size())));
-    pool.ParallelFor(n_items, grain, attend);
+  // Work items: (token block, kv head, slice of the group's query heads). Decode has one token,
+  // so the group is sliced when there would otherwise be fewer items than threads.
+  const int64_t q_block = n_tokens > 1 ? kQueryBlock : 1;
+  const int64_t n_tblocks = (n_tokens + q_block - 1) / q_block;
+  const int64_t flops = n_tokens * n_head * (n_past + (n_tokens + 1) / 2) * 2 * head_dim;
+  const bool parallel = flops >= kParallelFlops && pool.size() > 1;
+  int64_t n_slices = 1;
+  if (parallel) {
+    const int64_t want = 2 * pool.size();
+    n_slices = std::clamp<int64_t>((want + n_tblocks * n_head_kv - 1) / (n_tblocks * n_head_kv),
+                                   1, group);
   }
+  const int64_t slice = (group + n_slices - 1) / n_slices;
+  n_slices = (group + slice - 1) / slice;
+  const int64_t n_items = n_tblocks * n_head_kv * n_slices;
+
+  // The last token blocks see the most keys: they are handed out first so the tail balances.
+  auto run_item = [&](int64_t item, Scratch& s) {
+    const int64_t tb = n_tblocks - 1 - item / (n_head_kv * n_slices);
+    const int64_t kvh = item / n_slices % n_head_kv;
+    const int64_t h0 = kvh * group + item % n_slices * slice;
+    const int64_t t0 = tb * q_block;
+    AttendBlock(p, t0, std::min(q_block, n_tokens - t0), kvh, h0,
+                std::min(slice, (kvh + 1) * group - h0), s);
+  };
+  if (!parallel) {
+    Scratch s(q_block * slice, n_kv, head_dim);
+    for (int64_t item = 0; item < n_items; ++item) run_item(item, s);
+    return KernelStatus::kOk;
+  }
+  // Each thread builds its scratch once and takes items until none are left.
+  std::atomic<int64_t> next{0};
+  pool.Run([&](int, int) {
+    int64_t item = next.fetch_add(1, std::memory_order_relaxed);
+    if (item >= n_items) return;
+    Scratch s(q_block * slice, n_kv, head_dim);
+    for (; item < n_items; item = next.fetch_add(1, std::memory_order_relaxed)) run_item(item, s);
+  });
   return KernelStatus::kOk;
 }
 

@@ -29,8 +29,8 @@ CpuFeatures Detect() {
   const bool f16c = (ecx >> 29) & 1;
   if (!osxsave || !avx) return f;
   const uint64_t xcr0 = ReadXcr0();
-  const bool ymm_state = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
-  const bool zmm_state = (xcr0 & 0xE6) == 0xE6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;    // SSE + AVX state
+  const bool zmm_state = (xcr0 & 0xE6) == 0xE6;  // + opmask, ZMM_Hi256, Hi16_ZMM
   if (!ymm_state) return f;
   f.fma = fma;
   f.f16c = f16c;
@@ -62,7 +62,8 @@ const CpuFeatures& DetectedCpuFeatures() {
 bool IsaSupported(CpuIsa isa) {
   const CpuFeatures& f = DetectedCpuFeatures();
   switch (isa) {
-    case CpuIsa::kScalar: return true;
+    case CpuIsa::kScalar:
+      return true;
     case CpuIsa::kAvx2:
 #if defined(DELTASERVE_HAVE_X86_SIMD)
       return f.avx2 && f.fma && f.f16c;
@@ -103,9 +104,12 @@ CpuIsa ActiveIsa() {
 
 std::string_view CpuIsaName(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kScalar: return "scalar";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kScalar:
+      return "scalar";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }

@@ -54,18 +54,58 @@ KernelStatus Validate(const Problem& p) {
   return KernelStatus::kOk;
 }
 
-// Dot product with 32 independent partial sums: the fixed-size inner loop lets g++ -O3
-// vectorise a float reduction without -ffast-math, with several chains in flight.
-inline float Dot(const float* __restrict a, const float* __restrict b, int64_t n) {
-  float acc[32] = {};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int j = 0; j < 32; ++j) acc[j] += a[i + j] * b[i + j];
-  }
+// Sum of a 16-float accumulator tile.
+inline float Sum16(const float* a) {
   float s = 0.0f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int j = 0; j < 32; ++j) s += acc[j];
+  for (int c = 0; c < 16; ++c) s += a[c];
   return s;
+}
+
+// One token's update of rows [i0, i0 + R) of a head's state m ([d][d], row i = column i of S):
+// kv_i = decay (m_i · k); u_i = beta (v_i - kv_i); m_i = decay m_i + u_i k; o_i = scale (m_i · q).
+// R rows at once give R independent accumulator chains and read k and q once for all of them;
+// the 16-wide tiles are what g++ turns into one AVX-512 (two AVX2, four SSE) register each.
+template <int R>
+__attribute__((always_inline)) inline void RecurrentRows(float* __restrict m, int64_t d, int64_t i0,
+                                                         const float* __restrict k,
+                                                         const float* __restrict q,
+                                                         const float* v, float decay, float beta,
+                                                         float scale, float* __restrict o) {
+  const int64_t d16 = d / 16 * 16;
+  float acc[R][16] = {};
+  for (int64_t j = 0; j < d16; j += 16) {
+    for (int r = 0; r < R; ++r) {
+      const float* row = m + (i0 + r) * d + j;
+      for (int c = 0; c < 16; ++c) acc[r][c] += row[c] * k[j + c];
+    }
+  }
+  float u[R];
+  for (int r = 0; r < R; ++r) {
+    const float* row = m + (i0 + r) * d;
+    float kv = Sum16(acc[r]);
+    for (int64_t j = d16; j < d; ++j) kv += row[j] * k[j];
+    u[r] = beta * (v[i0 + r] - decay * kv);
+  }
+  float accq[R][16] = {};
+  for (int64_t j = 0; j < d16; j += 16) {
+    for (int r = 0; r < R; ++r) {
+      float* row = m + (i0 + r) * d + j;
+      for (int c = 0; c < 16; ++c) {
+        const float updated = decay * row[c] + u[r] * k[j + c];
+        row[c] = updated;
+        accq[r][c] += updated * q[j + c];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* row = m + (i0 + r) * d;
+    float oq = Sum16(accq[r]);
+    for (int64_t j = d16; j < d; ++j) {
+      row[j] = decay * row[j] + u[r] * k[j];
+      oq += row[j] * q[j];
+    }
+    o[i0 + r] = scale * oq;
+  }
 }
 
 // Head h over all T tokens, one token at a time. o_buf holds d floats.
@@ -75,54 +115,113 @@ DELTASERVE_ISA_CLONES void RecurrentHead(const Problem& p, int64_t h, float* o_b
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   float* m = p.state + h * d * d;
   for (int64_t t = 0; t < p.q.rows; ++t) {
-    const float* __restrict qt = p.q.data + t * p.q.stride + kh * d;
-    const float* __restrict kt = p.k.data + t * p.k.stride + kh * d;
+    const float* qt = p.q.data + t * p.q.stride + kh * d;
+    const float* kt = p.k.data + t * p.k.stride + kh * d;
     const float* vt = p.v.data + t * p.v.stride + h * d;
     const float decay = std::exp(p.g.data[t * p.g.stride + h]);
     const float b = p.beta.data[t * p.beta.stride + h];
-    // Row i of m is column i of S: (S^T k)_i = m_i·k, and S += k u^T adds u_i k to row i.
-    for (int64_t i = 0; i < d; ++i) {
-      float* __restrict row = m + i * d;
-      const float u = b * (vt[i] - decay * Dot(row, kt, d));
-      for (int64_t j = 0; j < d; ++j) row[j] = decay * row[j] + u * kt[j];
-      o_buf[i] = scale * Dot(row, qt, d);
-    }
+    int64_t i = 0;
+    for (; i + 4 <= d; i += 4) RecurrentRows<4>(m, d, i, kt, qt, vt, decay, b, scale, o_buf);
+    for (; i < d; ++i) RecurrentRows<1>(m, d, i, kt, qt, vt, decay, b, scale, o_buf);
     // Written after the whole head is read, so out may alias v.
     std::copy_n(o_buf, d, p.out.data + t * p.out.stride + h * d);
   }
 }
 
-// Per-thread buffers of the chunked form for chunks of up to n rows.
+// c[m][n] = a[m][k] b[k][n] (+ c when accumulate), row-major with leading dimensions lda, ldb,
+// ldc; the three must not overlap. With lower_k, a is lower triangular (row i zero past column
+// i, zeros stored), so a 4-row block stops its k loop at its last row. The 4 x 32 output tile
+// stays in registers (8 zmm / 16 ymm) while k runs; b rows are read once per tile.
+DELTASERVE_ISA_CLONES void Gemm(int64_t m, int64_t n, int64_t k, const float* __restrict a,
+                                int64_t lda, const float* __restrict b, int64_t ldb,
+                                float* __restrict c, int64_t ldc, bool accumulate, bool lower_k) {
+  constexpr int kRows = 4;
+  constexpr int kCols = 32;
+  for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+    const int64_t rows = std::min<int64_t>(kRows, m - i0);
+    const int64_t k_end = lower_k ? std::min(k, i0 + rows) : k;
+    int64_t x0 = 0;
+    if (rows == kRows) {
+      for (; x0 + kCols <= n; x0 += kCols) {
+        float acc[kRows][kCols];
+        for (int r = 0; r < kRows; ++r) {
+          for (int x = 0; x < kCols; ++x) {
+            acc[r][x] = accumulate ? c[(i0 + r) * ldc + x0 + x] : 0.0f;
+          }
+        }
+        for (int64_t j = 0; j < k_end; ++j) {
+          const float* bj = b + j * ldb + x0;
+          for (int r = 0; r < kRows; ++r) {
+            const float arj = a[(i0 + r) * lda + j];
+            for (int x = 0; x < kCols; ++x) acc[r][x] += arj * bj[x];
+          }
+        }
+        for (int r = 0; r < kRows; ++r) {
+          for (int x = 0; x < kCols; ++x) c[(i0 + r) * ldc + x0 + x] = acc[r][x];
+        }
+      }
+    }
+    // Rows of a last partial block, and columns past the last full tile.
+    for (int64_t r = 0; r < rows; ++r) {
+      float* cr = c + (i0 + r) * ldc;
+      if (!accumulate) std::fill(cr + x0, cr + n, 0.0f);
+      for (int64_t j = 0; j < k_end; ++j) {
+        const float arj = a[(i0 + r) * lda + j];
+        const float* bj = b + j * ldb;
+        for (int64_t x = x0; x < n; ++x) cr[x] += arj * bj[x];
+      }
+    }
+  }
+}
+
+// dst[c][r] = src[r][c] for a [rows][cols] src.
+inline void Transpose(const float* __restrict src, int64_t rows, int64_t cols,
+                      float* __restrict dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  }
+}
+
+// Per-thread buffers of the chunked form for chunks of up to n rows and head size d.
 struct ChunkScratch {
-  explicit ChunkScratch(int64_t n, int64_t d)
-      : q(n * d), k(n * d), v(n * d), w(n * d), u(n * d), vp(n * d), o(n * d), a(n * n),
-        tinv(n * n), qk(n * n), gamma(n), beta(n) {}
-  std::vector<float> q, k, v, w, u, vp, o;  // [n][d]
-  std::vector<float> a, tinv, qk;           // [n][n]
+  ChunkScratch(int64_t n, int64_t d)
+      : s(d * d), qw(2 * n * d), k(n * d), kt(d * n), v(n * d), u(n * d), qsws(2 * n * d),
+        qk(n * n), kk(n * n), tinv(n * n), aw(n * n), au(n * n), gamma(n), beta(n) {}
+  std::vector<float> s;                     // [d (k)][d (v)]: S, key-major, for the whole call
+  std::vector<float> qw;                    // [2n][d]: Q (scaled) rows, then W rows
+  std::vector<float> k, kt, v, u, qsws;     // [n][d], [d][n], [n][d], [n][d] (U, then V'), [2n][d]
+  std::vector<float> qk, kk, tinv, aw, au;  // [n][n]
   std::vector<double> gamma;                // [n]
   std::vector<float> beta;                  // [n]
 };
 
-// Head h over all T tokens in chunks (MODEL_SPEC §3; step numbers below refer to it).
+// Head h over all T tokens in chunks (MODEL_SPEC §3; step numbers below refer to it). The state
+// is transposed to S [k][v] for the call so that every product below is a register-tiled Gemm
+// over contiguous rows, and transposed back at the end.
 DELTASERVE_ISA_CLONES void ChunkedHead(const Problem& p, int64_t h, ChunkScratch& s) {
   const int64_t d = p.d;
   const int64_t kh = h % p.n_k_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  float* m = p.state + h * d * d;  // [d (v)][d (k)], the state at chunk start (h_c)
+  float* m = p.state + h * d * d;
+  float* st = s.s.data();
+  Transpose(m, d, d, st);
   for (int64_t c0 = 0; c0 < p.q.rows; c0 += kDeltaRuleChunk) {
     const int64_t n = std::min(kDeltaRuleChunk, p.q.rows - c0);
-    float* __restrict q = s.q.data();
-    float* __restrict k = s.k.data();
-    float* __restrict v = s.v.data();
-    float* __restrict w = s.w.data();
-    float* __restrict u = s.u.data();
-    float* __restrict vp = s.vp.data();
-    float* __restrict o = s.o.data();
-    float* __restrict a = s.a.data();
-    float* __restrict tinv = s.tinv.data();
-    float* __restrict qk = s.qk.data();
-    double* __restrict gamma = s.gamma.data();
-    float* __restrict beta = s.beta.data();
+    float* q = s.qw.data();
+    float* w = q + n * d;
+    float* k = s.k.data();
+    float* kt = s.kt.data();
+    float* v = s.v.data();
+    float* u = s.u.data();
+    float* qs = s.qsws.data();
+    float* ws = qs + n * d;
+    float* qk = s.qk.data();
+    float* kk = s.kk.data();
+    float* tinv = s.tinv.data();
+    float* aw = s.aw.data();
+    float* au = s.au.data();
+    double* gamma = s.gamma.data();
+    float* beta = s.beta.data();
 
     // Gather the chunk; step 1: gamma_i = sum_{j<=i} g_j, in double: the decays below use
     // differences of these sums, and in f32 a sum near -50 is only known to 4e-6.
@@ -135,91 +234,79 @@ DELTASERVE_ISA_CLONES void ChunkedHead(const Problem& p, int64_t h, ChunkScratch
       gamma[i] = (i > 0 ? gamma[i - 1] : 0.0) + p.g.data[t * p.g.stride + h];
       beta[i] = p.beta.data[t * p.beta.stride + h];
     }
+    Transpose(k, n, d, kt);
 
-    // Step 2 and the intra-chunk scores of step 6, lower triangle only. The decay factor is
-    // exp(gamma_i - gamma_j) <= 1, formed from the difference (never exp(gamma_i)/exp(gamma_j)).
+    // Step 2 and the intra-chunk scores of step 6, lower triangle kept, the rest zeroed. The
+    // decay exp(gamma_i - gamma_j) <= 1 is formed from the difference (masked before exp).
+    Gemm(n, n, d, q, d, kt, n, qk, n, false, false);
+    Gemm(n, n, d, k, d, kt, n, kk, n, false, false);
     for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (j > i) {
+          qk[i * n + j] = 0.0f;
+          kk[i * n + j] = 0.0f;
+          continue;
+        }
         const float decay = static_cast<float>(std::exp(gamma[i] - gamma[j]));
-        a[i * n + j] = j < i ? beta[i] * Dot(k + i * d, k + j * d, d) * decay : 0.0f;
-        qk[i * n + j] = Dot(q + i * d, k + j * d, d) * decay;
+        qk[i * n + j] *= decay;
+        kk[i * n + j] = j < i ? beta[i] * kk[i * n + j] * decay : 0.0f;  // now A
       }
     }
 
-    // Step 3: T = (I + A)^-1 by forward substitution, row by row: T_i = e_i - sum_{m<i} A_im T_m
-    // (T is lower triangular, so row m has entries in columns 0..m only).
+    // Step 3: T = (I + A)^-1 by forward substitution, row by row: T_i = e_i - sum_{l<i} A_il T_l
+    // (T is lower triangular, so row l has entries in columns 0..l only).
     for (int64_t i = 0; i < n; ++i) {
       float* __restrict ti = tinv + i * n;
       std::fill(ti, ti + n, 0.0f);
       ti[i] = 1.0f;
-      for (int64_t mm = 0; mm < i; ++mm) {
-        const float aim = a[i * n + mm];
-        const float* __restrict tm = tinv + mm * n;
-        for (int64_t j = 0; j <= mm; ++j) ti[j] -= aim * tm[j];
+      for (int64_t l = 0; l < i; ++l) {
+        const float ail = kk[i * n + l];
+        const float* __restrict tl = tinv + l * n;
+        for (int64_t j = 0; j <= l; ++j) ti[j] -= ail * tl[j];
       }
     }
 
     // Step 4: W = T diag(beta exp(gamma)) K, U = T diag(beta) V.
-    for (int64_t i = 0; i < n; ++i) {
-      float* __restrict wi = w + i * d;
-      float* __restrict ui = u + i * d;
-      std::fill(wi, wi + d, 0.0f);
-      std::fill(ui, ui + d, 0.0f);
-      for (int64_t j = 0; j <= i; ++j) {
-        const float tb = tinv[i * n + j] * beta[j];
-        const float tbg = tb * static_cast<float>(std::exp(gamma[j]));
-        const float* __restrict kj = k + j * d;
-        const float* __restrict vj = v + j * d;
-        for (int64_t x = 0; x < d; ++x) wi[x] += tbg * kj[x];
-        for (int64_t x = 0; x < d; ++x) ui[x] += tb * vj[x];
-      }
-    }
-
-    // Step 5 (V' = U - W S) and the inter-chunk half of step 6 (Q S, scaled by exp(gamma_i)
-    // below), both against h_c: with S stored transposed, (W S)_{i,x} = w_i · m_x.
-    for (int64_t x = 0; x < d; ++x) {
-      const float* __restrict mx = m + x * d;
+    for (int64_t j = 0; j < n; ++j) {
+      const float bj = beta[j];
+      const float bgj = bj * static_cast<float>(std::exp(gamma[j]));
       for (int64_t i = 0; i < n; ++i) {
-        vp[i * d + x] = u[i * d + x] - Dot(w + i * d, mx, d);
-        o[i * d + x] = Dot(q + i * d, mx, d);
+        aw[i * n + j] = tinv[i * n + j] * bgj;
+        au[i * n + j] = tinv[i * n + j] * bj;
       }
     }
+    Gemm(n, d, n, aw, n, k, d, w, d, false, true);
+    Gemm(n, d, n, au, n, v, d, u, d, false, true);
 
-    // Step 6: O = exp(gamma) ⊙ (Q S) + tril_incl((Q K^T) ⊙ Γ) V'.
+    // Steps 5 and 6 against h_c: [Q S; W S] in one product, then V' = U - W S (in u) and
+    // O = exp(gamma) ⊙ (Q S) + tril_incl((Q K^T) ⊙ Γ) V' (in qs).
+    Gemm(2 * n, d, d, q, d, st, d, qs, d, false, false);
     for (int64_t i = 0; i < n; ++i) {
-      float* __restrict oi = o + i * d;
       const float decay_i = static_cast<float>(std::exp(gamma[i]));
-      for (int64_t x = 0; x < d; ++x) oi[x] *= decay_i;
-      for (int64_t j = 0; j <= i; ++j) {
-        const float pij = qk[i * n + j];
-        const float* __restrict vpj = vp + j * d;
-        for (int64_t x = 0; x < d; ++x) oi[x] += pij * vpj[x];
+      for (int64_t x = 0; x < d; ++x) {
+        u[i * d + x] -= ws[i * d + x];
+        qs[i * d + x] *= decay_i;
       }
     }
+    Gemm(n, d, n, qk, n, u, d, qs, d, true, true);
 
-    // Step 5, state update: S = exp(gamma_last) S + (K ⊙ exp(gamma_last - gamma))^T V'; row x
-    // of the transposed state gains sum_i V'_{i,x} k_i exp(gamma_last - gamma_i).
+    // Step 5, state update: S = exp(gamma_last) S + (K ⊙ exp(gamma_last - gamma))^T V', with
+    // the row scaling of K applied to the columns of K^T.
     const double last = gamma[n - 1];
-    for (int64_t i = 0; i < n; ++i) {
-      const float f = static_cast<float>(std::exp(last - gamma[i]));
-      for (int64_t x = 0; x < d; ++x) k[i * d + x] *= f;
-    }
     const float decay_all = static_cast<float>(std::exp(last));
-    for (int64_t x = 0; x < d; ++x) {
-      float* __restrict mx = m + x * d;
-      for (int64_t j = 0; j < d; ++j) mx[j] *= decay_all;
-      for (int64_t i = 0; i < n; ++i) {
-        const float c = vp[i * d + x];
-        const float* __restrict ki = k + i * d;
-        for (int64_t j = 0; j < d; ++j) mx[j] += c * ki[j];
-      }
+    for (int64_t i = 0; i < n; ++i) beta[i] = static_cast<float>(std::exp(last - gamma[i]));
+    for (int64_t j = 0; j < d; ++j) {
+      for (int64_t i = 0; i < n; ++i) kt[j * n + i] *= beta[i];
     }
+    for (int64_t x = 0; x < d * d; ++x) st[x] *= decay_all;
+    Gemm(d, d, n, kt, n, u, d, st, d, true, false);
 
     // The chunk's V rows were gathered above, so out may alias v.
     for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(o + i * d, d, p.out.data + (c0 + i) * p.out.stride + h * d);
+      std::copy_n(qs + i * d, d, p.out.data + (c0 + i) * p.out.stride + h * d);
     }
   }
+  Transpose(st, d, d, m);
 }
 
 // Runs head_fn(h, scratch) for every value head, on the pool when the work is big enough;

@@ -62,12 +62,16 @@ struct V256 {
   static I Shr(I a) {
     return _mm256_srli_epi32(a, k);
   }
+  // a | (b & m).
+  static I OrAnd(I a, I b, int m) { return Or(a, And(b, m)); }
   // Lane i = bit i of `bits`.
   static I Bits(uint32_t bits) {
     const __m256i shifted = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(bits)),
                                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     return _mm256_and_si256(shifted, _mm256_set1_epi32(1));
   }
+  // Every lane shifted right by a run-time count.
+  static I SrlN(I v, int count) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(count)); }
   // Lane i = bit b of lane i of v.
   static I BitOf(I v, int b) {
     return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(b)), _mm256_set1_epi32(1));

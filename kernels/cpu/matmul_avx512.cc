@@ -61,10 +61,19 @@ struct V512 {
   static I Shr(I a) {
     return _mm512_srli_epi32(a, k);
   }
-  // Lane i = bit i of `bits`.
-  static I Bits(uint32_t bits) {
-    return _mm512_maskz_set1_epi32(static_cast<__mmask16>(bits), 1);
+  // a | (b & m) in one vpternlogd.
+  static I OrAnd(I a, I b, int m) {
+    return _mm512_ternarylogic_epi32(a, b, _mm512_set1_epi32(m), 0xF8);
   }
+  // Lane i = bit i of `bits` (a variable shift: faster here than a masked broadcast).
+  static I Bits(uint32_t bits) {
+    const __m512i shifted =
+        _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(bits)),
+                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    return _mm512_and_si512(shifted, _mm512_set1_epi32(1));
+  }
+  // Every lane shifted right by a run-time count.
+  static I SrlN(I v, int count) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(count)); }
   // Lane i = bit b of lane i of v.
   static I BitOf(I v, int b) {
     return _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(b)), _mm512_set1_epi32(1));

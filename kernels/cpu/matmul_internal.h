@@ -21,6 +21,16 @@ namespace deltaserve::kernels::internal {
 inline constexpr int kTileRows = 4;
 inline constexpr int kMaxTileCols = 4;
 
+// The one activation row of a fused product, with its partial sums (computed once per
+// product by matmul.cc): K-quant kernels fold each sub-block's min or offset into
+// scale * sum(x) instead of applying it to every value.
+struct FusedActivation {
+  const float* x;       // [n]
+  const float* sums16;  // [n / 16]: sums16[i] = x[16i] + ... + x[16i + 15]; null if n % 16
+  const float* sums32;  // [n / 32], likewise; null if n % 32
+  int64_t n;
+};
+
 struct MatMulKernels {
   // Decodes n values (whole blocks) of `type` into out, bit-identical to DequantizeRow. Returns
   // false, writing nothing, for a type this ISA does not decode (the caller uses the scalar one).
@@ -34,7 +44,7 @@ struct MatMulKernels {
   // The one-activation-row product: y[r] = sum_k W[r][k] * x[k] for r < rows, rows
   // `row_bytes` apart starting at w, each row decoded in registers and never stored.
   void (*fused_rows)(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
-                     const float* x, int64_t n, float* y);
+                     const FusedActivation& x, float* y);
 };
 
 const MatMulKernels& ScalarKernels();  // matmul.cc
@@ -47,8 +57,7 @@ const MatMulKernels& Avx512Kernels();  // matmul_avx512.cc
 const MatMulKernels& KernelsFor(CpuIsa isa);
 
 // MatMulCpu / GetRowsCpu / DequantizeRow on the path of ClampIsa(isa).
-KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y,
-                          CpuIsa isa);
+KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y, CpuIsa isa);
 KernelStatus GetRowsCpuIsa(const WeightView& table, const int32_t* ids, int64_t n, Mat& out,
                            CpuIsa isa);
 KernelStatus DequantizeRowIsa(WeightType type, const void* blocks, float* out, int64_t n,

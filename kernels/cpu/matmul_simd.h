@@ -7,7 +7,9 @@
 // vector of V::kLanes consecutive values at offset `pos` of the block: the value is
 // q * scale + offset, q holding small integers as floats. Sinks consume that: DequantSink
 // stores it with a separate multiply and add (bit-identical to quants.cc), DotSink multiplies
-// it into an activation row without storing it (the fused one-token product).
+// it into an activation row without storing it (the fused one-token product). The K-quants,
+// which carry most of a Q4_K_M / Q5_K_M model, have hand-fused dot kernels instead (DotK45,
+// DotQ6K) that factor the per-sub-block scale and min out of the per-value work.
 #pragma once
 
 #include <immintrin.h>
@@ -143,6 +145,15 @@ struct Decoders {
     K45<true>(b, emit);
   }
 
+  // The four unsigned 6-bit values of lane group l of a Q6_K half: low nibbles of ql[l] (a)
+  // and ql[32 + l] (c), high nibbles, each with its 2-bit field of qh[l] (h) on top.
+  static void Q6Unpack(I a, I c, I h, I* q1, I* q2, I* q3, I* q4) {
+    *q1 = V::OrAnd(V::And(a, 0xF), V::template Shl<4>(h), 0x30);
+    *q2 = V::OrAnd(V::And(c, 0xF), V::template Shl<2>(h), 0x30);
+    *q3 = V::OrAnd(V::template Shr<4>(a), h, 0x30);
+    *q4 = V::OrAnd(V::template Shr<4>(c), V::template Shr<2>(h), 0x30);
+  }
+
   template <class Emit>
   static void Q6_K(const BlockQ6_K& b, Emit& emit) {
     const float d = HalfToFloat(b.d);
@@ -155,10 +166,8 @@ struct Decoders {
         const I a = V::U8(ql + l);
         const I c = V::U8(ql + 32 + l);
         const I h = V::U8(qh + l);
-        const I q1 = V::Or(V::And(a, 0xF), V::template Shl<4>(V::And(h, 0x03)));
-        const I q2 = V::Or(V::And(c, 0xF), V::template Shl<2>(V::And(h, 0x0C)));
-        const I q3 = V::Or(V::template Shr<4>(a), V::And(h, 0x30));
-        const I q4 = V::Or(V::template Shr<4>(c), V::template Shr<2>(V::And(h, 0xC0)));
+        I q1, q2, q3, q4;
+        Q6Unpack(a, c, h, &q1, &q2, &q3, &q4);
         const int base = 128 * half + l;
         emit(base, V::ToF(V::AddI(q1, -32)), d * static_cast<float>(sc[is]), 0.0f);
         emit(base + 32, V::ToF(V::AddI(q2, -32)), d * static_cast<float>(sc[is + 2]), 0.0f);
@@ -180,8 +189,8 @@ struct DequantSink {
   }
 };
 
-// Accumulates decoded values times x into four accumulators (chosen by position, so the
-// fully unrolled decoders keep four independent FMA chains).
+// Accumulates decoded values times x. The accumulator is picked by the vector's position in
+// the block, so consecutive vectors of a block feed independent FMA chains.
 template <class V, bool kOffset>
 struct DotSink {
   const float* x;
@@ -201,72 +210,73 @@ struct DotSink {
 template <class V>
 struct Kernels {
   using F = typename V::F;
+  using I = typename V::I;
   static constexpr int L = V::kLanes;
   using D = Decoders<V>;
 
-  // Calls fn(type_identity<Block>, decoder, has_offset) for the block struct of `type`.
+  template <class Block, bool kOffset, class Fn, class Decode>
+  static void Call(Fn& fn, Decode decode) {
+    fn(std::type_identity<Block>{}, decode, std::bool_constant<kOffset>{});
+  }
+
+  // Calls fn(type_identity<Block>, decoder, bool_constant<has_offset>) for the block type of
+  // `type`; false for the dense types.
   template <class Fn>
   static bool Visit(WeightType type, Fn&& fn) {
-    using std::false_type;
-    using std::true_type;
-    using std::type_identity;
     switch (type) {
       case WeightType::kQ8_0:
-        fn(type_identity<BlockQ8_0>{}, [](const BlockQ8_0& b, auto& e) { D::Q8_0(b, e); },
-           false_type{});
+        Call<BlockQ8_0, false>(fn, [](const BlockQ8_0& b, auto& e) { D::Q8_0(b, e); });
         return true;
       case WeightType::kQ4_0:
-        fn(type_identity<BlockQ4_0>{}, [](const BlockQ4_0& b, auto& e) { D::Q4_0(b, e); },
-           false_type{});
+        Call<BlockQ4_0, false>(fn, [](const BlockQ4_0& b, auto& e) { D::Q4_0(b, e); });
         return true;
       case WeightType::kQ4_1:
-        fn(type_identity<BlockQ4_1>{}, [](const BlockQ4_1& b, auto& e) { D::Q4_1(b, e); },
-           true_type{});
+        Call<BlockQ4_1, true>(fn, [](const BlockQ4_1& b, auto& e) { D::Q4_1(b, e); });
         return true;
       case WeightType::kQ5_0:
-        fn(type_identity<BlockQ5_0>{}, [](const BlockQ5_0& b, auto& e) { D::Q5_0(b, e); },
-           false_type{});
+        Call<BlockQ5_0, false>(fn, [](const BlockQ5_0& b, auto& e) { D::Q5_0(b, e); });
         return true;
       case WeightType::kQ5_1:
-        fn(type_identity<BlockQ5_1>{}, [](const BlockQ5_1& b, auto& e) { D::Q5_1(b, e); },
-           true_type{});
+        Call<BlockQ5_1, true>(fn, [](const BlockQ5_1& b, auto& e) { D::Q5_1(b, e); });
         return true;
       case WeightType::kQ4_K:
-        fn(type_identity<BlockQ4_K>{}, [](const BlockQ4_K& b, auto& e) { D::Q4_K(b, e); },
-           true_type{});
+        Call<BlockQ4_K, true>(fn, [](const BlockQ4_K& b, auto& e) { D::Q4_K(b, e); });
         return true;
       case WeightType::kQ5_K:
-        fn(type_identity<BlockQ5_K>{}, [](const BlockQ5_K& b, auto& e) { D::Q5_K(b, e); },
-           true_type{});
+        Call<BlockQ5_K, true>(fn, [](const BlockQ5_K& b, auto& e) { D::Q5_K(b, e); });
         return true;
       case WeightType::kQ6_K:
-        fn(type_identity<BlockQ6_K>{}, [](const BlockQ6_K& b, auto& e) { D::Q6_K(b, e); },
-           false_type{});
+        Call<BlockQ6_K, false>(fn, [](const BlockQ6_K& b, auto& e) { D::Q6_K(b, e); });
         return true;
       default:
         return false;
     }
   }
 
-  // f16 / bf16 / f32 values [0, n) as vectors, the last one partial.
+  // V::kLanes values of a dense (f16 / bf16 / f32) row from index k, as f32.
   static F LoadDense(WeightType type, const void* src, int64_t k) {
     const auto* h = static_cast<const uint16_t*>(src) + k;
     switch (type) {
-      case WeightType::kF16: return V::Half(h);
-      case WeightType::kBF16: return V::Bf16(h);
-      default: return V::Load(static_cast<const float*>(src) + k);
+      case WeightType::kF16:
+        return V::Half(h);
+      case WeightType::kBF16:
+        return V::Bf16(h);
+      default:
+        return V::Load(static_cast<const float*>(src) + k);
     }
   }
   static float DenseScalar(WeightType type, const void* src, int64_t k) {
     switch (type) {
-      case WeightType::kF16: return HalfToFloat(static_cast<const uint16_t*>(src)[k]);
+      case WeightType::kF16:
+        return HalfToFloat(static_cast<const uint16_t*>(src)[k]);
       case WeightType::kBF16: {
         const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(src)[k]) << 16;
         float f;
         std::memcpy(&f, &bits, sizeof(f));
         return f;
       }
-      default: return static_cast<const float*>(src)[k];
+      default:
+        return static_cast<const float*>(src)[k];
     }
   }
   static bool IsDense(WeightType type) {
@@ -303,15 +313,131 @@ struct Kernels {
     return V::Sum(V::Add(V::Add(acc[0], acc[1]), V::Add(acc[2], acc[3]))) + tail;
   }
 
+  static float Hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+
+  // One Q4_K / Q5_K row times x, factored per 32-value sub-block j as
+  // d * sc_j * sum(q * x) - dmin * m_j * sum(x): the min never touches the per-value path,
+  // which is then load, mask, convert and one FMA. The 6-bit scales of a block are unpacked
+  // as whole words (the packing of GetScaleMinK4) and converted eight at a time.
+  template <bool kFive, class Block>
+  static float DotK45(const Block* b, int64_t nb, const float* x, const float* sums32) {
+    F acc[4] = {V::Zero(), V::Zero(), V::Zero(), V::Zero()};
+    __m256 acc_min = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i, x += kQkK, sums32 += 8) {
+      uint32_t w[3];
+      std::memcpy(w, b[i].scales, sizeof(w));
+      const uint32_t sc_lo = w[0] & 0x3F3F3F3F;
+      const uint32_t m_lo = w[1] & 0x3F3F3F3F;
+      const uint32_t sc_hi = (w[2] & 0x0F0F0F0F) | (((w[0] >> 6) & 0x03030303) << 4);
+      const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0F) | (((w[1] >> 6) & 0x03030303) << 4);
+      const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+          _mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
+      const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+          _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo))));
+      alignas(32) float d1[8];
+      _mm256_store_ps(d1, _mm256_mul_ps(sc, _mm256_set1_ps(HalfToFloat(b[i].d))));
+      acc_min = _mm256_fmadd_ps(_mm256_mul_ps(mn, _mm256_set1_ps(HalfToFloat(b[i].dmin))),
+                                _mm256_loadu_ps(sums32), acc_min);
+      // Chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high), into accumulators `slot`.
+      auto chunk = [&](int c, int slot) {
+        F s_lo = V::Zero();
+        F s_hi = V::Zero();
+        for (int l = 0; l < 32; l += L) {
+          const I bytes = V::U8(b[i].qs + 32 * c + l);
+          I lo = V::And(bytes, 0xF);
+          I hi = V::template Shr<4>(bytes);
+          if constexpr (kFive) {
+            const I h = V::SrlN(V::U8(b[i].qh + l), 2 * c);  // bits 2c, 2c + 1 at 0, 1
+            lo = V::OrAnd(lo, V::template Shl<4>(h), 0x10);
+            hi = V::OrAnd(hi, V::template Shl<3>(h), 0x10);
+          }
+          s_lo = V::Fma(V::ToF(lo), V::Load(x + 64 * c + l), s_lo);
+          s_hi = V::Fma(V::ToF(hi), V::Load(x + 64 * c + 32 + l), s_hi);
+        }
+        acc[slot] = V::Fma(V::Set1(d1[2 * c]), s_lo, acc[slot]);
+        acc[slot + 1] = V::Fma(V::Set1(d1[2 * c + 1]), s_hi, acc[slot + 1]);
+      };
+      chunk(0, 0);
+      chunk(1, 2);
+      chunk(2, 0);
+      chunk(3, 2);
+    }
+    return V::Sum(V::Add(V::Add(acc[0], acc[1]), V::Add(acc[2], acc[3]))) - Hsum256(acc_min);
+  }
+
+  // One Q6_K row times x: values taken as unsigned q in [0, 63] and the -32 folded in as
+  // -32 * d * sc_j * sum(x) per 16-value sub-block; d * sc for the block converted at once.
+  static float DotQ6K(const BlockQ6_K* b, int64_t nb, const float* x, const float* sums16) {
+    F acc[4] = {V::Zero(), V::Zero(), V::Zero(), V::Zero()};
+    __m256 acc_off = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i, x += kQkK, sums16 += 16) {
+      const __m256 d = _mm256_set1_ps(HalfToFloat(b[i].d));
+      alignas(32) float dsc[16];
+      for (int h = 0; h < 2; ++h) {
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].scales + 8 * h))));
+        const __m256 v = _mm256_mul_ps(sc, d);
+        _mm256_store_ps(dsc + 8 * h, v);
+        acc_off = _mm256_fmadd_ps(v, _mm256_loadu_ps(sums16 + 8 * h), acc_off);
+      }
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = b[i].ql + 64 * half;
+        const uint8_t* qh = b[i].qh + 32 * half;
+        const float* xh = x + 128 * half;
+        const float* sc = dsc + 8 * half;
+        for (int l = 0; l < 32; l += L) {
+          I q[4];
+          D::Q6Unpack(V::U8(ql + l), V::U8(ql + 32 + l), V::U8(qh + l), &q[0], &q[1], &q[2], &q[3]);
+          const int is = l / 16;
+          for (int k = 0; k < 4; ++k) {
+            const F w = V::Mul(V::ToF(q[k]), V::Set1(sc[is + 2 * k]));
+            acc[k] = V::Fma(w, V::Load(xh + 32 * k + l), acc[k]);
+          }
+        }
+      }
+    }
+    return V::Sum(V::Add(V::Add(acc[0], acc[1]), V::Add(acc[2], acc[3]))) -
+           32.0f * Hsum256(acc_off);
+  }
+
   static bool HasFusedRows(WeightType type) {
     return IsDense(type) || Visit(type, [](auto, auto, auto) {});
   }
 
   static void FusedRows(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
-                        const float* x, int64_t n, float* y) {
+                        const FusedActivation& act, float* y) {
+    const float* x = act.x;
+    const int64_t n = act.n;
     if (IsDense(type)) {
       for (int64_t r = 0; r < rows; ++r) y[r] = DenseDot(type, w + r * row_bytes, x, n);
       return;
+    }
+    switch (type) {
+      case WeightType::kQ4_K:
+        for (int64_t r = 0; r < rows; ++r) {
+          y[r] = DotK45<false>(reinterpret_cast<const BlockQ4_K*>(w + r * row_bytes), n / kQkK, x,
+                               act.sums32);
+        }
+        return;
+      case WeightType::kQ5_K:
+        for (int64_t r = 0; r < rows; ++r) {
+          y[r] = DotK45<true>(reinterpret_cast<const BlockQ5_K*>(w + r * row_bytes), n / kQkK, x,
+                              act.sums32);
+        }
+        return;
+      case WeightType::kQ6_K:
+        for (int64_t r = 0; r < rows; ++r) {
+          y[r] = DotQ6K(reinterpret_cast<const BlockQ6_K*>(w + r * row_bytes), n / kQkK, x,
+                        act.sums16);
+        }
+        return;
+      default:
+        break;
     }
     Visit(type, [&](auto block, auto decode, auto has_offset) {
       using Block = typename decltype(block)::type;
@@ -319,11 +445,10 @@ struct Kernels {
       const int64_t nb = n / kBlock;
       for (int64_t r = 0; r < rows; ++r) {
         const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
-        DotSink<V, decltype(has_offset)::value> sink{x, {V::Zero(), V::Zero(), V::Zero(),
-                                                         V::Zero()}};
+        DotSink<V, decltype(has_offset)::value> sink{x,
+                                                     {V::Zero(), V::Zero(), V::Zero(), V::Zero()}};
         for (int64_t i = 0; i < nb; ++i, sink.x += kBlock) decode(b[i], sink);
-        y[r] = V::Sum(V::Add(V::Add(sink.acc[0], sink.acc[1]),
-                             V::Add(sink.acc[2], sink.acc[3])));
+        y[r] = V::Sum(V::Add(V::Add(sink.acc[0], sink.acc[1]), V::Add(sink.acc[2], sink.acc[3])));
       }
     });
   }
@@ -358,13 +483,18 @@ struct Kernels {
     }
   }
 
-  static void DotTile(const float* const* w, const float* const* x, int nx, int64_t n,
-                      float* out) {
+  static void DotTile(const float* const* w, const float* const* x, int nx, int64_t n, float* out) {
     static_assert(V::kMaxNx >= 3 && V::kMaxNx <= kMaxTileCols);
     switch (nx) {
-      case 1: DotTileN<1>(w, x, n, out); break;
-      case 2: DotTileN<2>(w, x, n, out); break;
-      case 3: DotTileN<3>(w, x, n, out); break;
+      case 1:
+        DotTileN<1>(w, x, n, out);
+        break;
+      case 2:
+        DotTileN<2>(w, x, n, out);
+        break;
+      case 3:
+        DotTileN<3>(w, x, n, out);
+        break;
       default:
         if constexpr (V::kMaxNx >= 4) DotTileN<4>(w, x, n, out);
         break;

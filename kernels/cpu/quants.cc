@@ -174,8 +174,8 @@ void QuantizeQ4_1(const float* x, BlockQ4_1* b, int64_t nb) {
     b[i].m = Fp32ToFp16(min);
     for (int j = 0; j < kQk / 2; ++j) {
       const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
-      const int q1 = std::min(
-          15, static_cast<int>(static_cast<int8_t>((x[j + kQk / 2] - min) * id + 0.5f)));
+      const int q1 =
+          std::min(15, static_cast<int>(static_cast<int8_t>((x[j + kQk / 2] - min) * id + 0.5f)));
       b[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }
@@ -368,26 +368,16 @@ void QuantizeQ6_K(const float* x, BlockQ6_K* b, int64_t nb) {
 
 float Fp16ToFp32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0x1F) {
+  const uint32_t magnitude = h & 0x7FFF;
+  if (magnitude >= 0x7C00) {
     // inf; NaN comes out quiet with its payload, as F16C's vcvtph2ps does.
-    bits = sign | 0x7F800000 | (mant << 13) | (mant != 0 ? 0x400000u : 0u);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: normalise. The value is mant * 2^-24.
-    int e = 113;
-    while ((mant & 0x400) == 0) {
-      mant <<= 1;
-      --e;
-    }
-    bits = sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3FF) << 13);
+    const uint32_t mant = magnitude & 0x3FF;
+    return std::bit_cast<float>(sign | 0x7F800000 | (mant << 13) | (mant != 0 ? 0x400000u : 0u));
   }
-  return std::bit_cast<float>(bits);
+  // Placed in a float's bits, the half's exponent is 112 too small; multiplying by 2^112
+  // rebiases it exactly, subnormal halves (then subnormal floats) included.
+  const float unsigned_value = std::bit_cast<float>(magnitude << 13) * 0x1p112f;
+  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(unsigned_value));
 }
 
 uint16_t Fp32ToFp16(float f) {
@@ -450,23 +440,34 @@ KernelStatus DequantizeRow(WeightType type, const void* blocks, float* out, int6
       for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFp32(h[i]);
       break;
     }
-    case WeightType::kQ4_0: DequantizeQ4_0(static_cast<const BlockQ4_0*>(blocks), out, nb); break;
-    case WeightType::kQ4_1: DequantizeQ4_1(static_cast<const BlockQ4_1*>(blocks), out, nb); break;
-    case WeightType::kQ5_0: DequantizeQ5_0(static_cast<const BlockQ5_0*>(blocks), out, nb); break;
-    case WeightType::kQ5_1: DequantizeQ5_1(static_cast<const BlockQ5_1*>(blocks), out, nb); break;
-    case WeightType::kQ8_0: DequantizeQ8_0(static_cast<const BlockQ8_0*>(blocks), out, nb); break;
+    case WeightType::kQ4_0:
+      DequantizeQ4_0(static_cast<const BlockQ4_0*>(blocks), out, nb);
+      break;
+    case WeightType::kQ4_1:
+      DequantizeQ4_1(static_cast<const BlockQ4_1*>(blocks), out, nb);
+      break;
+    case WeightType::kQ5_0:
+      DequantizeQ5_0(static_cast<const BlockQ5_0*>(blocks), out, nb);
+      break;
+    case WeightType::kQ5_1:
+      DequantizeQ5_1(static_cast<const BlockQ5_1*>(blocks), out, nb);
+      break;
+    case WeightType::kQ8_0:
+      DequantizeQ8_0(static_cast<const BlockQ8_0*>(blocks), out, nb);
+      break;
     case WeightType::kQ4_K:
       DequantizeKQuant45(static_cast<const BlockQ4_K*>(blocks), out, nb,
                          [](const BlockQ4_K&, int, int) { return 0; });
       break;
     case WeightType::kQ5_K:
       // Bit 2c of qh[l] becomes 16 for the low value, bit 2c + 1 becomes 32 (halved later).
-      DequantizeKQuant45(static_cast<const BlockQ5_K*>(blocks), out, nb,
-                         [](const BlockQ5_K& b, int c, int l) {
-                           return ((b.qh[l] >> (2 * c)) & 3) << 4;
-                         });
+      DequantizeKQuant45(
+          static_cast<const BlockQ5_K*>(blocks), out, nb,
+          [](const BlockQ5_K& b, int c, int l) { return ((b.qh[l] >> (2 * c)) & 3) << 4; });
       break;
-    case WeightType::kQ6_K: DequantizeQ6_K(static_cast<const BlockQ6_K*>(blocks), out, nb); break;
+    case WeightType::kQ6_K:
+      DequantizeQ6_K(static_cast<const BlockQ6_K*>(blocks), out, nb);
+      break;
   }
   return KernelStatus::kOk;
 }
@@ -490,14 +491,30 @@ KernelStatus QuantizeRow(WeightType type, const float* in, void* blocks, int64_t
       for (int64_t i = 0; i < n; ++i) h[i] = Fp32ToBf16(in[i]);
       break;
     }
-    case WeightType::kQ4_0: QuantizeQ4_0(in, static_cast<BlockQ4_0*>(blocks), nb); break;
-    case WeightType::kQ4_1: QuantizeQ4_1(in, static_cast<BlockQ4_1*>(blocks), nb); break;
-    case WeightType::kQ5_0: QuantizeQ5_0(in, static_cast<BlockQ5_0*>(blocks), nb); break;
-    case WeightType::kQ5_1: QuantizeQ5_1(in, static_cast<BlockQ5_1*>(blocks), nb); break;
-    case WeightType::kQ8_0: QuantizeQ8_0(in, static_cast<BlockQ8_0*>(blocks), nb); break;
-    case WeightType::kQ4_K: QuantizeQ4_K(in, static_cast<BlockQ4_K*>(blocks), nb); break;
-    case WeightType::kQ5_K: QuantizeQ5_K(in, static_cast<BlockQ5_K*>(blocks), nb); break;
-    case WeightType::kQ6_K: QuantizeQ6_K(in, static_cast<BlockQ6_K*>(blocks), nb); break;
+    case WeightType::kQ4_0:
+      QuantizeQ4_0(in, static_cast<BlockQ4_0*>(blocks), nb);
+      break;
+    case WeightType::kQ4_1:
+      QuantizeQ4_1(in, static_cast<BlockQ4_1*>(blocks), nb);
+      break;
+    case WeightType::kQ5_0:
+      QuantizeQ5_0(in, static_cast<BlockQ5_0*>(blocks), nb);
+      break;
+    case WeightType::kQ5_1:
+      QuantizeQ5_1(in, static_cast<BlockQ5_1*>(blocks), nb);
+      break;
+    case WeightType::kQ8_0:
+      QuantizeQ8_0(in, static_cast<BlockQ8_0*>(blocks), nb);
+      break;
+    case WeightType::kQ4_K:
+      QuantizeQ4_K(in, static_cast<BlockQ4_K*>(blocks), nb);
+      break;
+    case WeightType::kQ5_K:
+      QuantizeQ5_K(in, static_cast<BlockQ5_K*>(blocks), nb);
+      break;
+    case WeightType::kQ6_K:
+      QuantizeQ6_K(in, static_cast<BlockQ6_K*>(blocks), nb);
+      break;
   }
   return KernelStatus::kOk;
 }

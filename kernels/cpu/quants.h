@@ -110,9 +110,7 @@ static_assert(sizeof(BlockQ6_K) == 210);
 float Fp16ToFp32(uint16_t h);
 uint16_t Fp32ToFp16(float f);
 // bfloat16 <-> float; Fp32ToBf16 rounds to nearest even and keeps NaN quiet (as ggml does).
-inline float Bf16ToFp32(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
+inline float Bf16ToFp32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 uint16_t Fp32ToBf16(float f);
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block: j < 4 in the low 6
@@ -140,7 +138,8 @@ KernelStatus DequantizeRow(WeightType type, const void* blocks, float* out, int6
 // Encodes n finite floats into blocks (RowBytes(type, n) bytes), round to nearest:
 // - F16/BF16: nearest even; F32: a copy.
 // - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the rules of llama.cpp's quantize_row_*_ref, so the bytes
-//   equal what llama-quantize writes for these types (no importance matrix). Error per value
+//   equal what llama-quantize writes for these types without an importance matrix
+//   (quants_golden_test checks this for Q8_0 and Q5_0 on the golden models). Error per value
 //   <= step / 2 (Q4_0/Q5_0: <= step, the value opposite the block's largest magnitude may
 //   clamp), plus the f16 rounding of the block scale.
 // - Q4_K, Q5_K, Q6_K: a simple scheme (not llama.cpp's iterative search): 6-bit (Q6_K 8-bit)

@@ -259,6 +259,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   CheckFile(**f, data, size);
-  CheckRoundTrip(**f);
+  // The writer pads the header to the alignment (up to 2^30): a rebuilt image could need a
+  // gigabyte of zeros, which only slows the search down.
+  if ((*f)->alignment() <= 65536) CheckRoundTrip(**f);
   return 0;
 }

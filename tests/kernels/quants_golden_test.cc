@@ -7,8 +7,8 @@
 // the file's bytes.
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -82,8 +82,7 @@ std::map<WeightType, TypeStats> CompareWithF32(const std::string& quant_name) {
         const double tol = steps * step + 1e-6 * std::fabs(want[i]);
         if (err > tol) {
           ADD_FAILURE() << quant_name << " " << t.name << " row " << r << " value " << i
-                        << ": decoded " << decoded[i] << ", f32 " << want[i] << ", step "
-                        << step;
+                        << ": decoded " << decoded[i] << ", f32 " << want[i] << ", step " << step;
           return stats;
         }
         if (step > 0) {

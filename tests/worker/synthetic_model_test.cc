@@ -54,10 +54,10 @@ TEST(SyntheticModelTest, PresetPlansReproduceModelSpecParameterCounts) {
     double total;
     double active;  // 0: dense, active == total
   };
-  for (const Expect& e : {Expect{"0.8b", 0.75e9, 0}, Expect{"2b", 1.88e9, 0},
-                          Expect{"4b", 4.21e9, 0}, Expect{"9b", 8.95e9, 0},
-                          Expect{"27b", 26.9e9, 0}, Expect{"35b-a3b", 34.7e9, 3.46e9},
-                          Expect{"122b-a10b", 122.1e9, 9.77e9}}) {
+  for (const Expect& e :
+       {Expect{"0.8b", 0.75e9, 0}, Expect{"2b", 1.88e9, 0}, Expect{"4b", 4.21e9, 0},
+        Expect{"9b", 8.95e9, 0}, Expect{"27b", 26.9e9, 0}, Expect{"35b-a3b", 34.7e9, 3.46e9},
+        Expect{"122b-a10b", 122.1e9, 9.77e9}}) {
     SCOPED_TRACE(e.preset);
     const ModelPlan plan = Plan(e.preset);
     const double total = static_cast<double>(TotalParams(plan));
@@ -165,9 +165,9 @@ TEST(SyntheticModelTest, Q4KMMixturePromotesHeadValueAndDownProjections) {
 
 TEST(SyntheticModelTest, UniformMixturesKeepOnlyTheF32Set) {
   const std::map<WeightMixture, GgmlType> want = {{WeightMixture::kF32, GgmlType::kF32},
-                                                   {WeightMixture::kF16, GgmlType::kF16},
-                                                   {WeightMixture::kQ8_0, GgmlType::kQ8_0},
-                                                   {WeightMixture::kQ6_K, GgmlType::kQ6_K}};
+                                                  {WeightMixture::kF16, GgmlType::kF16},
+                                                  {WeightMixture::kQ8_0, GgmlType::kQ8_0},
+                                                  {WeightMixture::kQ6_K, GgmlType::kQ6_K}};
   for (const auto& [mixture, type] : want) {
     SCOPED_TRACE(MixtureName(mixture));
     for (const PlannedTensor& t : Plan("35b-a3b", mixture, 1000, 4).tensors) {

@@ -20,16 +20,18 @@ using common::GgufMetadataValue;
 using common::Sv;
 
 // MODEL_SPEC §1.2. The 2B tie is inferred there (UNVERIFIED); the others are from the configs.
+// clang-format off
 constexpr std::array<SynthPreset, 7> kPresets = {{
-    //  name        H     L   nh nkv Hk  Hv  I      E    k  I_moe I_sh  tied
-    {"0.8b", 1024, 24, 8, 2, 16, 16, 3584, 0, 0, 0, 0, true},
-    {"2b", 2048, 24, 8, 2, 16, 16, 6144, 0, 0, 0, 0, true},
-    {"4b", 2560, 32, 16, 4, 16, 32, 9216, 0, 0, 0, 0, true},
-    {"9b", 4096, 32, 16, 4, 16, 32, 12288, 0, 0, 0, 0, false},
-    {"27b", 5120, 64, 24, 4, 16, 48, 17408, 0, 0, 0, 0, false},
-    {"35b-a3b", 2048, 40, 16, 2, 16, 32, 0, 256, 8, 512, 512, false},
-    {"122b-a10b", 3072, 48, 32, 2, 16, 64, 0, 256, 8, 1024, 1024, false},
+    // name        H     L   nh  nkv Hk  Hv  I      E    k  I_moe I_sh  tied
+    {"0.8b",      1024, 24, 8,  2,  16, 16, 3584,  0,   0, 0,    0,    true},
+    {"2b",        2048, 24, 8,  2,  16, 16, 6144,  0,   0, 0,    0,    true},
+    {"4b",        2560, 32, 16, 4,  16, 32, 9216,  0,   0, 0,    0,    true},
+    {"9b",        4096, 32, 16, 4,  16, 32, 12288, 0,   0, 0,    0,    false},
+    {"27b",       5120, 64, 24, 4,  16, 48, 17408, 0,   0, 0,    0,    false},
+    {"35b-a3b",   2048, 40, 16, 2,  16, 32, 0,     256, 8, 512,  512,  false},
+    {"122b-a10b", 3072, 48, 32, 2,  16, 64, 0,     256, 8, 1024, 1024, false},
 }};
+// clang-format on
 
 struct MixtureInfo {
   WeightMixture mixture;
@@ -76,12 +78,17 @@ GgmlType FallbackFor(GgmlType t, int64_t row) {
 GgmlType TypeFor(WeightMixture m, Role role, int64_t layer, int64_t n_layer, int64_t row) {
   if (role == Role::kAlwaysF32) return GgmlType::kF32;
   switch (m) {
-    case WeightMixture::kF32: return GgmlType::kF32;
-    case WeightMixture::kF16: return GgmlType::kF16;
-    case WeightMixture::kQ8_0: return row % 32 == 0 ? GgmlType::kQ8_0 : GgmlType::kF16;
-    case WeightMixture::kQ6_K: return FallbackFor(GgmlType::kQ6_K, row);
+    case WeightMixture::kF32:
+      return GgmlType::kF32;
+    case WeightMixture::kF16:
+      return GgmlType::kF16;
+    case WeightMixture::kQ8_0:
+      return row % 32 == 0 ? GgmlType::kQ8_0 : GgmlType::kF16;
+    case WeightMixture::kQ6_K:
+      return FallbackFor(GgmlType::kQ6_K, row);
     case WeightMixture::kQ4_K_M:
-    case WeightMixture::kQ5_K_M: break;
+    case WeightMixture::kQ5_K_M:
+      break;
   }
   const GgmlType base = m == WeightMixture::kQ4_K_M ? GgmlType::kQ4_K : GgmlType::kQ5_K;
   const bool promote =
@@ -98,8 +105,8 @@ class PlanBuilder {
            int64_t layer = -1, bool expert_stack = false) {
     if (ne.size() == 1) role = Role::kAlwaysF32;
     const GgmlType type = TypeFor(plan_.mixture, role, layer, n_layer_, ne[0]);
-    plan_.tensors.push_back(PlannedTensor{std::move(name), type, std::move(ne), init, std, layer,
-                                          expert_stack});
+    plan_.tensors.push_back(
+        PlannedTensor{std::move(name), type, std::move(ne), init, std, layer, expert_stack});
   }
   // A projection {in, out} (or a stack {in, out, n}) drawn N(0, (gain / sqrt(in))^2).
   void Proj(std::string name, std::vector<int64_t> ne, double gain, Role role, int64_t layer) {
@@ -157,15 +164,15 @@ uint64_t TensorKey(uint64_t seed, std::string_view name) {
 // Box-Muller on batches of kBatch pairs. The draws are sequential, the transform is written
 // with branch-free polynomials so the compiler vectorises it: with libm's logf/sinf/cosf one
 // value took 14 ns, which made the generator slower than the quantizer (bench on the dev VM).
-constexpr int kBatch = 32;
+constexpr int64_t kBatch = 32;
 
 // ln(u) for u in (0, 1]: u = 2^e * m with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(t),
 // t = (m - 1) / (m + 1), |t| <= 0.172; the series to t^9 is good to ~1e-9.
 inline float LogUnit(uint32_t bits) {
   int32_t e = static_cast<int32_t>(bits >> 23) - 127;
   uint32_t mbits = (bits & 0x7FFFFF) | 0x3F800000;  // m in [1, 2)
-  const bool high = mbits > 0x3FB504F3;               // m > sqrt(2)
-  mbits = high ? mbits - 0x00800000 : mbits;          // m / 2
+  const bool high = mbits > 0x3FB504F3;             // m > sqrt(2)
+  mbits = high ? mbits - 0x00800000 : mbits;        // m / 2
   e = high ? e + 1 : e;
   const float m = std::bit_cast<float>(mbits);
   const float t = (m - 1.0f) / (m + 1.0f);
@@ -177,7 +184,8 @@ inline float LogUnit(uint32_t bits) {
 // sin and cos of 2 pi x for x in [0, 1): reduced to a quarter turn q and |r| <= 1/8 turn, where
 // Taylor series to degree 9 / 8 are good to ~2e-9.
 inline void SinCosTurns(float x, float& s, float& c) {
-  const float q = static_cast<float>(static_cast<int32_t>(4.0f * x + 0.5f));  // x >= 0
+  // x >= 0, so truncation rounds 4x to nearest (and, unlike nearbyint, vectorises).
+  const float q = static_cast<float>(static_cast<int32_t>(4.0f * x + 0.5f));  // NOLINT
   const float a = 2.0f * std::numbers::pi_v<float> * (x - 0.25f * q);
   const float a2 = a * a;
   const float sa = a * (1 - a2 / 6 * (1 - a2 / 20 * (1 - a2 / 42 * (1 - a2 / 72))));
@@ -193,20 +201,20 @@ void NormalRow(Xoshiro256& rng, float std, float* out, int64_t n) {
   alignas(64) float u2[kBatch];
   alignas(64) float values[2 * kBatch];
   for (int64_t done = 0; done < n; done += 2 * kBatch) {
-    for (int i = 0; i < kBatch; ++i) {
+    for (int64_t i = 0; i < kBatch; ++i) {
       const uint64_t r = rng.Next();
       // (r >> 40) + 1 in [1, 2^24], as the bits of a float in (0, 1].
       u1[i] = std::bit_cast<uint32_t>(static_cast<float>((r >> 40) + 1) * 0x1p-24f);
       u2[i] = static_cast<float>((r >> 8) & 0xFFFFFF) * 0x1p-24f;
     }
-    for (int i = 0; i < kBatch; ++i) {
+    for (int64_t i = 0; i < kBatch; ++i) {
       const float radius = std * std::sqrt(-2.0f * LogUnit(u1[i]));
       float s, c;
       SinCosTurns(u2[i], s, c);
       values[2 * i] = radius * c;
       values[2 * i + 1] = radius * s;
     }
-    const int64_t take = std::min<int64_t>(2 * kBatch, n - done);
+    const int64_t take = std::min(2 * kBatch, n - done);
     std::copy(values, values + take, out + done);
   }
 }
@@ -221,8 +229,8 @@ absl::StatusOr<SynthPreset> FindPreset(std::string_view name) {
     if (p.name == name) return p;
     names.push_back(Sv(p.name));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown preset '", Sv(name), "' (one of ",
-                                                 absl::StrJoin(names, ", "), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown preset '", Sv(name), "' (one of ", absl::StrJoin(names, ", "), ")"));
 }
 
 absl::StatusOr<WeightMixture> ParseMixture(std::string_view name) {
@@ -302,8 +310,8 @@ absl::StatusOr<ModelPlan> PlanModel(const SynthPreset& preset, WeightMixture mix
     b.Proj(name("ffn_gate_inp.weight"), {h, p.n_expert}, 6.0, Role::kAlwaysF32, il);
     b.Proj(name("ffn_gate_exps.weight"), {h, p.n_ff_expert, p.n_expert}, 1.0, Role::kOther, il);
     b.Proj(name("ffn_up_exps.weight"), {h, p.n_ff_expert, p.n_expert}, 1.0, Role::kOther, il);
-    b.Proj(name("ffn_down_exps.weight"), {p.n_ff_expert, h, p.n_expert}, 0.25 * s,
-           Role::kMoreBits, il);
+    b.Proj(name("ffn_down_exps.weight"), {p.n_ff_expert, h, p.n_expert}, 0.25 * s, Role::kMoreBits,
+           il);
     b.Proj(name("ffn_gate_inp_shexp.weight"), {h}, 1.0, Role::kAlwaysF32, il);
     b.Proj(name("ffn_gate_shexp.weight"), {h, p.n_ff_shared}, 1.0, Role::kOther, il);
     b.Proj(name("ffn_up_shexp.weight"), {h, p.n_ff_shared}, 1.0, Role::kOther, il);

@@ -26,10 +26,10 @@ class GgufWriter;
 namespace deltaserve::worker {
 
 // Shared by every Qwen3.5 size (MODEL_SPEC §1.1, §1.2).
-inline constexpr int64_t kSynthHeadDim = 256;        // attention head dim
-inline constexpr int64_t kSynthRotaryDims = 64;      // rotated dims per head
+inline constexpr int64_t kSynthHeadDim = 256;    // attention head dim
+inline constexpr int64_t kSynthRotaryDims = 64;  // rotated dims per head
 inline constexpr double kSynthRopeBase = 1e7;
-inline constexpr int64_t kSynthSsmHeadDim = 128;     // DeltaNet dk = dv
+inline constexpr int64_t kSynthSsmHeadDim = 128;  // DeltaNet dk = dv
 inline constexpr int64_t kSynthConvKernel = 4;
 inline constexpr int64_t kSynthFullAttentionInterval = 4;
 inline constexpr double kSynthRmsEps = 1e-6;
@@ -51,8 +51,8 @@ struct SynthPreset {
   int64_t n_expert;
   int64_t n_expert_used;
   int64_t n_ff_expert;
-  int64_t n_ff_shared;    // shared expert width
-  bool tied;              // no output.weight: the head is token_embd
+  int64_t n_ff_shared;  // shared expert width
+  bool tied;            // no output.weight: the head is token_embd
 
   bool is_moe() const { return n_expert > 0; }
 };
@@ -76,11 +76,11 @@ bool UseMoreBits(int64_t layer, int64_t n_layer);
 
 // How a tensor's values are drawn (../shared/golden/README.md, "Random initialisation").
 enum class InitRule {
-  kNormal,        // N(0, std^2)
-  kNormWeight,    // 1 + 0.1 * N(0, 1)
-  kSignedNorm,    // +-(1 + 0.1 * N(0, 1)), random sign (output_norm of tied models)
-  kSsmA,          // -exp(U[ln 0.1, 0])
-  kDtBias,        // U[-0.5, 0.5]
+  kNormal,      // N(0, std^2)
+  kNormWeight,  // 1 + 0.1 * N(0, 1)
+  kSignedNorm,  // +-(1 + 0.1 * N(0, 1)), random sign (output_norm of tied models)
+  kSsmA,        // -exp(U[ln 0.1, 0])
+  kDtBias,      // U[-0.5, 0.5]
 };
 
 // One tensor of the plan.
@@ -89,9 +89,9 @@ struct PlannedTensor {
   common::GgmlType type;
   std::vector<int64_t> ne;  // GGML order: ne[0] is the row length
   InitRule init;
-  float std;                // for kNormal
-  int64_t layer;            // -1 for global tensors
-  bool expert_stack;        // {in, out, n_expert}: only n_expert_used of ne[2] are active
+  float std;          // for kNormal
+  int64_t layer;      // -1 for global tensors
+  bool expert_stack;  // {in, out, n_expert}: only n_expert_used of ne[2] are active
 
   int64_t n_elements() const;
   // Rows of ne[0] values (the product of the other dims).

@@ -48,6 +48,7 @@ struct Options {
 };
 
 void PrintHelp() {
+  // clang-format off
   std::cout <<
       "usage: deltaserve-synth --preset P --type T --vocab-from VOCAB.gguf -o OUT.gguf\n"
       "                        [--seed S] [--layers N] [--threads N] [--plan]\n"
@@ -57,6 +58,7 @@ void PrintHelp() {
       "finite at full depth; the text generated is gibberish.\n"
       "\n"
       "  --preset P        model size (hidden, layers, heads q/kv, DeltaNet heads k/v, FFN):\n";
+  // clang-format on
   for (const SynthPreset& p : SynthPresets()) {
     std::cout << absl::StrFormat("                      %-10s H=%-5d L=%-3d %d/%d  %d/%d  ",
                                  std::string(p.name), p.n_embd, p.n_layer, p.n_head, p.n_head_kv,
@@ -68,6 +70,7 @@ void PrintHelp() {
       std::cout << absl::StrFormat("I=%d%s\n", p.n_ff, p.tied ? ", tied" : "");
     }
   }
+  // clang-format off
   std::cout <<
       "  --type T          f32 | f16 | q8_0 | q4_k_m | q5_k_m | q6_k (mixtures as llama-quantize;\n"
       "                    norms, ssm_a, ssm_dt.bias, ssm_conv1d and routers stay f32)\n"
@@ -81,6 +84,7 @@ void PrintHelp() {
       "                    when (i+1) % 4 == 0)\n"
       "  --threads N       generator threads (default 2)\n"
       "  --plan            print the tensor plan, parameter counts and size; write nothing\n";
+  // clang-format on
 }
 
 int Usage(const std::string& why) {
@@ -154,7 +158,8 @@ std::string Parse(int argc, char** argv, Options& o, bool& help) {
   return "";
 }
 
-std::string Mb(uint64_t bytes) { return absl::StrFormat("%.1f MB", bytes / 1e6); }
+double Megabytes(uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+std::string Mb(uint64_t bytes) { return absl::StrFormat("%.1f MB", Megabytes(bytes)); }
 
 // Progress on stderr: percent of tensor bytes and throughput, redrawn in place on a terminal,
 // one line every 10 s otherwise (logs of CI runs).
@@ -167,10 +172,11 @@ class Progress {
     const double now = Seconds();
     if (now - last_ < (tty_ ? 0.25 : 10.0) && done_ < total_) return;
     last_ = now;
-    std::cerr << absl::StrFormat("%s[%5.1f%%] %9.1f / %.1f MB  %6.1f MB/s  %-40s%s",
-                                 tty_ ? "\r" : "", 100.0 * done_ / std::max<uint64_t>(total_, 1),
-                                 done_ / 1e6, total_ / 1e6, done_ / 1e6 / std::max(now, 1e-9),
-                                 std::string(tensor), tty_ ? "" : "\n");
+    std::cerr << absl::StrFormat(
+        "%s[%5.1f%%] %9.1f / %.1f MB  %6.1f MB/s  %-40s%s", tty_ ? "\r" : "",
+        100.0 * Megabytes(done_) / std::max(Megabytes(total_), 1e-9), Megabytes(done_),
+        Megabytes(total_), Megabytes(done_) / std::max(now, 1e-9), std::string(tensor),
+        tty_ ? "" : "\n");
   }
   void Finish() {
     if (tty_) std::cerr << "\n";
@@ -247,9 +253,8 @@ class TensorStreamer {
 absl::StatusOr<int64_t> VocabRows(const common::GgufFile& vocab) {
   absl::StatusOr<std::unique_ptr<common::Tokenizer>> tok = common::Tokenizer::FromGguf(vocab);
   if (!tok.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("vocabulary file ", vocab.name(),
-                                                   " has no usable tokenizer: ",
-                                                   tok.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocabulary file ", vocab.name(), " has no usable tokenizer: ", tok.status().message()));
   }
   absl::StatusOr<const common::GgufValue*> tokens = vocab.GetArray("tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
@@ -302,8 +307,9 @@ int Main(int argc, char** argv) {
   const std::string summary = absl::StrFormat(
       "%s %s (%s), %d layers, %d-token vocabulary: %.3fB parameters (%.3fB active), %s",
       std::string(plan->preset.name), std::string(MixtureName(plan->mixture)),
-      std::string(plan->arch()), plan->preset.n_layer, plan->n_vocab, TotalParams(*plan) / 1e9,
-      ActiveParams(*plan) / 1e9, Mb(writer.FileSize()));
+      std::string(plan->arch()), plan->preset.n_layer, plan->n_vocab,
+      static_cast<double>(TotalParams(*plan)) / 1e9, static_cast<double>(ActiveParams(*plan)) / 1e9,
+      Mb(writer.FileSize()));
   if (o.plan_only) {
     PrintPlan(*plan);
     std::cout << summary << "\n";
@@ -320,7 +326,7 @@ int Main(int argc, char** argv) {
   const double seconds = progress.Seconds();
   std::cerr << absl::StrFormat("deltaserve-synth: wrote %s: %s in %.1f s (%.1f MB/s, %d threads)\n",
                                o.out, Mb(writer.FileSize()), seconds,
-                               writer.FileSize() / 1e6 / std::max(seconds, 1e-9), o.threads);
+                               Megabytes(writer.FileSize()) / std::max(seconds, 1e-9), o.threads);
   return 0;
 }
 

@@ -1,0 +1,347 @@
+// Engine throughput benchmark: prefill and decode tokens per second of the Qwen3.5 forward pass
+// on the CPU backend, for comparison with llama.cpp on the same GGUF file (bench/engine_bench.sh
+// runs both; bench/llama_cpp_engine_throughput.py is the llama.cpp side, measuring the same way).
+//
+//   deltaserve-bench-engine -m FILE --threads N --scenario {prefill,decode} --prompt N
+//                           [--decode N] [--batch 512] [--reps R] [--seed S] [--json]
+//
+// The prompt is N pseudo-random token ids below min(2000, n_vocab) drawn with splitmix64 from
+// --seed (PromptIds below; the Python side draws the identical ids, and both print their FNV-1a
+// hash so the script can check).
+//   prefill: a fresh sequence per repetition; the prompt is fed in chunks of --batch tokens, each
+//            chunk one Forward call that computes only the logits of its last token (what a
+//            server does); tok/s = N / time of those calls.
+//   decode:  every repetition prefills the prompt ("depth", may be 0) into a fresh sequence,
+//            untimed, then times --decode single-token Forward calls, each token the greedy
+//            argmax of the previous logits (at depth 0 the first one is the first id the seed
+//            draws); tok/s = decode tokens / time of those calls. (Re-prefilling rather than
+//            snapshotting keeps peak RSS at one sequence, and llama.cpp cannot roll a
+//            recurrent state back.)
+// Only Forward calls are timed (not the argmax, not restoring state). One untimed warm-up pass
+// (one chunk) first touches the memory-mapped weights.
+//
+// stdout: one JSON object per repetition, then a summary with the median:
+//   {"engine":"deltaserve","scenario":"prefill","prompt":512,"rep":1,"tokens":512,
+//    "seconds":1.23,"tok_s":416.2}
+//   summary: engine=deltaserve scenario=prefill prompt=512 decode=0 median_tok_s=X ...
+// With --json the summary is a JSON object instead (one line, "summary":true) that also has the
+// peak RSS (getrusage ru_maxrss), the weight bytes one decode step reads and the id hash.
+// Progress goes to stderr.
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/backend.h"
+#include "worker/engine/qwen35.h"
+
+namespace deltaserve::bench {
+namespace {
+
+using worker::BatchEntry;
+using worker::Qwen35Model;
+using worker::SequenceState;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kUsage[] =
+    "usage: deltaserve-bench-engine -m FILE --threads N --scenario {prefill,decode} --prompt N\n"
+    "                               [--decode N] [--batch 512] [--reps R] [--seed S] [--json]\n"
+    "  -m FILE            Qwen3.5 GGUF model (qwen35 / qwen35moe)\n"
+    "  --threads N        CPU backend threads (default 0: one per core)\n"
+    "  --scenario S       prefill: time feeding --prompt tokens to a fresh sequence;\n"
+    "                     decode: prefill --prompt tokens (the depth, may be 0) untimed, then\n"
+    "                     time --decode greedy single-token steps\n"
+    "  --prompt N         prompt tokens (pseudo-random ids below min(2000, n_vocab))\n"
+    "  --decode N         decode steps per repetition (default 64)\n"
+    "  --batch N          prefill chunk size in tokens (default 512)\n"
+    "  --reps R           timed repetitions (default 5); the summary gives the median\n"
+    "  --seed S           seed of the prompt ids (default 1)\n"
+    "  --warmup N         untimed warm-up passes before the first repetition (default 1)\n"
+    "  --json             print the summary as one JSON object (with peak RSS)\n";
+
+struct Options {
+  std::string model;
+  int threads = 0;
+  std::string scenario;
+  int64_t prompt = -1;
+  int64_t decode = 64;
+  int64_t batch = 512;
+  int reps = 5;
+  uint64_t seed = 1;
+  int warmup = 1;
+  bool json = false;
+};
+
+// Parses argv; returns an empty string on success, else what is wrong.
+std::string Parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    auto number = [&](auto& out) -> bool {
+      const char* v = value();
+      return v != nullptr && absl::SimpleAtoi(v, &out);
+    };
+    if (a == "-m" || a == "--model") {
+      const char* v = value();
+      if (v == nullptr) return "-m needs a file";
+      o.model = v;
+    } else if (a == "--scenario") {
+      const char* v = value();
+      if (v == nullptr) return "--scenario needs prefill or decode";
+      o.scenario = v;
+    } else if (a == "--threads" || a == "-t") {
+      if (!number(o.threads) || o.threads < 0) return "--threads needs a count >= 0";
+    } else if (a == "--prompt") {
+      if (!number(o.prompt) || o.prompt < 0) return "--prompt needs a token count >= 0";
+    } else if (a == "--decode") {
+      if (!number(o.decode) || o.decode < 1) return "--decode needs a count >= 1";
+    } else if (a == "--batch") {
+      if (!number(o.batch) || o.batch < 1) return "--batch needs a count >= 1";
+    } else if (a == "--reps") {
+      if (!number(o.reps) || o.reps < 1) return "--reps needs a count >= 1";
+    } else if (a == "--seed") {
+      if (!number(o.seed)) return "--seed needs an unsigned integer";
+    } else if (a == "--warmup") {
+      if (!number(o.warmup) || o.warmup < 0) return "--warmup needs a count >= 0";
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "-h" || a == "--help") {
+      return "help";
+    } else {
+      return "unknown argument '" + std::string(a) + "'";
+    }
+  }
+  if (o.model.empty()) return "-m FILE is required";
+  if (o.scenario != "prefill" && o.scenario != "decode") {
+    return "--scenario must be prefill or decode";
+  }
+  if (o.prompt < 0) return "--prompt N is required";
+  if (o.scenario == "prefill" && o.prompt == 0) return "prefill needs --prompt >= 1";
+  return "";
+}
+
+// splitmix64 (Steele, Lea, Flood 2014); the Python side implements the same steps.
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// `n` ids in [0, min(2000, n_vocab)): low ids are ordinary byte-level BPE tokens in the Qwen3
+// vocabulary (no special tokens), and the tiny golden vocabularies have 2048 entries.
+std::vector<int32_t> PromptIds(int64_t n, uint64_t seed, int64_t n_vocab) {
+  const uint64_t limit = static_cast<uint64_t>(std::min<int64_t>(2000, n_vocab));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t state = seed;
+  for (int32_t& id : ids) id = static_cast<int32_t>(SplitMix64(state) % limit);
+  return ids;
+}
+
+// FNV-1a over the ids as 32-bit little-endian values.
+uint64_t HashIds(const std::vector<int32_t>& ids) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (int32_t id : ids) {
+    const auto u = static_cast<uint32_t>(id);
+    for (int b = 0; b < 4; ++b) {
+      h ^= (u >> (8 * b)) & 0xFF;
+      h *= 0x100000001B3ULL;
+    }
+  }
+  return h;
+}
+
+int32_t Argmax(const std::vector<float>& logits, int64_t n_vocab) {
+  const float* row = logits.data() + (logits.size() - static_cast<size_t>(n_vocab));
+  return static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
+}
+
+double PeakRssMb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+// Weight bytes one decode step reads: every tensor of the main layers (MTP layers are not run;
+// for MoE only n_expert_used / n_expert of the expert stacks, on average), the final norm, the
+// output head (token_embd when tied) and one embedding row.
+double DecodeWeightBytes(const Qwen35Model& model) {
+  const auto& hp = model.hparams();
+  double bytes = 0;
+  for (const common::GgufTensorInfo& t : model.file().tensors()) {
+    const std::string_view name = t.name;
+    double b = static_cast<double>(t.n_bytes);
+    if (name.starts_with("blk.")) {
+      int64_t layer = -1;
+      const auto [end, ec] = std::from_chars(name.data() + 4, name.data() + name.size(), layer);
+      if (ec != std::errc() || end == name.data() + name.size() || *end != '.' ||
+          layer >= hp.n_layer) {
+        continue;
+      }
+      if (hp.is_moe && name.find("_exps") != std::string_view::npos && hp.n_expert > 0) {
+        b *= static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert);
+      }
+      bytes += b;
+    } else if (name == "output_norm.weight" || name == "output.weight") {
+      bytes += b;
+    } else if (name == "token_embd.weight") {
+      bytes += hp.tied_output ? b : b / static_cast<double>(hp.n_vocab);
+    }
+  }
+  return bytes;
+}
+
+// Feeds `ids` to `seq` in chunks of `batch` (last-token logits only); returns the seconds spent
+// in Forward.
+absl::StatusOr<double> Prefill(Qwen35Model& model, SequenceState& seq,
+                               const std::vector<int32_t>& ids, int64_t batch,
+                               std::vector<float>& logits) {
+  double seconds = 0;
+  for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(batch)) {
+    const size_t n = std::min(ids.size() - begin, static_cast<size_t>(batch));
+    const BatchEntry entry{&seq, absl::MakeConstSpan(ids.data() + begin, n), false};
+    const auto t0 = Clock::now();
+    if (absl::Status s = model.Forward({&entry, 1}, logits); !s.ok()) return s;
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return seconds;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "deltaserve-bench-engine: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+int Run(const Options& o) {
+  std::unique_ptr<kernels::Backend> backend = kernels::MakeCpuBackend(o.threads);
+  absl::StatusOr<std::unique_ptr<Qwen35Model>> loaded = Qwen35Model::Load(o.model, *backend);
+  if (!loaded.ok()) return Fail(loaded.status());
+  Qwen35Model& model = **loaded;
+  const int64_t n_vocab = model.n_vocab();
+  const std::vector<int32_t> ids = PromptIds(o.prompt, o.seed, n_vocab);
+  const bool prefill = o.scenario == "prefill";
+  const int64_t capacity = o.prompt + (prefill ? 0 : o.decode);
+  std::fprintf(stderr, "deltaserve-bench-engine: %s, %s prompt=%lld%s, %d threads, %d reps\n",
+               o.model.c_str(), o.scenario.c_str(), static_cast<long long>(o.prompt),
+               prefill ? "" : absl::StrCat(" decode=", o.decode).c_str(), o.threads, o.reps);
+
+  std::vector<float> logits;
+  // Warm-up: the first chunk (prefill) or one token (decode) through a throwaway sequence.
+  const std::vector<int32_t> first_id = PromptIds(1, o.seed, n_vocab);
+  const std::vector<int32_t> warm =
+      prefill ? std::vector<int32_t>(ids.begin(), ids.begin() + std::min(o.prompt, o.batch))
+              : first_id;
+  for (int w = 0; w < o.warmup; ++w) {
+    absl::StatusOr<std::unique_ptr<SequenceState>> seq = model.NewSequence(capacity);
+    if (!seq.ok()) return Fail(seq.status());
+    if (absl::StatusOr<double> s = Prefill(model, **seq, warm, o.batch, logits); !s.ok()) {
+      return Fail(s.status());
+    }
+  }
+
+  // Decode at depth 0 starts from the first id the seed draws, else from the prompt's argmax.
+  int32_t first_token = first_id[0];
+  double depth_seconds = 0;
+
+  std::vector<double> rates;
+  for (int rep = 1; rep <= o.reps; ++rep) {
+    absl::StatusOr<std::unique_ptr<SequenceState>> made = model.NewSequence(capacity);
+    if (!made.ok()) return Fail(made.status());
+    SequenceState& seq = **made;
+    double seconds = 0;
+    int64_t tokens = 0;
+    if (prefill) {
+      absl::StatusOr<double> s = Prefill(model, seq, ids, o.batch, logits);
+      if (!s.ok()) return Fail(s.status());
+      seconds = *s;
+      tokens = o.prompt;
+    } else {
+      if (o.prompt > 0) {
+        absl::StatusOr<double> s = Prefill(model, seq, ids, o.batch, logits);
+        if (!s.ok()) return Fail(s.status());
+        depth_seconds = *s;
+        first_token = Argmax(logits, n_vocab);
+      }
+      int32_t next = first_token;
+      for (int64_t step = 0; step < o.decode; ++step) {
+        const int32_t one[1] = {next};
+        const BatchEntry entry{&seq, one, false};
+        const auto t0 = Clock::now();
+        if (absl::Status s = model.Forward({&entry, 1}, logits); !s.ok()) return Fail(s);
+        seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        next = Argmax(logits, n_vocab);
+      }
+      tokens = o.decode;
+    }
+    const double tok_s = static_cast<double>(tokens) / std::max(seconds, 1e-12);
+    rates.push_back(tok_s);
+    std::printf(
+        "{\"engine\":\"deltaserve\",\"scenario\":\"%s\",\"prompt\":%lld,\"decode\":%lld,"
+        "\"rep\":%d,\"tokens\":%lld,\"seconds\":%.6f,\"tok_s\":%.3f}\n",
+        o.scenario.c_str(), static_cast<long long>(o.prompt),
+        static_cast<long long>(prefill ? 0 : o.decode), rep, static_cast<long long>(tokens),
+        seconds, tok_s);
+    std::fflush(stdout);
+    std::fprintf(stderr, "  rep %d/%d: %.2f tok/s\n", rep, o.reps, tok_s);
+  }
+
+  const double median = Median(rates);
+  const double min = *std::min_element(rates.begin(), rates.end());
+  const double max = *std::max_element(rates.begin(), rates.end());
+  const double weight_bytes = DecodeWeightBytes(model);
+  const worker::ModelMemory mem = model.Memory();
+  if (o.json) {
+    std::printf(
+        "{\"summary\":true,\"engine\":\"deltaserve\",\"scenario\":\"%s\",\"prompt\":%lld,"
+        "\"decode\":%lld,\"batch\":%lld,\"threads\":%d,\"reps\":%d,\"median_tok_s\":%.3f,"
+        "\"min_tok_s\":%.3f,\"max_tok_s\":%.3f,\"depth_prefill_seconds\":%.3f,"
+        "\"peak_rss_mb\":%.1f,\"weight_bytes\":%llu,\"decode_weight_bytes_per_token\":%.0f,"
+        "\"kv_bytes_per_token\":%llu,\"kv_type\":\"f32\",\"ids_fnv1a\":\"%016llx\"}\n",
+        o.scenario.c_str(), static_cast<long long>(o.prompt),
+        static_cast<long long>(prefill ? 0 : o.decode), static_cast<long long>(o.batch),
+        o.threads, o.reps, median, min, max, depth_seconds, PeakRssMb(),
+        static_cast<unsigned long long>(mem.weight_bytes), weight_bytes,
+        static_cast<unsigned long long>(mem.kv_bytes_per_token),
+        static_cast<unsigned long long>(HashIds(ids)));
+  } else {
+    std::printf(
+        "summary: engine=deltaserve scenario=%s prompt=%lld decode=%lld reps=%d "
+        "median_tok_s=%.3f min_tok_s=%.3f max_tok_s=%.3f peak_rss_mb=%.1f\n",
+        o.scenario.c_str(), static_cast<long long>(o.prompt),
+        static_cast<long long>(prefill ? 0 : o.decode), o.reps, median, min, max, PeakRssMb());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltaserve::bench
+
+int main(int argc, char** argv) {
+  deltaserve::bench::Options options;
+  if (std::string why = deltaserve::bench::Parse(argc, argv, options); !why.empty()) {
+    if (why != "help") std::fprintf(stderr, "deltaserve-bench-engine: %s\n", why.c_str());
+    std::fputs(deltaserve::bench::kUsage, stderr);
+    return why == "help" ? 0 : 2;
+  }
+  return deltaserve::bench::Run(options);
+}
