@@ -2,23 +2,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/vec_math.h"
+
 namespace deltaserve::kernels {
 namespace {
-
-// The build targets baseline x86-64 (SSE2). The attention loops are compiled three times
-// (AVX-512, AVX2+FMA, baseline) and the copy for the running CPU is picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define DELTASERVE_ISA_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define DELTASERVE_ISA_CLONES
-#endif
 
 // Below this many multiply-adds (q·k plus p·v over all heads) the op stays on the calling thread.
 constexpr int64_t kParallelFlops = 1 << 16;
@@ -31,30 +23,10 @@ bool IsValid(const Mat& m) {
          (m.data != nullptr || m.rows == 0 || m.cols == 0);
 }
 
-// exp(x) for x <= 0 without a library call, so the softmax loop vectorises: x = n ln2 + r with
-// |r| <= ln2/2 (ln2 split in two for an exact product), e^r by the Cephes expf polynomial
-// (relative error ~1e-7), 2^n built in the exponent bits. Inputs below -87 (where e^x nears the
-// smallest normal float) give 0; e^0 is exactly 1; NaN stays NaN.
-__attribute__((always_inline)) inline float ExpNonPositive(float x_in) {
-  const float x = x_in > -87.0f ? x_in : -87.0f;  // also maps NaN into range: no UB below
-  // Round to nearest by the 1.5 * 2^23 trick (no -ffast-math here, so it is not folded away).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x_in >= -87.0f ? er * two_n : (x_in < -87.0f ? 0.0f : x_in);
-}
-
 // Dot product with 32 independent partial sums so that g++ -O3 vectorises it without
 // -ffast-math.
-__attribute__((always_inline)) inline float Dot(const float* __restrict a,
-                                                const float* __restrict b, int64_t n) {
+DELTASERVE_ALWAYS_INLINE float Dot(const float* __restrict a, const float* __restrict b,
+                                   int64_t n) {
   float acc[32] = {};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -82,8 +54,8 @@ struct Problem {
 struct Scratch {
   Scratch(int64_t rows, int64_t n_kv, int64_t head_dim)
       : q(rows * head_dim), acc(rows * head_dim), scores(rows * n_kv), inv_sum(rows) {}
-  std::vector<float> q, acc;  // [rows][head_dim]
-  std::vector<float> scores;  // [rows][n_kv]
+  std::vector<float> q, acc;   // [rows][head_dim]
+  std::vector<float> scores;   // [rows][n_kv]
   std::vector<float> inv_sum;  // [rows]
 };
 
@@ -101,8 +73,7 @@ DELTASERVE_ISA_CLONES void AttendBlock(const Problem& p, int64_t t0, int64_t nt,
   // Private query copies let out alias q.
   for (int64_t ti = 0; ti < nt; ++ti) {
     for (int64_t hi = 0; hi < nh; ++hi) {
-      std::copy_n(p.q.data + (t0 + ti) * p.q.stride + (h0 + hi) * hd, hd,
-                  q + (ti * nh + hi) * hd);
+      std::copy_n(p.q.data + (t0 + ti) * p.q.stride + (h0 + hi) * hd, hd, q + (ti * nh + hi) * hd);
     }
   }
   const float* kbase = p.k.data + kvh * hd;
@@ -123,7 +94,7 @@ DELTASERVE_ISA_CLONES void AttendBlock(const Problem& p, int64_t t0, int64_t nt,
     for (int64_t j = 0; j < n_visible; ++j) max_score = std::max(max_score, sr[j]);
     float sum = 0.0f;
     for (int64_t j = 0; j < n_visible; ++j) {
-      sr[j] = ExpNonPositive(sr[j] - max_score);
+      sr[j] = internal::FastExp(sr[j] - max_score);
       sum += sr[j];
     }
     inv_sum[r] = 1.0f / sum;
@@ -173,8 +144,8 @@ KernelStatus AttentionCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Ma
   int64_t n_slices = 1;
   if (parallel) {
     const int64_t want = 2 * pool.size();
-    n_slices = std::clamp<int64_t>((want + n_tblocks * n_head_kv - 1) / (n_tblocks * n_head_kv),
-                                   1, group);
+    n_slices =
+        std::clamp<int64_t>((want + n_tblocks * n_head_kv - 1) / (n_tblocks * n_head_kv), 1, group);
   }
   const int64_t slice = (group + n_slices - 1) / n_slices;
   n_slices = (group + slice - 1) / slice;

@@ -1,8 +1,8 @@
 #include "kernels/cpu/conv1d.h"
 
 #include <algorithm>
-#include <cmath>
-#include <vector>
+
+#include "kernels/cpu/vec_math.h"
 
 namespace deltaserve::kernels {
 namespace {
@@ -17,7 +17,45 @@ bool IsValid(const Mat& m) {
          (m.data != nullptr || m.rows == 0 || m.cols == 0);
 }
 
-inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+// Channels [c0, c1), token by token on the taps as stored ([C][kernel]), shifting the window in
+// `state` in place. Each output reads its inputs before writing, so y may alias x. kKernel > 0
+// fixes the kernel size at compile time (4 in every Qwen3.5 model) so the channel loop
+// vectorises. This beat a variant over transposed copies of the taps and window ([kernel][C]) at
+// every length: 6144 channels, one thread, 3.3 vs ~50 us at T = 1 (the copies cost more than the
+// convolution) and 2.2 vs 3.0 ms at T = 512 (measured on the AVX-512 dev box).
+template <int kKernel>
+DELTASERVE_ALWAYS_INLINE void ConvTokens(const Mat& x, const float* __restrict w,
+                                         int64_t kernel_arg, float* __restrict state, Mat& y,
+                                         int64_t c0, int64_t c1) {
+  const int64_t kernel = kKernel > 0 ? kKernel : kernel_arg;
+  const int64_t window = kernel - 1;
+  const int64_t channels = x.cols;
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* xt = x.data + t * x.stride;
+    float* yt = y.data + t * y.stride;
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* __restrict wc = w + c * kernel;
+      const float xc = xt[c];
+      float acc = 0.0f;
+      for (int64_t j = 0; j < window; ++j) acc += wc[j] * state[j * channels + c];
+      acc += wc[window] * xc;
+      for (int64_t j = 0; j + 1 < window; ++j) {
+        state[j * channels + c] = state[(j + 1) * channels + c];
+      }
+      if (window > 0) state[(window - 1) * channels + c] = xc;
+      yt[c] = internal::FastSilu(acc);
+    }
+  }
+}
+
+DELTASERVE_ISA_CLONES void ConvChannels(const Mat& x, const float* w, int64_t kernel, float* state,
+                                        Mat& y, int64_t c0, int64_t c1) {
+  if (kernel == 4) {
+    ConvTokens<4>(x, w, kernel, state, y, c0, c1);
+  } else {
+    ConvTokens<0>(x, w, kernel, state, y, c0, c1);
+  }
+}
 
 }  // namespace
 
@@ -27,52 +65,18 @@ KernelStatus CausalConv1dSiluCpu(ThreadPool& pool, const Mat& x, const float* w,
       w == nullptr || (kernel > 1 && state == nullptr)) {
     return KernelStatus::kInvalidArgument;
   }
-  const int64_t n_tokens = x.rows;
   const int64_t channels = x.cols;
-  const int64_t window = kernel - 1;
-  if (n_tokens == 0 || channels == 0) return KernelStatus::kOk;
-
-  // Taps transposed to [kernel][C] so every inner loop below runs over contiguous channels.
-  std::vector<float> taps(kernel * channels);
-  for (int64_t c = 0; c < channels; ++c) {
-    for (int64_t j = 0; j < kernel; ++j) taps[j * channels + c] = w[c * kernel + j];
+  if (x.rows == 0 || channels == 0) return KernelStatus::kOk;
+  if (x.rows * channels * kernel < kParallelFlops || pool.size() == 1 ||
+      channels <= kChannelBlock) {
+    ConvChannels(x, w, kernel, state, y, 0, channels);
+    return KernelStatus::kOk;
   }
-  // The old window is needed after the new one has been written to `state`.
-  std::vector<float> old_window(state, state + window * channels);
-
-  auto run_channels = [&](int64_t c0, int64_t c1) {
-    const int64_t nc = c1 - c0;
-    // Input row i (i in [-window, T)), restricted to channels [c0, c1).
-    auto input = [&](int64_t i) -> const float* {
-      return i < 0 ? old_window.data() + (window + i) * channels + c0 : x.data + i * x.stride + c0;
-    };
-    // New window first: with y aliasing x the newest inputs are overwritten below.
-    for (int64_t r = 0; r < window; ++r) {
-      std::copy_n(input(n_tokens - window + r), nc, state + r * channels + c0);
-    }
-    std::vector<float> acc(nc);
-    for (int64_t t = n_tokens - 1; t >= 0; --t) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < kernel; ++j) {
-        const float* __restrict in = input(t - window + j);
-        const float* __restrict tap = taps.data() + j * channels + c0;
-        float* __restrict a = acc.data();
-        for (int64_t c = 0; c < nc; ++c) a[c] += tap[c] * in[c];
-      }
-      float* yr = y.data + t * y.stride + c0;
-      for (int64_t c = 0; c < nc; ++c) yr[c] = Silu(acc[c]);
-    }
-  };
-
-  const int64_t flops = n_tokens * channels * kernel;
-  if (flops < kParallelFlops || pool.size() == 1 || channels <= kChannelBlock) {
-    run_channels(0, channels);
-  } else {
-    const int64_t n_blocks = (channels + kChannelBlock - 1) / kChannelBlock;
-    pool.ParallelFor(n_blocks, 1, [&](int64_t b0, int64_t b1) {
-      run_channels(b0 * kChannelBlock, std::min(channels, b1 * kChannelBlock));
-    });
-  }
+  const int64_t n_blocks = (channels + kChannelBlock - 1) / kChannelBlock;
+  pool.ParallelFor(n_blocks, 1, [&](int64_t b0, int64_t b1) {
+    ConvChannels(x, w, kernel, state, y, b0 * kChannelBlock,
+                 std::min(channels, b1 * kChannelBlock));
+  });
   return KernelStatus::kOk;
 }
 

@@ -14,8 +14,8 @@ namespace deltaserve::kernels {
 // state [kernel-1][C]: the inputs before x[0], oldest first (zeros at a sequence start).
 //   y[t][c] = silu(sum_j w[c][j] * in[t - (kernel-1) + j][c]),  in[-i] = state[kernel-1-i].
 // On return state holds the last kernel-1 inputs (the window the next call continues from).
-// y may alias x (tokens are produced newest first, so no input is overwritten before its last
-// use). state may be null when kernel == 1.
+// y may alias x (every input is read before the output over it is written). state may be null
+// when kernel == 1.
 KernelStatus CausalConv1dSiluCpu(ThreadPool& pool, const Mat& x, const float* w, int64_t kernel,
                                  float* state, Mat& y);
 

@@ -33,7 +33,8 @@ CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
 DeviceBuffer CpuBackend::Allocate(size_t bytes) {
   // aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a block so
   // that an empty handle keeps meaning "out of memory".
-  const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  const size_t rounded =
+      bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded < bytes) return {};
   void* data = std::aligned_alloc(kAlignment, rounded);
   if (data == nullptr) return {};
@@ -65,8 +66,7 @@ KernelStatus CpuBackend::MatMul(const WeightView& w, const Mat& x, Mat& y) {
   return MatMulCpu(pool_, w, x, y);
 }
 
-KernelStatus CpuBackend::GetRows(const WeightView& table, const int32_t* ids, int64_t n,
-                                 Mat& out) {
+KernelStatus CpuBackend::GetRows(const WeightView& table, const int32_t* ids, int64_t n, Mat& out) {
   if (!IsValid(out) || n < 0 || out.rows != n || out.cols != table.in ||
       (n > 0 && (ids == nullptr || table.data == nullptr))) {
     return KernelStatus::kInvalidArgument;
@@ -94,8 +94,8 @@ KernelStatus CpuBackend::MulSigmoid(Mat& x, const Mat& gate) {
   return MulSigmoidCpu(pool_, x, gate);
 }
 
-KernelStatus CpuBackend::RopeNeox(Mat& x, const int32_t* positions, int64_t n_heads,
-                                  int64_t n_rot, float freq_base) {
+KernelStatus CpuBackend::RopeNeox(Mat& x, const int32_t* positions, int64_t n_heads, int64_t n_rot,
+                                  float freq_base) {
   return RopeNeoxCpu(pool_, x, positions, n_heads, n_rot, freq_base);
 }
 

@@ -5,20 +5,18 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/vec_math.h"
+
 namespace deltaserve::kernels {
 namespace {
 
-// The build targets baseline x86-64 (SSE2). The per-head loops below are compiled three times
-// (AVX-512, AVX2+FMA, baseline) and the copy for the running CPU is picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define DELTASERVE_ISA_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define DELTASERVE_ISA_CLONES
-#endif
-
 // Below this many multiply-adds (about 4 d^2 per token and head) the op stays on one thread.
 constexpr int64_t kParallelFlops = 1 << 16;
+// From this many tokens on the chunked form is the faster one. Per token, 16 heads of 128, one
+// thread, AVX-512: the recurrence costs the same at any T (45 us on the AMD EPYC dev box, 86 on
+// a Xeon VM); the chunked form pays two state transposes per head and call (195 / 550 us at
+// T = 1), breaks even between 8 and 16 tokens on both, and is ~2x faster from 64 on (24 / 60).
+constexpr int64_t kChunkedMinTokens = 12;
 
 bool IsValid(const Mat& m) {
   return m.rows >= 0 && m.cols >= 0 && m.stride >= m.cols &&
@@ -66,11 +64,10 @@ inline float Sum16(const float* a) {
 // R rows at once give R independent accumulator chains and read k and q once for all of them;
 // the 16-wide tiles are what g++ turns into one AVX-512 (two AVX2, four SSE) register each.
 template <int R>
-__attribute__((always_inline)) inline void RecurrentRows(float* __restrict m, int64_t d, int64_t i0,
-                                                         const float* __restrict k,
-                                                         const float* __restrict q,
-                                                         const float* v, float decay, float beta,
-                                                         float scale, float* __restrict o) {
+DELTASERVE_ALWAYS_INLINE void RecurrentRows(float* __restrict m, int64_t d, int64_t i0,
+                                            const float* __restrict k, const float* __restrict q,
+                                            const float* v, float decay, float beta, float scale,
+                                            float* __restrict o) {
   const int64_t d16 = d / 16 * 16;
   float acc[R][16] = {};
   for (int64_t j = 0; j < d16; j += 16) {
@@ -128,13 +125,13 @@ DELTASERVE_ISA_CLONES void RecurrentHead(const Problem& p, int64_t h, float* o_b
   }
 }
 
-// c[m][n] = a[m][k] b[k][n] (+ c when accumulate), row-major with leading dimensions lda, ldb,
-// ldc; the three must not overlap. With lower_k, a is lower triangular (row i zero past column
-// i, zeros stored), so a 4-row block stops its k loop at its last row. The 4 x 32 output tile
-// stays in registers (8 zmm / 16 ymm) while k runs; b rows are read once per tile.
+// c[m][n] = a[m][k] b[k][n] + c_scale * c, row-major with leading dimensions lda, ldb, ldc; the
+// three must not overlap; c_scale == 0 does not read c. With lower_k, a is lower triangular (row
+// i zero past column i, zeros stored), so a 4-row block stops its k loop at its last row. The
+// 4 x 32 output tile stays in registers (8 zmm / 16 ymm) while k runs.
 DELTASERVE_ISA_CLONES void Gemm(int64_t m, int64_t n, int64_t k, const float* __restrict a,
                                 int64_t lda, const float* __restrict b, int64_t ldb,
-                                float* __restrict c, int64_t ldc, bool accumulate, bool lower_k) {
+                                float* __restrict c, int64_t ldc, float c_scale, bool lower_k) {
   constexpr int kRows = 4;
   constexpr int kCols = 32;
   for (int64_t i0 = 0; i0 < m; i0 += kRows) {
@@ -146,7 +143,7 @@ DELTASERVE_ISA_CLONES void Gemm(int64_t m, int64_t n, int64_t k, const float* __
         float acc[kRows][kCols];
         for (int r = 0; r < kRows; ++r) {
           for (int x = 0; x < kCols; ++x) {
-            acc[r][x] = accumulate ? c[(i0 + r) * ldc + x0 + x] : 0.0f;
+            acc[r][x] = c_scale != 0.0f ? c_scale * c[(i0 + r) * ldc + x0 + x] : 0.0f;
           }
         }
         for (int64_t j = 0; j < k_end; ++j) {
@@ -162,9 +159,13 @@ DELTASERVE_ISA_CLONES void Gemm(int64_t m, int64_t n, int64_t k, const float* __
       }
     }
     // Rows of a last partial block, and columns past the last full tile.
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < rows && x0 < n; ++r) {
       float* cr = c + (i0 + r) * ldc;
-      if (!accumulate) std::fill(cr + x0, cr + n, 0.0f);
+      if (c_scale == 0.0f) {
+        std::fill(cr + x0, cr + n, 0.0f);
+      } else if (c_scale != 1.0f) {
+        for (int64_t x = x0; x < n; ++x) cr[x] *= c_scale;
+      }
       for (int64_t j = 0; j < k_end; ++j) {
         const float arj = a[(i0 + r) * lda + j];
         const float* bj = b + j * ldb;
@@ -174,19 +175,39 @@ DELTASERVE_ISA_CLONES void Gemm(int64_t m, int64_t n, int64_t k, const float* __
   }
 }
 
-// dst[c][r] = src[r][c] for a [rows][cols] src.
+// dst[c][r] = src[r][c] for a [rows][cols] src, in 16 x 16 tiles: a plain column walk over a
+// 128 x 128 state writes a new cache line per element and cost ~80 us per head (Xeon VM).
 inline void Transpose(const float* __restrict src, int64_t rows, int64_t cols,
                       float* __restrict dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  constexpr int64_t kTile = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t r1 = std::min(rows, r0 + kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+      }
+    }
   }
 }
 
 // Per-thread buffers of the chunked form for chunks of up to n rows and head size d.
 struct ChunkScratch {
   ChunkScratch(int64_t n, int64_t d)
-      : s(d * d), qw(2 * n * d), k(n * d), kt(d * n), v(n * d), u(n * d), qsws(2 * n * d),
-        qk(n * n), kk(n * n), tinv(n * n), aw(n * n), au(n * n), gamma(n), beta(n) {}
+      : s(d * d),
+        qw(2 * n * d),
+        k(n * d),
+        kt(d * n),
+        v(n * d),
+        u(n * d),
+        qsws(2 * n * d),
+        qk(n * n),
+        kk(n * n),
+        tinv(n * n),
+        aw(n * n),
+        au(n * n),
+        gamma(n),
+        beta(n) {}
   std::vector<float> s;                     // [d (k)][d (v)]: S, key-major, for the whole call
   std::vector<float> qw;                    // [2n][d]: Q (scaled) rows, then W rows
   std::vector<float> k, kt, v, u, qsws;     // [n][d], [d][n], [n][d], [n][d] (U, then V'), [2n][d]
@@ -238,8 +259,8 @@ DELTASERVE_ISA_CLONES void ChunkedHead(const Problem& p, int64_t h, ChunkScratch
 
     // Step 2 and the intra-chunk scores of step 6, lower triangle kept, the rest zeroed. The
     // decay exp(gamma_i - gamma_j) <= 1 is formed from the difference (masked before exp).
-    Gemm(n, n, d, q, d, kt, n, qk, n, false, false);
-    Gemm(n, n, d, k, d, kt, n, kk, n, false, false);
+    Gemm(n, n, d, q, d, kt, n, qk, n, 0.0f, false);
+    Gemm(n, n, d, k, d, kt, n, kk, n, 0.0f, false);
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         if (j > i) {
@@ -275,12 +296,12 @@ DELTASERVE_ISA_CLONES void ChunkedHead(const Problem& p, int64_t h, ChunkScratch
         au[i * n + j] = tinv[i * n + j] * bj;
       }
     }
-    Gemm(n, d, n, aw, n, k, d, w, d, false, true);
-    Gemm(n, d, n, au, n, v, d, u, d, false, true);
+    Gemm(n, d, n, aw, n, k, d, w, d, 0.0f, true);
+    Gemm(n, d, n, au, n, v, d, u, d, 0.0f, true);
 
     // Steps 5 and 6 against h_c: [Q S; W S] in one product, then V' = U - W S (in u) and
     // O = exp(gamma) ⊙ (Q S) + tril_incl((Q K^T) ⊙ Γ) V' (in qs).
-    Gemm(2 * n, d, d, q, d, st, d, qs, d, false, false);
+    Gemm(2 * n, d, d, q, d, st, d, qs, d, 0.0f, false);
     for (int64_t i = 0; i < n; ++i) {
       const float decay_i = static_cast<float>(std::exp(gamma[i]));
       for (int64_t x = 0; x < d; ++x) {
@@ -288,18 +309,18 @@ DELTASERVE_ISA_CLONES void ChunkedHead(const Problem& p, int64_t h, ChunkScratch
         qs[i * d + x] *= decay_i;
       }
     }
-    Gemm(n, d, n, qk, n, u, d, qs, d, true, true);
+    Gemm(n, d, n, qk, n, u, d, qs, d, 1.0f, true);
 
     // Step 5, state update: S = exp(gamma_last) S + (K ⊙ exp(gamma_last - gamma))^T V', with
     // the row scaling of K applied to the columns of K^T.
     const double last = gamma[n - 1];
     const float decay_all = static_cast<float>(std::exp(last));
-    for (int64_t i = 0; i < n; ++i) beta[i] = static_cast<float>(std::exp(last - gamma[i]));
+    float* key_decay = beta;  // beta is used up: its buffer takes exp(gamma_last - gamma_i)
+    for (int64_t i = 0; i < n; ++i) key_decay[i] = static_cast<float>(std::exp(last - gamma[i]));
     for (int64_t j = 0; j < d; ++j) {
-      for (int64_t i = 0; i < n; ++i) kt[j * n + i] *= beta[i];
+      for (int64_t i = 0; i < n; ++i) kt[j * n + i] *= key_decay[i];
     }
-    for (int64_t x = 0; x < d * d; ++x) st[x] *= decay_all;
-    Gemm(d, d, n, kt, n, u, d, st, d, true, false);
+    Gemm(d, d, n, kt, n, u, d, st, d, decay_all, false);
 
     // The chunk's V rows were gathered above, so out may alias v.
     for (int64_t i = 0; i < n; ++i) {
@@ -331,10 +352,10 @@ void ForHeads(ThreadPool& pool, const Problem& p, const MakeScratch& make_scratc
 
 }  // namespace
 
-KernelStatus GatedDeltaRuleRecurrentCpu(ThreadPool& pool, const Mat& q, const Mat& k,
-                                        const Mat& v, const Mat& g, const Mat& beta,
-                                        int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim,
-                                        float* state, Mat& out) {
+KernelStatus GatedDeltaRuleRecurrentCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
+                                        const Mat& g, const Mat& beta, int64_t n_k_heads,
+                                        int64_t n_v_heads, int64_t head_dim, float* state,
+                                        Mat& out) {
   const Problem p{q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out};
   if (const KernelStatus st = Validate(p); st != KernelStatus::kOk) return st;
   if (q.rows == 0) return KernelStatus::kOk;
@@ -346,8 +367,7 @@ KernelStatus GatedDeltaRuleRecurrentCpu(ThreadPool& pool, const Mat& q, const Ma
 
 KernelStatus GatedDeltaRuleChunkedCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
                                       const Mat& g, const Mat& beta, int64_t n_k_heads,
-                                      int64_t n_v_heads, int64_t head_dim, float* state,
-                                      Mat& out) {
+                                      int64_t n_v_heads, int64_t head_dim, float* state, Mat& out) {
   const Problem p{q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out};
   if (const KernelStatus st = Validate(p); st != KernelStatus::kOk) return st;
   if (q.rows == 0) return KernelStatus::kOk;
@@ -361,9 +381,9 @@ KernelStatus GatedDeltaRuleChunkedCpu(ThreadPool& pool, const Mat& q, const Mat&
 KernelStatus GatedDeltaRuleCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
                                const Mat& g, const Mat& beta, int64_t n_k_heads, int64_t n_v_heads,
                                int64_t head_dim, float* state, Mat& out) {
-  if (q.rows <= 1) {
-    return GatedDeltaRuleRecurrentCpu(pool, q, k, v, g, beta, n_k_heads, n_v_heads, head_dim,
-                                      state, out);
+  if (q.rows < kChunkedMinTokens) {
+    return GatedDeltaRuleRecurrentCpu(pool, q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state,
+                                      out);
   }
   return GatedDeltaRuleChunkedCpu(pool, q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state,
                                   out);

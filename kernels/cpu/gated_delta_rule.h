@@ -22,16 +22,17 @@ namespace deltaserve::kernels {
 // Tokens per chunk of the chunked form (MODEL_SPEC §3); chunks never cross a call boundary.
 inline constexpr int64_t kDeltaRuleChunk = 64;
 
-// Picks the form: the recurrence for a single token, the chunked form for more.
+// Picks the form: the recurrence below 12 tokens (decode, short speculative runs), where the
+// chunked form's fixed cost per head dominates; the chunked form from 12 tokens on.
 KernelStatus GatedDeltaRuleCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
                                const Mat& g, const Mat& beta, int64_t n_k_heads, int64_t n_v_heads,
                                int64_t head_dim, float* state, Mat& out);
 
 // Token by token: S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q / sqrt(d).
-KernelStatus GatedDeltaRuleRecurrentCpu(ThreadPool& pool, const Mat& q, const Mat& k,
-                                        const Mat& v, const Mat& g, const Mat& beta,
-                                        int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim,
-                                        float* state, Mat& out);
+KernelStatus GatedDeltaRuleRecurrentCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
+                                        const Mat& g, const Mat& beta, int64_t n_k_heads,
+                                        int64_t n_v_heads, int64_t head_dim, float* state,
+                                        Mat& out);
 
 // Chunks of kDeltaRuleChunk tokens in the WY form (MODEL_SPEC §3 steps 1-7); equal to the
 // recurrence up to f32 rounding.

@@ -11,7 +11,8 @@ namespace deltaserve::kernels {
 
 // In place on x [n_tokens * n_heads][head_dim] (row t * n_heads + h is head h of token t).
 // For i < n_rot/2 and angle a = positions[t] * freq_base^(-2i/n_rot):
-//   x'[i] = x[i] cos a - x[i + n_rot/2] sin a;  x'[i + n_rot/2] = x[i + n_rot/2] cos a + x[i] sin a.
+//   x'[i]           = x[i] cos a - x[i + n_rot/2] sin a,
+//   x'[i + n_rot/2] = x[i + n_rot/2] cos a + x[i] sin a.
 // Dims n_rot .. head_dim-1 are left unchanged. n_rot is even, 0 < n_rot <= head_dim; x.rows is a
 // multiple of n_heads; positions has x.rows / n_heads entries (host memory). Angles, cos and sin
 // are computed in double (f32 angles near position 2^18 are spaced 0.03 rad apart) and rounded

@@ -2,12 +2,13 @@
 // 5-6 (query head h reads kv head h / (n_head / n_head_kv); token t sees positions 0..n_past+t).
 // Tolerance: f32 dot products of head_dim <= 128 terms and an f32 softmax over <= 300 keys,
 // relative error a few 1e-6 of the output scale; 2e-5 absolute + 1e-4 relative.
+#include "kernels/cpu/attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/op_test_support.h"
 
@@ -61,11 +62,13 @@ class AttentionTest : public ::testing::TestWithParam<int> {
 
 TEST_P(AttentionTest, MatchesReference) {
   const Case cases[] = {
-      {5, 0, 4, 2, 32},     // prefill from empty, GQA 2:1
-      {3, 7, 4, 1, 16},     // continuing after a cached prefix, all heads on one kv head
-      {1, 40, 8, 2, 64},    // decode
-      {64, 200, 4, 2, 128}, // big enough for the pool
-      {6, 2, 3, 3, 8},      // plain multi-head
+      {5, 0, 4, 2, 32},      // prefill from empty, GQA 2:1
+      {3, 7, 4, 1, 16},      // continuing after a cached prefix, all heads on one kv head
+      {1, 40, 8, 2, 64},     // decode
+      {64, 200, 4, 2, 128},  // big enough for the pool
+      {6, 2, 3, 3, 8},       // plain multi-head
+      {1, 300, 8, 2, 64},    // decode on two threads: each group split into two slices of heads
+      {2, 300, 6, 2, 32},    // ... into uneven slices (3 heads per group: 2 + 1)
   };
   Rng rng(21);
   for (const Case& c : cases) {
@@ -78,9 +81,9 @@ TEST_P(AttentionTest, MatchesReference) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     HostMat out(c.n_tokens, c.n_head * c.head_dim, 4);
     Mat om = out.mat();
-    ASSERT_EQ(AttentionCpu(pool_, q.mat(), k.mat(), v.mat(), c.n_past, c.n_head, c.n_head_kv,
-                           scale, om),
-              KernelStatus::kOk);
+    ASSERT_EQ(
+        AttentionCpu(pool_, q.mat(), k.mat(), v.mat(), c.n_past, c.n_head, c.n_head_kv, scale, om),
+        KernelStatus::kOk);
     ExpectClose(out, AttentionRef(q, k, v, c, scale), kAbsTol, kRelTol, "attention");
     EXPECT_TRUE(out.PaddingIntact());
   }

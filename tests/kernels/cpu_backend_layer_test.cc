@@ -101,8 +101,12 @@ std::vector<float> Download(Backend& b, const Mat& m) {
 WeightView Weight(Backend& b, const std::vector<float>& host, int64_t in, int64_t out,
                   int64_t count = 1) {
   DeviceBuffer unused;
-  return WeightView{b.ImportWeights(host.data(), host.size() * 4, unused), WeightType::kF32, in,
-                    out, static_cast<size_t>(in) * 4, count};
+  return WeightView{b.ImportWeights(host.data(), host.size() * 4, unused),
+                    WeightType::kF32,
+                    in,
+                    out,
+                    static_cast<size_t>(in) * 4,
+                    count};
 }
 
 #define DS_OK(expr) ASSERT_EQ((expr), KernelStatus::kOk) << #expr
@@ -113,8 +117,8 @@ void ExpectNear(const std::vector<float>& got, const std::vector<Vecd>& want, in
   for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
     const double e = want[t0 + i / n][i % n];
     const double err = std::fabs(got[i] - e);
-    ASSERT_LE(err, 1e-4 + 1e-4 * std::fabs(e)) << what << " token " << t0 + i / n << " dim "
-                                                << i % n;
+    ASSERT_LE(err, 1e-4 + 1e-4 * std::fabs(e))
+        << what << " token " << t0 + i / n << " dim " << i % n;
   }
 }
 
@@ -219,7 +223,8 @@ TEST(CpuBackendLayerTest, DeltaNetLayerWithMoeMatchesReference) {
       for (double& e : p) e /= sum;
       std::vector<int64_t> order(n_exp);
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return p[a] > p[b]; });
       double top = 0.0;
       for (int64_t j = 0; j < top_k; ++j) top += p[order[j]];
       Vecd out = hid;
@@ -241,17 +246,18 @@ TEST(CpuBackendLayerTest, DeltaNetLayerWithMoeMatchesReference) {
   const DevMat delta_state = Zeros(b, nv * d, d);
   const DevMat ssm_a_dev = Upload(b, ssm_a, 1, nv), dt_dev = Upload(b, dt_bias, 1, nv);
   const DevMat norm_dev = Upload(b, attn_norm, 1, kEmbd), post_dev = Upload(b, post_norm, 1, kEmbd);
-  const DevMat ssm_norm_dev = Upload(b, ssm_norm, 1, d), conv_dev = Upload(b, conv_w, conv_c, kernel);
+  const DevMat ssm_norm_dev = Upload(b, ssm_norm, 1, d),
+               conv_dev = Upload(b, conv_w, conv_c, kernel);
   int64_t t0 = 0;
   for (const int64_t n : {5, 1, 1, 2}) {
     const DeviceBuffer ids = UploadInts(b, kTokens.data() + t0, n);
     DevMat x = Zeros(b, n, kEmbd), xn = Zeros(b, n, kEmbd), qkv = Zeros(b, n, conv_c),
            z = Zeros(b, n, nv * d), bb = Zeros(b, n, nv), aa = Zeros(b, n, nv),
            o = Zeros(b, n, nv * d), mix = Zeros(b, n, kEmbd);
-    Mat xm = x.mat(), xnm = xn.mat(), qkvm = qkv.mat(), zm = z.mat(), bm = bb.mat(),
-        am = aa.mat(), om = o.mat(), mixm = mix.mat();
-    DS_OK(b.GetRows(Weight(b, embd, kEmbd, kVocab), static_cast<const int32_t*>(ids.data()), n,
-                    xm));
+    Mat xm = x.mat(), xnm = xn.mat(), qkvm = qkv.mat(), zm = z.mat(), bm = bb.mat(), am = aa.mat(),
+        om = o.mat(), mixm = mix.mat();
+    DS_OK(
+        b.GetRows(Weight(b, embd, kEmbd, kVocab), static_cast<const int32_t*>(ids.data()), n, xm));
     DS_OK(b.RmsNorm(xm, Vec{norm_dev.buf.floats(), kEmbd}, kEps, xnm));
     DS_OK(b.MatMul(Weight(b, w_qkv, kEmbd, conv_c), xnm, qkvm));
     DS_OK(b.MatMul(Weight(b, w_z, kEmbd, nv * d), xnm, zm));
@@ -386,8 +392,8 @@ TEST(CpuBackendLayerTest, AttentionLayerWithDenseFfnMatchesReference) {
         attnm = attn.mat(), omat = o.mat(), hnm = hn.mat(), fgm = fg.mat(), fum = fu.mat(),
         fdm = fd.mat();
     Mat k_new = k_cache.mat().Rows(n_past, n), v_new = v_cache.mat().Rows(n_past, n);
-    DS_OK(b.GetRows(Weight(b, embd, kEmbd, kVocab), static_cast<const int32_t*>(ids.data()), n,
-                    xm));
+    DS_OK(
+        b.GetRows(Weight(b, embd, kEmbd, kVocab), static_cast<const int32_t*>(ids.data()), n, xm));
     DS_OK(b.RmsNorm(xm, Vec{norm_dev.buf.floats(), kEmbd}, kEps, xnm));
     DS_OK(b.MatMul(Weight(b, w_q, kEmbd, nh * 2 * hd), xnm, qgm));
     const Mat per_head = qgm.Reshaped(2 * hd);  // [n * nh][query | gate]

@@ -60,13 +60,13 @@ TEST(CpuBackendTest, EveryOpRefusesMismatchedShapes) {
   const int32_t ids[4] = {0, 1, 2, 3};
 
   // dense algebra
-  EXPECT_EQ(b.MatMul(w, a.mat(), am), bad);               // y.cols != w.out
-  EXPECT_EQ(b.MatMul(w, wrong_cols.mat(), wc), bad);      // x.cols != w.in
+  EXPECT_EQ(b.MatMul(w, a.mat(), am), bad);           // y.cols != w.out
+  EXPECT_EQ(b.MatMul(w, wrong_cols.mat(), wc), bad);  // x.cols != w.in
   HostMat y9(3, 9);
   Mat y9m = y9.mat();
-  EXPECT_EQ(b.MatMul(w, a.mat(), y9m), bad);              // rows differ
-  EXPECT_EQ(b.GetRows(w, ids, 4, wc), bad);               // out.cols != table.in
-  EXPECT_EQ(b.GetRows(w, ids, 3, am), bad);               // out.rows != n
+  EXPECT_EQ(b.MatMul(w, a.mat(), y9m), bad);  // rows differ
+  EXPECT_EQ(b.GetRows(w, ids, 4, wc), bad);   // out.cols != table.in
+  EXPECT_EQ(b.GetRows(w, ids, 3, am), bad);   // out.rows != n
   EXPECT_EQ(b.RmsNorm(a.mat(), v7, 1e-6f, am), bad);
   EXPECT_EQ(b.RmsNorm(a.mat(), v8, 1e-6f, wr), bad);
   EXPECT_EQ(b.L2Norm(am, 3, 1e-6f), bad);
@@ -77,8 +77,8 @@ TEST(CpuBackendTest, EveryOpRefusesMismatchedShapes) {
 
   // attention layers
   std::vector<int32_t> pos(4, 0);
-  EXPECT_EQ(b.RopeNeox(am, pos.data(), 3, 4, 1e4f), bad);   // 4 rows, 3 heads
-  EXPECT_EQ(b.RopeNeox(am, pos.data(), 1, 10, 1e4f), bad);  // n_rot > head_dim
+  EXPECT_EQ(b.RopeNeox(am, pos.data(), 3, 4, 1e4f), bad);                      // 4 rows, 3 heads
+  EXPECT_EQ(b.RopeNeox(am, pos.data(), 1, 10, 1e4f), bad);                     // n_rot > head_dim
   EXPECT_EQ(b.Attention(a.mat(), a.mat(), a.mat(), 1, 2, 2, 1.0f, a2m), bad);  // kv rows
   EXPECT_EQ(b.Attention(a.mat(), a.mat(), a.mat(), 0, 2, 1, 1.0f, a2m), bad);  // kv cols
 

@@ -9,13 +9,14 @@
 // within 1.2e-7 of the double reference and of each other (measured over these cases, outputs
 // and state, strong decay included). The bound, 1e-5 absolute (+1e-5 relative), is the brief's
 // for chunked vs per-token and leaves two orders of magnitude for other compilers and ISAs.
+#include "kernels/cpu/gated_delta_rule.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/gated_delta_rule.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/op_test_support.h"
 
@@ -31,8 +32,14 @@ constexpr double kTol = 1e-5;
 // One call's inputs (and the state it starts from), drawn as the model would produce them.
 struct Inputs {
   Inputs(int64_t t, int64_t n_k, int64_t n_v, int64_t d, uint32_t seed, float g_min = -1.5f)
-      : n_k(n_k), n_v(n_v), d(d), q(t, n_k * d, 1), k(t, n_k * d, 2), v(t, n_v * d, 3),
-        g(t, n_v, 1), beta(t, n_v, 2) {
+      : n_k(n_k),
+        n_v(n_v),
+        d(d),
+        q(t, n_k * d, 1),
+        k(t, n_k * d, 2),
+        v(t, n_v * d, 3),
+        g(t, n_v, 1),
+        beta(t, n_v, 2) {
     Rng rng(seed);
     rng.FillNormal(q);
     rng.FillNormal(k);
@@ -100,9 +107,9 @@ HostMat KernelRun(GdrFn fn, ThreadPool& pool, Inputs& in, int64_t t0, int64_t n,
                   std::vector<float>& state) {
   HostMat out(n, in.n_v * in.d, 2);
   Mat om = out.mat();
-  const KernelStatus st = fn(pool, in.q.mat().Rows(t0, n), in.k.mat().Rows(t0, n),
-                             in.v.mat().Rows(t0, n), in.g.mat().Rows(t0, n),
-                             in.beta.mat().Rows(t0, n), in.n_k, in.n_v, in.d, state.data(), om);
+  const KernelStatus st =
+      fn(pool, in.q.mat().Rows(t0, n), in.k.mat().Rows(t0, n), in.v.mat().Rows(t0, n),
+         in.g.mat().Rows(t0, n), in.beta.mat().Rows(t0, n), in.n_k, in.n_v, in.d, state.data(), om);
   EXPECT_EQ(st, KernelStatus::kOk);
   EXPECT_TRUE(out.PaddingIntact());
   return out;
@@ -149,6 +156,19 @@ TEST_P(GatedDeltaRuleTest, BothFormsMatchReferenceWithTiledHeads) {
   }
 }
 
+TEST_P(GatedDeltaRuleTest, OddHeadSizeMatchesReference) {
+  // d = 24: not a multiple of the 16-wide tiles or the 32-column product tiles.
+  Inputs in(70, 1, 3, 24, 77);
+  std::vector<double> ref_state(in.state.begin(), in.state.end());
+  const std::vector<double> ref = ReferenceRun(in, 0, 70, ref_state);
+  for (const GdrFn fn : {&GatedDeltaRuleRecurrentCpu, &GatedDeltaRuleChunkedCpu}) {
+    std::vector<float> state = in.state;
+    const HostMat out = KernelRun(fn, pool_, in, 0, 70, state);
+    ExpectClose(out, ref, kTol, kTol, fn == &GatedDeltaRuleChunkedCpu ? "chunked" : "recurrent");
+    ExpectStateClose(state, ref_state, "state");
+  }
+}
+
 TEST_P(GatedDeltaRuleTest, ChunkedEqualsPerTokenAroundChunkSize) {
   // Real head size (128), T on both sides of the 64-token chunk.
   for (const int64_t t : {1, 7, 63, 64, 65, 200}) {
@@ -166,7 +186,7 @@ TEST_P(GatedDeltaRuleTest, ChunkedEqualsPerTokenAroundChunkSize) {
 }
 
 TEST_P(GatedDeltaRuleTest, StateContinuesAcrossCalls) {
-  // 200 tokens in one chunked call == prefill 70 + decode 1 + decode 1 + prefill 128, mixing
+  // 200 tokens in one chunked call == prefill 70 + decode 1 + 5 (recurrent) + prefill 124, mixing
   // both forms through the dispatcher, compared with the double reference over all 200.
   const int64_t t = 200;
   Inputs in(t, 2, 4, 64, 7);
@@ -175,7 +195,7 @@ TEST_P(GatedDeltaRuleTest, StateContinuesAcrossCalls) {
   std::vector<float> state = in.state;
   HostMat all(t, in.n_v * in.d);
   int64_t t0 = 0;
-  for (const int64_t n : {70, 1, 1, 128}) {
+  for (const int64_t n : {70, 1, 5, 124}) {
     const HostMat part = KernelRun(&GatedDeltaRuleCpu, pool_, in, t0, n, state);
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t c = 0; c < all.cols(); ++c) all.at(t0 + r, c) = part.at(r, c);
@@ -206,9 +226,9 @@ TEST_P(GatedDeltaRuleTest, OutMayAliasV) {
     const HostMat expected = KernelRun(fn, pool_, in, 0, 70, s1);
     HostMat v = in.v;
     Mat vm = v.mat();
-    ASSERT_EQ(fn(pool_, in.q.mat(), in.k.mat(), vm, in.g.mat(), in.beta.mat(), 2, 4, 32,
-                 s2.data(), vm),
-              KernelStatus::kOk);
+    ASSERT_EQ(
+        fn(pool_, in.q.mat(), in.k.mat(), vm, in.g.mat(), in.beta.mat(), 2, 4, 32, s2.data(), vm),
+        KernelStatus::kOk);
     for (int64_t r = 0; r < 70; ++r) {
       for (int64_t c = 0; c < v.cols(); ++c) ASSERT_EQ(v.at(r, c), expected.at(r, c));
     }
@@ -226,21 +246,21 @@ TEST(GatedDeltaRuleShapeTest, MismatchesAreInvalidArgument) {
   const KernelStatus bad = KernelStatus::kInvalidArgument;
   for (const GdrFn fn :
        {&GatedDeltaRuleCpu, &GatedDeltaRuleRecurrentCpu, &GatedDeltaRuleChunkedCpu}) {
-    EXPECT_EQ(fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 2, 4, 8, s,
-                 om),
-              KernelStatus::kOk);
-    EXPECT_EQ(fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 2, 4, 8, s,
-                 obad),
-              bad);
-    EXPECT_EQ(fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), g_bad.mat(), in.beta.mat(), 2, 4, 8,
-                 s, om),
-              bad);
-    EXPECT_EQ(fn(pool, q_short.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 2, 4, 8,
-                 s, om),
-              bad);
-    EXPECT_EQ(fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 3, 4, 8, s,
-                 om),
-              bad);  // 4 v heads over 3 k heads
+    EXPECT_EQ(
+        fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 2, 4, 8, s, om),
+        KernelStatus::kOk);
+    EXPECT_EQ(
+        fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 2, 4, 8, s, obad),
+        bad);
+    EXPECT_EQ(
+        fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), g_bad.mat(), in.beta.mat(), 2, 4, 8, s, om),
+        bad);
+    EXPECT_EQ(
+        fn(pool, q_short.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 2, 4, 8, s, om),
+        bad);
+    EXPECT_EQ(
+        fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 3, 4, 8, s, om),
+        bad);  // 4 v heads over 3 k heads
     EXPECT_EQ(fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 2, 4, 8,
                  nullptr, om),
               bad);

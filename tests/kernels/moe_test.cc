@@ -4,6 +4,8 @@
 // loop over the same f32 expert weights. Tolerances: routing weights are one f32 softmax away
 // from the reference (1e-6); the FFN chains three f32 products of <= 64 terms (1e-5 absolute +
 // 1e-4 relative).
+#include "kernels/cpu/moe.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/moe.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/op_test_support.h"
@@ -99,8 +100,8 @@ TEST(MoeRouteTest, WeightsSumToOneUnlessTheSumIsClamped) {
   rng.FillNormal(random, 3.0f);
   r = RunRoute(random, 8);
   for (int64_t t = 0; t < 5; ++t) {
-    EXPECT_NEAR(std::accumulate(r.weights.begin() + t * 8, r.weights.begin() + t * 8 + 8, 0.0),
-                1.0, 1e-6);
+    EXPECT_NEAR(std::accumulate(r.weights.begin() + t * 8, r.weights.begin() + t * 8 + 8, 0.0), 1.0,
+                1e-6);
   }
 }
 
@@ -117,7 +118,9 @@ TEST(MoeRouteTest, BadArgumentsAreInvalid) {
 // F32 expert stacks: gate/up [n_expert][ff][n_embd], down [n_expert][n_embd][ff].
 struct Experts {
   Experts(int64_t n_expert, int64_t n_embd, int64_t ff, Rng& rng)
-      : n_expert(n_expert), n_embd(n_embd), ff(ff),
+      : n_expert(n_expert),
+        n_embd(n_embd),
+        ff(ff),
         gate(rng.NormalVector(n_expert * ff * n_embd, 0.3f)),
         up(rng.NormalVector(n_expert * ff * n_embd, 0.3f)),
         down(rng.NormalVector(n_expert * n_embd * ff, 0.3f)) {}
@@ -147,7 +150,8 @@ std::vector<double> MoeFfnRef(const HostMat& x, const Route& r, int64_t k, const
       }
       for (int64_t o = 0; o < ex.n_embd; ++o) {
         double d = 0.0;
-        for (int64_t f = 0; f < ex.ff; ++f) d += double{ex.down[(e * ex.n_embd + o) * ex.ff + f]} * act[f];
+        for (int64_t f = 0; f < ex.ff; ++f)
+          d += double{ex.down[(e * ex.n_embd + o) * ex.ff + f]} * act[f];
         y[t * ex.n_embd + o] += r.weights[t * k + j] * d;
       }
     }
@@ -212,10 +216,10 @@ TEST_P(MoeFfnTest, QuantizedExpertStacks) {
   encode(WeightType::kQ8_0, ex.gate, n_embd, gate_q);
   encode(WeightType::kQ8_0, ex.up, n_embd, up_q);
   encode(WeightType::kF16, ex.down, ff, down_q);
-  const WeightView gate{gate_q.data(), WeightType::kQ8_0, n_embd, ff,
-                        RowBytes(WeightType::kQ8_0, n_embd), n_expert};
-  const WeightView up{up_q.data(), WeightType::kQ8_0, n_embd, ff,
-                      RowBytes(WeightType::kQ8_0, n_embd), n_expert};
+  const WeightView gate{
+      gate_q.data(), WeightType::kQ8_0, n_embd, ff, RowBytes(WeightType::kQ8_0, n_embd), n_expert};
+  const WeightView up{
+      up_q.data(), WeightType::kQ8_0, n_embd, ff, RowBytes(WeightType::kQ8_0, n_embd), n_expert};
   const WeightView down{down_q.data(), WeightType::kF16, ff, n_embd, RowBytes(WeightType::kF16, ff),
                         n_expert};
   HostMat x(t_n, n_embd), logits(t_n, n_expert), y(t_n, n_embd);

@@ -3,11 +3,12 @@
 // -exp(A_log)). Inputs are strided views with sentinel padding; big shapes run on two threads.
 // Tolerances: one f32 pass over a row of at most 4096 values with f32 accumulation is good to a
 // few ulp of the result, so 2e-6 absolute plus 1e-5 relative leaves ample margin.
+#include "kernels/cpu/norm_ops.h"
+
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/norm_ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/op_test_support.h"
 
@@ -93,7 +94,8 @@ TEST_P(NormOpsTest, L2NormPerHeadOnColumnView) {
     for (int64_t r = 0; r < s.rows; ++r) {
       for (int64_t c0 = 0; c0 < s.cols; c0 += group) {
         double ss = 0.0;
-        for (int64_t c = c0; c < c0 + group; ++c) ss += double{before.at(r, 7 + c)} * before.at(r, 7 + c);
+        for (int64_t c = c0; c < c0 + group; ++c)
+          ss += double{before.at(r, 7 + c)} * before.at(r, 7 + c);
         const double inv = 1.0 / std::max(std::sqrt(ss), 1e-6);
         for (int64_t c = c0; c < c0 + group; ++c) expected.push_back(before.at(r, 7 + c) * inv);
       }

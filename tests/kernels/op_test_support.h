@@ -21,7 +21,9 @@ class HostMat {
   static constexpr float kSentinel = -12345.0f;
 
   HostMat(int64_t rows, int64_t cols, int64_t pad = 0)
-      : rows_(rows), cols_(cols), stride_(cols + pad),
+      : rows_(rows),
+        cols_(cols),
+        stride_(cols + pad),
         data_(static_cast<size_t>(rows * (cols + pad)), kSentinel) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) at(r, c) = 0.0f;

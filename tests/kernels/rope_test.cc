@@ -2,11 +2,12 @@
 // (i, i + n_rot/2), angle pos * base^(-2i/n_rot), dims from n_rot on untouched. Tolerance: inputs
 // are N(0,1) and the kernel rounds cos/sin once to f32, so results are within a few ulp (1e-6
 // absolute covers them with margin), even at position 200000 where an f32 angle would not be.
+#include "kernels/cpu/rope.h"
+
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/op_test_support.h"
 
@@ -31,7 +32,8 @@ std::vector<double> RopeRef(const HostMat& x, const std::vector<int32_t>& pos, i
       const int64_t i = c % half;
       const double a = p * std::pow(base, -2.0 * i / n_rot);
       const double x0 = x.at(r, i), x1 = x.at(r, i + half);
-      y.push_back(c < half ? x0 * std::cos(a) - x1 * std::sin(a) : x1 * std::cos(a) + x0 * std::sin(a));
+      y.push_back(c < half ? x0 * std::cos(a) - x1 * std::sin(a)
+                           : x1 * std::cos(a) + x0 * std::sin(a));
     }
   }
   return y;
@@ -48,9 +50,9 @@ TEST_P(RopeTest, PartialRotationMatchesReference) {
   ThreadPool pool(GetParam());
   Rng rng(11);
   const Case cases[] = {
-      {5, 3, 32, 16, 1e7f},       // partial: dims 16..31 pass through
-      {4, 2, 16, 16, 10000.0f},   // full rotation
-      {64, 8, 256, 64, 1e7f},     // Qwen3.5 head shape, big enough for the pool
+      {5, 3, 32, 16, 1e7f},      // partial: dims 16..31 pass through
+      {4, 2, 16, 16, 10000.0f},  // full rotation
+      {64, 8, 256, 64, 1e7f},    // Qwen3.5 head shape, big enough for the pool
   };
   for (const Case& c : cases) {
     HostMat x(c.n_tokens * c.n_heads, c.head_dim, 3);
@@ -82,9 +84,9 @@ TEST(RopeShapeTest, BadParametersAreInvalidArgument) {
   Mat xm = x.mat();
   std::vector<int32_t> pos(6, 1);
   const KernelStatus bad = KernelStatus::kInvalidArgument;
-  EXPECT_EQ(RopeNeoxCpu(pool, xm, pos.data(), 2, 15, 1e4f), bad);   // odd n_rot
-  EXPECT_EQ(RopeNeoxCpu(pool, xm, pos.data(), 2, 34, 1e4f), bad);   // n_rot > head_dim
-  EXPECT_EQ(RopeNeoxCpu(pool, xm, pos.data(), 4, 16, 1e4f), bad);   // rows not n_tokens*n_heads
+  EXPECT_EQ(RopeNeoxCpu(pool, xm, pos.data(), 2, 15, 1e4f), bad);  // odd n_rot
+  EXPECT_EQ(RopeNeoxCpu(pool, xm, pos.data(), 2, 34, 1e4f), bad);  // n_rot > head_dim
+  EXPECT_EQ(RopeNeoxCpu(pool, xm, pos.data(), 4, 16, 1e4f), bad);  // rows not n_tokens*n_heads
   EXPECT_EQ(RopeNeoxCpu(pool, xm, nullptr, 2, 16, 1e4f), bad);
   EXPECT_EQ(RopeNeoxCpu(pool, xm, pos.data(), 2, 16, 0.0f), bad);
   EXPECT_EQ(RopeNeoxCpu(pool, xm, pos.data(), 3, 16, 1e4f), KernelStatus::kOk);
