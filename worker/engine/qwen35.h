@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,11 +41,15 @@ struct BatchEntry {
 // See the file comment.
 class Qwen35Model {
  public:
-  // Maps `path`, reads and validates hyperparameters and tensors. `progress` (may be null) is
-  // called with the fraction of weight bytes bound so far.
-  static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(
-      const std::string& path, kernels::Backend& backend,
-      void (*progress)(double fraction, void* ctx) = nullptr, void* progress_ctx = nullptr);
+  // Maps `path`, reads and validates hyperparameters and tensors. Nothing is read from disk yet
+  // on the CPU backend (weights stay in the mapping): see Memory() and Prefetch().
+  static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(const std::string& path,
+                                                           kernels::Backend& backend);
+
+  // Reads the mapped weights into memory ahead of the first forward pass, calling
+  // `progress(fraction)` every 64 MiB, so a large model shows progress while it loads and the
+  // first token's latency does not include disk reads.
+  void Prefetch(const std::function<void(double)>& progress) const;
 
   const common::Qwen35HParams& hparams() const { return hp_; }
   const common::GgufFile& file() const { return *file_; }

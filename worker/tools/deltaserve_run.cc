@@ -128,7 +128,7 @@ std::string Parse(int argc, char** argv, Options& o) {
   return "";
 }
 
-void ShowProgress(double fraction, void*) {
+void ShowProgress(double fraction) {
   std::fprintf(stderr, "\rloading weights: %3.0f%%", fraction * 100.0);
   if (fraction >= 1.0) std::fprintf(stderr, "\n");
 }
@@ -202,8 +202,7 @@ int main(int argc, char** argv) {
   if (std::string why = Parse(argc, argv, o); !why.empty()) return Usage(why);
   std::unique_ptr<deltaserve::kernels::Backend> backend =
       deltaserve::kernels::MakeCpuBackend(o.threads);
-  absl::StatusOr<std::unique_ptr<Qwen35Model>> model =
-      Qwen35Model::Load(o.model, *backend, ShowProgress, nullptr);
+  absl::StatusOr<std::unique_ptr<Qwen35Model>> model = Qwen35Model::Load(o.model, *backend);
   if (!model.ok()) return Fail(model.status());
   const ModelMemory mem = (*model)->Memory();
   std::cerr << absl::StreamFormat(
@@ -211,5 +210,6 @@ int main(int argc, char** argv) {
       "KV %.1f KiB per token (f32)\n",
       mem.weight_bytes / 1048576.0, mem.state_bytes_per_sequence / 1048576.0,
       mem.kv_bytes_per_token / 1024.0);
+  (*model)->Prefetch(ShowProgress);
   return o.dump_logits.empty() ? Generate(**model, o) : DumpLogits(**model, o);
 }
