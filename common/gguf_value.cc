@@ -170,6 +170,14 @@ std::optional<std::string_view> GgufValue::ArrayString(uint64_t i) const {
   return array_strings_[i];
 }
 
+std::optional<uint64_t> GgufValue::ArrayBits(uint64_t i) const {
+  if (!is_array() || i >= array_size_ || array_data_ == nullptr) return std::nullopt;
+  const int size = GgufScalarSize(array_type_);
+  uint64_t bits = 0;
+  std::memcpy(&bits, array_data_ + i * size, size);
+  return bits;
+}
+
 const GgufValue* GgufValue::ArrayItem(uint64_t i) const {
   if (!is_array() || array_type_ != GgufValueType::kArray || i >= array_items_.size()) {
     return nullptr;

@@ -47,6 +47,9 @@ class GgufValue {
   std::optional<bool> AsBool() const;
   // Text of a string value (bytes as stored; not checked to be UTF-8).
   std::optional<std::string_view> AsString() const;
+  // The stored little-endian bits of a scalar (any numeric or bool type), zero-extended: an
+  // exact copy whatever the type (a u64 above INT64_MAX included).
+  uint64_t ScalarBits() const { return bits_; }
 
   // Array accessors; ArraySize() is 0 for non-arrays.
   bool is_array() const { return type_ == GgufValueType::kArray; }
@@ -60,6 +63,8 @@ class GgufValue {
   std::optional<std::string_view> ArrayString(uint64_t i) const;
   // Element i of an array of arrays.
   const GgufValue* ArrayItem(uint64_t i) const;
+  // The stored bits of element i of a numeric or bool array, zero-extended (see ScalarBits).
+  std::optional<uint64_t> ArrayBits(uint64_t i) const;
 
   // Short human-readable rendering: scalars in full, arrays as "[type; n] first, ..." with at
   // most `max_items` elements; strings longer than 80 bytes are cut.

@@ -169,33 +169,18 @@ GgufMetadataValue GgufMetadataValue::ArrayOfArrays(std::vector<GgufMetadataValue
 }
 
 GgufMetadataValue GgufMetadataValue::CopyOf(const GgufValue& v) {
-  // Integers and bools keep their type: the low bytes of the widened value are the stored
-  // little-endian bytes. GgufValue widens to int64_t, so a u64 above INT64_MAX is only
-  // reachable through its double.
-  auto int_bits = [](std::optional<int64_t> i, std::optional<double> d) {
-    return i ? static_cast<uint64_t>(*i) : static_cast<uint64_t>(d.value_or(0));
-  };
+  // Numbers and bools are copied as their stored bits, so every value (a u64 above INT64_MAX,
+  // a NaN payload) survives exactly.
   switch (v.type()) {
     case GgufValueType::kString:
       return String(v.AsString().value_or(""));
-    case GgufValueType::kFloat32:
-      return Float32(static_cast<float>(v.AsDouble().value_or(0)));
-    case GgufValueType::kFloat64:
-      return Float64(v.AsDouble().value_or(0));
     case GgufValueType::kArray:
       break;
     default:
-      return Scalar(v.type(), int_bits(v.AsInt(), v.AsDouble()));
+      return Scalar(v.type(), v.ScalarBits());
   }
   const uint64_t n = v.ArraySize();
   switch (v.array_type()) {
-    case GgufValueType::kFloat32:
-    case GgufValueType::kFloat64: {
-      std::vector<double> values(n);
-      for (uint64_t i = 0; i < n; ++i) values[i] = v.ArrayDouble(i).value_or(0);
-      if (v.array_type() == GgufValueType::kFloat64) return Float64Array(values);
-      return Float32Array(std::vector<float>(values.begin(), values.end()));
-    }
     case GgufValueType::kString: {
       std::vector<std::string> strings(n);
       for (uint64_t i = 0; i < n; ++i) strings[i] = std::string(v.ArrayString(i).value_or(""));
@@ -212,7 +197,7 @@ GgufMetadataValue GgufMetadataValue::CopyOf(const GgufValue& v) {
     }
     default: {
       std::vector<uint64_t> bits(n);
-      for (uint64_t i = 0; i < n; ++i) bits[i] = int_bits(v.ArrayInt(i), v.ArrayDouble(i));
+      for (uint64_t i = 0; i < n; ++i) bits[i] = v.ArrayBits(i).value_or(0);
       return PackedArray(v.array_type(), absl::Span<const uint64_t>(bits));
     }
   }
@@ -261,11 +246,15 @@ void GgufMetadataValue::AppendEncoding(std::vector<uint8_t>& out) const {
   }
 }
 
-absl::Status GgufMetadataValue::CheckItemsAreArrays(std::string_view key,
-                                                    const std::string& path) const {
-  if (type_ != GgufValueType::kArray || array_type_ != GgufValueType::kArray) {
-    return absl::OkStatus();
+absl::Status GgufMetadataValue::CheckItemsAreArrays(std::string_view key, const std::string& path,
+                                                    int depth) const {
+  if (type_ != GgufValueType::kArray) return absl::OkStatus();
+  if (depth >= kGgufMaxArrayNesting) {
+    return absl::InvalidArgumentError(absl::StrCat("GGUF key '", Sv(key), "': item ", path,
+                                                   " nests arrays deeper than ",
+                                                   kGgufMaxArrayNesting));
   }
+  if (array_type_ != GgufValueType::kArray) return absl::OkStatus();
   for (size_t i = 0; i < items_.size(); ++i) {
     const std::string item_path = absl::StrCat(path, "[", i, "]");
     if (items_[i].type() != GgufValueType::kArray) {
@@ -273,7 +262,9 @@ absl::Status GgufMetadataValue::CheckItemsAreArrays(std::string_view key,
           absl::StrCat("GGUF key '", Sv(key), "': item ", item_path, " of an array of arrays is a ",
                        Sv(GgufValueTypeName(items_[i].type())), ", not an array"));
     }
-    if (absl::Status s = items_[i].CheckItemsAreArrays(key, item_path); !s.ok()) return s;
+    if (absl::Status s = items_[i].CheckItemsAreArrays(key, item_path, depth + 1); !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -323,7 +314,7 @@ absl::Status GgufWriter::AddMetadata(std::string_view key, GgufMetadataValue val
       return absl::AlreadyExistsError(absl::StrCat("duplicate GGUF metadata key '", Sv(key), "'"));
     }
   }
-  if (absl::Status s = value.CheckItemsAreArrays(key, ""); !s.ok()) return s;
+  if (absl::Status s = value.CheckItemsAreArrays(key, "", 0); !s.ok()) return s;
   if (key == kAlignmentKey) {
     if (value.type() != GgufValueType::kUint32 || !IsValidAlignment(value.bits_)) {
       return absl::InvalidArgumentError(absl::StrCat(

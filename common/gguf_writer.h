@@ -31,6 +31,10 @@ namespace deltaserve::common {
 // Alignment of tensor data when a file has no `general.alignment` key (GGUF_DEFAULT_ALIGNMENT).
 inline constexpr uint64_t kGgufDefaultAlignment = 32;
 
+// Most levels of arrays one value may have (an array of arrays of ... of scalars), the limit
+// GgufFile reads; AddMetadata refuses deeper values.
+inline constexpr int kGgufMaxArrayNesting = 8;
+
 // An owned metadata value to write: the counterpart of GgufValue (which is a view into a file).
 // Scalars, strings, arrays of scalars, arrays of strings and arrays of arrays (each inner array
 // carries its own element type).
@@ -83,8 +87,9 @@ class GgufMetadataValue {
   uint64_t EncodedSize() const;
   // Appends the encoding counted by EncodedSize() to `out`.
   void AppendEncoding(std::vector<uint8_t>& out) const;
-  // Fails, naming `key` and the item's index path, when an array of arrays holds a non-array.
-  absl::Status CheckItemsAreArrays(std::string_view key, const std::string& path) const;
+  // Fails, naming `key` and the item's index path, when an array of arrays holds a non-array
+  // or arrays nest deeper than kGgufMaxArrayNesting. `depth` counts the arrays around this one.
+  absl::Status CheckItemsAreArrays(std::string_view key, const std::string& path, int depth) const;
   static GgufMetadataValue Scalar(GgufValueType type, uint64_t bits);
   template <typename T>
   static GgufMetadataValue PackedArray(GgufValueType type, absl::Span<const T> v);

@@ -239,6 +239,36 @@ TEST(GgufWriterTest, ArrayOfArraysItemsMustBeArrays) {
   EXPECT_EQ(w.metadata_count(), 0u);
 }
 
+// `levels` arrays, each holding the next: [[[...[u8 7]...]]].
+GgufMetadataValue NestedArrays(int levels) {
+  GgufMetadataValue v = GgufMetadataValue::Uint8Array({7});
+  for (int i = 1; i < levels; ++i) {
+    std::vector<GgufMetadataValue> items;
+    items.push_back(std::move(v));
+    v = GgufMetadataValue::ArrayOfArrays(std::move(items));
+  }
+  return v;
+}
+
+TEST(GgufWriterTest, ArraysNestAtMostAsDeepAsGgufFileReads) {
+  // GgufFile reads 8 levels of arrays (gguf_file.cc kMaxArrayNesting) and refuses a ninth.
+  GgufWriter w;
+  ASSERT_TRUE(w.AddMetadata("eight", NestedArrays(8)).ok());
+  EXPECT_THAT(MessageOf(w.AddMetadata("nine", NestedArrays(9))),
+              HasSubstr("key 'nine': item [0][0][0][0][0][0][0][0] nests arrays deeper than 8"));
+  absl::StatusOr<std::vector<uint8_t>> image = w.Build();
+  ASSERT_TRUE(image.ok());
+  absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::FromBuffer(*image, "nested");
+  ASSERT_TRUE(f.ok()) << f.status();
+  const GgufValue* v = (*f)->Find("eight");
+  for (int level = 1; level < 8; ++level) {
+    ASSERT_NE(v, nullptr);
+    v = v->ArrayItem(0);
+  }
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(*v->ArrayInt(0), 7);
+}
+
 TEST(GgufWriterTest, OnlyVersionsTwoAndThreeAreWritten) {
   for (uint32_t version : {2u, 3u}) {
     GgufWriter w(version);
@@ -400,6 +430,35 @@ TEST(GgufWriterTest, CopyOfReproducesEveryValueType) {
   absl::StatusOr<std::vector<uint8_t>> copied = copy.Build();
   ASSERT_TRUE(copied.ok());
   EXPECT_EQ(*copied, *image);  // byte for byte: same types, same values
+}
+
+}  // namespace
+}  // namespace deltaserve::common
+
+namespace deltaserve::common {
+namespace {
+
+// CopyOf copies stored bits: a u64 above INT64_MAX, negative zero and float arrays survive a
+// write -> parse -> CopyOf -> write -> parse round trip exactly.
+TEST(GgufWriterCopyOf, CopiesScalarsAndArraysBitExactly) {
+  GgufWriter w;
+  ASSERT_TRUE(w.AddMetadata("u64", GgufMetadataValue::Uint64(~0ull)).ok());
+  ASSERT_TRUE(w.AddMetadata("f32", GgufMetadataValue::Float32(-0.0f)).ok());
+  const std::vector<float> floats = {1.5f, -2.25f, 3.0e-39f};
+  ASSERT_TRUE(w.AddMetadata("f32s", GgufMetadataValue::Float32Array(floats)).ok());
+  const std::vector<uint64_t> big = {~0ull, 1ull << 63};
+  ASSERT_TRUE(w.AddMetadata("u64s", GgufMetadataValue::Uint64Array(big)).ok());
+  auto bytes = w.Build();
+  ASSERT_TRUE(bytes.ok());
+  auto file = GgufFile::FromBuffer(*bytes, "first");
+  ASSERT_TRUE(file.ok()) << file.status();
+  GgufWriter copy;
+  for (const GgufKeyValue& kv : (*file)->metadata()) {
+    ASSERT_TRUE(copy.AddMetadata(kv.key, GgufMetadataValue::CopyOf(kv.value)).ok());
+  }
+  auto copied = copy.Build();
+  ASSERT_TRUE(copied.ok());
+  EXPECT_EQ(*copied, *bytes);
 }
 
 }  // namespace
