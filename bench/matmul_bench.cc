@@ -1,8 +1,9 @@
 // Throughput of the CPU matrix product (MatMulCpu) per weight type and ISA path, on one
-// 4096 x 4096 weight matrix with T = 1 (decode: bound by weight bytes) and T = 64 (prefill:
+// 4096 x 4096 weight matrix with T = 1 (decode: bound by weight bytes) and T = 64, 512 (prefill:
 // bound by multiply-adds). Reports GB/s of weight bytes read and GFLOP/s (2 * out * in * T).
 //
 //   build/release/bench/deltaserve-bench-matmul [--benchmark_filter=Q4_K] [--threads=N]
+//       [--act=f32|int8]  # activation mode (matmul.h); default as MatMulCpu
 //       [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]  # adds "_min" rows
 //
 // Weights are random values quantized with QuantizeRow; activations N(0, 1). Threads default
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/thread_pool.h"
@@ -114,7 +116,7 @@ void RegisterAll() {
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (!IsaSupported(isa)) continue;
     for (WeightType type : types) {
-      for (int64_t t : {1, 64}) {
+      for (int64_t t : {1, 64, 512}) {
         const std::string name = std::string("MatMul/") + TypeName(type) + "/" +
                                  std::string(CpuIsaName(isa)) + "/T" + std::to_string(t);
         // "min" over --benchmark_repetitions: on a shared machine the fastest repetition is
@@ -134,11 +136,16 @@ void RegisterAll() {
 }  // namespace deltaserve::kernels
 
 int main(int argc, char** argv) {
-  // --threads=N is ours; everything else goes to Google Benchmark.
+  // --threads=N and --act= are ours; everything else goes to Google Benchmark.
+  using deltaserve::kernels::MatMulActivations;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--threads=", 10) == 0) {
       deltaserve::kernels::g_threads = std::atoi(argv[i] + 10);
+    } else if (std::strcmp(argv[i], "--act=f32") == 0) {
+      deltaserve::kernels::SetMatMulActivations(MatMulActivations::kF32);
+    } else if (std::strcmp(argv[i], "--act=int8") == 0) {
+      deltaserve::kernels::SetMatMulActivations(MatMulActivations::kInt8);
     } else {
       args.push_back(argv[i]);
     }
@@ -147,6 +154,9 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   deltaserve::kernels::RegisterAll();
   benchmark::AddCustomContext("threads", std::to_string(deltaserve::kernels::Pool().size()));
+  benchmark::AddCustomContext(
+      "activations",
+      deltaserve::kernels::ActiveMatMulActivations() == MatMulActivations::kInt8 ? "int8" : "f32");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

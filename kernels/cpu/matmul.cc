@@ -1,10 +1,14 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quants.h"
 
@@ -172,7 +176,100 @@ void MultiplyFused(ThreadPool& pool, const MatMulKernels& kern, const WeightView
   });
 }
 
+// The int8 weight decoder and product kernel of an ISA path; rows null where it has none.
+struct Int8Kernel {
+  Int8DecodeFn decode = nullptr;
+  Int8RowsFn rows = nullptr;
+  Int8FusedFn fused = nullptr;              // the few-row product, if any
+  bool (*fused_has)(WeightType) = nullptr;  // the types `fused` handles
+};
+
+Int8Kernel Int8KernelFor(CpuIsa isa) {
+  switch (ClampIsa(isa)) {
+    case CpuIsa::kScalar:
+      return {&DecodeInt8RowsBaseline, &Int8RowsScalar};
+    case CpuIsa::kAvx512:
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+      if (DetectedCpuFeatures().avx512vnni) {
+        return {&DecodeInt8RowsAvx512, &Int8RowsAvx512Vnni, &Int8FusedAvx512Vnni,
+                &Int8FusedAvx512VnniHas};
+      }
+#endif
+      return {};
+    case CpuIsa::kAvx2:
+      break;
+  }
+  return {};
+}
+
+// The int8-activation product: activations quantized and packed once (in parallel over
+// panels), then each task decodes kInt8ChunkRows weight rows to int8 and runs the kernel over
+// every activation panel.
+void MultiplyInt8(ThreadPool& pool, Int8Kernel kernel, const WeightView& w, const Mat& x, Mat& y) {
+  // Named by reference: a lambda running on a worker would otherwise see its own thread_local.
+  thread_local Int8Activations storage;
+  Int8Activations& acts = storage;
+  PrepareInt8Activations(w.type, x, acts);
+  pool.ParallelFor(acts.panels, 1, [&](int64_t begin, int64_t end) {
+    QuantizeInt8Panels(w.type, x, acts, begin, end);
+  });
+  const Int8ActivationsView view = acts.View();
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t n_chunks = (w.out + kInt8ChunkRows - 1) / kInt8ChunkRows;
+  pool.ParallelFor(
+      n_chunks, TaskGrain(kInt8ChunkRows * w.in * x.rows), [&](int64_t begin, int64_t end) {
+        thread_local Int8WeightBuffer buf;
+        for (int64_t c = begin; c < end; ++c) {
+          const int64_t r0 = c * kInt8ChunkRows;
+          const int64_t rows = std::min<int64_t>(kInt8ChunkRows, w.out - r0);
+          const Int8WeightRows wr = DecodeInt8Rows(w.type, base + r0 * w.row_bytes, w.row_bytes,
+                                                   rows, w.in, buf, kernel.decode);
+          kernel.rows(wr, view, y, r0);
+        }
+      });
+}
+
+// Few-row batches on int8 activations: each row quantized once, then through the fused kernel
+// kChunkRows weight rows at a time, like MultiplyFused.
+void MultiplyFusedInt8(ThreadPool& pool, Int8FusedFn fused, const WeightView& w, const Mat& x,
+                       Mat& y) {
+  thread_local Int8FlatActivations storage;
+  Int8FlatActivations& acts = storage;  // see MultiplyInt8
+  QuantizeInt8Flat(w.type, x, acts);
+  Int8FlatRow rows[kMaxFusedBatch];
+  for (int64_t t = 0; t < x.rows; ++t) rows[t] = acts.Row(t);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  pool.ParallelFor(w.out, TaskGrain(w.in * x.rows), [&](int64_t begin, int64_t end) {
+    for (int64_t r0 = begin; r0 < end; r0 += kChunkRows) {
+      const int64_t n = std::min(kChunkRows, end - r0);
+      for (int64_t t = 0; t < x.rows; ++t) {
+        fused(w.type, base + r0 * w.row_bytes, w.row_bytes, n, rows[t], y.data + t * y.stride + r0);
+      }
+    }
+  });
+}
+
+std::optional<MatMulActivations> ParseActivations(const char* s) {
+  if (s == nullptr) return std::nullopt;
+  const std::string_view v(s);
+  if (v == "f32") return MatMulActivations::kF32;
+  if (v == "int8") return MatMulActivations::kInt8;
+  return std::nullopt;
+}
+
+// -1: not forced; otherwise the forced MatMulActivations.
+std::atomic<int> g_forced_activations{-1};
+
 }  // namespace
+
+bool UsesInt8Path(WeightType type, CpuIsa isa, int64_t rows) {
+  const Int8Kernel k = Int8KernelFor(isa);
+  if (Int8Group(type) == 0 || k.rows == nullptr) return false;
+  const MatMulKernels& kern = KernelsFor(isa);
+  const bool fused = kern.has_fused_rows != nullptr && kern.has_fused_rows(type);
+  if (!fused || rows > kMaxFusedBatch) return true;
+  return k.fused != nullptr && k.fused_has(type);
+}
 
 const MatMulKernels& ScalarKernels() { return kScalarTable; }
 
@@ -193,6 +290,11 @@ const MatMulKernels& KernelsFor(CpuIsa isa) {
 }
 
 KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y, CpuIsa isa) {
+  return MatMulCpuIsa(pool, w, x, y, isa, ActiveMatMulActivations());
+}
+
+KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y, CpuIsa isa,
+                          MatMulActivations mode) {
   if (KernelStatus s = CheckWeights(w); s != KernelStatus::kOk) return s;
   if (!MatOk(x) || !MatOk(y)) return KernelStatus::kInvalidArgument;
   if (x.cols != w.in || y.cols != w.out || x.rows != y.rows) return KernelStatus::kInvalidArgument;
@@ -204,6 +306,16 @@ KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, M
     return KernelStatus::kOk;
   }
   const MatMulKernels& kern = KernelsFor(isa);
+
+  if (mode == MatMulActivations::kInt8 && UsesInt8Path(w.type, isa, x.rows)) {
+    const Int8Kernel k = Int8KernelFor(isa);
+    if (x.rows <= kMaxFusedBatch && k.fused != nullptr && k.fused_has(w.type)) {
+      MultiplyFusedInt8(pool, k.fused, w, x, y);
+    } else {
+      MultiplyInt8(pool, k, w, x, y);
+    }
+    return KernelStatus::kOk;
+  }
 
   // F32 weights need no decoding, so the tile kernel wins from two rows on.
   const int64_t max_fused = w.type == WeightType::kF32 ? 1 : kMaxFusedBatch;
@@ -253,6 +365,20 @@ KernelStatus DequantizeRowIsa(WeightType type, const void* blocks, float* out, i
 }
 
 }  // namespace internal
+
+MatMulActivations ActiveMatMulActivations() {
+  const int forced = internal::g_forced_activations.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<MatMulActivations>(forced);
+  static const MatMulActivations from_env =
+      internal::ParseActivations(std::getenv("DELTASERVE_MATMUL_ACT"))
+          .value_or(MatMulActivations::kInt8);
+  return from_env;
+}
+
+void SetMatMulActivations(std::optional<MatMulActivations> mode) {
+  internal::g_forced_activations.store(mode ? static_cast<int>(*mode) : -1,
+                                       std::memory_order_relaxed);
+}
 
 KernelStatus MatMulCpu(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y) {
   return internal::MatMulCpuIsa(pool, w, x, y, ActiveIsa());

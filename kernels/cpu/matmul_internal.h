@@ -12,6 +12,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace deltaserve::kernels::internal {
@@ -56,8 +57,14 @@ const MatMulKernels& Avx512Kernels();  // matmul_avx512.cc
 // The kernels of ClampIsa(isa).
 const MatMulKernels& KernelsFor(CpuIsa isa);
 
-// MatMulCpu / GetRowsCpu / DequantizeRow on the path of ClampIsa(isa).
+// MatMulCpu / GetRowsCpu / DequantizeRow on the path of ClampIsa(isa); MatMulCpuIsa with the
+// activation mode given, or ActiveMatMulActivations().
 KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y, CpuIsa isa);
+KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y, CpuIsa isa,
+                          MatMulActivations mode);
+// True when MatMulCpuIsa in int8 mode takes the int8 path for `type` on ClampIsa(isa) with a
+// batch of `rows` activation rows.
+bool UsesInt8Path(WeightType type, CpuIsa isa, int64_t rows);
 KernelStatus GetRowsCpuIsa(const WeightView& table, const int32_t* ids, int64_t n, Mat& out,
                            CpuIsa isa);
 KernelStatus DequantizeRowIsa(WeightType type, const void* blocks, float* out, int64_t n,

@@ -4,7 +4,8 @@
 target_sources(deltaserve_kernels_cpu PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/quants.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_features.cc
-  ${CMAKE_CURRENT_LIST_DIR}/matmul.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/matmul.cc
+  ${CMAKE_CURRENT_LIST_DIR}/matmul_int8.cc)
 
 # No FMA contraction anywhere here: decoded weights must be bit-identical between the scalar
 # reference and the SIMD paths, and GCC would otherwise fuse the intrinsics' separate multiply
@@ -12,15 +13,19 @@ target_sources(deltaserve_kernels_cpu PRIVATE
 set_source_files_properties(
   ${CMAKE_CURRENT_LIST_DIR}/quants.cc
   ${CMAKE_CURRENT_LIST_DIR}/matmul.cc
+  ${CMAKE_CURRENT_LIST_DIR}/matmul_int8.cc
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   target_sources(deltaserve_kernels_cpu PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/matmul_avx2.cc
-    ${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512.cc)
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/matmul_avx2.cc PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc PROPERTIES
+  set_source_files_properties(
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512.cc
+    PROPERTIES
     COMPILE_OPTIONS
     "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx512bf16;-mavx2;-mfma;-mf16c;-ffp-contract=off")
   # cpu_features.cc reports the SIMD paths as available only when they were compiled in.

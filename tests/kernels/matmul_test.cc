@@ -26,6 +26,10 @@ using testing::AllWeightTypes;
 using testing::RandomValues;
 using testing::TypeName;
 
+// These tests check the f32-activation path; the int8 one (the default for quantized weights)
+// is tested in matmul_int8_test.cc.
+constexpr MatMulActivations kF32 = MatMulActivations::kF32;
+
 // Float summation error allowed, relative to sum |w * x| of the output: the paths differ only
 // in association order (and the fused kernels in one rounding of w), ~1e-7 in practice.
 constexpr double kRelTol = 1e-5;
@@ -112,7 +116,7 @@ TEST_P(MatMulTest, MatchesDoubleReference) {
         std::vector<float> y(static_cast<size_t>(t * out), NAN);
         const Mat xm{const_cast<float*>(x.data()), t, in, in};
         Mat ym{y.data(), t, out, out};
-        ASSERT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, ym, isa), KernelStatus::kOk);
+        ASSERT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, ym, isa, kF32), KernelStatus::kOk);
         ExpectMatchesReference(w, x.data(), in, t, y.data(), out,
                                TypeName(type) + " in=" + std::to_string(in) +
                                    " out=" + std::to_string(out) + " T=" + std::to_string(t));
@@ -135,8 +139,8 @@ TEST_P(MatMulTest, SimdPathAgreesWithScalarPath) {
     const Mat xm{const_cast<float*>(x.data()), t, in, in};
     Mat ys{y_scalar.data(), t, out, out};
     Mat yv{y_simd.data(), t, out, out};
-    ASSERT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, ys, CpuIsa::kScalar), KernelStatus::kOk);
-    ASSERT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, yv, isa), KernelStatus::kOk);
+    ASSERT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, ys, CpuIsa::kScalar, kF32), KernelStatus::kOk);
+    ASSERT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, yv, isa, kF32), KernelStatus::kOk);
     for (int64_t r = 0; r < t; ++r) {
       for (int64_t o = 0; o < out; ++o) {
         double abs_sum = 0;
@@ -174,7 +178,7 @@ TEST(MatMulViewsTest, StridedViewsAndRowSubsets) {
       std::vector<float> ywide(static_cast<size_t>(t * 30), 123.0f);
       const Mat xm = Mat{const_cast<float*>(xwide.data()), t, 600, 600}.Cols(40, 512);
       Mat ym = Mat{ywide.data(), t, 30, 30}.Cols(4, 10);
-      ASSERT_EQ(MatMulCpuIsa(Pool(), wv, xm, ym, isa), KernelStatus::kOk);
+      ASSERT_EQ(MatMulCpuIsa(Pool(), wv, xm, ym, isa, kF32), KernelStatus::kOk);
       ExpectMatchesReference(part, xwide.data() + 40, 600, t, ywide.data() + 4, 30,
                              std::string(CpuIsaName(isa)) + " T=" + std::to_string(t));
       for (int64_t r = 0; r < t; ++r) {
@@ -198,7 +202,7 @@ TEST(MatMulViewsTest, BlockingEdges) {
     std::vector<float> y(static_cast<size_t>(t * w.out));
     const Mat xm{const_cast<float*>(x.data()), t, w.in, w.in};
     Mat ym{y.data(), t, w.out, w.out};
-    ASSERT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, ym, isa), KernelStatus::kOk);
+    ASSERT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, ym, isa, kF32), KernelStatus::kOk);
     ExpectMatchesReference(w, x.data(), w.in, t, y.data(), w.out, std::string(CpuIsaName(isa)));
   }
 }

@@ -1,0 +1,157 @@
+// Internal to the CPU matrix products: the int8-activation path (matmul.h,
+// MatMulActivations::kInt8). The activations of one MatMul call are quantized once, the way
+// llama.cpp does before its integer dot products (Q8_0 blocks of 32 for the legacy block types,
+// Q8_K super-blocks of 256 for the K-quants), and packed for the integer micro-kernel; weight
+// rows are decoded to int8 plus per-block f32 scales, so every product is an exact int32 sum per
+// block, scaled once per block in f32.
+//
+// Layouts (G = Int8Group(type), 32 or 16 values per scaled block; panels of kActPanel rows):
+//   activations  q    [panel][n / 4][kActPanel][4]  u8 = int8 value + 128
+//                d    [panel][n / G][kActPanel]     f32 block scale (Q8_0: f16-rounded)
+//                dsum [panel][n / G][kActPanel]     d * (sum of the block's int8 values)
+//   weight rows  q    [row][n]                      int8, x = scale * q + minc
+//                scale, minc [row][n / G]           f32; minc is zero except for K-quant mins
+//                wsum [row][n / G]                  int32 sum of the block's q
+// so that  sum_k w[k] * x[k] = sum_b scale_b * d_b * (sum_k (q_a + 128) * q_w - 128 * wsum_b)
+//                               + minc_b * dsum_b.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace deltaserve::kernels::internal {
+
+// Activation rows per packed panel: the 16 int32 lanes of one AVX-512 register.
+inline constexpr int kActPanel = 16;
+// Weight rows decoded together (one task's chunk).
+inline constexpr int kInt8ChunkRows = 16;
+
+// Values per scaled block of the int8 path for `type`: 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K), 16 (Q6_K), or 0 when the type has none (F32/F16/BF16 keep the f32 path).
+int Int8Group(WeightType type);
+
+// Quantized, packed activations as the kernels read them (plain pointers: the ISA files use no
+// library templates, see quants.h).
+struct Int8ActivationsView {
+  int64_t rows = 0;
+  int64_t n = 0;
+  int group = 0;
+  int64_t panels = 0;
+  const uint8_t* q = nullptr;
+  const float* d = nullptr;
+  const float* dsum = nullptr;
+};
+
+// One call's activations, quantized and packed (layouts above). Reused between calls.
+struct Int8Activations {
+  int64_t rows = 0;    // activation rows (the last panel is zero-padded)
+  int64_t n = 0;       // values per row
+  int group = 0;       // G
+  int64_t panels = 0;  // ceil(rows / kActPanel)
+  std::vector<uint8_t> q;
+  std::vector<float> d;
+  std::vector<float> dsum;
+
+  Int8ActivationsView View() const {
+    return {rows, n, group, panels, q.data(), d.data(), dsum.data()};
+  }
+};
+
+// Sizes `acts` for x under `type` (Int8Group(type) != 0, x.cols % block size == 0).
+void PrepareInt8Activations(WeightType type, const Mat& x, Int8Activations& acts);
+// Quantizes and packs panels [p0, p1) of x into acts (prepared by PrepareInt8Activations):
+// Q8_0-style blocks of 32 (d = f16(amax / 127), q = round(x * 127 / amax)) for the legacy
+// types, Q8_K-style blocks of 256 (d = max / -127 with the signed max, q = round(x / d)) for
+// the K-quants, as llama.cpp's quantize_row_q8_0 / quantize_row_q8_K.
+void QuantizeInt8Panels(WeightType type, const Mat& x, Int8Activations& acts, int64_t p0,
+                        int64_t p1);
+
+// Weight rows decoded for the int8 kernels (layouts above); views into caller buffers.
+struct Int8WeightRows {
+  int64_t rows = 0;
+  int64_t n = 0;
+  int group = 0;
+  bool has_min = false;  // minc nonzero somewhere (Q4_1, Q5_1, Q4_K, Q5_K)
+  const int8_t* q = nullptr;
+  const float* scale = nullptr;
+  const float* minc = nullptr;
+  const int32_t* wsum = nullptr;
+};
+
+// Reusable storage for DecodeInt8Rows.
+struct Int8WeightBuffer {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  std::vector<float> minc;
+  std::vector<int32_t> wsum;
+};
+
+// The decoder proper, one copy per ISA (identical results): fills q [rows][n] and scale /
+// minc / wsum [rows][n / g] (minc pre-zeroed); returns has_min.
+using Int8DecodeFn = bool (*)(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                              int64_t n, int g, int8_t* q, float* scale, float* minc,
+                              int32_t* wsum);
+bool DecodeInt8RowsBaseline(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                            int64_t n, int g, int8_t* q, float* scale, float* minc, int32_t* wsum);
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+bool DecodeInt8RowsAvx512(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                          int64_t n, int g, int8_t* q, float* scale, float* minc, int32_t* wsum);
+#endif
+
+// Decodes `rows` weight rows (row_bytes apart from w, n values each) of `type` into buf with
+// `decode` (the baseline one when null).
+Int8WeightRows DecodeInt8Rows(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                              int64_t n, Int8WeightBuffer& buf, Int8DecodeFn decode = nullptr);
+
+// One activation row quantized as above but not packed, for the fused few-row products:
+// q [n] int8 (no offset), d and dsum [n / G].
+struct Int8FlatRow {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  const float* dsum = nullptr;
+  int64_t n = 0;
+};
+
+// Storage of the flat rows of one call: row t at q + t * n, d / dsum + t * (n / G).
+struct Int8FlatActivations {
+  int64_t n = 0;
+  int group = 0;
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<float> dsum;
+
+  Int8FlatRow Row(int64_t t) const {
+    const int64_t nb = n / group;
+    return {q.data() + t * n, d.data() + t * nb, dsum.data() + t * nb, n};
+  }
+};
+
+// Quantizes the rows of x for `type` (Int8Group(type) != 0), as QuantizeInt8Panels.
+void QuantizeInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts);
+
+// The fused few-row product on int8 activations: y[r] = W[r] . x for r < rows, rows row_bytes
+// apart from w, each decoded in registers. False (nothing written) for a type it lacks.
+using Int8FusedFn = bool (*)(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                             const Int8FlatRow& x, float* y);
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+bool Int8FusedAvx512Vnni(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                         const Int8FlatRow& x, float* y);
+// True when Int8FusedAvx512Vnni handles `type`.
+bool Int8FusedAvx512VnniHas(WeightType type);
+#endif
+
+// y[t][col0 + r] = product of weight row r and activation row t, for every r < w.rows and
+// t < a.rows. The scalar one is the reference of the integer arithmetic (matmul_int8.cc); the
+// AVX-512 VNNI one is in matmul_int8_avx512.cc.
+using Int8RowsFn = void (*)(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y,
+                            int64_t col0);
+void Int8RowsScalar(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y, int64_t col0);
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+void Int8RowsAvx512Vnni(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y,
+                        int64_t col0);
+#endif
+
+}  // namespace deltaserve::kernels::internal

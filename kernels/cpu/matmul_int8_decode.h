@@ -1,0 +1,190 @@
+// The weight-row decoder of the int8 path (matmul_int8.h), written once as plain loops and
+// included by matmul_int8.cc (baseline ISA) and matmul_int8_avx512.cc, where the compiler
+// vectorizes it with AVX-512. Internal linkage: each includer gets a private copy built with its
+// own -m flags (see quants.h on why no inline function is shared across ISA files).
+#pragma once
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include <cstring>
+
+#include "kernels/cpu/matmul_int8.h"
+#include "kernels/cpu/quants.h"
+
+namespace deltaserve::kernels::internal {
+namespace {
+
+#if defined(__F16C__)
+inline float Int8HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+#else
+inline float Int8HalfToFloat(uint16_t h) { return Fp16ToFp32(h); }
+#endif
+
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K block (quants.h's GetScaleMinK4,
+// privately).
+inline void ScaleMinK4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// Decodes `rows` rows into q [rows][n], scale / minc / wsum [rows][n / g] (minc zeroed by the
+// caller); returns Int8WeightRows::has_min. Uses no library templates (see above).
+inline bool DecodeInt8RowsImpl(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                               int64_t n, int g, int8_t* q_out, float* scale_out, float* minc_out,
+                               int32_t* wsum_out) {
+  const int64_t nb = n / g;
+  bool has_min = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = w + r * row_bytes;
+    int8_t* q = q_out + r * n;
+    float* scale = scale_out + r * nb;
+    float* minc = minc_out + r * nb;
+    switch (type) {
+      case WeightType::kQ8_0: {
+        const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
+        for (int64_t i = 0; i < n / kQk; ++i) {
+          std::memcpy(q + i * kQk, b[i].qs, kQk);
+          scale[i] = Int8HalfToFloat(b[i].d);
+        }
+        break;
+      }
+      case WeightType::kQ4_0:
+      case WeightType::kQ4_1: {
+        const bool one = type == WeightType::kQ4_1;
+        const int bias = one ? 0 : -8;
+        for (int64_t i = 0; i < n / kQk; ++i) {
+          const uint8_t* qs;
+          if (one) {
+            const auto& b = reinterpret_cast<const BlockQ4_1*>(src)[i];
+            qs = b.qs;
+            scale[i] = Int8HalfToFloat(b.d);
+            minc[i] = Int8HalfToFloat(b.m);
+            has_min = true;
+          } else {
+            const auto& b = reinterpret_cast<const BlockQ4_0*>(src)[i];
+            qs = b.qs;
+            scale[i] = Int8HalfToFloat(b.d);
+          }
+          for (int j = 0; j < kQk / 2; ++j) {
+            q[i * kQk + j] = static_cast<int8_t>((qs[j] & 0xF) + bias);
+            q[i * kQk + j + kQk / 2] = static_cast<int8_t>((qs[j] >> 4) + bias);
+          }
+        }
+        break;
+      }
+      case WeightType::kQ5_0:
+      case WeightType::kQ5_1: {
+        const bool one = type == WeightType::kQ5_1;
+        const int bias = one ? 0 : -16;
+        for (int64_t i = 0; i < n / kQk; ++i) {
+          const uint8_t* qs;
+          uint32_t qh;
+          if (one) {
+            const auto& b = reinterpret_cast<const BlockQ5_1*>(src)[i];
+            qs = b.qs;
+            std::memcpy(&qh, b.qh, 4);
+            scale[i] = Int8HalfToFloat(b.d);
+            minc[i] = Int8HalfToFloat(b.m);
+            has_min = true;
+          } else {
+            const auto& b = reinterpret_cast<const BlockQ5_0*>(src)[i];
+            qs = b.qs;
+            std::memcpy(&qh, b.qh, 4);
+            scale[i] = Int8HalfToFloat(b.d);
+          }
+          for (int j = 0; j < kQk / 2; ++j) {
+            const int lo = (qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1) << 4);
+            const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+            q[i * kQk + j] = static_cast<int8_t>(lo + bias);
+            q[i * kQk + j + kQk / 2] = static_cast<int8_t>(hi + bias);
+          }
+        }
+        break;
+      }
+      case WeightType::kQ4_K:
+      case WeightType::kQ5_K: {
+        const bool five = type == WeightType::kQ5_K;
+        has_min = true;
+        for (int64_t i = 0; i < n / kQkK; ++i) {
+          const uint8_t* scales;
+          const uint8_t* qs;
+          const uint8_t* qh = nullptr;
+          uint16_t dh;
+          uint16_t mh;
+          if (five) {
+            const auto& b = reinterpret_cast<const BlockQ5_K*>(src)[i];
+            scales = b.scales, qs = b.qs, qh = b.qh, dh = b.d, mh = b.dmin;
+          } else {
+            const auto& b = reinterpret_cast<const BlockQ4_K*>(src)[i];
+            scales = b.scales, qs = b.qs, dh = b.d, mh = b.dmin;
+          }
+          const float d = Int8HalfToFloat(dh);
+          const float dmin = Int8HalfToFloat(mh);
+          for (int j = 0; j < 8; ++j) {
+            uint8_t sc;
+            uint8_t m;
+            ScaleMinK4(j, scales, &sc, &m);
+            scale[i * 8 + j] = d * static_cast<float>(sc);
+            minc[i * 8 + j] = -(dmin * static_cast<float>(m));
+          }
+          int8_t* out = q + i * kQkK;
+          for (int c = 0; c < 4; ++c) {
+            for (int l = 0; l < 32; ++l) {
+              int lo = qs[32 * c + l] & 0xF;
+              int hi = qs[32 * c + l] >> 4;
+              if (five) {
+                lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+                hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+              }
+              out[64 * c + l] = static_cast<int8_t>(lo);
+              out[64 * c + 32 + l] = static_cast<int8_t>(hi);
+            }
+          }
+        }
+        break;
+      }
+      case WeightType::kQ6_K: {
+        const auto* blocks = reinterpret_cast<const BlockQ6_K*>(src);
+        for (int64_t i = 0; i < n / kQkK; ++i) {
+          const BlockQ6_K& b = blocks[i];
+          const float d = Int8HalfToFloat(b.d);
+          for (int j = 0; j < 16; ++j) scale[i * 16 + j] = d * static_cast<float>(b.scales[j]);
+          int8_t* out = q + i * kQkK;
+          for (int h = 0; h < 2; ++h) {
+            const uint8_t* ql = b.ql + 64 * h;
+            const uint8_t* qh = b.qh + 32 * h;
+            for (int l = 0; l < 32; ++l) {
+              out[128 * h + l] = static_cast<int8_t>(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+              out[128 * h + l + 32] =
+                  static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+              out[128 * h + l + 64] =
+                  static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+              out[128 * h + l + 96] =
+                  static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+          }
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    int32_t* wsum = wsum_out + r * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t s = 0;
+      for (int j = 0; j < g; ++j) s += q[b * g + j];
+      wsum[b] = s;
+    }
+  }
+  return has_min;
+}
+
+}  // namespace
+}  // namespace deltaserve::kernels::internal

@@ -1,0 +1,221 @@
+// The int8-activation path of the CPU matrix product (kernels/cpu/matmul_int8.h): every ISA
+// path against the scalar reference of the same integer arithmetic (exact int32 block sums, so
+// only the f32 scaling order can differ), and against a double product of the scalar-decoded
+// weights within the error the activation quantization allows; plus the mode switch.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/quants.h"
+#include "tests/kernels/quant_test_util.h"
+
+namespace deltaserve::kernels {
+namespace {
+
+using internal::MatMulCpuIsa;
+using internal::UsesInt8Path;
+using testing::RandomValues;
+using testing::TypeName;
+
+ThreadPool& Pool() {
+  static ThreadPool pool(2);
+  return pool;
+}
+
+std::vector<WeightType> Int8Types() {
+  return {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
+          WeightType::kQ5_1, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+}
+
+struct Weights {
+  WeightType type;
+  int64_t in;
+  int64_t out;
+  std::vector<uint8_t> bytes;
+  std::vector<float> decoded;  // [out][in]
+  WeightView View() const { return {bytes.data(), type, in, out, RowBytes(type, in), 1}; }
+};
+
+Weights MakeWeights(WeightType type, int64_t in, int64_t out, std::mt19937& rng) {
+  Weights w{type, in, out, std::vector<uint8_t>(RowBytes(type, in) * out),
+            std::vector<float>(static_cast<size_t>(in * out))};
+  const std::vector<float> values = RandomValues(in * out, rng);
+  const size_t row_bytes = RowBytes(type, in);
+  for (int64_t o = 0; o < out; ++o) {
+    EXPECT_EQ(QuantizeRow(type, values.data() + o * in, w.bytes.data() + o * row_bytes, in),
+              KernelStatus::kOk);
+    EXPECT_EQ(DequantizeRow(type, w.bytes.data() + o * row_bytes, w.decoded.data() + o * in, in),
+              KernelStatus::kOk);
+  }
+  return w;
+}
+
+std::vector<float> Activations(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = normal(rng);
+  // A few outliers, as in real hidden states: they set the block scale of their block.
+  for (size_t i = 0; i < v.size(); i += 97) v[i] *= 8.0f;
+  return v;
+}
+
+bool IsKQuant(WeightType type) {
+  return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K;
+}
+
+// In lengths per type: one block group, and several crossing odd multiples.
+std::vector<int64_t> InLengths(WeightType type) {
+  return IsKQuant(type) ? std::vector<int64_t>{256, 1280} : std::vector<int64_t>{160, 1312};
+}
+
+std::vector<float> RunProduct(const Weights& w, const std::vector<float>& x, int64_t t, CpuIsa isa,
+                              MatMulActivations mode) {
+  std::vector<float> y(static_cast<size_t>(t * w.out), NAN);
+  const Mat xm{const_cast<float*>(x.data()), t, w.in, w.in};
+  Mat ym{y.data(), t, w.out, w.out};
+  EXPECT_EQ(MatMulCpuIsa(Pool(), w.View(), xm, ym, isa, mode), KernelStatus::kOk);
+  return y;
+}
+
+class MatMulInt8Test : public ::testing::TestWithParam<std::tuple<CpuIsa, WeightType>> {};
+
+// Integer sums are exact, so the ISA path and the scalar reference differ only in the order of
+// the f32 block scaling (1e-6 relative to sum |w * x|, observed ~1e-7).
+TEST_P(MatMulInt8Test, MatchesScalarInt8Reference) {
+  const auto [isa, type] = GetParam();
+  if (!IsaSupported(isa)) GTEST_SKIP() << CpuIsaName(isa) << " not supported here";
+  std::mt19937 rng(21);
+  for (int64_t in : InLengths(type)) {
+    const Weights w = MakeWeights(type, in, 37, rng);
+    for (int64_t t : {1, 3, 4, 17, 64, 300}) {
+      const std::vector<float> x = Activations(t * in, rng);
+      const std::vector<float> ref = RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
+      const std::vector<float> got = RunProduct(w, x, t, isa, MatMulActivations::kInt8);
+      const bool int8 = UsesInt8Path(type, isa, t);
+      for (int64_t r = 0; r < t; ++r) {
+        for (int64_t o = 0; o < w.out; ++o) {
+          double abs_sum = 0;
+          for (int64_t k = 0; k < in; ++k) {
+            abs_sum += std::fabs(static_cast<double>(w.decoded[o * in + k]) * x[r * in + k]);
+          }
+          if (!int8) continue;  // f32 path on this ISA (AVX2, or the fused decode rows)
+          ASSERT_LE(std::fabs(got[r * w.out + o] - ref[r * w.out + o]), 1e-6 * abs_sum + 1e-30)
+              << TypeName(type) << " in=" << in << " T=" << t << " row " << r << " out " << o;
+        }
+      }
+    }
+  }
+}
+
+// Against the exact product: each activation moves by at most half its block's step
+// d = amax / 127 (block of 32 for the legacy types, 256 for the K-quants), plus for the legacy
+// types the f16 rounding of d (<= 2^-11 relative, times |q| <= 127: 0.062 d). So
+// |error| <= sum_k |w_k| * 0.57 * d_k, plus the f32 summation error (1e-5 sum |w * x|).
+TEST_P(MatMulInt8Test, WithinActivationQuantizationBound) {
+  const auto [isa, type] = GetParam();
+  if (!IsaSupported(isa)) GTEST_SKIP() << CpuIsaName(isa) << " not supported here";
+  std::mt19937 rng(22);
+  const int block = IsKQuant(type) ? kQkK : kQk;
+  for (int64_t in : InLengths(type)) {
+    const Weights w = MakeWeights(type, in, 19, rng);
+    for (int64_t t : {4, 17, 300}) {
+      const std::vector<float> x = Activations(t * in, rng);
+      const std::vector<float> got = RunProduct(w, x, t, isa, MatMulActivations::kInt8);
+      double worst = 0;  // largest error / bound seen
+      for (int64_t r = 0; r < t; ++r) {
+        std::vector<double> step(static_cast<size_t>(in));
+        for (int64_t k0 = 0; k0 < in; k0 += block) {
+          double amax = 0;
+          for (int k = 0; k < block; ++k) {
+            amax = std::max(amax, static_cast<double>(std::fabs(x[r * in + k0 + k])));
+          }
+          for (int k = 0; k < block; ++k) step[k0 + k] = amax / 127.0;
+        }
+        for (int64_t o = 0; o < w.out; ++o) {
+          double sum = 0;
+          double abs_sum = 0;
+          double bound = 0;
+          for (int64_t k = 0; k < in; ++k) {
+            const double wk = w.decoded[o * in + k];
+            sum += wk * x[r * in + k];
+            abs_sum += std::fabs(wk * x[r * in + k]);
+            bound += std::fabs(wk) * 0.57 * step[k];
+          }
+          bound += 1e-5 * abs_sum;
+          const double err = std::fabs(got[r * w.out + o] - sum);
+          ASSERT_LE(err, bound) << TypeName(type) << " in=" << in << " T=" << t << " row " << r
+                                << " out " << o << ": got " << got[r * w.out + o] << ", want "
+                                << sum;
+          worst = std::max(worst, err / bound);
+        }
+      }
+      // Rounding errors cancel: the bound is far from tight, but not vacuous either.
+      if (UsesInt8Path(type, isa, t)) {
+        EXPECT_GT(worst, 1e-3) << TypeName(type) << " T=" << t;
+      }
+    }
+  }
+}
+
+std::vector<CpuIsa> AllIsas() { return {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}; }
+
+INSTANTIATE_TEST_SUITE_P(Int8Types, MatMulInt8Test,
+                         ::testing::Combine(::testing::ValuesIn(AllIsas()),
+                                            ::testing::ValuesIn(Int8Types())),
+                         [](const auto& info) {
+                           return std::string(CpuIsaName(std::get<0>(info.param))) + "_" +
+                                  TypeName(std::get<1>(info.param));
+                         });
+
+// The process-wide switch reaches MatMulCpu; f32 weights never take the int8 path.
+TEST(MatMulInt8ModeTest, SwitchSelectsPath) {
+  std::mt19937 rng(23);
+  const Weights w = MakeWeights(WeightType::kQ4_K, 512, 24, rng);
+  const int64_t t = 9;
+  const std::vector<float> x = Activations(t * w.in, rng);
+  const CpuIsa isa = ActiveIsa();
+  for (MatMulActivations mode : {MatMulActivations::kF32, MatMulActivations::kInt8}) {
+    SetMatMulActivations(mode);
+    EXPECT_EQ(ActiveMatMulActivations(), mode);
+    std::vector<float> y(static_cast<size_t>(t * w.out));
+    const Mat xm{const_cast<float*>(x.data()), t, w.in, w.in};
+    Mat ym{y.data(), t, w.out, w.out};
+    ASSERT_EQ(MatMulCpu(Pool(), w.View(), xm, ym), KernelStatus::kOk);
+    const std::vector<float> want = RunProduct(w, x, t, isa, mode);
+    EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0);
+  }
+  SetMatMulActivations(std::nullopt);
+  EXPECT_FALSE(UsesInt8Path(WeightType::kF32, CpuIsa::kScalar, 64));
+  EXPECT_FALSE(UsesInt8Path(WeightType::kBF16, CpuIsa::kAvx512, 64));
+  EXPECT_TRUE(UsesInt8Path(WeightType::kQ8_0, CpuIsa::kScalar, 64));
+}
+
+// Each output is computed by one task in a fixed order: thread count cannot change bits.
+TEST(MatMulInt8ModeTest, ThreadCountDoesNotChangeResults) {
+  std::mt19937 rng(24);
+  const Weights w = MakeWeights(WeightType::kQ6_K, 1024, 70, rng);
+  ThreadPool one(1);
+  ThreadPool three(3);
+  const int64_t t = 40;
+  const std::vector<float> x = Activations(t * w.in, rng);
+  std::vector<float> y1(static_cast<size_t>(t * w.out));
+  std::vector<float> y3(static_cast<size_t>(t * w.out));
+  const Mat xm{const_cast<float*>(x.data()), t, w.in, w.in};
+  Mat m1{y1.data(), t, w.out, w.out};
+  Mat m3{y3.data(), t, w.out, w.out};
+  ASSERT_EQ(MatMulCpuIsa(one, w.View(), xm, m1, ActiveIsa(), MatMulActivations::kInt8),
+            KernelStatus::kOk);
+  ASSERT_EQ(MatMulCpuIsa(three, w.View(), xm, m3, ActiveIsa(), MatMulActivations::kInt8),
+            KernelStatus::kOk);
+  EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace deltaserve::kernels
