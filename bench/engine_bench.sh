@@ -5,7 +5,7 @@
 #      a model has to be synthesized);
 #   3. synthesizes build/bench/synth-0.8b-{q8_0,q4_k_m}.gguf if missing (deltaserve-synth
 #      --preset 0.8b, vocabulary of ../shared/golden/qwen3-vocab-qwen35pre.gguf);
-#   4. measures the read bandwidth (deltaserve-bench-bandwidth, best of 5);
+#   4. measures the read bandwidth (deltaserve-bench-bandwidth, best of 5) before and after;
 #   5. per model and scenario runs deltaserve-bench-engine and
 #      bench/llama_cpp_engine_throughput.py (same ids, same threads, medians of --reps);
 #   6. prints a markdown table on stdout (progress on stderr); raw JSON lines are kept in
@@ -124,14 +124,45 @@ mkdir -p "${out_dir}"
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- 4. bandwidth -------------------------------------------------------------------------------
-bw_line=""
-if [[ "${bandwidth}" == 1 ]]; then
+# Measured before and after the runs (the best of both counts): on a VM the host's other guests
+# share the memory bus, and one probe can catch a busy moment.
+probe_bandwidth() {
   log "read bandwidth, ${threads} threads, 2 GiB, best of 5"
-  bw_line="$("${build}/bench/deltaserve-bench-bandwidth" --threads "${threads}" --mib 2048 --reps 5)"
-  echo "${bw_line}" >"${out_dir}/bandwidth.txt"
-fi
+  "${build}/bench/deltaserve-bench-bandwidth" --threads "${threads}" --mib 2048 --reps 5 |
+    sed -n 's/.*best_gb_s=\([^ ]*\).*/\1/p'
+}
+bw_start=""
+[[ "${bandwidth}" == 1 ]] && bw_start="$(probe_bandwidth)"
 
 # --- 5. runs ------------------------------------------------------------------------------------
+# CPU seconds all processes used so far (/proc/stat busy jiffies; USER_HZ = 100 on Linux).
+busy_seconds() {
+  awk '/^cpu / { printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / 100 }' /proc/stat
+}
+# Runs one engine ("$1": label for the log, "$2": output name, the rest: the command) and adds its
+# summary to the results with the model, the case and the CPU that other processes used meanwhile
+# (in cores: busy time of the machine minus the engine's own, over the run's wall time). A
+# neighbour costs llama.cpp most, since its threads meet at a barrier after every op.
+run_engine() {
+  local label="$1" out="$2"
+  shift 2
+  log "${name} ${s}: ${label}"
+  local busy0 t0 summary busy1 t1
+  busy0="$(busy_seconds)"
+  t0="$(date +%s.%N)"
+  summary="$("$@" | tee "${out_dir}/${name}-${s}-${out}.jsonl" | tail -1)"
+  t1="$(date +%s.%N)"
+  busy1="$(busy_seconds)"
+  "${python}" -c '
+import json, sys
+r = json.loads(sys.argv[1])
+wall = float(sys.argv[5]) - float(sys.argv[4])
+others = (float(sys.argv[7]) - float(sys.argv[6]) - r["cpu_seconds"]) / wall
+print(json.dumps({"model": sys.argv[2], "case": sys.argv[3], "others_cpu": round(max(others, 0), 2),
+                  **r}, separators=(",", ":")))' \
+    "${summary}" "${name}" "${s}" "${t0}" "${t1}" "${busy0}" "${busy1}" >>"${results}"
+}
+
 results="${out_dir}/results.jsonl"
 : >"${results}"
 for m in "${models[@]}"; do
@@ -143,44 +174,39 @@ for m in "${models[@]}"; do
       args=(--scenario decode --prompt "${s#decode}" --decode "${decode}")
     fi
     common=(-m "${m}" --threads "${threads}" --reps "${reps}" --batch 512 "${args[@]}")
-    # The 1-minute load average before each run goes into the table: on a shared 2-core machine
-    # a busy neighbour costs llama.cpp (whose threads meet at a barrier per op) the most.
-    load="$(cut -d' ' -f1 /proc/loadavg)"
-    log "${name} ${s}: DeltaServe (load ${load})"
-    "${build}/bench/deltaserve-bench-engine" "${common[@]}" --json |
-      tee "${out_dir}/${name}-${s}-deltaserve.jsonl" | tail -1 |
-      sed "s/^{/{\"model\":\"${name}\",\"case\":\"${s}\",\"load\":${load},/" >>"${results}"
-    load="$(cut -d' ' -f1 /proc/loadavg)"
-    log "${name} ${s}: llama.cpp (load ${load})"
+    run_engine DeltaServe deltaserve "${build}/bench/deltaserve-bench-engine" "${common[@]}" --json
     # numpy's OpenBLAS would otherwise start spinning threads that compete with llama.cpp's.
-    OPENBLAS_NUM_THREADS=1 "${venv}/bin/python" "${repo}/bench/llama_cpp_engine_throughput.py" \
-      "${common[@]}" | tee "${out_dir}/${name}-${s}-llama.jsonl" | tail -1 |
-      sed "s/^{/{\"model\":\"${name}\",\"case\":\"${s}\",\"load\":${load},/" >>"${results}"
+    run_engine llama.cpp llama env OPENBLAS_NUM_THREADS=1 "${venv}/bin/python" \
+      "${repo}/bench/llama_cpp_engine_throughput.py" "${common[@]}"
   done
 done
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+bw_end=""
+[[ "${bandwidth}" == 1 ]] && bw_end="$(probe_bandwidth)"
+bw_best="$(printf '%s\n%s\n' "${bw_start}" "${bw_end}" | sort -g | tail -1)"
 
 # --- 6. report ----------------------------------------------------------------------------------
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 echo
 echo "Machine: ${cpu}, $(nproc) cores ($(uname -m), $(uname -r)); ${threads} threads;" \
      "load average at start ${load_start}, at end ${load_end}; $(date -u +%Y-%m-%d)"
-[[ -n "${bw_line}" ]] && echo "Read bandwidth (${threads} threads, 2 GiB, best of 5): $(sed -n 's/.*best_gb_s=\([^ ]*\).*/\1/p' <<<"${bw_line}") GB/s"
+[[ -n "${bw_best}" ]] &&
+  echo "Read bandwidth (${threads} threads, 2 GiB, best of 5): ${bw_start} GB/s before the runs," \
+       "${bw_end} GB/s after; the weights GB/s column is a fraction of ${bw_best}"
 echo "Took $(( ($(date +%s) - started) / 60 )) min; raw results in ${out_dir}"
 echo
-"${python}" - "${results}" "${bw_line}" <<'PY'
-import json, re, sys
+"${python}" - "${results}" "${bw_best}" <<'PY'
+import json, sys
 
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-bw = re.search(r"best_gb_s=([0-9.]+)", sys.argv[2])
-bw = float(bw.group(1)) if bw else None
+bw = float(sys.argv[2]) if sys.argv[2] else None
 by_key = {}
 for r in rows:
     by_key.setdefault((r["model"], r["case"]), {})[r["engine"]] = r
 
 print("| model | scenario | DeltaServe tok/s | llama.cpp tok/s | ratio | DeltaServe peak RSS MiB "
       "| llama.cpp peak RSS MiB (net) | weights GB/s, DeltaServe / llama.cpp (of bandwidth) "
-      "| load before runs |")
+      "| other processes' CPU, cores |")
 print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 status = 0
 for (model, case), e in by_key.items():
@@ -194,7 +220,7 @@ for (model, case), e in by_key.items():
               if lc else "–")
     scenario = (f"prefill {(ds or lc)['prompt']} tokens" if case.startswith("prefill")
                 else f"decode {(ds or lc)['decode']} at depth {(ds or lc)['prompt']}")
-    load = " / ".join(f"{r['load']:.1f}" for r in (ds, lc) if r)
+    others = " / ".join(f"{r['others_cpu']:.2f}" for r in (ds, lc) if r)
     wbw = ""
     if case.startswith("decode") and ds:
         per_token = ds["decode_weight_bytes_per_token"]
@@ -206,7 +232,7 @@ for (model, case), e in by_key.items():
         wbw = " / ".join(parts)
     print(f"| {model} | {scenario} | {cell(ds, 'median_tok_s', '{:.2f}')} "
           f"| {cell(lc, 'median_tok_s', '{:.2f}')} | {ratio} | {cell(ds, 'peak_rss_mb', '{:.0f}')} "
-          f"| {lc_rss} | {wbw} | {load} |")
+          f"| {lc_rss} | {wbw} | {others} |")
 first = next(iter(rows), None)
 if first:
     ds = next((r for r in rows if r["engine"] == "deltaserve"), None)
@@ -214,7 +240,8 @@ if first:
     print()
     print(f"Medians of {first['reps']} repetitions; prefill in chunks of {first['batch']} tokens "
           "with last-token logits only; decode = greedy single-token steps after an untimed "
-          "prefill of the depth.")
+          "prefill of the depth. Last column: CPU other processes used during each engine's run "
+          "(DeltaServe / llama.cpp), 0 on an idle machine.")
     if ds:
         per_model = {r["model"]: r["decode_weight_bytes_per_token"] / 1e6
                      for r in rows if r["engine"] == "deltaserve"}

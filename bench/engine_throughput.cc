@@ -25,7 +25,8 @@
 //    "seconds":1.23,"tok_s":416.2}
 //   summary: engine=deltaserve scenario=prefill prompt=512 decode=0 median_tok_s=X ...
 // With --json the summary is a JSON object instead (one line, "summary":true) that also has the
-// peak RSS (getrusage ru_maxrss), the weight bytes one decode step reads and the id hash.
+// peak RSS (getrusage ru_maxrss), the CPU seconds the process used, the weight bytes one decode
+// step reads and the id hash.
 // Progress goes to stderr.
 
 #include <sys/resource.h>
@@ -176,6 +177,14 @@ double PeakRssMb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
+// User + system CPU seconds of this process so far (all threads).
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 // Weight bytes one decode step reads: every tensor of the main layers (MTP layers are not run;
 // for MoE only n_expert_used / n_expert of the expert stacks, on average), the final norm, the
 // output head (token_embd when tied) and one embedding row.
@@ -316,12 +325,13 @@ int Run(const Options& o) {
         "\"decode\":%lld,\"batch\":%lld,\"threads\":%d,\"reps\":%d,\"median_tok_s\":%.3f,"
         "\"min_tok_s\":%.3f,\"max_tok_s\":%.3f,\"depth_prefill_seconds\":%.3f,"
         "\"peak_rss_mb\":%.1f,\"weight_bytes\":%llu,\"decode_weight_bytes_per_token\":%.0f,"
-        "\"kv_bytes_per_token\":%llu,\"kv_type\":\"f32\",\"ids_fnv1a\":\"%016llx\"}\n",
+        "\"kv_bytes_per_token\":%llu,\"kv_type\":\"f32\",\"cpu_seconds\":%.2f,"
+        "\"ids_fnv1a\":\"%016llx\"}\n",
         o.scenario.c_str(), static_cast<long long>(o.prompt),
         static_cast<long long>(prefill ? 0 : o.decode), static_cast<long long>(o.batch),
         o.threads, o.reps, median, min, max, depth_seconds, PeakRssMb(),
         static_cast<unsigned long long>(mem.weight_bytes), weight_bytes,
-        static_cast<unsigned long long>(mem.kv_bytes_per_token),
+        static_cast<unsigned long long>(mem.kv_bytes_per_token), CpuSeconds(),
         static_cast<unsigned long long>(HashIds(ids)));
   } else {
     std::printf(

@@ -20,8 +20,9 @@ summary), weights memory-mapped (use_mmap default). One untimed warm-up decode o
 chunk (prefill) or one token (decode) before the timed repetitions.
 
 stdout: one JSON object per repetition and a JSON summary ("summary": true) with the median,
-peak RSS (getrusage ru_maxrss) and the interpreter's peak RSS before the model was loaded
-(baseline: Python, numpy and the llama.cpp shared libraries), so net = peak - baseline.
+peak RSS (getrusage ru_maxrss), the interpreter's peak RSS before the model was loaded
+(baseline: Python, numpy and the llama.cpp shared libraries; net = peak - baseline) and the CPU
+seconds the process used.
 """
 
 import argparse
@@ -66,6 +67,11 @@ def fnv1a_ids(ids):
 
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 class Runner:
@@ -222,6 +228,7 @@ def main():
         "min_tok_s": round(min(rates), 3), "max_tok_s": round(max(rates), 3),
         "depth_prefill_seconds": round(depth_seconds, 3),
         "peak_rss_mb": round(peak_rss_mb(), 1), "baseline_rss_mb": round(baseline_rss, 1),
+        "cpu_seconds": round(cpu_seconds(), 2),
         "model_size_bytes": model_size, "n_ctx": runner.n_ctx,
         "kv_type": f"{type_names.get(runner.type_k, runner.type_k)}/"
                    f"{type_names.get(runner.type_v, runner.type_v)}",
