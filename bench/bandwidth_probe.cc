@@ -110,8 +110,10 @@ int Main(int argc, char** argv) {
   long mib = 2048, reps = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    long* target = a == "--threads" ? &threads : a == "--mib" ? &mib : a == "--reps" ? &reps
-                                                                                        : nullptr;
+    long* target = a == "--threads" ? &threads
+                   : a == "--mib"   ? &mib
+                   : a == "--reps"  ? &reps
+                                    : nullptr;
     if (target == nullptr || i + 1 >= argc || !ParseInt(argv[++i], *target)) {
       std::fprintf(stderr,
                    "usage: deltaserve-bench-bandwidth [--threads N] [--mib M] [--reps R]\n");
@@ -167,9 +169,10 @@ int Main(int argc, char** argv) {
   for (uint64_t s : sums) check += s;
   std::vector<double> sorted = rates;
   std::sort(sorted.begin(), sorted.end());
-  std::printf("bandwidth: threads=%ld bytes=%zu isa=%s best_gb_s=%.3f median_gb_s=%.3f check=%llu\n",
-              threads, bytes, isa, sorted.back(), sorted[sorted.size() / 2],
-              static_cast<unsigned long long>(check % 1000));
+  std::printf(
+      "bandwidth: threads=%ld bytes=%zu isa=%s best_gb_s=%.3f median_gb_s=%.3f check=%llu\n",
+      threads, bytes, isa, sorted.back(), sorted[sorted.size() / 2],
+      static_cast<unsigned long long>(check % 1000));
   return 0;
 }
 

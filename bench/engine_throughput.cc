@@ -328,8 +328,8 @@ int Run(const Options& o) {
         "\"kv_bytes_per_token\":%llu,\"kv_type\":\"f32\",\"cpu_seconds\":%.2f,"
         "\"ids_fnv1a\":\"%016llx\"}\n",
         o.scenario.c_str(), static_cast<long long>(o.prompt),
-        static_cast<long long>(prefill ? 0 : o.decode), static_cast<long long>(o.batch),
-        o.threads, o.reps, median, min, max, depth_seconds, PeakRssMb(),
+        static_cast<long long>(prefill ? 0 : o.decode), static_cast<long long>(o.batch), o.threads,
+        o.reps, median, min, max, depth_seconds, PeakRssMb(),
         static_cast<unsigned long long>(mem.weight_bytes), weight_bytes,
         static_cast<unsigned long long>(mem.kv_bytes_per_token), CpuSeconds(),
         static_cast<unsigned long long>(HashIds(ids)));
