@@ -113,7 +113,9 @@ std::string Parse(int argc, char** argv, Options& o) {
     } else if (a == "--min-p") {
       if (!number(o.sampling.min_p)) return "--min-p needs a number";
     } else if (a == "--seed") {
-      if (!number(o.sampling.seed)) return "--seed needs an integer";
+      uint64_t seed;
+      if (!number(seed)) return "--seed needs an integer";
+      o.sampling.seed = seed;
     } else if (a == "--chat") {
       o.chat = true;
     } else if (a == "--ignore-eos") {
@@ -163,7 +165,9 @@ int Generate(Qwen35Model& model, const Options& o) {
   absl::StatusOr<std::unique_ptr<SequenceState>> seq = model.NewSequence(ctx);
   if (!seq.ok()) return Fail(seq.status());
 
-  Sampler sampler(o.sampling, (*tok)->vocab_size());
+  absl::StatusOr<Sampler> sampler = Sampler::Create(o.sampling, (*tok)->vocab_size());
+  if (!sampler.ok()) return Fail(sampler.status());
+  sampler->AcceptPrompt(prompt);
   common::StreamingDetokenizer detok(**tok);
   std::vector<float> logits;
   using Clock = std::chrono::steady_clock;
@@ -174,7 +178,8 @@ int Generate(Qwen35Model& model, const Options& o) {
   int decoded = 0;
   const auto t1 = Clock::now();
   for (int i = 0; i < o.n_predict; ++i) {
-    const int32_t next = sampler.Sample(logits);
+    const int32_t next = sampler->Sample(logits);
+    sampler->Accept(next);
     if (!o.ignore_eos && (*tok)->IsEndOfGeneration(next)) break;
     std::cout << detok.Push(next) << std::flush;
     if (i + 1 == o.n_predict || (*seq)->n_past >= ctx) break;
