@@ -72,6 +72,9 @@ constexpr char kUsage[] =
     "  --reps R           timed repetitions (default 5); the summary gives the median\n"
     "  --seed S           seed of the prompt ids (default 1)\n"
     "  --warmup N         untimed warm-up passes before the first repetition (default 1)\n"
+    "  --cache-type-k T   KV cache type of K: f32, f16 (default, as llama.cpp), bf16, q8_0,\n"
+    "                     q4_0, q4_1, q5_0\n"
+    "  --cache-type-v T   the same for V\n"
     "  --json             print the summary as one JSON object (with peak RSS)\n";
 
 struct Options {
@@ -85,6 +88,7 @@ struct Options {
   uint64_t seed = 1;
   int warmup = 1;
   bool json = false;
+  std::string cache_type_k = "f16", cache_type_v = "f16";
 };
 
 // Parses argv; returns an empty string on success, else what is wrong.
@@ -118,6 +122,10 @@ std::string Parse(int argc, char** argv, Options& o) {
       if (!number(o.seed)) return "--seed needs an unsigned integer";
     } else if (a == "--warmup") {
       if (!number(o.warmup) || o.warmup < 0) return "--warmup needs a count >= 0";
+    } else if (a == "--cache-type-k" || a == "--cache-type-v") {
+      const char* v = value();
+      if (v == nullptr) return std::string(a) + " needs a type";
+      (a == "--cache-type-k" ? o.cache_type_k : o.cache_type_v) = v;
     } else if (a == "--json") {
       o.json = true;
     } else if (a == "-h" || a == "--help") {
@@ -248,6 +256,13 @@ int Run(const Options& o) {
   Qwen35Model& model = **loaded;
   const int64_t n_vocab = model.n_vocab();
   const std::vector<int32_t> ids = PromptIds(o.prompt, o.seed, n_vocab);
+  worker::KvCacheOptions kv;
+  absl::StatusOr<kernels::WeightType> k_type = worker::ParseKvCacheType(o.cache_type_k);
+  if (!k_type.ok()) return Fail(k_type.status());
+  absl::StatusOr<kernels::WeightType> v_type = worker::ParseKvCacheType(o.cache_type_v);
+  if (!v_type.ok()) return Fail(v_type.status());
+  kv.k_type = *k_type;
+  kv.v_type = *v_type;
   const bool prefill = o.scenario == "prefill";
   const int64_t capacity = o.prompt + (prefill ? 0 : o.decode);
   std::fprintf(stderr, "deltaserve-bench-engine: %s, %s prompt=%lld%s, %d threads, %d reps\n",
@@ -261,7 +276,7 @@ int Run(const Options& o) {
       prefill ? std::vector<int32_t>(ids.begin(), ids.begin() + std::min(o.prompt, o.batch))
               : first_id;
   for (int w = 0; w < o.warmup; ++w) {
-    absl::StatusOr<std::unique_ptr<SequenceState>> seq = model.NewSequence(capacity);
+    absl::StatusOr<std::unique_ptr<SequenceState>> seq = model.NewSequence(capacity, kv);
     if (!seq.ok()) return Fail(seq.status());
     if (absl::StatusOr<double> s = Prefill(model, **seq, warm, o.batch, logits); !s.ok()) {
       return Fail(s.status());
@@ -274,7 +289,7 @@ int Run(const Options& o) {
 
   std::vector<double> rates;
   for (int rep = 1; rep <= o.reps; ++rep) {
-    absl::StatusOr<std::unique_ptr<SequenceState>> made = model.NewSequence(capacity);
+    absl::StatusOr<std::unique_ptr<SequenceState>> made = model.NewSequence(capacity, kv);
     if (!made.ok()) return Fail(made.status());
     SequenceState& seq = **made;
     double seconds = 0;
@@ -318,20 +333,21 @@ int Run(const Options& o) {
   const double min = *std::min_element(rates.begin(), rates.end());
   const double max = *std::max_element(rates.begin(), rates.end());
   const double weight_bytes = DecodeWeightBytes(model);
-  const worker::ModelMemory mem = model.Memory();
+  const worker::ModelMemory mem = model.Memory(kv);
   if (o.json) {
     std::printf(
         "{\"summary\":true,\"engine\":\"deltaserve\",\"scenario\":\"%s\",\"prompt\":%lld,"
         "\"decode\":%lld,\"batch\":%lld,\"threads\":%d,\"reps\":%d,\"median_tok_s\":%.3f,"
         "\"min_tok_s\":%.3f,\"max_tok_s\":%.3f,\"depth_prefill_seconds\":%.3f,"
         "\"peak_rss_mb\":%.1f,\"weight_bytes\":%llu,\"decode_weight_bytes_per_token\":%.0f,"
-        "\"kv_bytes_per_token\":%llu,\"kv_type\":\"f32\",\"cpu_seconds\":%.2f,"
+        "\"kv_bytes_per_token\":%llu,\"kv_type\":\"%s/%s\",\"cpu_seconds\":%.2f,"
         "\"ids_fnv1a\":\"%016llx\"}\n",
         o.scenario.c_str(), static_cast<long long>(o.prompt),
         static_cast<long long>(prefill ? 0 : o.decode), static_cast<long long>(o.batch), o.threads,
         o.reps, median, min, max, depth_seconds, PeakRssMb(),
         static_cast<unsigned long long>(mem.weight_bytes), weight_bytes,
-        static_cast<unsigned long long>(mem.kv_bytes_per_token), CpuSeconds(),
+        static_cast<unsigned long long>(mem.kv_bytes_per_token), o.cache_type_k.c_str(),
+        o.cache_type_v.c_str(), CpuSeconds(),
         static_cast<unsigned long long>(HashIds(ids)));
   } else {
     std::printf(

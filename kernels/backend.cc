@@ -36,4 +36,19 @@ bool IsWeightType(uint32_t type_id) {
   return BlockLayoutOf(static_cast<WeightType>(type_id)).block_size != 0;
 }
 
+bool IsKvCacheType(WeightType type) {
+  switch (type) {
+    case WeightType::kF32:
+    case WeightType::kF16:
+    case WeightType::kBF16:
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace deltaserve::kernels

@@ -104,6 +104,30 @@ struct Mat {
   }
 };
 
+// One pool of a paged KV cache: the K (or V) rows of one attention layer. Page p holds rows
+// [p * page_tokens, (p + 1) * page_tokens); a row is one position's n_head_kv * head_dim values,
+// head after head, encoded in `type` blocks along the row (head_dim a multiple of the block
+// size, so every head starts on a block), `row_bytes` long.
+struct KvPool {
+  void* data = nullptr;
+  WeightType type = WeightType::kF32;
+  size_t row_bytes = 0;
+  int64_t n_pages = 0;  // pages in the pool (page ids are checked against it)
+};
+
+// One sequence's view of one attention layer's paged cache: position i is row i % page_tokens
+// of page page_table[i / page_tokens], in the K pool and in the V pool.
+struct PagedKvView {
+  KvPool k;
+  KvPool v;
+  int64_t page_tokens = 0;
+  const int32_t* page_table = nullptr;  // backend memory, n_pages entries
+  int64_t n_pages = 0;
+};
+
+// True for the types a KV cache pool may hold: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0.
+bool IsKvCacheType(WeightType type);
+
 // A dense f32 vector in backend memory (norm weights, per-head parameters).
 struct Vec {
   const float* data = nullptr;
@@ -167,6 +191,9 @@ class Backend {
   // weights: the CPU backend returns `host` itself (zero copy); a GPU backend copies it into
   // `storage` and returns the device pointer. Null on failure.
   virtual const void* ImportWeights(const void* host, size_t bytes, DeviceBuffer& storage) = 0;
+  // Copies `bytes` within backend memory (copy-on-write pages, state snapshots); the ranges
+  // must not overlap.
+  virtual KernelStatus CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
   // Waits until every queued op has finished (no-op on the CPU).
   virtual KernelStatus Synchronize() = 0;
 
@@ -198,12 +225,18 @@ class Backend {
   // Pairs (i, i + n_rot/2), angle positions[t] * base^(-2i/n_rot).
   virtual KernelStatus RopeNeox(Mat& x, const int32_t* positions, int64_t n_heads, int64_t n_rot,
                                 float freq_base) = 0;
-  // Causal softmax attention of one sequence. q is [T][n_head * head_dim] for the sequence's
-  // T newest tokens at positions n_past .. n_past+T-1; k and v are [n_past + T][n_head_kv *
-  // head_dim] (every cached position, the new ones included). Query head h reads kv head
-  // h / (n_head / n_head_kv). out is [T][n_head * head_dim]. Softmax in f32 with `scale`.
-  virtual KernelStatus Attention(const Mat& q, const Mat& k, const Mat& v, int64_t n_past,
-                                 int64_t n_head, int64_t n_head_kv, float scale, Mat& out) = 0;
+  // Encodes rows [0, T) of k and v ([T][n_head_kv * head_dim] f32) into positions first_pos ..
+  // first_pos + T - 1 of `kv` (their pages must be in the page table), in the pools' types.
+  virtual KernelStatus StoreKv(const Mat& k, const Mat& v, const PagedKvView& kv,
+                               int64_t first_pos) = 0;
+  // Causal softmax attention of one sequence. q is [T][n_head * head_dim] for the sequence's T
+  // newest tokens at positions n_past .. n_past+T-1, whose K/V are already in `kv` (StoreKv).
+  // Query head h reads kv head h / (n_head / n_head_kv); token t attends to positions 0 ..
+  // n_past + t. K and V are read in their cache types. out is [T][n_head * head_dim] and may
+  // alias q. Softmax in f32 with `scale`.
+  virtual KernelStatus PagedAttention(const Mat& q, const PagedKvView& kv, int64_t n_past,
+                                      int64_t n_head, int64_t n_head_kv, float scale,
+                                      Mat& out) = 0;
 
   // --- Gated DeltaNet layers -----------------------------------------------------------
   // Causal depthwise conv1d over one sequence's T tokens, then SiLU. x and y are [T][C]; w is

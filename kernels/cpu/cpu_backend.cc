@@ -5,7 +5,7 @@
 #include <memory>
 #include <new>
 
-#include "kernels/cpu/attention.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/conv1d.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "kernels/cpu/matmul.h"
@@ -51,6 +51,16 @@ KernelStatus CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) 
 
 KernelStatus CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   return CopyToDevice(dst, src, bytes);
+}
+
+KernelStatus CpuBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return KernelStatus::kOk;
+  if (dst == nullptr || src == nullptr) return KernelStatus::kInvalidArgument;
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  if (s < d + bytes && d < s + bytes) return KernelStatus::kInvalidArgument;
+  std::memcpy(dst, src, bytes);
+  return KernelStatus::kOk;
 }
 
 const void* CpuBackend::ImportWeights(const void* host, size_t /*bytes*/,
@@ -99,9 +109,15 @@ KernelStatus CpuBackend::RopeNeox(Mat& x, const int32_t* positions, int64_t n_he
   return RopeNeoxCpu(pool_, x, positions, n_heads, n_rot, freq_base);
 }
 
-KernelStatus CpuBackend::Attention(const Mat& q, const Mat& k, const Mat& v, int64_t n_past,
-                                   int64_t n_head, int64_t n_head_kv, float scale, Mat& out) {
-  return AttentionCpu(pool_, q, k, v, n_past, n_head, n_head_kv, scale, out);
+KernelStatus CpuBackend::StoreKv(const Mat& k, const Mat& v, const PagedKvView& kv,
+                                 int64_t first_pos) {
+  return StoreKvCpu(k, v, kv, first_pos);
+}
+
+KernelStatus CpuBackend::PagedAttention(const Mat& q, const PagedKvView& kv, int64_t n_past,
+                                        int64_t n_head, int64_t n_head_kv, float scale,
+                                        Mat& out) {
+  return PagedAttentionCpu(pool_, q, kv, n_past, n_head, n_head_kv, scale, out);
 }
 
 KernelStatus CpuBackend::CausalConv1dSilu(const Mat& x, const float* w, int64_t kernel,

@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
   KernelStatus CopyToDevice(void* dst, const void* src, size_t bytes) override;
   KernelStatus CopyToHost(void* dst, const void* src, size_t bytes) override;
   const void* ImportWeights(const void* host, size_t bytes, DeviceBuffer& storage) override;
+  KernelStatus CopyOnDevice(void* dst, const void* src, size_t bytes) override;
   KernelStatus Synchronize() override { return KernelStatus::kOk; }
 
   KernelStatus MatMul(const WeightView& w, const Mat& x, Mat& y) override;
@@ -39,8 +40,10 @@ class CpuBackend final : public Backend {
 
   KernelStatus RopeNeox(Mat& x, const int32_t* positions, int64_t n_heads, int64_t n_rot,
                         float freq_base) override;
-  KernelStatus Attention(const Mat& q, const Mat& k, const Mat& v, int64_t n_past, int64_t n_head,
-                         int64_t n_head_kv, float scale, Mat& out) override;
+  KernelStatus StoreKv(const Mat& k, const Mat& v, const PagedKvView& kv,
+                       int64_t first_pos) override;
+  KernelStatus PagedAttention(const Mat& q, const PagedKvView& kv, int64_t n_past, int64_t n_head,
+                              int64_t n_head_kv, float scale, Mat& out) override;
 
   KernelStatus CausalConv1dSilu(const Mat& x, const float* w, int64_t kernel, float* state,
                                 Mat& y) override;

@@ -4,7 +4,7 @@
 target_sources(deltaserve_kernels_cpu PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/norm_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/rope.cc
-  ${CMAKE_CURRENT_LIST_DIR}/attention.cc
+  ${CMAKE_CURRENT_LIST_DIR}/paged_attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/conv1d.cc
   ${CMAKE_CURRENT_LIST_DIR}/gated_delta_rule.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe.cc

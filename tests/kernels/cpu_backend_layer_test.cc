@@ -374,7 +374,16 @@ TEST(CpuBackendLayerTest, AttentionLayerWithDenseFfnMatchesReference) {
   // The engine's side: prefill 5, decode 1, prefill 3, with a KV cache of 16 positions.
   std::unique_ptr<Backend> backend = MakeCpuBackend(2);
   Backend& b = *backend;
-  const DevMat k_cache = Zeros(b, 16, nkv * hd), v_cache = Zeros(b, 16, nkv * hd);
+  // The KV cache: f32 pools of 4 pages of 4 positions, the sequence on pages 2, 0, 3, 1.
+  const DevMat k_pool = Zeros(b, 16, nkv * hd), v_pool = Zeros(b, 16, nkv * hd);
+  const int32_t table_host[4] = {2, 0, 3, 1};
+  const DeviceBuffer table = UploadInts(b, table_host, 4);
+  PagedKvView cache;
+  cache.k = {k_pool.buf.data(), WeightType::kF32, nkv * hd * sizeof(float), 4};
+  cache.v = {v_pool.buf.data(), WeightType::kF32, nkv * hd * sizeof(float), 4};
+  cache.page_tokens = 4;
+  cache.page_table = static_cast<const int32_t*>(table.data());
+  cache.n_pages = 4;
   const DevMat norm_dev = Upload(b, attn_norm, 1, kEmbd), post_dev = Upload(b, post_norm, 1, kEmbd);
   const DevMat qn_dev = Upload(b, q_norm, 1, hd), kn_dev = Upload(b, k_norm, 1, hd);
   int64_t n_past = 0;
@@ -391,7 +400,8 @@ TEST(CpuBackendLayerTest, AttentionLayerWithDenseFfnMatchesReference) {
     Mat xm = x.mat(), xnm = xn.mat(), qgm = qg.mat(), qm = q.mat(), gatem = gate.mat(),
         attnm = attn.mat(), omat = o.mat(), hnm = hn.mat(), fgm = fg.mat(), fum = fu.mat(),
         fdm = fd.mat();
-    Mat k_new = k_cache.mat().Rows(n_past, n), v_new = v_cache.mat().Rows(n_past, n);
+    DevMat k_dev = Zeros(b, n, nkv * hd), v_dev = Zeros(b, n, nkv * hd);
+    Mat k_new = k_dev.mat(), v_new = v_dev.mat();
     DS_OK(
         b.GetRows(Weight(b, embd, kEmbd, kVocab), static_cast<const int32_t*>(ids.data()), n, xm));
     DS_OK(b.RmsNorm(xm, Vec{norm_dev.buf.floats(), kEmbd}, kEps, xnm));
@@ -406,9 +416,9 @@ TEST(CpuBackendLayerTest, AttentionLayerWithDenseFfnMatchesReference) {
     DS_OK(b.RmsNorm(k_heads, Vec{kn_dev.buf.floats(), hd}, kEps, k_heads));
     DS_OK(b.RopeNeox(qm, pos, nh, n_rot, base));
     DS_OK(b.RopeNeox(k_heads, pos, nkv, n_rot, base));
-    DS_OK(b.Attention(qm.Reshaped(nh * hd), k_cache.mat().Rows(0, n_past + n),
-                      v_cache.mat().Rows(0, n_past + n), n_past, nh, nkv,
-                      1.0f / std::sqrt(float{hd}), attnm));
+    DS_OK(b.StoreKv(k_new, v_new, cache, n_past));
+    DS_OK(b.PagedAttention(qm.Reshaped(nh * hd), cache, n_past, nh, nkv,
+                           1.0f / std::sqrt(float{hd}), attnm));
     DS_OK(b.MulSigmoid(attnm, gatem.Reshaped(nh * hd)));
     DS_OK(b.MatMul(Weight(b, w_o, nh * hd, kEmbd), attnm, omat));
     DS_OK(b.Add(xm, omat));

@@ -79,8 +79,9 @@ TEST(CpuBackendTest, EveryOpRefusesMismatchedShapes) {
   std::vector<int32_t> pos(4, 0);
   EXPECT_EQ(b.RopeNeox(am, pos.data(), 3, 4, 1e4f), bad);                      // 4 rows, 3 heads
   EXPECT_EQ(b.RopeNeox(am, pos.data(), 1, 10, 1e4f), bad);                     // n_rot > head_dim
-  EXPECT_EQ(b.Attention(a.mat(), a.mat(), a.mat(), 1, 2, 2, 1.0f, a2m), bad);  // kv rows
-  EXPECT_EQ(b.Attention(a.mat(), a.mat(), a.mat(), 0, 2, 1, 1.0f, a2m), bad);  // kv cols
+  PagedKvView no_cache;  // no pools, no page table
+  EXPECT_EQ(b.PagedAttention(a.mat(), no_cache, 0, 2, 2, 1.0f, a2m), bad);
+  EXPECT_EQ(b.StoreKv(a.mat(), a.mat(), no_cache, 0), bad);
 
   // DeltaNet layers
   std::vector<float> conv_w(8 * 4), conv_state(3 * 8), state(2 * 4 * 4);

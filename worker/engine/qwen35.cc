@@ -1,5 +1,6 @@
 #include "worker/engine/qwen35.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -72,40 +73,68 @@ void Qwen35Model::Prefetch(const std::function<void(double)>& progress) const {
   progress(1.0);
 }
 
-ModelMemory Qwen35Model::Memory() const {
+KvCacheShape Qwen35Model::kv_shape() const {
+  KvCacheShape shape;
+  shape.n_layers = static_cast<int>(hp_.LayersOf(common::LayerKind::kFullAttention).size());
+  shape.kv_dim = hp_.n_head_kv * hp_.head_dim;
+  shape.head_dim = hp_.head_dim;
+  return shape;
+}
+
+RecurrentStateLayout Qwen35Model::state_layout() const {
+  RecurrentStateLayout layout;
+  layout.n_layers = static_cast<int>(hp_.LayersOf(common::LayerKind::kDeltaNet).size());
+  layout.conv_floats = (hp_.ssm_conv_kernel - 1) * hp_.ssm_conv_channels();
+  layout.delta_floats = hp_.ssm_n_v_heads * hp_.ssm_head_dim * hp_.ssm_head_dim;
+  return layout;
+}
+
+ModelMemory Qwen35Model::Memory(const KvCacheOptions& kv) const {
   ModelMemory mem;
   mem.weight_bytes = weights_.bytes;
-  const uint64_t n_dn = hp_.LayersOf(common::LayerKind::kDeltaNet).size();
-  const uint64_t n_at = hp_.LayersOf(common::LayerKind::kFullAttention).size();
-  const uint64_t conv = (hp_.ssm_conv_kernel - 1) * hp_.ssm_conv_channels();
-  const uint64_t delta = hp_.ssm_n_v_heads * hp_.ssm_head_dim * hp_.ssm_head_dim;
-  mem.state_bytes_per_sequence = n_dn * (conv + delta) * sizeof(float);
-  mem.kv_bytes_per_token = n_at * 2 * hp_.n_head_kv * hp_.head_dim * sizeof(float);
+  mem.state_bytes_per_sequence = state_layout().bytes();
+  mem.kv_bytes_per_token = KvBytesPerToken(kv_shape(), kv.k_type, kv.v_type);
   return mem;
 }
 
-absl::StatusOr<std::unique_ptr<SequenceState>> Qwen35Model::NewSequence(int64_t max_tokens) {
+absl::StatusOr<std::unique_ptr<SequenceState>> Qwen35Model::NewSequence(
+    int64_t max_tokens, const KvCacheOptions& kv) {
   if (max_tokens <= 0) return absl::InvalidArgumentError("max_tokens must be positive");
+  KvCacheOptions options = kv;
+  // A short private sequence does not need a full page of the default size.
+  options.page_tokens = std::min(options.page_tokens, max_tokens);
+  const int64_t pages = (max_tokens + options.page_tokens - 1) / options.page_tokens;
+  absl::StatusOr<std::unique_ptr<PagedKvCache>> cache =
+      PagedKvCache::Create(*backend_, kv_shape(), options, pages);
+  if (!cache.ok()) return cache.status();
+  absl::StatusOr<std::shared_ptr<RecurrentStateSlots>> slots =
+      RecurrentStateSlots::Create(*backend_, state_layout(), 1);
+  if (!slots.ok()) return slots.status();
+  return NewSequence(std::shared_ptr<PagedKvCache>(std::move(*cache)), std::move(*slots),
+                     max_tokens);
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> Qwen35Model::NewSequence(
+    std::shared_ptr<PagedKvCache> cache, std::shared_ptr<RecurrentStateSlots> slots,
+    int64_t capacity) {
+  if (capacity <= 0) return absl::InvalidArgumentError("capacity must be positive");
+  const KvCacheShape want = kv_shape();
+  const KvCacheShape& have = cache->shape();
+  if (have.n_layers != want.n_layers || have.kv_dim != want.kv_dim ||
+      have.head_dim != want.head_dim) {
+    return absl::InvalidArgumentError("the KV cache was made for another model shape");
+  }
+  const RecurrentStateLayout& layout = slots->layout();
+  const RecurrentStateLayout want_layout = state_layout();
+  if (layout.n_layers != want_layout.n_layers || layout.conv_floats != want_layout.conv_floats ||
+      layout.delta_floats != want_layout.delta_floats) {
+    return absl::InvalidArgumentError("the state slots were made for another model shape");
+  }
+  absl::StatusOr<std::unique_ptr<RecurrentSlot>> slot = RecurrentSlot::Acquire(std::move(slots));
+  if (!slot.ok()) return slot.status();
   auto seq = std::make_unique<SequenceState>();
-  const size_t conv = (hp_.ssm_conv_kernel - 1) * hp_.ssm_conv_channels() * sizeof(float);
-  const size_t delta =
-      hp_.ssm_n_v_heads * hp_.ssm_head_dim * hp_.ssm_head_dim * sizeof(float);
-  for (int idx : deltanet_index_) {
-    if (idx < 0) continue;
-    seq->conv.push_back(backend_->Allocate(conv));
-    seq->delta.push_back(backend_->Allocate(delta));
-    if (seq->conv.back().data() == nullptr || seq->delta.back().data() == nullptr) {
-      return absl::ResourceExhaustedError("no memory for a sequence's recurrent state");
-    }
-  }
-  const int n_attention = static_cast<int>(hp_.LayersOf(common::LayerKind::kFullAttention).size());
-  auto kv = std::make_unique<ContiguousKv>(*backend_, n_attention, max_tokens,
-                                           hp_.n_head_kv * hp_.head_dim);
-  if (!kv->ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no memory for the KV of ", max_tokens, " tokens"));
-  }
-  seq->kv = std::move(kv);
+  seq->state = std::move(*slot);
+  seq->kv = std::make_unique<PagedSequenceKv>(std::move(cache), capacity);
   return seq;
 }
 
@@ -159,6 +188,9 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
       return absl::InvalidArgumentError("a batch entry has no sequence or no tokens");
     }
     const int64_t n = static_cast<int64_t>(e.tokens.size());
+    if (e.sequence->kv == nullptr || e.sequence->state == nullptr) {
+      return absl::InvalidArgumentError("a batch entry's sequence has no cache or state");
+    }
     if (e.sequence->n_past + n > e.sequence->kv->capacity()) {
       return absl::OutOfRangeError(absl::StrCat("sequence would hold ", e.sequence->n_past + n,
                                                 " tokens; its capacity is ",
@@ -178,6 +210,26 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
   }
   if (total == 0) return absl::InvalidArgumentError("empty batch");
   if (auto s = ReserveWorkspace(total, out_rows); !s.ok()) return s;
+  // KV pages for the new positions (copy-on-write where shared), before anything is computed,
+  // and every page table in backend memory for the attention kernel.
+  std::vector<int32_t> tables;
+  page_table_offset_.clear();
+  for (const BatchEntry& e : batch) {
+    SequenceKv& kv = *e.sequence->kv;
+    const int64_t n = static_cast<int64_t>(e.tokens.size());
+    if (auto s = kv.Prepare(e.sequence->n_past, e.sequence->n_past + n); !s.ok()) return s;
+    page_table_offset_.push_back(static_cast<int64_t>(tables.size()));
+    tables.insert(tables.end(), kv.pages().begin(), kv.pages().end());
+  }
+  if (static_cast<int64_t>(tables.size()) > page_table_capacity_) {
+    page_table_capacity_ = std::max<int64_t>(static_cast<int64_t>(tables.size()), 2 * page_table_capacity_);
+    page_table_buf_ = backend_->Allocate(page_table_capacity_ * sizeof(int32_t));
+    if (page_table_buf_.data() == nullptr) {
+      page_table_capacity_ = 0;
+      return absl::ResourceExhaustedError("no memory for the page tables");
+    }
+  }
+  DS_RUN(CopyToDevice, page_table_buf_.data(), tables.data(), tables.size() * sizeof(int32_t));
   n_tokens_ = total;
   // Views sized to this pass (the buffers hold ws_tokens_ rows).
   for (Mat* m : {&ws_.x, &ws_.xn, &ws_.mix, &ws_.qkv, &ws_.z, &ws_.alpha, &ws_.beta, &ws_.o,
@@ -245,7 +297,7 @@ absl::Status Qwen35Model::RunDeltaNet(const LayerWeights& l, int dn_index,
     const int64_t n = static_cast<int64_t>(e.tokens.size());
     SequenceState& seq = *e.sequence;
     Mat qkv = ws_.qkv.Rows(row, n);
-    DS_RUN(CausalConv1dSilu, qkv, w.conv, hp_.ssm_conv_kernel, seq.conv[dn_index].floats(), qkv);
+    DS_RUN(CausalConv1dSilu, qkv, w.conv, hp_.ssm_conv_kernel, seq.state->conv(dn_index), qkv);
     row += n;
   }
   DS_RUN(L2Norm, q, dk, eps);
@@ -255,7 +307,7 @@ absl::Status Qwen35Model::RunDeltaNet(const LayerWeights& l, int dn_index,
     const int64_t n = static_cast<int64_t>(e.tokens.size());
     Mat o = ws_.o.Rows(row, n);
     DS_RUN(GatedDeltaRule, q.Rows(row, n), k.Rows(row, n), v.Rows(row, n), ws_.alpha.Rows(row, n),
-           ws_.beta.Rows(row, n), nk, nv, dk, e.sequence->delta[dn_index].floats(), o);
+           ws_.beta.Rows(row, n), nk, nv, dk, e.sequence->state->delta(dn_index), o);
     row += n;
   }
   Mat o_heads = ws_.o.Reshaped(dk);
@@ -285,18 +337,15 @@ absl::Status Qwen35Model::RunAttention(const LayerWeights& l, int attn_index,
   Mat qc = ws_.qc.Reshaped(hd);
   DS_RUN(Copy, query, qc);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto* tables = static_cast<const int32_t*>(page_table_buf_.data());
   int64_t row = 0;
-  for (const BatchEntry& e : batch) {
-    const int64_t n = static_cast<int64_t>(e.tokens.size());
-    SequenceState& seq = *e.sequence;
-    const int64_t total = seq.n_past + n;
-    Mat keys = seq.kv->Keys(attn_index, total);
-    Mat values = seq.kv->Values(attn_index, total);
-    Mat new_k = keys.Rows(seq.n_past, n), new_v = values.Rows(seq.n_past, n);
-    DS_RUN(Copy, ws_.k.Rows(row, n), new_k);
-    DS_RUN(Copy, ws_.v.Rows(row, n), new_v);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(batch[i].tokens.size());
+    SequenceState& seq = *batch[i].sequence;
+    const kernels::PagedKvView view = seq.kv->View(attn_index, tables + page_table_offset_[i]);
+    DS_RUN(StoreKv, ws_.k.Rows(row, n), ws_.v.Rows(row, n), view, seq.n_past);
     Mat out = ws_.ao.Rows(row, n);
-    DS_RUN(Attention, ws_.qc.Rows(row, n), keys, values, seq.n_past, h, hk, scale, out);
+    DS_RUN(PagedAttention, ws_.qc.Rows(row, n), view, seq.n_past, h, hk, scale, out);
     row += n;
   }
   Mat ao_heads = ws_.ao.Reshaped(hd);

@@ -19,6 +19,8 @@
 #include "common/gguf_file.h"
 #include "common/qwen35_hparams.h"
 #include "kernels/backend.h"
+#include "worker/cache/paged_kv_cache.h"
+#include "worker/cache/recurrent_state_slots.h"
 #include "worker/engine/model_weights.h"
 #include "worker/engine/sequence_state.h"
 
@@ -28,8 +30,14 @@ namespace deltaserve::worker {
 struct ModelMemory {
   uint64_t weight_bytes = 0;             // tensors the forward pass reads
   uint64_t state_bytes_per_sequence = 0; // conv windows + delta-rule matrices, f32
-  uint64_t kv_bytes_per_token = 0;       // f32 K and V of every attention layer
+  uint64_t kv_bytes_per_token = 0;       // K and V of every attention layer, cache types
 };
+
+// KV cache types of a sequence made by NewSequence(max_tokens): f32 unless asked otherwise, so
+// that the engine alone reproduces llama.cpp's f32 logits.
+inline KvCacheOptions F32KvCache() {
+  return {kernels::WeightType::kF32, kernels::WeightType::kF32, 256};
+}
 
 // Tokens of one sequence in a forward pass.
 struct BatchEntry {
@@ -55,10 +63,21 @@ class Qwen35Model {
   const common::GgufFile& file() const { return *file_; }
   int64_t n_vocab() const { return hp_.n_vocab; }
   // Memory needs computed from the hyperparameters (before anything per-sequence exists).
-  ModelMemory Memory() const;
+  ModelMemory Memory(const KvCacheOptions& kv = F32KvCache()) const;
+  // What the attention layers cache per position, and the DeltaNet state per sequence.
+  KvCacheShape kv_shape() const;
+  RecurrentStateLayout state_layout() const;
 
-  // A fresh sequence (zero state) able to hold `max_tokens` positions.
-  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t max_tokens);
+  // A fresh sequence (zero state) able to hold `max_tokens` positions, with a private KV cache
+  // of just enough pages and its own recurrent state.
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(
+      int64_t max_tokens, const KvCacheOptions& kv = F32KvCache());
+  // A fresh sequence whose KV pages come from a shared `cache` (as they are needed, up to
+  // `capacity` positions) and whose state is a slot of `slots` (ResourceExhausted when none is
+  // free).
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(
+      std::shared_ptr<PagedKvCache> cache, std::shared_ptr<RecurrentStateSlots> slots,
+      int64_t capacity);
 
   // Runs the tokens of `batch` and writes logits to `logits` ([rows][n_vocab], f32): for each
   // entry in order, one row per token if all_logits, else one row for its last token. Each
@@ -89,6 +108,9 @@ class Qwen35Model {
   int64_t ws_out_rows_ = 0;
   std::vector<kernels::DeviceBuffer> ws_buffers_;
   kernels::DeviceBuffer ids_buf_, pos_buf_, route_ids_buf_;
+  kernels::DeviceBuffer page_table_buf_;  // every sequence's page table, back to back
+  int64_t page_table_capacity_ = 0;       // entries
+  std::vector<int64_t> page_table_offset_;  // per batch entry
   struct Views {
     kernels::Mat x, xn, mix;            // [T][d]
     kernels::Mat qkv, z, alpha, beta, o;  // DeltaNet

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/str_util.h"
 #include "common/streaming_detokenizer.h"
 #include "common/tokenizer.h"
 #include "kernels/backend.h"
@@ -41,13 +42,33 @@ struct Options {
   bool chat = false;
   bool ignore_eos = false;
   SamplingParams sampling;
+  // Empty: f16 when generating (llama.cpp's default), f32 with --dump-logits (reference mode).
+  std::string cache_type_k, cache_type_v;
+  int64_t page_tokens = 256;
 };
+
+// The KV cache options of the command line.
+absl::StatusOr<KvCacheOptions> CacheOptions(const Options& o) {
+  const char* fallback = o.dump_logits.empty() ? "f16" : "f32";
+  KvCacheOptions kv;
+  absl::StatusOr<kernels::WeightType> k =
+      ParseKvCacheType(o.cache_type_k.empty() ? fallback : o.cache_type_k);
+  if (!k.ok()) return k.status();
+  absl::StatusOr<kernels::WeightType> v =
+      ParseKvCacheType(o.cache_type_v.empty() ? fallback : o.cache_type_v);
+  if (!v.ok()) return v.status();
+  kv.k_type = *k;
+  kv.v_type = *v;
+  kv.page_tokens = o.page_tokens;
+  return kv;
+}
 
 int Usage(const std::string& why) {
   if (!why.empty()) std::cerr << "deltaserve-run: " << why << "\n";
   std::cerr << "usage: deltaserve-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
                "                      [--min-p M] [--seed S] [--threads N] [--chat] [--ctx N]\n"
-               "                      [--ignore-eos]\n"
+               "                      [--ignore-eos] [--cache-type-k T] [--cache-type-v T]\n"
+               "                      [--page-tokens N]\n"
                "       deltaserve-run -m FILE --tokens 1,2,3 --dump-logits OUT.bin [--threads N]\n";
   return 2;
 }
@@ -116,6 +137,12 @@ std::string Parse(int argc, char** argv, Options& o) {
       uint64_t seed;
       if (!number(seed)) return "--seed needs an integer";
       o.sampling.seed = seed;
+    } else if (a == "--cache-type-k" || a == "-ctk" || a == "--cache-type-v" || a == "-ctv") {
+      const char* v = value();
+      if (v == nullptr) return absl::StrCat(a, " needs a type (f32, f16, bf16, q8_0, q4_0, ...)");
+      (a == "--cache-type-k" || a == "-ctk" ? o.cache_type_k : o.cache_type_v) = v;
+    } else if (a == "--page-tokens") {
+      if (!number(o.page_tokens) || o.page_tokens <= 0) return "--page-tokens needs a count > 0";
     } else if (a == "--chat") {
       o.chat = true;
     } else if (a == "--ignore-eos") {
@@ -136,8 +163,10 @@ void ShowProgress(double fraction) {
 }
 
 int DumpLogits(Qwen35Model& model, const Options& o) {
+  absl::StatusOr<KvCacheOptions> kv = CacheOptions(o);
+  if (!kv.ok()) return Fail(kv.status());
   absl::StatusOr<std::unique_ptr<SequenceState>> seq =
-      model.NewSequence(static_cast<int64_t>(o.tokens.size()));
+      model.NewSequence(static_cast<int64_t>(o.tokens.size()), *kv);
   if (!seq.ok()) return Fail(seq.status());
   std::vector<float> logits;
   const BatchEntry entry{seq->get(), o.tokens, /*all_logits=*/true};
@@ -162,7 +191,9 @@ int Generate(Qwen35Model& model, const Options& o) {
   const std::vector<int32_t> prompt = (*tok)->Encode(text, /*parse_special=*/true);
   if (prompt.empty()) return Fail(absl::InvalidArgumentError("the prompt has no tokens"));
   const int64_t ctx = o.ctx > 0 ? o.ctx : static_cast<int64_t>(prompt.size()) + o.n_predict;
-  absl::StatusOr<std::unique_ptr<SequenceState>> seq = model.NewSequence(ctx);
+  absl::StatusOr<KvCacheOptions> kv = CacheOptions(o);
+  if (!kv.ok()) return Fail(kv.status());
+  absl::StatusOr<std::unique_ptr<SequenceState>> seq = model.NewSequence(ctx, *kv);
   if (!seq.ok()) return Fail(seq.status());
 
   absl::StatusOr<Sampler> sampler = Sampler::Create(o.sampling, (*tok)->vocab_size());
@@ -209,12 +240,15 @@ int main(int argc, char** argv) {
       deltaserve::kernels::MakeCpuBackend(o.threads);
   absl::StatusOr<std::unique_ptr<Qwen35Model>> model = Qwen35Model::Load(o.model, *backend);
   if (!model.ok()) return Fail(model.status());
-  const ModelMemory mem = (*model)->Memory();
+  absl::StatusOr<KvCacheOptions> kv = CacheOptions(o);
+  if (!kv.ok()) return Fail(kv.status());
+  const ModelMemory mem = (*model)->Memory(*kv);
   std::cerr << absl::StreamFormat(
       "memory plan: weights %.1f MiB (memory-mapped), recurrent state %.2f MiB per sequence, "
-      "KV %.1f KiB per token (f32)\n",
+      "KV %.1f KiB per token (K %s, V %s)\n",
       mem.weight_bytes / 1048576.0, mem.state_bytes_per_sequence / 1048576.0,
-      mem.kv_bytes_per_token / 1024.0);
+      mem.kv_bytes_per_token / 1024.0, deltaserve::common::Sv(KvCacheTypeName(kv->k_type)),
+      deltaserve::common::Sv(KvCacheTypeName(kv->v_type)));
   (*model)->Prefetch(ShowProgress);
   return o.dump_logits.empty() ? Generate(**model, o) : DumpLogits(**model, o);
 }
