@@ -206,10 +206,10 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
       positions.push_back(static_cast<int32_t>(e.sequence->n_past + i));
     }
     total += n;
-    out_rows += e.all_logits ? n : 1;
+    out_rows += e.no_logits ? 0 : e.all_logits ? n : 1;
   }
   if (total == 0) return absl::InvalidArgumentError("empty batch");
-  if (auto s = ReserveWorkspace(total, out_rows); !s.ok()) return s;
+  if (auto s = ReserveWorkspace(total, std::max<int64_t>(out_rows, 1)); !s.ok()) return s;
   // KV pages for the new positions (copy-on-write where shared), before anything is computed,
   // and every page table in backend memory for the attention kernel.
   std::vector<int32_t> tables;
@@ -264,16 +264,23 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
     for (const BatchEntry& e : batch) {
       const int64_t n = static_cast<int64_t>(e.tokens.size());
       const int64_t first = e.all_logits ? row : row + n - 1;
-      const int64_t count = e.all_logits ? n : 1;
+      const int64_t count = e.no_logits ? 0 : e.all_logits ? n : 1;
+      if (count == 0) {
+        row += n;
+        continue;
+      }
       Mat dst = ws_.out_x.Rows(out, count);
       DS_RUN(Copy, ws_.x.Rows(first, count), dst);
       row += n;
       out += count;
     }
-    DS_RUN(RmsNorm, ws_.out_x, weights_.output_norm, static_cast<float>(hp_.rms_eps), ws_.out_x);
-    DS_RUN(MatMul, weights_.output, ws_.out_x, ws_.logits);
     logits.resize(static_cast<size_t>(out_rows * hp_.n_vocab));
-    DS_RUN(CopyToHost, logits.data(), ws_.logits.data, logits.size() * sizeof(float));
+    if (out_rows > 0) {
+      DS_RUN(RmsNorm, ws_.out_x, weights_.output_norm, static_cast<float>(hp_.rms_eps),
+             ws_.out_x);
+      DS_RUN(MatMul, weights_.output, ws_.out_x, ws_.logits);
+      DS_RUN(CopyToHost, logits.data(), ws_.logits.data, logits.size() * sizeof(float));
+    }
     for (const BatchEntry& e : batch) e.sequence->n_past += static_cast<int64_t>(e.tokens.size());
   }
   return status;

@@ -44,6 +44,7 @@ struct BatchEntry {
   SequenceState* sequence;
   absl::Span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token, else only for the last one
+  bool no_logits = false;   // no logits rows at all (a prompt chunk that is not the last)
 };
 
 // See the file comment.
@@ -80,7 +81,8 @@ class Qwen35Model {
       int64_t capacity);
 
   // Runs the tokens of `batch` and writes logits to `logits` ([rows][n_vocab], f32): for each
-  // entry in order, one row per token if all_logits, else one row for its last token. Each
+  // entry in order, one row per token if all_logits, none if no_logits, else one row for its
+  // last token. Each
   // sequence's n_past advances by its token count. Fails (state unchanged for sequences not yet
   // run is not guaranteed) on bad token ids or when a sequence would exceed its capacity.
   absl::Status Forward(absl::Span<const BatchEntry> batch, std::vector<float>& logits);

@@ -1,0 +1,470 @@
+#include "worker/sched/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace deltaserve::worker {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double Ms(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+}  // namespace
+
+std::string_view EndReasonName(EndReason reason) {
+  switch (reason) {
+    case EndReason::kStop: return "stop";
+    case EndReason::kLength: return "length";
+    case EndReason::kCancelled: return "cancelled";
+    case EndReason::kError: return "error";
+  }
+  return "error";
+}
+
+struct Scheduler::Sequence {
+  Sequence(Sampler s, StopCondition st) : sampler(std::move(s)), stop(std::move(st)) {}
+
+  uint64_t handle = 0;
+  std::string id;
+  std::shared_ptr<GenerationSink> sink;
+  bool want_logprobs = false;
+  std::vector<int32_t> tokens;  // prompt, then every generated token (the stop token included)
+  int64_t prompt_len = 0;
+  Sampler sampler;
+  StopCondition stop;
+  std::unique_ptr<SequenceState> state;     // null while waiting
+  std::unique_ptr<RecurrentSlot> snapshot;  // during a speculative step
+  Clock::time_point submitted, admitted, first_token;
+  bool was_admitted = false, has_token = false, finished = false;
+  GenerationResult result;
+  // This step's input: tokens[n_past ..] followed by `draft`.
+  std::vector<int32_t> feed;
+  std::vector<int32_t> draft;
+  int64_t pending = 0;  // of feed, the tokens from `tokens`
+
+  int64_t n_past() const { return state == nullptr ? 0 : state->n_past; }
+  RecurrentSlot& slot() const { return static_cast<RecurrentSlot&>(*state->state); }
+};
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    Qwen35Model& model, std::shared_ptr<PagedKvCache> cache,
+    std::shared_ptr<RecurrentStateSlots> slots, const SchedulerOptions& options,
+    std::vector<int32_t> eos_token_ids, int32_t n_valid_tokens) {
+  if (options.max_sequences <= 0 || options.step_tokens <= 0 || options.max_context <= 0 ||
+      options.max_waiting < 0) {
+    return absl::InvalidArgumentError("scheduler options must be positive");
+  }
+  const int needed_slots = options.max_sequences * (options.speculation ? 2 : 1);
+  if (slots->total_slots() < needed_slots) {
+    return absl::InvalidArgumentError(absl::StrCat("the scheduler needs ", needed_slots,
+                                                   " recurrent state slots, got ",
+                                                   slots->total_slots()));
+  }
+  std::unique_ptr<Scheduler> s(new Scheduler());
+  s->model_ = &model;
+  s->cache_ = std::move(cache);
+  s->slots_ = std::move(slots);
+  s->options_ = options;
+  s->options_.step_tokens =
+      std::max<int64_t>(options.step_tokens, options.max_sequences * (1 + options.ngram.draft_max));
+  s->eos_ = std::move(eos_token_ids);
+  s->n_valid_ = n_valid_tokens;
+  return s;
+}
+
+Scheduler::~Scheduler() { Stop(/*drain=*/false); }
+
+absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
+                                           std::shared_ptr<GenerationSink> sink) {
+  if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= model_->n_vocab()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt token id ", id, " outside the vocabulary (", model_->n_vocab(), ")"));
+    }
+  }
+  const int64_t max_new = request.sampling.max_tokens.value_or(1);
+  if (static_cast<int64_t>(request.prompt.size()) + max_new > options_.max_context) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "prompt (", request.prompt.size(), " tokens) + max_tokens (", max_new,
+        ") exceeds the context of ", options_.max_context, " tokens"));
+  }
+  absl::StatusOr<Sampler> sampler = Sampler::Create(request.sampling, n_valid_);
+  if (!sampler.ok()) return sampler.status();
+  sampler->AcceptPrompt(request.prompt);
+  auto seq = std::make_unique<Sequence>(std::move(*sampler),
+                                        StopCondition(request.sampling, eos_));
+  seq->id = std::move(request.id);
+  seq->sink = std::move(sink);
+  seq->want_logprobs = request.sampling.top_logprobs > 0 || request.logprobs;
+  seq->prompt_len = static_cast<int64_t>(request.prompt.size());
+  seq->tokens = std::move(request.prompt);
+  seq->submitted = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return absl::UnavailableError("the scheduler is stopping");
+  if (stats_.waiting + static_cast<int64_t>(inbox_.size()) >= options_.max_waiting) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue full: ", options_.max_waiting, " requests are waiting"));
+  }
+  seq->handle = next_handle_++;
+  const uint64_t handle = seq->handle;
+  inbox_.push_back(std::move(seq));
+  cv_.notify_all();
+  return handle;
+}
+
+void Scheduler::Cancel(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(handle);
+  cv_.notify_all();
+}
+
+void Scheduler::TakeInbox() {
+  std::vector<uint64_t> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!inbox_.empty()) {
+      waiting_.push_back(std::move(inbox_.front()));
+      inbox_.pop_front();
+    }
+    cancels.swap(cancels_);
+  }
+  for (uint64_t h : cancels) {
+    for (auto* list : {&running_}) {
+      for (auto& s : *list) {
+        if (s->handle == h && !s->finished) Finish(*s, EndReason::kCancelled);
+      }
+    }
+    for (auto& s : waiting_) {
+      if (s->handle == h && !s->finished) Finish(*s, EndReason::kCancelled);
+    }
+  }
+}
+
+void Scheduler::Finish(Sequence& seq, EndReason reason, absl::Status error) {
+  const Clock::time_point now = Clock::now();
+  GenerationResult& r = seq.result;
+  r.reason = reason;
+  r.error = std::move(error);
+  r.prompt_tokens = seq.prompt_len;
+  r.completion_tokens = seq.stop.n_generated();
+  if (seq.was_admitted) {
+    r.queue_ms = Ms(seq.submitted, seq.admitted);
+    const Clock::time_point first = seq.has_token ? seq.first_token : now;
+    r.prefill_ms = Ms(seq.admitted, first);
+    r.decode_ms = seq.has_token ? Ms(seq.first_token, now) : 0.0;
+  } else {
+    r.queue_ms = Ms(seq.submitted, now);
+  }
+  r.first_token_ms = seq.has_token ? Ms(seq.submitted, seq.first_token) : 0.0;
+  seq.snapshot.reset();
+  seq.state.reset();  // pages and slot back to their pools now
+  seq.finished = true;
+  if (seq.sink != nullptr) seq.sink->OnFinish(r);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.completed;
+}
+
+void Scheduler::Preempt(Sequence& seq) {
+  seq.snapshot.reset();
+  seq.state.reset();
+  ++seq.result.preemptions;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.preemptions;
+}
+
+void Scheduler::Admit() {
+  const int64_t pt = cache_->page_tokens();
+  auto pages_for = [pt](int64_t tokens) { return (tokens + pt - 1) / pt; };
+  // Pages the prompts already admitted still need to finish their prefill.
+  int64_t reserved = 0;
+  for (const auto& s : running_) {
+    if (s->finished || s->state == nullptr) continue;
+    const int64_t need = pages_for(static_cast<int64_t>(s->tokens.size()) + 1);
+    reserved += std::max<int64_t>(0, need - static_cast<int64_t>(s->state->kv->pages().size()));
+  }
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_sequences) {
+    Sequence& seq = *waiting_.front();
+    if (seq.finished) {
+      waiting_.pop_front();
+      continue;
+    }
+    const int64_t need = pages_for(static_cast<int64_t>(seq.tokens.size()) + 1);
+    if (need > cache_->total_pages()) {
+      Finish(seq, EndReason::kError,
+             absl::ResourceExhaustedError(absl::StrCat(
+                 "the request needs ", need, " KV pages of ", pt, " tokens; the cache has ",
+                 cache_->total_pages())));
+      waiting_.pop_front();
+      continue;
+    }
+    if (cache_->free_pages() - reserved < need) break;  // FIFO: the head waits for memory
+    absl::StatusOr<std::unique_ptr<SequenceState>> state =
+        model_->NewSequence(cache_, slots_, options_.max_context);
+    if (!state.ok()) break;  // no free slot: wait
+    seq.state = std::move(*state);
+    if (!seq.was_admitted) {
+      seq.was_admitted = true;
+      seq.admitted = Clock::now();
+    }
+    reserved += need;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows,
+                        int64_t fed_before, int64_t /*fed_now*/) {
+  const int64_t n_vocab = model_->n_vocab();
+  const int64_t k = static_cast<int64_t>(seq.draft.size());
+  // Rows [first, n_rows) belong to the last real token and the drafts after it.
+  const int64_t first = n_rows - (k + 1);
+  std::vector<GeneratedToken> out;
+  int64_t accepted = 0;
+  EndReason end = EndReason::kStop;
+  bool ended = false;
+  for (int64_t i = 0; i <= k; ++i) {
+    GeneratedToken g;
+    TokenLogprobs lp;
+    g.token = seq.sampler.Sample(logits.subspan((first + i) * n_vocab, n_vocab),
+                                 seq.want_logprobs ? &lp : nullptr);
+    if (seq.want_logprobs) g.logprobs = std::move(lp);
+    seq.sampler.Accept(g.token);
+    seq.tokens.push_back(g.token);
+    if (!seq.has_token) {
+      seq.has_token = true;
+      seq.first_token = Clock::now();
+    }
+    const FinishReason why = seq.stop.Check(g.token);
+    if (why == FinishReason::kStop) {
+      ended = true;
+      end = EndReason::kStop;
+      break;
+    }
+    out.push_back(std::move(g));
+    if (why == FinishReason::kLength ||
+        static_cast<int64_t>(seq.tokens.size()) >= options_.max_context) {
+      ended = true;
+      end = EndReason::kLength;
+      break;
+    }
+    if (i == k || out.back().token != seq.draft[i]) break;
+    ++accepted;
+  }
+  if (k > 0) {
+    seq.result.drafted_tokens += k;
+    seq.result.accepted_tokens += accepted;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.drafted_tokens += k;
+    stats_.accepted_tokens += accepted;
+  }
+  if (!out.empty() && seq.sink != nullptr) seq.sink->OnTokens(out);
+  if (ended) {
+    Finish(seq, end);
+    return;
+  }
+  if (k > 0) {
+    if (accepted < k) {
+      // The state consumed rejected drafts: back to before this step; the accepted tokens
+      // are fed again next step (they are in seq.tokens past n_past).
+      if (absl::Status s = seq.slot().CopyFrom(*seq.snapshot); !s.ok()) {
+        Finish(seq, EndReason::kError, s);
+        return;
+      }
+      seq.state->n_past = fed_before;
+    } else {
+      seq.state->n_past = static_cast<int64_t>(seq.tokens.size()) - 1;
+    }
+    seq.snapshot.reset();
+  }
+}
+
+bool Scheduler::RunBatch() {
+  // Decode-like sequences (few pending tokens) first, then prompt chunks, under the budget.
+  int64_t budget = options_.step_tokens;
+  std::vector<Sequence*> batch;
+  const int64_t small = 1 + options_.ngram.draft_max;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& sp : running_) {
+      Sequence& s = *sp;
+      if (s.finished || s.state == nullptr || budget <= 0) continue;
+      const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.n_past();
+      if ((pending <= small) != (pass == 0)) continue;
+      const int64_t take = std::min(pending, budget);
+      s.pending = take;
+      s.feed.assign(s.tokens.begin() + s.n_past(), s.tokens.begin() + s.n_past() + take);
+      s.draft.clear();
+      if (options_.speculation && take == pending) {
+        NgramDraftOptions o = options_.ngram;
+        const int64_t room = options_.max_context - static_cast<int64_t>(s.tokens.size());
+        o.draft_max = static_cast<int>(std::min<int64_t>({o.draft_max, room, budget - take}));
+        if (o.draft_max > 0) s.draft = DraftFromHistory(s.tokens, o);
+        if (!s.draft.empty()) {
+          absl::StatusOr<std::unique_ptr<RecurrentSlot>> snap = RecurrentSlot::Acquire(slots_);
+          if (snap.ok() && (*snap)->CopyFrom(s.slot()).ok()) {
+            s.snapshot = std::move(*snap);
+          } else {
+            s.draft.clear();  // no spare slot: no speculation this step
+          }
+        }
+        s.feed.insert(s.feed.end(), s.draft.begin(), s.draft.end());
+      }
+      budget -= static_cast<int64_t>(s.feed.size());
+      batch.push_back(&s);
+    }
+  }
+  if (batch.empty()) return false;
+
+  // Pages for every entry; when the cache is full, preempt the latest admitted sequence.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence& s = *batch[i];
+    if (s.state == nullptr) continue;  // preempted by an earlier entry
+    for (;;) {
+      absl::Status st = s.state->kv->Prepare(s.n_past(), s.n_past() + s.feed.size());
+      if (st.ok()) break;
+      if (!absl::IsResourceExhausted(st)) {
+        Finish(s, EndReason::kError, st);
+        break;
+      }
+      Sequence* victim = nullptr;
+      for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        if (!(*it)->finished && (*it)->state != nullptr) {
+          victim = it->get();
+          break;
+        }
+      }
+      if (victim == &s) {
+        bool alone = true;
+        for (auto& r : running_) alone &= (r.get() == &s || r->finished || r->state == nullptr);
+        if (alone) {
+          Finish(s, EndReason::kError,
+                 absl::ResourceExhaustedError("the KV cache cannot hold this sequence"));
+        } else {
+          Preempt(s);
+        }
+        break;
+      }
+      Preempt(*victim);
+    }
+  }
+  std::vector<BatchEntry> entries;
+  std::vector<Sequence*> live;
+  for (Sequence* s : batch) {
+    if (s->finished || s->state == nullptr) continue;
+    const bool last = s->pending == static_cast<int64_t>(s->tokens.size()) - s->n_past();
+    BatchEntry e{s->state.get(), s->feed, /*all_logits=*/!s->draft.empty()};
+    e.no_logits = !last;
+    entries.push_back(e);
+    live.push_back(s);
+  }
+  if (!entries.empty()) {
+    std::vector<int64_t> fed_before;
+    for (Sequence* s : live) fed_before.push_back(s->n_past());
+    if (absl::Status st = model_->Forward(entries, logits_); !st.ok()) {
+      for (Sequence* s : live) Finish(*s, EndReason::kError, st);
+    } else {
+      int64_t row = 0;
+      for (size_t i = 0; i < live.size(); ++i) {
+        const BatchEntry& e = entries[i];
+        const int64_t n = static_cast<int64_t>(e.tokens.size());
+        const int64_t rows = e.no_logits ? 0 : e.all_logits ? n : 1;
+        if (rows > 0) {
+          const int64_t n_vocab = model_->n_vocab();
+          Consume(*live[i],
+                  absl::Span<const float>(logits_).subspan(row * n_vocab, rows * n_vocab), rows,
+                  fed_before[i], live[i]->n_past());
+        }
+        row += rows;
+      }
+    }
+  }
+  return true;
+}
+
+bool Scheduler::Step() {
+  TakeInbox();
+  Admit();
+  const bool worked = RunBatch();
+  // Preempted sequences go back to the head of the queue, in admission order.
+  std::vector<std::unique_ptr<Sequence>> kept;
+  std::vector<std::unique_ptr<Sequence>> requeue;
+  for (auto& s : running_) {
+    if (s->finished) continue;
+    (s->state == nullptr ? requeue : kept).push_back(std::move(s));
+  }
+  running_ = std::move(kept);
+  for (auto it = requeue.rbegin(); it != requeue.rend(); ++it) waiting_.push_front(std::move(*it));
+  std::erase_if(waiting_, [](const auto& s) { return s->finished; });
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.steps;
+  stats_.running = static_cast<int64_t>(running_.size());
+  stats_.waiting = static_cast<int64_t>(waiting_.size());
+  stats_.free_pages = cache_->free_pages();
+  stats_.total_pages = cache_->total_pages();
+  stats_.free_slots = slots_->free_slots();
+  return worked || !waiting_.empty();
+}
+
+bool Scheduler::busy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !inbox_.empty() || stats_.running > 0 || stats_.waiting > 0;
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulerStats s = stats_;
+  s.waiting += static_cast<int64_t>(inbox_.size());
+  return s;
+}
+
+void Scheduler::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] {
+          return stop_ || !inbox_.empty() || !cancels_.empty() || stats_.running > 0 ||
+                 stats_.waiting > 0;
+        });
+        const bool idle = inbox_.empty() && stats_.running == 0 && stats_.waiting == 0;
+        if (stop_ && (!drain_ || idle)) break;
+      }
+      Step();
+    }
+    // Stopping without drain: whatever is left is cancelled.
+    TakeInbox();
+    for (auto& s : running_) {
+      if (!s->finished) Finish(*s, EndReason::kCancelled);
+    }
+    for (auto& s : waiting_) {
+      if (!s->finished) Finish(*s, EndReason::kCancelled);
+    }
+    running_.clear();
+    waiting_.clear();
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.running = stats_.waiting = 0;
+  });
+}
+
+void Scheduler::Stop(bool drain) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable()) return;
+    stop_ = true;
+    drain_ = drain;
+    cv_.notify_all();
+  }
+  thread_.join();
+}
+
+}  // namespace deltaserve::worker

@@ -1,0 +1,177 @@
+// Continuous batching for the hybrid engine: requests go in (prompt token ids + sampling
+// settings), streams of tokens come out through a GenerationSink, and every engine step mixes the
+// decode tokens of the running sequences with chunks of waiting prompts under a per-step token
+// budget (chunked prefill). Sequences join and leave between steps.
+//
+// Memory: a sequence is admitted only when a recurrent-state slot is free and the KV cache has
+// the pages for its whole prompt beyond what the prompts already being prefilled still need, so
+// an admitted prompt always finishes its prefill. Decoding sequences take pages as they grow; when
+// a step finds no free page, the most recently admitted sequence is preempted: its pages and slot
+// are freed and it goes back to the head of the queue with its prompt and the tokens generated so
+// far, which it recomputes when readmitted (its sampler and stop state continue where they were,
+// so the client sees one uninterrupted stream). A request that cannot fit the cache even alone
+// ends with an error. Waiting is FIFO with a bound (Submit fails beyond it).
+//
+// n-gram speculation (ngram_draft.h): a decoding sequence whose recent tokens repeat earlier ones
+// feeds the drafted tokens with its next token and samples every position; the drafts that match
+// what the sampler picks are kept. DeltaNet state cannot be rewound, so the state is snapshotted
+// into a spare slot first; when a draft is rejected the snapshot is restored and the accepted
+// tokens are fed again with the next step. Sampling consumes the RNG exactly as without
+// speculation, so the same seed gives the same tokens either way.
+//
+// Threading: Submit, Cancel and stats() may be called from any thread; the steps run on the
+// scheduler's own thread (Start) or on the caller's (Step, for tests), never both. Sinks are
+// called on the stepping thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/cache/paged_kv_cache.h"
+#include "worker/cache/recurrent_state_slots.h"
+#include "worker/engine/qwen35.h"
+#include "worker/sampling/sampler.h"
+#include "worker/sched/ngram_draft.h"
+
+namespace deltaserve::worker {
+
+// Scheduler settings.
+struct SchedulerOptions {
+  int max_sequences = 8;          // running at once (recurrent-state slots)
+  int64_t step_tokens = 512;      // tokens per engine step, decode and prompt chunks together
+  int64_t max_waiting = 256;      // queued requests beyond which Submit refuses
+  int64_t max_context = 4096;     // positions per sequence (prompt + generated)
+  bool speculation = false;       // n-gram drafting
+  NgramDraftOptions ngram;
+};
+
+// One generation request.
+struct GenerationRequest {
+  std::string id;                 // for logs; the scheduler's own handle is Submit's result
+  std::vector<int32_t> prompt;    // token ids, at least one
+  SamplingParams sampling;
+  bool logprobs = false;          // the chosen token's logprob (top_logprobs adds alternatives)
+};
+
+// One generated token as streamed.
+struct GeneratedToken {
+  int32_t token = 0;
+  std::optional<TokenLogprobs> logprobs;  // when sampling.top_logprobs > 0 or asked
+};
+
+// Why a generation ended.
+enum class EndReason { kStop, kLength, kCancelled, kError };
+// "stop", "length", "cancelled", "error".
+std::string_view EndReasonName(EndReason reason);
+
+// The end of a generation, with its accounting.
+struct GenerationResult {
+  EndReason reason = EndReason::kStop;
+  absl::Status error;                // set for kError
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens not computed (prefix reuse; 0 for now)
+  int64_t completion_tokens = 0;     // generated, the stop token included
+  double queue_ms = 0, prefill_ms = 0, decode_ms = 0, first_token_ms = 0;  // from submission
+  int preemptions = 0;
+  int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculation
+};
+
+// Receives one request's output (on the stepping thread). OnFinish is called exactly once, last.
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  virtual void OnTokens(absl::Span<const GeneratedToken> tokens) = 0;
+  virtual void OnFinish(const GenerationResult& result) = 0;
+};
+
+// Load figures for metrics and routing.
+struct SchedulerStats {
+  int64_t running = 0, waiting = 0;
+  int64_t free_pages = 0, total_pages = 0;
+  int64_t free_slots = 0;
+  int64_t steps = 0, preemptions = 0;
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
+  int64_t completed = 0;
+};
+
+// See the file comment.
+class Scheduler {
+ public:
+  // `model` must outlive the scheduler. The KV cache and state slots are shared with nothing
+  // else; with speculation the slots must number at least 2 * max_sequences (snapshots).
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      Qwen35Model& model, std::shared_ptr<PagedKvCache> cache,
+      std::shared_ptr<RecurrentStateSlots> slots, const SchedulerOptions& options,
+      std::vector<int32_t> eos_token_ids, int32_t n_valid_tokens);
+  ~Scheduler();
+
+  // Queues a request; its output goes to `sink`. Returns the handle for Cancel. Fails, without
+  // calling the sink, on bad input (empty prompt, ids outside the vocabulary, bad sampling
+  // settings, prompt + max_tokens over the context) and when the queue is full
+  // (ResourceExhausted).
+  absl::StatusOr<uint64_t> Submit(GenerationRequest request,
+                                  std::shared_ptr<GenerationSink> sink);
+  // Ends a request at the next step boundary (OnFinish with kCancelled); its pages and slot are
+  // freed then. Unknown or finished handles are ignored.
+  void Cancel(uint64_t handle);
+
+  // Runs one engine step on the calling thread; false when there was nothing to do.
+  bool Step();
+  // Steps on a thread of its own until Stop(); Stop(drain=true) first lets every queued and
+  // running request finish, Stop(false) cancels them.
+  void Start();
+  void Stop(bool drain);
+  // True while requests are queued or running.
+  bool busy() const;
+
+  SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Sequence;
+  Scheduler() = default;
+
+  void TakeInbox();
+  void Admit();
+  bool RunBatch();
+  void Finish(Sequence& seq, EndReason reason, absl::Status error = absl::OkStatus());
+  void Preempt(Sequence& seq);
+  // Samples from `rows` (one per fed draft position + 1) and emits; returns tokens accepted.
+  void Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows, int64_t fed_before,
+               int64_t fed_now);
+
+  Qwen35Model* model_ = nullptr;
+  std::shared_ptr<PagedKvCache> cache_;
+  std::shared_ptr<RecurrentStateSlots> slots_;
+  SchedulerOptions options_;
+  std::vector<int32_t> eos_;
+  int32_t n_valid_ = 0;
+
+  // Shared with other threads.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Sequence>> inbox_;  // submitted, not yet seen by the stepper
+  std::vector<uint64_t> cancels_;
+  uint64_t next_handle_ = 1;
+  SchedulerStats stats_;
+  bool stop_ = false, drain_ = false;
+  std::thread thread_;
+
+  // Stepping thread only.
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::vector<float> logits_;
+};
+
+}  // namespace deltaserve::worker
