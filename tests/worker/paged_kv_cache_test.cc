@@ -199,12 +199,8 @@ TEST_F(PagedKvCacheTest, FullCacheFailsCopyOnWriteWithoutLosingSharedPages) {
   EXPECT_TRUE(Holds(parent, 0, 6, 2.0f));
 }
 
-// Disabled: fails on bcd5e9a. Prepare() gives back the pages it appended when an append fails,
-// but not when the copy-on-write step after it fails, so the child keeps {0, 1, 2} and the cache
-// is left with no free page (held until Truncate or destruction, not lost). SequenceKv::Prepare
-// promises "nothing held is lost", which holds; the stronger "pages as before" does not. Enable
-// once the copy-on-write failure path releases pages_[held..] as the append path does.
-TEST_F(PagedKvCacheTest, DISABLED_FailedCopyOnWriteGivesBackPagesTakenByTheSameCall) {
+// A Prepare that appends pages and then fails in copy-on-write gives back what it appended.
+TEST_F(PagedKvCacheTest, FailedCopyOnWriteGivesBackPagesTakenByTheSameCall) {
   auto cache = MakeCache(3);
   ASSERT_NE(cache, nullptr);
   PagedSequenceKv parent(cache, 64);

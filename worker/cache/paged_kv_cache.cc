@@ -164,16 +164,17 @@ absl::Status PagedSequenceKv::Prepare(int64_t first_write, int64_t n) {
   const int64_t pt = cache_->page_tokens();
   const int64_t needed = (n + pt - 1) / pt;
   const size_t held = pages_.size();
+  // On failure, give back what this call took: the sequence keeps exactly what it held before.
+  auto undo = [&](absl::Status s) {
+    while (pages_.size() > held) {
+      cache_->Release(pages_.back());
+      pages_.pop_back();
+    }
+    return s;
+  };
   while (static_cast<int64_t>(pages_.size()) < needed) {
     absl::StatusOr<int32_t> page = cache_->AllocatePage();
-    if (!page.ok()) {
-      // Give back what this call took: the sequence keeps exactly what it held before.
-      while (pages_.size() > held) {
-        cache_->Release(pages_.back());
-        pages_.pop_back();
-      }
-      return page.status();
-    }
+    if (!page.ok()) return undo(page.status());
     pages_.push_back(*page);
   }
   // Copy-on-write: a shared page about to be written becomes a private copy.
@@ -181,10 +182,10 @@ absl::Status PagedSequenceKv::Prepare(int64_t first_write, int64_t n) {
     const int32_t page = pages_[i];
     if (cache_->RefCount(page) == 1) continue;
     absl::StatusOr<int32_t> copy = cache_->AllocatePage();
-    if (!copy.ok()) return copy.status();
+    if (!copy.ok()) return undo(copy.status());
     if (auto s = cache_->CopyPage(page, *copy); !s.ok()) {
       cache_->Release(*copy);
-      return s;
+      return undo(s);
     }
     cache_->Release(page);
     pages_[i] = *copy;
