@@ -42,7 +42,7 @@
 #include "worker/cache/recurrent_state_slots.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/sampler.h"
-#include "worker/sched/ngram_draft.h"
+#include "worker/sampling/ngram_draft.h"
 
 namespace deltaserve::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/sched/ngram_draft.h"
+#include "worker/sampling/ngram_draft.h"
 
 #include <algorithm>
 
