@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/str_util.h"
+#include "worker/engine/qwen35_workspace.h"
 
 namespace deltaserve::worker {
 namespace {
@@ -142,37 +144,74 @@ absl::Status Qwen35Model::ReserveWorkspace(int64_t tokens, int64_t out_rows) {
   if (tokens <= ws_tokens_ && out_rows <= ws_out_rows_) return absl::OkStatus();
   tokens = std::max(tokens, ws_tokens_);
   out_rows = std::max(out_rows, ws_out_rows_);
+  // Everything is freed before the new buffers are taken, so the workspace never holds more
+  // than the planned bytes, even while it grows.
   ws_buffers_.clear();
-  const int64_t d = hp_.n_embd, c = hp_.ssm_conv_channels();
-  const int64_t nv = hp_.ssm_n_v_heads, dv = hp_.ssm_head_dim;
-  const int64_t hd = hp_.head_dim, h = hp_.n_head, hk = hp_.n_head_kv;
-  const int64_t ff = std::max({hp_.n_ff, hp_.n_ff_shared_expert, int64_t{1}});
-  const int64_t e = std::max<int64_t>(hp_.n_expert, 1), k = std::max<int64_t>(hp_.n_expert_used, 1);
-  auto alloc = [&](int64_t rows, int64_t cols, Mat& view) -> absl::Status {
-    ws_buffers_.push_back(backend_->Allocate(static_cast<size_t>(rows * cols) * sizeof(float)));
-    if (ws_buffers_.back().data() == nullptr) {
-      return absl::ResourceExhaustedError("no memory for the forward pass workspace");
+  ids_buf_ = {};
+  pos_buf_ = {};
+  route_ids_buf_ = {};
+  ws_tokens_ = ws_out_rows_ = 0;  // until every buffer is back (a failure leaves no stale views)
+  // Every buffer comes from Qwen35WorkspaceBuffers, the list the memory planner counts, so the
+  // plan and this allocation cannot disagree; each name must have exactly one destination here.
+  const std::pair<std::string_view, Mat*> views[] = {
+      {"x", &ws_.x},
+      {"xn", &ws_.xn},
+      {"mix", &ws_.mix},
+      {"qkv", &ws_.qkv},
+      {"z", &ws_.z},
+      {"alpha", &ws_.alpha},
+      {"beta", &ws_.beta},
+      {"o", &ws_.o},
+      {"qg", &ws_.qg},
+      {"k", &ws_.k},
+      {"v", &ws_.v},
+      {"qc", &ws_.qc},
+      {"ao", &ws_.ao},
+      {"ff_gate", &ws_.ff_gate},
+      {"ff_up", &ws_.ff_up},
+      {"router", &ws_.router},
+      {"route_w", &ws_.route_w},
+      {"shared_g", &ws_.shared_g},
+      {"shared_out", &ws_.shared_out},
+      {"out_x", &ws_.out_x},
+      {"logits", &ws_.logits},
+  };
+  const std::pair<std::string_view, kernels::DeviceBuffer*> int_buffers[] = {
+      {"ids", &ids_buf_}, {"pos", &pos_buf_}, {"route_ids", &route_ids_buf_}};
+  size_t n_views = 0, n_int = 0;
+  for (const WorkspaceBuffer& b : Qwen35WorkspaceBuffers(hp_, tokens, out_rows)) {
+    kernels::DeviceBuffer buf = backend_->Allocate(static_cast<size_t>(b.bytes()));
+    if (buf.data() == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no memory for the forward pass workspace (buffer '", common::Sv(b.name),
+                       "', ", b.bytes(), " bytes)"));
     }
-    view = Contiguous(ws_buffers_.back(), rows, cols);
-    return absl::OkStatus();
-  };
-  const std::pair<int64_t, Mat*> per_token[] = {
-      {d, &ws_.x},       {d, &ws_.xn},          {d, &ws_.mix},     {c, &ws_.qkv},
-      {nv * dv, &ws_.z}, {nv, &ws_.alpha},      {nv, &ws_.beta},   {nv * dv, &ws_.o},
-      {2 * h * hd, &ws_.qg}, {hk * hd, &ws_.k}, {hk * hd, &ws_.v}, {h * hd, &ws_.qc},
-      {h * hd, &ws_.ao}, {ff, &ws_.ff_gate},    {ff, &ws_.ff_up},  {e, &ws_.router},
-      {k, &ws_.route_w}, {1, &ws_.shared_g},    {d, &ws_.shared_out},
-  };
-  for (const auto& [cols, view] : per_token) {
-    if (auto s = alloc(tokens, cols, *view); !s.ok()) return s;
+    bool placed = false;
+    if (b.element == WorkspaceElement::kF32) {
+      for (const auto& [name, view] : views) {
+        if (name != b.name) continue;
+        *view = Contiguous(buf, b.rows, b.cols);
+        ws_buffers_.push_back(std::move(buf));
+        placed = true;
+        ++n_views;
+        break;
+      }
+    } else {
+      for (const auto& [name, dst] : int_buffers) {
+        if (name != b.name) continue;
+        *dst = std::move(buf);
+        placed = true;
+        ++n_int;
+        break;
+      }
+    }
+    if (!placed) {
+      return absl::InternalError(
+          absl::StrCat("workspace buffer '", common::Sv(b.name), "' has no view in the engine"));
+    }
   }
-  if (auto s = alloc(out_rows, d, ws_.out_x); !s.ok()) return s;
-  if (auto s = alloc(out_rows, hp_.n_vocab, ws_.logits); !s.ok()) return s;
-  ids_buf_ = backend_->Allocate(tokens * sizeof(int32_t));
-  pos_buf_ = backend_->Allocate(tokens * sizeof(int32_t));
-  route_ids_buf_ = backend_->Allocate(tokens * k * sizeof(int32_t));
-  if (ids_buf_.data() == nullptr || pos_buf_.data() == nullptr || route_ids_buf_.data() == nullptr) {
-    return absl::ResourceExhaustedError("no memory for the forward pass workspace");
+  if (n_views != std::size(views) || n_int != std::size(int_buffers)) {
+    return absl::InternalError("the workspace buffer list does not cover every engine view");
   }
   ws_tokens_ = tokens;
   ws_out_rows_ = out_rows;

@@ -1,0 +1,394 @@
+#include "worker/sched/served_model.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/str_util.h"
+#include "worker/cache/model_footprint.h"
+
+namespace deltaserve::worker {
+namespace {
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// Bytes glibc malloc takes for a request of `n` bytes: a chunk of n + 8 rounded up to 16, at
+// least 32; requests of 128 KiB and more are mapped whole pages (n + 16, rounded up to 4 KiB).
+uint64_t HeapBlockBytes(uint64_t n) {
+  if (n == 0) return 0;
+  if (n >= (128u << 10)) return CeilDiv(n + 16, 4096) * 4096;
+  return std::max<uint64_t>(32, (n + 8 + 15) / 16 * 16);
+}
+
+// The heap block of a libstdc++ std::string holding `capacity` characters (15 fit inline).
+uint64_t StringHeapBytes(uint64_t capacity) {
+  return capacity > 15 ? HeapBlockBytes(capacity + 1) : 0;
+}
+
+// The backing array of an absl::flat_hash_map after reserve(n): capacity 2^k - 1 holding n at a
+// load of at most 7/8, one control byte per slot plus 16 (sentinel and cloned group), padded to
+// the slot alignment, then the slots.
+uint64_t SwissTableBytes(uint64_t n, uint64_t slot_bytes, uint64_t slot_align) {
+  if (n == 0) return 0;
+  const uint64_t lower_bound = n + (n - 1) / 7;
+  const uint64_t capacity = std::bit_ceil(lower_bound + 1) - 1;
+  const uint64_t ctrl = (capacity + 16 + slot_align - 1) / slot_align * slot_align;
+  return HeapBlockBytes(ctrl + capacity * slot_bytes);
+}
+
+// "VmRSS:    1234 kB" -> bytes.
+uint64_t StatusField(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  const size_t len = std::strlen(field);
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, field, len) == 0 && line[len] == ':') {
+      kib = std::strtoull(line + len + 1, nullptr, 10);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+// What the GGUF reader keeps besides the mapping: a string_view per element of every string
+// array (the vocabulary, the merges) and each tensor's info, name and index entry.
+uint64_t GgufIndexBytes(const common::GgufFile& file) {
+  uint64_t bytes = HeapBlockBytes(file.metadata().size() * sizeof(common::GgufKeyValue));
+  for (const common::GgufKeyValue& kv : file.metadata()) {
+    if (kv.value.is_array() && kv.value.array_type() == common::GgufValueType::kString) {
+      bytes += HeapBlockBytes(kv.value.ArraySize() * sizeof(std::string_view));
+    }
+  }
+  bytes += HeapBlockBytes(file.tensors().size() * sizeof(common::GgufTensorInfo));
+  for (const common::GgufTensorInfo& t : file.tensors()) bytes += StringHeapBytes(t.name.size());
+  bytes += SwissTableBytes(file.tensors().size() + file.metadata().size(), 24, 8);
+  return bytes;
+}
+
+absl::Status Invalid(std::string_view field, std::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("serving option ", common::Sv(field), " ", common::Sv(why)));
+}
+
+absl::Status Validate(const ServingOptions& o) {
+  if (o.ctx < 1) return Invalid("ctx", "must be at least 1");
+  if (o.n_parallel < 1 || o.n_parallel > 4096) return Invalid("n_parallel", "must be 1..4096");
+  if (o.page_tokens < 1 || o.page_tokens > (1 << 20)) {
+    return Invalid("page_tokens", "must be 1..1048576");
+  }
+  if (o.step_tokens < 1) return Invalid("step_tokens", "must be at least 1");
+  if (o.max_waiting < 0) return Invalid("max_waiting", "must not be negative");
+  if (o.budget_bytes == 0) return Invalid("budget_bytes", "must be set (--ram or --vram)");
+  if (o.n_threads < 1) return Invalid("n_threads", "must be at least 1");
+  if (o.ngram.draft_max < 0 || (o.speculation && o.ngram.draft_max < 1)) {
+    return Invalid("ngram.draft_max", "must be at least 1 with speculation, else at least 0");
+  }
+  if (o.speculation && (o.ngram.ngram_min < 1 || o.ngram.ngram_max < o.ngram.ngram_min)) {
+    return Invalid("ngram", "needs 1 <= ngram_min <= ngram_max");
+  }
+  return absl::OkStatus();
+}
+
+// 1234567 -> "1,234,567".
+std::string Commas(uint64_t v) {
+  std::string digits = absl::StrCat(v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+uint64_t ServingOverhead::total() const {
+  uint64_t t = user + snapshot_slots + zero_slot + page_tables;
+  if (host_counted) {
+    t += process_baseline + tokenizer + gguf_index + mapped_beyond_weights + host_logits +
+         sampler_scratch + token_histories + pass_vectors + moe_kernel;
+  }
+  return t;
+}
+
+std::string ServingOverhead::Render() const {
+  std::string out = "serving overhead (the plan's fixed overhead)\n";
+  auto line = [&out](std::string_view what, uint64_t bytes) {
+    absl::StrAppendFormat(&out, "  %-44s %16s B (%s)\n", what, Commas(bytes), HumanBytes(bytes));
+  };
+  line("--overhead", user);
+  line("speculation snapshot slots", snapshot_slots);
+  line("zeroed source slot", zero_slot);
+  line("page-table buffer", page_tables);
+  if (host_counted) {
+    line("process baseline (measured at start-up)", process_baseline);
+    line("tokenizer tables", tokenizer);
+    line("GGUF index", gguf_index);
+    line("GGUF mapping beyond the forward-pass weights", mapped_beyond_weights);
+    line("host copy of the logits", host_logits);
+    line("sampler scratch", sampler_scratch);
+    line("token histories", token_histories);
+    line("per-pass host vectors", pass_vectors);
+    line("MoE kernel buffers", moe_kernel);
+  } else {
+    out += "  host memory (baseline, tokenizer, logits copy, ...) is not in this device's budget\n";
+  }
+  line("total", total());
+  return out;
+}
+
+ServingBatchShape BatchShapeFor(const ServingOptions& o) {
+  ServingBatchShape s;
+  // Scheduler::Create raises the step budget to this so every sequence can decode and draft.
+  s.scheduler_step_tokens = std::max<int64_t>(
+      o.step_tokens, static_cast<int64_t>(o.n_parallel) * (1 + o.ngram.draft_max));
+  // A sequence never holds more than ctx positions, so no pass feeds more than n * ctx.
+  s.max_batch_tokens =
+      std::min<int64_t>(s.scheduler_step_tokens, static_cast<int64_t>(o.n_parallel) * o.ctx);
+  s.logits_rows =
+      o.speculation ? s.max_batch_tokens : std::min<int64_t>(o.n_parallel, s.max_batch_tokens);
+  return s;
+}
+
+uint64_t TokenizerTableBytes(const common::GgufFile& file, const common::Tokenizer& tokenizer) {
+  const uint64_t n = static_cast<uint64_t>(tokenizer.vocab_size());
+  // token_text_ and piece_: a std::string each per entry; type_: one byte per entry.
+  uint64_t bytes = 2 * HeapBlockBytes(n * sizeof(std::string)) + HeapBlockBytes(n);
+  for (uint64_t id = 0; id < n; ++id) {
+    const auto token = static_cast<common::TokenId>(id);
+    const uint64_t text = tokenizer.TokenText(token).size();
+    bytes += StringHeapBytes(text);
+    // A normal token's piece is decoded into a string reserved at the text's length; other
+    // pieces are copies of their text or empty.
+    const common::TokenType type = tokenizer.Type(token);
+    if (type == common::TokenType::kNormal) {
+      bytes += StringHeapBytes(text);
+    } else {
+      bytes += StringHeapBytes(tokenizer.Piece(token).size());
+    }
+  }
+  // text -> id: {string_view, int32} slots of 24 bytes.
+  bytes += SwissTableBytes(n, 24, 8);
+  // The merges: read as strings while building (freed after, but the heap keeps the pages), then
+  // a table of {uint64 key, {rank, result}} slots of 16 bytes reserved for all of them.
+  if (const common::GgufValue* merges = file.Find("tokenizer.ggml.merges");
+      merges != nullptr && merges->is_array()) {
+    const uint64_t m = merges->ArraySize();
+    bytes += HeapBlockBytes(m * sizeof(std::string));
+    for (uint64_t i = 0; i < m; ++i) {
+      if (std::optional<std::string_view> s = merges->ArrayString(i)) {
+        bytes += StringHeapBytes(s->size());
+      }
+    }
+    bytes += SwissTableBytes(m, 16, 8);
+  }
+  return bytes;
+}
+
+uint64_t ProcessResidentBytes() { return StatusField("VmRSS"); }
+uint64_t ProcessPeakResidentBytes() { return StatusField("VmHWM"); }
+
+ProcessBaseline MeasureProcessBaseline() {
+  ProcessBaseline b;
+  b.resident_bytes = ProcessResidentBytes();
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len <= 0) return b;
+  exe[len] = '\0';
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return b;
+  // A mapping's header line ends with its path; its "Size:" and "Rss:" lines follow (kB).
+  char line[4608];
+  bool in_exe = false;
+  uint64_t size_kib = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    const size_t n = std::strlen(line);
+    if (n > 0 && line[n - 1] == '\n') line[n - 1] = '\0';
+    if (std::strncmp(line, "Size:", 5) == 0) {
+      size_kib = std::strtoull(line + 5, nullptr, 10);
+    } else if (std::strncmp(line, "Rss:", 4) == 0) {
+      const uint64_t rss_kib = std::strtoull(line + 4, nullptr, 10);
+      if (in_exe && size_kib > rss_kib) b.executable_paged_out_bytes += (size_kib - rss_kib) * 1024;
+    } else if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f')) {
+      // A mapping header, "start-end perms offset dev inode [path]" (fields start upper-case).
+      const char* path = std::strchr(line, '/');
+      in_exe = path != nullptr && std::strcmp(path, exe) == 0;
+    }
+  }
+  std::fclose(f);
+  return b;
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::string& path,
+                                                                 kernels::Backend& backend,
+                                                                 const ServingOptions& options) {
+  if (absl::Status s = Validate(options); !s.ok()) return s;
+  std::unique_ptr<ServedModel> m(new ServedModel());
+  m->options_ = options;
+  m->shape_ = BatchShapeFor(options);
+
+  absl::StatusOr<std::unique_ptr<Qwen35Model>> model = Qwen35Model::Load(path, backend);
+  if (!model.ok()) return model.status();
+  m->model_ = std::move(*model);
+  absl::StatusOr<std::unique_ptr<common::Tokenizer>> tok =
+      common::Tokenizer::FromGguf(m->model_->file());
+  if (!tok.ok()) return tok.status();
+  m->tokenizer_ = std::move(*tok);
+  const common::GgufFile& file = m->model_->file();
+  const common::Qwen35HParams& hp = m->model_->hparams();
+  m->n_valid_ = static_cast<int32_t>(std::min<int64_t>(m->tokenizer_->vocab_size(), hp.n_vocab));
+  for (int32_t id = 0; id < m->n_valid_; ++id) {
+    if (m->tokenizer_->IsEndOfGeneration(id)) m->eos_.push_back(id);
+  }
+
+  // The plan, with the serving terms as its fixed overhead.
+  absl::StatusOr<ModelWeightBytes> weights = ForwardPassWeightBytes(file, hp);
+  if (!weights.ok()) return weights.status();
+  const RecurrentStateLayout layout = m->model_->state_layout();
+  const int64_t n = options.n_parallel;
+  const uint64_t total_pages = static_cast<uint64_t>(n) * CeilDiv(options.ctx, options.page_tokens);
+  ServingOverhead& o = m->overhead_;
+  o.user = options.fixed_overhead_bytes;
+  o.snapshot_slots = options.speculation ? n * layout.bytes() : 0;
+  o.zero_slot = layout.bytes();
+  // Forward regrows the buffer to max(needed, 2 x old) entries, the old one alive meanwhile.
+  o.page_tables = 3 * total_pages * sizeof(int32_t) + 128;
+  o.host_counted = backend.name() == "cpu";
+  o.process_baseline = options.process_baseline_bytes;
+  o.tokenizer = TokenizerTableBytes(file, *m->tokenizer_);
+  o.gguf_index = GgufIndexBytes(file);
+  uint64_t weight_bytes = 0;
+  for (const WeightTypeBytes& w : weights->read) weight_bytes += w.bytes;
+  // Prefetch reads the whole file: header, unread tensors and alignment padding stay resident.
+  const uint64_t mapped = CeilDiv(file.file_size(), 4096) * 4096;
+  o.mapped_beyond_weights = mapped > weight_bytes ? mapped - weight_bytes : 0;
+  o.host_logits = HeapBlockBytes(static_cast<uint64_t>(m->shape_.logits_rows) * hp.n_vocab * 4);
+  // Sampler::Sample's per-thread buffers: the adjusted logits (4 B) and candidates (8 B).
+  o.sampler_scratch = HeapBlockBytes(static_cast<uint64_t>(m->n_valid_) * 4) +
+                      HeapBlockBytes(static_cast<uint64_t>(m->n_valid_) * 8);
+  o.token_histories = n * HeapBlockBytes(static_cast<uint64_t>(options.ctx) * 4);
+  o.pass_vectors = 2 * HeapBlockBytes(m->shape_.max_batch_tokens * 4) +
+                   HeapBlockBytes(total_pages * sizeof(int32_t));
+  if (hp.is_moe) {
+    // kernels/cpu/moe.cc per call: expert offsets, the T*k assignment order, and [count][H],
+    // [count][ff] x 2, [count][H] f32 for the busiest expert, which can get all T tokens.
+    const uint64_t t = static_cast<uint64_t>(m->shape_.max_batch_tokens);
+    const uint64_t e1 = static_cast<uint64_t>(hp.n_expert) + 1;
+    o.moe_kernel = 2 * HeapBlockBytes(e1 * 8) + HeapBlockBytes(t * hp.n_expert_used * 8) +
+                   2 * HeapBlockBytes(t * hp.n_embd * 4) +
+                   2 * HeapBlockBytes(t * hp.n_ff_expert * 4);
+  }
+
+  MemoryPlanInputs in;
+  in.hp = hp;
+  in.model_name = BaseName(path);
+  in.weights = weights->read;
+  in.k_type = static_cast<common::GgmlType>(options.k_type);
+  in.v_type = static_cast<common::GgmlType>(options.v_type);
+  in.page_tokens = options.page_tokens;
+  in.conv_state_type = common::GgmlType::kF32;  // the engine keeps f32 conv windows
+  in.max_batch_tokens = m->shape_.max_batch_tokens;
+  in.logits_rows = m->shape_.logits_rows;
+  in.budget_bytes = options.budget_bytes;
+  in.budget_name = options.budget_name;
+  in.fixed_overhead_bytes = o.total();
+  in.n_threads = options.n_threads;
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(std::move(in));
+  if (!plan.ok()) return plan.status();
+  m->plan_ = std::move(*plan);
+
+  // The plan and the engine must count the same bytes; a difference is a bug, not a config.
+  const KvCacheOptions kv{options.k_type, options.v_type, options.page_tokens};
+  const ModelMemory engine = m->model_->Memory(kv);
+  if (engine.weight_bytes != m->plan_.weight_bytes ||
+      engine.state_bytes_per_sequence != m->plan_.recurrent.total() ||
+      engine.kv_bytes_per_token != m->plan_.kv.bytes) {
+    return absl::InternalError(
+        absl::StrCat(BaseName(path), ": the memory plan and the engine disagree: weights ",
+                     m->plan_.weight_bytes, " vs ", engine.weight_bytes, ", state ",
+                     m->plan_.recurrent.total(), " vs ", engine.state_bytes_per_sequence,
+                     ", KV/token ", m->plan_.kv.bytes, " vs ", engine.kv_bytes_per_token));
+  }
+
+  if (absl::Status fits = CheckFits(m->plan_, options.ctx, options.n_parallel); !fits.ok()) {
+    return absl::Status(fits.code(),
+                        absl::StrCat(BaseName(path), ": ", fits.message(), "\n", o.Render()));
+  }
+
+  // Everything below is planned; a failure here means the budget was not really there.
+  absl::StatusOr<std::unique_ptr<PagedKvCache>> cache =
+      PagedKvCache::Create(backend, m->model_->kv_shape(), kv, static_cast<int64_t>(total_pages));
+  if (!cache.ok()) return cache.status();
+  m->cache_ = std::move(*cache);
+  absl::StatusOr<std::shared_ptr<RecurrentStateSlots>> slots = RecurrentStateSlots::Create(
+      backend, layout, options.n_parallel * (options.speculation ? 2 : 1));
+  if (!slots.ok()) return slots.status();
+  m->slots_ = std::move(*slots);
+  SchedulerOptions so;
+  so.max_sequences = options.n_parallel;
+  so.step_tokens = options.step_tokens;
+  so.max_waiting = options.max_waiting;
+  so.max_context = options.ctx;
+  so.speculation = options.speculation;
+  so.ngram = options.ngram;
+  absl::StatusOr<std::unique_ptr<Scheduler>> sched =
+      Scheduler::Create(*m->model_, m->cache_, m->slots_, so, m->eos_, m->n_valid_);
+  if (!sched.ok()) return sched.status();
+  m->scheduler_ = std::move(*sched);
+  m->model_->Prefetch([](double) {});
+  if (absl::Status s = m->WarmUp(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(BaseName(path), ": warm-up pass: ", s.message()));
+  }
+  return m;
+}
+
+ServedModel::~ServedModel() = default;
+
+uint64_t ServedModel::planned_bytes() const {
+  return BytesNeeded(plan_, options_.ctx, options_.n_parallel);
+}
+
+// Two passes, because Forward sizes the workspace by the largest token count and the largest
+// logits row count it has seen: max_batch_tokens tokens without logits, then logits_rows tokens
+// with a logits row each. Sequences hold at most ctx tokens, so each pass is split over
+// ceil(tokens / ctx) <= n_parallel sequences whose pages the cache has.
+absl::Status ServedModel::WarmUp() {
+  std::vector<float> logits;
+  for (int pass = 0; pass < 2; ++pass) {
+    const int64_t tokens = pass == 0 ? shape_.max_batch_tokens : shape_.logits_rows;
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<std::vector<int32_t>> ids;
+    for (int64_t left = tokens; left > 0;) {
+      const int64_t take = std::min(left, options_.ctx);
+      absl::StatusOr<std::unique_ptr<SequenceState>> seq =
+          model_->NewSequence(cache_, slots_, options_.ctx);
+      if (!seq.ok()) return seq.status();
+      seqs.push_back(std::move(*seq));
+      ids.emplace_back(static_cast<size_t>(take), 0);
+      left -= take;
+    }
+    std::vector<BatchEntry> batch;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      BatchEntry e{seqs[i].get(), ids[i], /*all_logits=*/pass == 1};
+      e.no_logits = pass == 0;
+      batch.push_back(e);
+    }
+    if (absl::Status s = model_->Forward(batch, logits); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace deltaserve::worker
