@@ -1,0 +1,190 @@
+#include "router/api/completion_endpoint.h"
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "router/api/api_error.h"
+#include "router/api/openai_response.h"
+#include "router/api/request_parser.h"
+
+namespace deltaserve::router::api {
+namespace {
+
+// One request's generation seen from the HTTP side: turns backend events into the answer.
+class CompletionSession : public GenerationObserver {
+ public:
+  CompletionSession(std::shared_ptr<http::HttpExchange> exchange, const CompletionRequest& req,
+                    ApiMetrics& metrics)
+      : exchange_(std::move(exchange)),
+        metrics_(metrics),
+        endpoint_(req.endpoint),
+        stream_(req.stream),
+        include_usage_(req.include_usage),
+        with_logprobs_(req.logprobs),
+        started_at_(std::chrono::steady_clock::now()) {
+    meta_.id = NewResponseId(endpoint_ == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
+    meta_.created = UnixSecondsNow();
+    meta_.model = req.model;
+    choice_.with_logprobs = with_logprobs_;
+  }
+
+  ~CompletionSession() override {
+    if (stream_counted_) metrics_.StreamEnded();
+  }
+
+  void AttachHandle(std::unique_ptr<GenerationHandle> handle) {
+    bool cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle_ = std::move(handle);
+      cancel = cancel_requested_ && handle_ != nullptr;
+    }
+    if (cancel) handle_->Cancel();
+  }
+
+  // From HttpExchange::OnClientGone, on a server thread.
+  void CancelForClient() {
+    GenerationHandle* handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancel_requested_ || finished_) return;
+      cancel_requested_ = true;
+      handle = handle_.get();
+    }
+    metrics_.RecordClientGone();
+    if (handle != nullptr) handle->Cancel();  // outside the lock: it may call OnError at once
+  }
+
+  void OnStart(const GenerationStart& start) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StartLocked(start.model);
+  }
+
+  void OnDelta(GenerationDelta delta) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    StartLocked(meta_.model);
+    if (!first_token_seen_ && (delta.tokens > 0 || !delta.text.empty())) {
+      first_token_seen_ = true;
+      metrics_.RecordTimeToFirstToken(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
+    }
+    if (!stream_) {
+      choice_.text += delta.text;
+      choice_.reasoning_content += delta.reasoning_text;
+      for (auto& lp : delta.logprobs) choice_.logprobs.push_back(std::move(lp));
+      return;
+    }
+    if (delta.text.empty() && delta.reasoning_text.empty() && delta.logprobs.empty()) return;
+    if (endpoint_ == Endpoint::kChatCompletions) {
+      sse_->Send(chat_->DeltaChunk(delta.text, delta.reasoning_text, delta.logprobs));
+    } else {
+      sse_->Send(text_->DeltaChunk(delta.text, delta.logprobs));
+    }
+  }
+
+  void OnEnd(const GenerationEnd& end) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    StartLocked(meta_.model);
+    finished_ = true;
+    metrics_.RecordFinished(end.usage, end.finish_reason);
+    if (!stream_) {
+      choice_.finish_reason = end.finish_reason;
+      std::string body = endpoint_ == Endpoint::kChatCompletions
+                             ? ChatCompletionJson(meta_, choice_, end.usage)
+                             : TextCompletionJson(meta_, choice_, end.usage);
+      exchange_->Respond(http::Response::Json(200, std::move(body)));
+      return;
+    }
+    if (endpoint_ == Endpoint::kChatCompletions) {
+      sse_->Send(chat_->FinishChunk(end.finish_reason));
+      if (include_usage_) sse_->Send(chat_->UsageChunk(end.usage));
+    } else {
+      sse_->Send(text_->FinishChunk(end.finish_reason));
+      if (include_usage_) sse_->Send(text_->UsageChunk(end.usage));
+    }
+    sse_->Send(kSseDone);
+    sse_->Finish();
+  }
+
+  void OnError(const absl::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    ApiError error = ApiErrorFromStatus(status.ok() ? absl::InternalError("no error") : status);
+    metrics_.RecordGenerationError(error.type);
+    if (!started_ || !stream_) {
+      exchange_->Respond(ApiErrorResponse(error));
+      return;
+    }
+    // Headers are out: the error becomes an event, then the stream ends as usual.
+    sse_->Send(ApiErrorJson(error));
+    sse_->Send(kSseDone);
+    sse_->Finish();
+  }
+
+ private:
+  void StartLocked(const std::string& model) {
+    if (started_) return;
+    started_ = true;
+    if (!model.empty()) meta_.model = model;
+    if (!stream_) return;
+    metrics_.StreamStarted();
+    stream_counted_ = true;
+    sse_ = exchange_->StartSse();
+    if (endpoint_ == Endpoint::kChatCompletions) {
+      chat_.emplace(meta_, include_usage_, with_logprobs_);
+      sse_->Send(chat_->RoleChunk());
+    } else {
+      text_.emplace(meta_, include_usage_, with_logprobs_);
+    }
+  }
+
+  const std::shared_ptr<http::HttpExchange> exchange_;
+  ApiMetrics& metrics_;
+  const Endpoint endpoint_;
+  const bool stream_;
+  const bool include_usage_;
+  const bool with_logprobs_;
+  const std::chrono::steady_clock::time_point started_at_;
+
+  std::mutex mu_;
+  std::unique_ptr<GenerationHandle> handle_;
+  bool cancel_requested_ = false;
+  bool started_ = false;
+  bool finished_ = false;
+  bool first_token_seen_ = false;
+  bool stream_counted_ = false;
+  ResponseMeta meta_;
+  CompletionChoice choice_;
+  std::shared_ptr<http::SseStream> sse_;
+  std::optional<ChatChunkWriter> chat_;
+  std::optional<TextChunkWriter> text_;
+};
+
+}  // namespace
+
+void HandleCompletion(Endpoint endpoint, std::shared_ptr<http::HttpExchange> exchange,
+                      CompletionBackend& backend, ApiMetrics& metrics) {
+  const http::Request& http_request = exchange->request();
+  absl::StatusOr<CompletionRequest> parsed = endpoint == Endpoint::kChatCompletions
+                                                 ? ParseChatCompletionRequest(http_request.body)
+                                                 : ParseCompletionRequest(http_request.body);
+  if (!parsed.ok()) {
+    exchange->Respond(ApiErrorResponse(ApiErrorFromStatus(parsed.status())));
+    return;
+  }
+  parsed->request_id = http_request.request_id;
+  auto session = std::make_shared<CompletionSession>(exchange, *parsed, metrics);
+  std::weak_ptr<CompletionSession> weak = session;
+  exchange->OnClientGone([weak] {
+    if (auto s = weak.lock()) s->CancelForClient();
+  });
+  session->AttachHandle(backend.Generate(*parsed, session));
+}
+
+}  // namespace deltaserve::router::api

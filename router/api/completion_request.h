@@ -1,0 +1,68 @@
+#pragma once
+// The validated form of an OpenAI POST /v1/chat/completions or /v1/completions body, as plain
+// C++ values. Produced by request_parser.h; consumed by routing, chat rendering and the
+// worker client. Optional sampling fields stay unset when the client did not send them, so
+// per-model defaults (config) can fill them in later.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace deltaserve::router::api {
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+// One chat message. Content-part arrays are joined into `content` (text parts only).
+struct ChatMessage {
+  std::string role;  // "system", "developer", "user", "assistant" or "tool"
+  std::string content;
+  bool content_null = false;      // an assistant message with tool_calls and no content
+  std::string name;               // optional participant name
+  std::string tool_call_id;       // role "tool": the call this answers
+  std::string tool_calls_json;    // role "assistant": its tool_calls array as JSON, or empty
+  std::string reasoning_content;  // role "assistant": earlier reasoning, if the client sent it
+};
+
+struct SamplingParams {
+  std::optional<double> temperature;         // [0, 2]
+  std::optional<double> top_p;               // (0, 1]
+  std::optional<int32_t> top_k;              // -1 or 0: off; else >= 1
+  std::optional<double> min_p;               // [0, 1]
+  double presence_penalty = 0;               // [-2, 2]
+  double frequency_penalty = 0;              // [-2, 2]
+  std::optional<double> repetition_penalty;  // (0, 2]
+  std::optional<int64_t> seed;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias in [-100, 100]
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  std::string model;
+
+  // Chat: the conversation (at least one message).
+  std::vector<ChatMessage> messages;
+  std::string tools_json;               // "tools" as JSON, or empty
+  std::string tool_choice_json;         // "tool_choice" as JSON, or empty
+  std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
+
+  // Completions: one prompt, as text or as token ids.
+  std::string prompt;
+  std::vector<int32_t> prompt_tokens;
+  bool prompt_is_tokens = false;
+
+  std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; >= 1
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // at most 4, none empty
+
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int32_t top_logprobs = 0;  // [0, 20]; completions' integer `logprobs` lands here too
+  std::string user;
+
+  std::string request_id;  // the HTTP request's id (X-Request-Id), for logs and the worker
+};
+
+}  // namespace deltaserve::router::api

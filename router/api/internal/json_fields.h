@@ -1,0 +1,43 @@
+#pragma once
+// Typed reads of optional JSON fields with range checks, each failing with an
+// InvalidRequestError that names the field by its JSON path. Private to router/api.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace deltaserve::router::api::internal {
+
+// The body as a JSON object: 400 "invalid_json" (with the parser's position) for malformed
+// JSON, invalid UTF-8 or nesting deeper than `max_depth`; "invalid_type" for a non-object.
+absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view body, int max_depth);
+
+// The member `name` of `obj`, or nullptr when absent or null.
+const nlohmann::json* Member(const nlohmann::json& obj, const char* name);
+
+// JSON type names for messages ("string", "number", "object", ...).
+std::string_view TypeName(const nlohmann::json& v);
+
+absl::Status TypeError(std::string_view path, std::string_view expected, const nlohmann::json& got);
+
+// Each reads obj[name] (path names it in errors); absent/null leaves *out unchanged.
+absl::Status ReadString(const nlohmann::json& obj, const char* name, std::string_view path,
+                        std::optional<std::string>* out);
+absl::Status ReadBool(const nlohmann::json& obj, const char* name, std::string_view path,
+                      std::optional<bool>* out);
+// A number in [lo, hi]; `lo_open` makes the lower bound exclusive.
+absl::Status ReadNumber(const nlohmann::json& obj, const char* name, std::string_view path,
+                        double lo, double hi, bool lo_open, std::optional<double>* out);
+// An integer in [lo, hi] (an integral float such as 5.0 is accepted).
+absl::Status ReadInt(const nlohmann::json& obj, const char* name, std::string_view path, int64_t lo,
+                     int64_t hi, std::optional<int64_t>* out);
+
+// `v` as an integer, or nullopt when it is not an integral number within int64.
+std::optional<int64_t> AsInt(const nlohmann::json& v);
+
+}  // namespace deltaserve::router::api::internal

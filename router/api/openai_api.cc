@@ -1,0 +1,69 @@
+#include "router/api/openai_api.h"
+
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "router/api/api_error.h"
+#include "router/api/completion_endpoint.h"
+#include "router/api/prometheus_text.h"
+
+namespace deltaserve::router::api {
+
+using json = nlohmann::json;
+
+OpenAiApi::OpenAiApi(CompletionBackend& backend, const RouterState& state, ApiMetrics& metrics)
+    : backend_(backend), state_(state), metrics_(metrics) {}
+
+void OpenAiApi::ConfigureServer(http::HttpServerOptions& options, ApiMetrics* metrics) {
+  options.error_response = [](int status, std::string_view message) {
+    return ApiErrorResponse(ApiErrorFromHttpStatus(status, message));
+  };
+  if (metrics != nullptr) {
+    options.on_exchange_done = [metrics, previous = std::move(options.on_exchange_done)](
+                                   const http::ExchangeRecord& record) {
+      metrics->RecordExchange(record);
+      if (previous) previous(record);
+    };
+  }
+}
+
+void OpenAiApi::Register(http::HttpServer& server) {
+  server.Route("POST", "/v1/chat/completions", [this](std::shared_ptr<http::HttpExchange> ex) {
+    HandleCompletion(Endpoint::kChatCompletions, std::move(ex), backend_, metrics_);
+  });
+  server.Route("POST", "/v1/completions", [this](std::shared_ptr<http::HttpExchange> ex) {
+    HandleCompletion(Endpoint::kCompletions, std::move(ex), backend_, metrics_);
+  });
+  server.RouteSync("GET", "/v1/models", [this](const http::Request&) { return Models(); });
+  server.RouteSync("GET", "/health", [](const http::Request&) {
+    return http::Response::Json(200, R"({"status":"ok"})");
+  });
+  server.RouteSync("GET", "/ready", [this](const http::Request&) { return Ready(); });
+  server.RouteSync("GET", "/metrics", [this](const http::Request&) { return Metrics(); });
+}
+
+http::Response OpenAiApi::Models() const {
+  json data = json::array();
+  for (const ModelCard& m : state_.Models()) {
+    data.push_back(
+        {{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}});
+  }
+  json body = {{"object", "list"}, {"data", std::move(data)}};
+  return http::Response::Json(200, body.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+http::Response OpenAiApi::Ready() const {
+  Readiness r = draining_.load() ? Readiness{false, "draining"} : state_.Ready();
+  json body = {{"status", r.ready ? "ready" : "not_ready"}, {"detail", r.detail}};
+  return http::Response::Json(r.ready ? 200 : 503,
+                              body.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+http::Response OpenAiApi::Metrics() const {
+  PrometheusText out;
+  metrics_.Write(out);
+  state_.WriteMetrics(out);
+  return http::Response::Text(200, out.Take(), std::string(kPrometheusContentType));
+}
+
+}  // namespace deltaserve::router::api

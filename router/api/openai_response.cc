@@ -1,0 +1,243 @@
+#include "router/api/openai_response.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace deltaserve::router::api {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// `s` with every byte that does not start a well-formed UTF-8 sequence replaced by U+FFFD
+// (object keys cannot go through nlohmann's replacing dump).
+std::string ValidUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    }
+    if (ok && len > 1) {
+      uint32_t cp = c & (0xFF >> (len + 1));
+      for (size_t k = 1; k < len; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+      static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+      ok = cp >= kMin[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    }
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out.append("\xEF\xBF\xBD");
+      ++i;
+    }
+  }
+  return out;
+}
+
+json Bytes(std::string_view s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+// Chat shape: {"content":[{"token","logprob","bytes","top_logprobs":[...]}],"refusal":null}
+json ChatLogprobs(const std::vector<TokenLogprob>& lps) {
+  json content = json::array();
+  for (const auto& t : lps) {
+    json top = json::array();
+    for (const auto& a : t.top) {
+      top.push_back({{"token", a.token}, {"logprob", a.logprob}, {"bytes", Bytes(a.token)}});
+    }
+    content.push_back({{"token", t.token},
+                       {"logprob", t.logprob},
+                       {"bytes", Bytes(t.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// Completions shape: parallel arrays; top_logprobs as {token: logprob} maps.
+json TextLogprobs(const std::vector<TokenLogprob>& lps, int64_t* offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (const auto& t : lps) {
+    tokens.push_back(t.token);
+    token_lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& a : t.top) top[ValidUtf8(a.token)] = a.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(*offset);
+    *offset += static_cast<int64_t>(t.token.size());
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_lps)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json UsageObject(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json Envelope(const ResponseMeta& meta, std::string_view object) {
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+// A streamed chunk with one choice; "usage": null on every chunk when the stream ends with a
+// usage chunk (OpenAI's shape with include_usage).
+std::string ChunkJson(const ResponseMeta& meta, std::string_view object, json choice,
+                      bool include_usage) {
+  json body = Envelope(meta, object);
+  body["choices"] = json::array({std::move(choice)});
+  if (include_usage) body["usage"] = nullptr;
+  return Dump(body);
+}
+
+}  // namespace
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kToolCalls:
+      return "tool_calls";
+    case FinishReason::kContentFilter:
+      return "content_filter";
+  }
+  return "stop";
+}
+
+std::string NewResponseId(std::string_view prefix) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id(prefix);
+  std::uniform_int_distribution<int> pick(0, sizeof(kAlphabet) - 2);
+  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[pick(rng)]);
+  return id;
+}
+
+int64_t UnixSecondsNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string UsageJson(const Usage& usage) { return Dump(UsageObject(usage)); }
+
+std::string ChatCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
+                               const Usage& usage) {
+  json message = {{"role", "assistant"}, {"content", choice.text}};
+  if (!choice.reasoning_content.empty()) message["reasoning_content"] = choice.reasoning_content;
+  json c = {{"index", 0},
+            {"message", std::move(message)},
+            {"logprobs", choice.with_logprobs ? ChatLogprobs(choice.logprobs) : json(nullptr)},
+            {"finish_reason", FinishReasonName(choice.finish_reason)}};
+  json body = Envelope(meta, "chat.completion");
+  body["choices"] = json::array({std::move(c)});
+  body["usage"] = UsageObject(usage);
+  return Dump(body);
+}
+
+std::string TextCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
+                               const Usage& usage) {
+  int64_t offset = 0;
+  json c = {
+      {"index", 0},
+      {"text", choice.text},
+      {"logprobs", choice.with_logprobs ? TextLogprobs(choice.logprobs, &offset) : json(nullptr)},
+      {"finish_reason", FinishReasonName(choice.finish_reason)}};
+  json body = Envelope(meta, "text_completion");
+  body["choices"] = json::array({std::move(c)});
+  body["usage"] = UsageObject(usage);
+  return Dump(body);
+}
+
+// ---- chat chunks ------------------------------------------------------------------------
+
+ChatChunkWriter::ChatChunkWriter(ResponseMeta meta, bool include_usage, bool with_logprobs)
+    : meta_(std::move(meta)), include_usage_(include_usage), with_logprobs_(with_logprobs) {}
+
+std::string ChatChunkWriter::RoleChunk() const {
+  json c = {{"index", 0},
+            {"delta", {{"role", "assistant"}, {"content", ""}}},
+            {"logprobs", nullptr},
+            {"finish_reason", nullptr}};
+  return ChunkJson(meta_, "chat.completion.chunk", std::move(c), include_usage_);
+}
+
+std::string ChatChunkWriter::DeltaChunk(std::string_view content, std::string_view reasoning,
+                                        const std::vector<TokenLogprob>& logprobs) const {
+  json delta = json::object();
+  if (!content.empty() || reasoning.empty()) delta["content"] = content;
+  if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+  json c = {{"index", 0},
+            {"delta", std::move(delta)},
+            {"logprobs", with_logprobs_ ? ChatLogprobs(logprobs) : json(nullptr)},
+            {"finish_reason", nullptr}};
+  return ChunkJson(meta_, "chat.completion.chunk", std::move(c), include_usage_);
+}
+
+std::string ChatChunkWriter::FinishChunk(FinishReason reason) const {
+  json c = {{"index", 0},
+            {"delta", json::object()},
+            {"logprobs", nullptr},
+            {"finish_reason", FinishReasonName(reason)}};
+  return ChunkJson(meta_, "chat.completion.chunk", std::move(c), include_usage_);
+}
+
+std::string ChatChunkWriter::UsageChunk(const Usage& usage) const {
+  json body = Envelope(meta_, "chat.completion.chunk");
+  body["choices"] = json::array();
+  body["usage"] = UsageObject(usage);
+  return Dump(body);
+}
+
+// ---- text chunks ------------------------------------------------------------------------
+
+TextChunkWriter::TextChunkWriter(ResponseMeta meta, bool include_usage, bool with_logprobs)
+    : meta_(std::move(meta)), include_usage_(include_usage), with_logprobs_(with_logprobs) {}
+
+std::string TextChunkWriter::DeltaChunk(std::string_view text,
+                                        const std::vector<TokenLogprob>& logprobs) {
+  json c = {{"index", 0},
+            {"text", text},
+            {"logprobs", with_logprobs_ ? TextLogprobs(logprobs, &text_offset_) : json(nullptr)},
+            {"finish_reason", nullptr}};
+  if (!with_logprobs_) text_offset_ += static_cast<int64_t>(text.size());
+  return ChunkJson(meta_, "text_completion", std::move(c), include_usage_);
+}
+
+std::string TextChunkWriter::FinishChunk(FinishReason reason) const {
+  json c = {{"index", 0},
+            {"text", ""},
+            {"logprobs", nullptr},
+            {"finish_reason", FinishReasonName(reason)}};
+  return ChunkJson(meta_, "text_completion", std::move(c), include_usage_);
+}
+
+std::string TextChunkWriter::UsageChunk(const Usage& usage) const {
+  json body = Envelope(meta_, "text_completion");
+  body["choices"] = json::array();
+  body["usage"] = UsageObject(usage);
+  return Dump(body);
+}
+
+}  // namespace deltaserve::router::api

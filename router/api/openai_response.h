@@ -1,0 +1,104 @@
+#pragma once
+// Writers for OpenAI response bodies: chat.completion and text_completion objects, the
+// streamed chat.completion.chunk / text_completion chunks (role delta first, content deltas,
+// finish_reason, the usage chunk when stream_options.include_usage, then [DONE]), usage, and
+// logprobs in OpenAI's two shapes. Output is compact JSON; bytes that are not valid UTF-8
+// (a token that splits a character) are replaced by U+FFFD in strings and kept exact in
+// "bytes".
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deltaserve::router::api {
+
+enum class FinishReason { kStop, kLength, kToolCalls, kContentFilter };
+std::string_view FinishReasonName(FinishReason reason);
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+struct TopLogprob {
+  std::string token;  // raw bytes of the token's text
+  float logprob = 0;
+};
+
+struct TokenLogprob {
+  std::string token;
+  float logprob = 0;
+  std::vector<TopLogprob> top;  // the top_logprobs alternatives, best first
+};
+
+// Identity shared by every object of one response.
+struct ResponseMeta {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;    // the model that actually answered
+};
+
+// One finished choice (non-streaming responses).
+struct CompletionChoice {
+  std::string text;
+  std::string reasoning_content;  // chat only; omitted when empty
+  FinishReason finish_reason = FinishReason::kStop;
+  bool with_logprobs = false;
+  std::vector<TokenLogprob> logprobs;
+};
+
+// "chatcmpl-" or "cmpl-" followed by 24 random alphanumerics.
+std::string NewResponseId(std::string_view prefix);
+int64_t UnixSecondsNow();
+
+inline constexpr std::string_view kSseDone = "[DONE]";
+
+// {"prompt_tokens":..,"completion_tokens":..,"total_tokens":..,
+//  "prompt_tokens_details":{"cached_tokens":..}}
+std::string UsageJson(const Usage& usage);
+
+std::string ChatCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
+                               const Usage& usage);
+std::string TextCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
+                               const Usage& usage);
+
+// Streamed chat.completion.chunk objects, in the order a stream sends them.
+class ChatChunkWriter {
+ public:
+  // With include_usage every chunk carries "usage": null and UsageChunk() ends the stream.
+  ChatChunkWriter(ResponseMeta meta, bool include_usage, bool with_logprobs);
+  // {"role":"assistant","content":""} — the first chunk.
+  std::string RoleChunk() const;
+  // A content (and/or reasoning_content) delta with the logprobs of its tokens.
+  std::string DeltaChunk(std::string_view content, std::string_view reasoning,
+                         const std::vector<TokenLogprob>& logprobs) const;
+  // An empty delta with finish_reason.
+  std::string FinishChunk(FinishReason reason) const;
+  // "choices": [] and the usage (only when include_usage).
+  std::string UsageChunk(const Usage& usage) const;
+
+ private:
+  ResponseMeta meta_;
+  bool include_usage_;
+  bool with_logprobs_;
+};
+
+// Streamed text_completion chunks.
+class TextChunkWriter {
+ public:
+  TextChunkWriter(ResponseMeta meta, bool include_usage, bool with_logprobs);
+  // Tracks text offsets across calls for the completions logprobs' "text_offset".
+  std::string DeltaChunk(std::string_view text, const std::vector<TokenLogprob>& logprobs);
+  std::string FinishChunk(FinishReason reason) const;
+  std::string UsageChunk(const Usage& usage) const;
+
+ private:
+  ResponseMeta meta_;
+  bool include_usage_;
+  bool with_logprobs_;
+  int64_t text_offset_ = 0;
+};
+
+}  // namespace deltaserve::router::api

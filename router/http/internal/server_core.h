@@ -1,0 +1,68 @@
+#pragma once
+// State shared by the HttpServer and its connections: the io_context, options, the route table,
+// the stopping flag and the registry of open connections (for the graceful stop).
+// Private to router/http.
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "router/http/http_server.h"
+
+namespace deltaserve::router::http::internal {
+
+class Connection;
+
+struct ServerCore {
+  explicit ServerCore(HttpServerOptions opts) : options(std::move(opts)) {}
+
+  const Handler* FindRoute(const std::string& method, const std::string& path,
+                           bool* path_known) const {
+    auto it = routes.find(path);
+    *path_known = it != routes.end();
+    if (!*path_known) return nullptr;
+    auto m = it->second.find(method);
+    return m == it->second.end() ? nullptr : &m->second;
+  }
+
+  Response ErrorResponse(int status, std::string_view message) const {
+    return options.error_response ? options.error_response(status, message)
+                                  : DefaultErrorResponse(status, message);
+  }
+
+  uint64_t Register(const std::shared_ptr<Connection>& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    uint64_t id = next_id++;
+    connections.emplace(id, c);
+    return id;
+  }
+  void Unregister(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    connections.erase(id);
+    if (connections.empty()) drained.notify_all();
+  }
+
+  HttpServerOptions options;
+  // path -> method -> handler; filled before Start(), read-only afterwards.
+  std::map<std::string, std::map<std::string, Handler>> routes;
+
+  boost::asio::io_context ioc;
+  std::atomic<bool> stopping{false};
+
+  mutable std::mutex mu;
+  std::condition_variable drained;
+  uint64_t next_id = 1;
+  std::unordered_map<uint64_t, std::weak_ptr<Connection>> connections;
+};
+
+}  // namespace deltaserve::router::http::internal

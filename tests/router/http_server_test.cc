@@ -1,0 +1,276 @@
+// Integration tests of router/http's server over real sockets on 127.0.0.1 (port 0, so the
+// kernel picks a free one): keep-alive, the body limit, the timeouts, SSE written from another
+// thread and flushed per event, disconnect detection, and the graceful stop.
+
+#include "router/http/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "tests/router/http_test_client.h"
+
+namespace deltaserve::router::http {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RawHttpClient;
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void StartServer(HttpServerOptions opts = {}) {
+    opts.port = 0;
+    server_ = std::make_unique<HttpServer>(std::move(opts));
+    server_->RouteSync("GET", "/ping", [](const Request& r) {
+      return Response::Json(200, "{\"pong\":\"" + r.request_id + "\"}");
+    });
+    server_->RouteSync("POST", "/echo",
+                       [](const Request& r) { return Response::Text(200, r.body); });
+    server_->Route("GET", "/stream", [this](std::shared_ptr<HttpExchange> ex) {
+      auto sse = ex->StartSse();
+      ex->OnClientGone([this] { client_gone_ = true; });
+      // Events come from a thread other than the server's.
+      producers_.emplace_back([this, sse] {
+        sse->Send("one");
+        while (!release_ && !sse->client_gone()) std::this_thread::sleep_for(1ms);
+        sse->Send("two\nlines");
+        sse->Finish();
+      });
+    });
+    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_NE(server_->port(), 0);
+  }
+  void TearDown() override {
+    release_ = true;
+    if (server_) server_->Stop(absl::Seconds(2));
+    for (auto& t : producers_) t.join();
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::vector<std::thread> producers_;
+  std::atomic<bool> release_{false};
+  std::atomic<bool> client_gone_{false};
+};
+
+TEST_F(HttpServerTest, KeepAliveServesTwoRequestsOnOneConnection) {
+  StartServer();
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/ping")));
+  auto a = c.ReadResponse(2s);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 200);
+  EXPECT_EQ(a->Header("connection"), "");
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/echo", "{\"x\":1}")));
+  auto b = c.ReadResponse(2s);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, 200);
+  EXPECT_EQ(b->body, "{\"x\":1}");
+  EXPECT_NE(a->Header("x-request-id"), b->Header("x-request-id"));
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  StartServer();
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/echo", "first") +
+                     RawHttpClient::Request("POST", "/echo", "second")));
+  auto a = c.ReadResponse(2s), b = c.ReadResponse(2s);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->body, "first");
+  EXPECT_EQ(b->body, "second");
+}
+
+TEST_F(HttpServerTest, ClientRequestIdIsEchoed) {
+  StartServer();
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send("GET /ping HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc-123\r\n\r\n"));
+  auto r = c.ReadResponse(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->Header("x-request-id"), "abc-123");
+  EXPECT_EQ(r->body, "{\"pong\":\"abc-123\"}");
+}
+
+TEST_F(HttpServerTest, TooLargeBodyGets413AndClose) {
+  HttpServerOptions opts;
+  opts.max_body_bytes = 1024;
+  StartServer(opts);
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/echo", std::string(4096, 'x'))));
+  auto r = c.ReadResponse(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_NE(r->body.find("\"invalid_request_error\""), std::string::npos);
+  EXPECT_TRUE(c.WaitForClose(3s));
+
+  // A body of exactly the limit is fine.
+  RawHttpClient ok(server_->port());
+  ASSERT_TRUE(ok.Send(RawHttpClient::Request("POST", "/echo", std::string(1024, 'y'))));
+  auto r2 = ok.ReadResponse(2s);
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 200);
+}
+
+TEST_F(HttpServerTest, ChunkedBodyOverLimitGets413) {
+  HttpServerOptions opts;
+  opts.max_body_bytes = 100;
+  StartServer(opts);
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(
+      c.Send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "c8\r\n" +
+             std::string(200, 'z') + "\r\n0\r\n\r\n"));
+  auto r = c.ReadResponse(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+}
+
+TEST_F(HttpServerTest, HeaderTimeoutClosesTheConnection) {
+  HttpServerOptions opts;
+  opts.header_timeout = 200ms;
+  StartServer(opts);
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send("GET /ping HTTP/1.1\r\nHost: x\r\n"));  // never finishes the header
+  auto start = std::chrono::steady_clock::now();
+  auto r = c.ReadResponse(3s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 408);
+  EXPECT_TRUE(c.WaitForClose(3s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+TEST_F(HttpServerTest, BodyTimeoutAnswers408) {
+  HttpServerOptions opts;
+  opts.body_timeout = 200ms;
+  StartServer(opts);
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"));
+  auto r = c.ReadResponse(3s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 408);
+  EXPECT_TRUE(c.WaitForClose(3s));
+}
+
+TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosed) {
+  HttpServerOptions opts;
+  opts.idle_timeout = 200ms;
+  StartServer(opts);
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/ping")));
+  ASSERT_TRUE(c.ReadResponse(2s));
+  EXPECT_TRUE(c.WaitForClose(3s));
+}
+
+TEST_F(HttpServerTest, UnknownPathAndMethodAndBadHttp) {
+  StartServer();
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/nope")));
+  auto r = c.ReadResponse(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("DELETE", "/ping")));
+  r = c.ReadResponse(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+
+  RawHttpClient bad(server_->port());
+  ASSERT_TRUE(bad.Send("THIS IS NOT HTTP\r\n\r\n"));
+  r = bad.ReadResponse(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+}
+
+TEST_F(HttpServerTest, SseEventsAreFlushedOneByOneFromAnotherThread) {
+  StartServer();
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/stream")));
+  auto head = c.ReadHead(2s);
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->Header("content-type"), "text/event-stream; charset=utf-8");
+  EXPECT_EQ(head->Header("transfer-encoding"), "chunked");
+  // The producer is still blocked on release_: the first event must already be here.
+  auto first = c.ReadChunk(2s);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(*first, "data: one\n\n");
+  release_ = true;
+  auto second = c.ReadChunk(2s);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(*second, "data: two\ndata: lines\n\n");
+  auto end = c.ReadChunk(2s);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(*end, "");
+  // The connection stays usable after the stream.
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/ping")));
+  auto r = c.ReadResponse(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_FALSE(client_gone_);
+}
+
+TEST_F(HttpServerTest, ClientDisconnectDuringSseIsNoticed) {
+  StartServer();
+  {
+    RawHttpClient c(server_->port());
+    ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/stream")));
+    ASSERT_TRUE(c.ReadHead(2s));
+    ASSERT_TRUE(c.ReadChunk(2s));
+  }  // closes the socket mid-stream
+  for (int i = 0; i < 200 && !client_gone_; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(client_gone_);
+}
+
+TEST_F(HttpServerTest, GracefulStopFinishesInFlightStream) {
+  StartServer();
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/stream")));
+  ASSERT_TRUE(c.ReadHead(2s));
+  ASSERT_TRUE(c.ReadChunk(2s));
+  RawHttpClient idle(server_->port());
+  ASSERT_TRUE(idle.connected());
+  std::this_thread::sleep_for(50ms);
+
+  auto stopped = std::async(std::launch::async, [this] { server_->Stop(absl::Seconds(5)); });
+  EXPECT_TRUE(idle.WaitForClose(2s));                               // idle connections go at once
+  EXPECT_EQ(stopped.wait_for(100ms), std::future_status::timeout);  // the stream holds it
+  RawHttpClient late(server_->port());                              // no longer accepting
+  EXPECT_TRUE(!late.connected() || late.WaitForClose(1s));
+  release_ = true;
+  auto second = c.ReadChunk(2s);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(*second, "data: two\ndata: lines\n\n");
+  EXPECT_TRUE(c.ReadChunk(2s));
+  EXPECT_TRUE(c.WaitForClose(2s));
+  stopped.get();
+  EXPECT_FALSE(client_gone_);
+}
+
+TEST_F(HttpServerTest, StopForceClosesStreamsAfterGrace) {
+  StartServer();
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/stream")));
+  ASSERT_TRUE(c.ReadHead(2s));
+  server_->Stop(absl::Milliseconds(100));
+  EXPECT_TRUE(client_gone_);
+  EXPECT_TRUE(c.WaitForClose(2s));
+}
+
+TEST(HttpServerStartTest, PortInUseIsAClearError) {
+  HttpServer a(HttpServerOptions{});
+  ASSERT_TRUE(a.Start().ok());
+  HttpServerOptions opts;
+  opts.port = a.port();
+  HttpServer b(opts);
+  absl::Status st = b.Start();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("in use"), absl::string_view::npos) << st;
+  HttpServerOptions bad;
+  bad.address = "not-an-ip";
+  EXPECT_EQ(HttpServer(bad).Start().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace deltaserve::router::http

@@ -1,0 +1,233 @@
+// Unit tests of router/api/request_parser: valid bodies become the right CompletionRequest,
+// and every malformed body is an InvalidArgument naming the offending field (the `param` of
+// the OpenAI error), never a crash. Field rules follow OpenAI's API reference (ranges of
+// temperature, top_p, penalties, stop ≤ 4, top_logprobs ≤ 20, n = 1 only here).
+
+#include "router/api/request_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "router/api/api_error.h"
+
+namespace deltaserve::router::api {
+namespace {
+
+constexpr char kChatPrefix[] = R"({"model":"m","messages":[{"role":"user","content":"hi"}])";
+
+std::string Chat(const std::string& extra) {
+  return std::string(kChatPrefix) + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+TEST(ChatRequestParserTest, ParsesEveryKnownField) {
+  auto r = ParseChatCompletionRequest(R"({
+    "model": "qwen3.5-4b",
+    "messages": [
+      {"role": "system", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1"}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "42"}
+    ],
+    "max_tokens": 10, "max_completion_tokens": 20, "temperature": 0.5, "top_p": 0.9,
+    "top_k": 40, "min_p": 0.05, "presence_penalty": -1, "frequency_penalty": 2,
+    "repetition_penalty": 1.1, "seed": -7, "stop": ["x", "y"], "n": 1, "stream": true,
+    "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 20,
+    "logit_bias": {"15": -100, "7": 2.5}, "user": "u1", "unknown_field": {"ignored": [1]},
+    "chat_template_kwargs": {"enable_thinking": false}
+  })");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->endpoint, Endpoint::kChatCompletions);
+  EXPECT_EQ(r->model, "qwen3.5-4b");
+  ASSERT_EQ(r->messages.size(), 4u);
+  EXPECT_EQ(r->messages[1].content, "ab");
+  EXPECT_TRUE(r->messages[2].content_null);
+  EXPECT_EQ(r->messages[2].tool_calls_json, R"([{"id":"c1"}])");
+  EXPECT_EQ(r->messages[3].tool_call_id, "c1");
+  EXPECT_EQ(r->max_tokens, 20);  // max_completion_tokens wins
+  EXPECT_DOUBLE_EQ(*r->sampling.temperature, 0.5);
+  EXPECT_DOUBLE_EQ(*r->sampling.top_p, 0.9);
+  EXPECT_EQ(*r->sampling.top_k, 40);
+  EXPECT_DOUBLE_EQ(*r->sampling.min_p, 0.05);
+  EXPECT_DOUBLE_EQ(r->sampling.presence_penalty, -1);
+  EXPECT_DOUBLE_EQ(r->sampling.frequency_penalty, 2);
+  EXPECT_DOUBLE_EQ(*r->sampling.repetition_penalty, 1.1);
+  EXPECT_EQ(*r->sampling.seed, -7);
+  EXPECT_EQ(r->stop, (std::vector<std::string>{"x", "y"}));
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->top_logprobs, 20);
+  ASSERT_EQ(r->sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(r->user, "u1");
+  EXPECT_EQ(r->enable_thinking, false);
+}
+
+TEST(ChatRequestParserTest, NullMeansAbsentAndDefaultsStayUnset) {
+  auto r = ParseChatCompletionRequest(Chat(R"("temperature":null,"stop":null,"n":null)"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->sampling.temperature.has_value());
+  EXPECT_FALSE(r->max_tokens.has_value());
+  EXPECT_TRUE(r->stop.empty());
+  EXPECT_FALSE(r->stream);
+}
+
+TEST(ChatRequestParserTest, StopAsStringAndIntegralFloatAccepted) {
+  auto r = ParseChatCompletionRequest(Chat(R"("stop":"END","max_tokens":16.0)"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r->max_tokens, 16);
+}
+
+struct BadCase {
+  std::string body;
+  std::string param;  // expected `param`; "" for errors about the whole body
+};
+
+void ExpectBad(const absl::StatusOr<CompletionRequest>& r, const BadCase& c) {
+  ASSERT_FALSE(r.ok()) << c.body;
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
+  EXPECT_EQ(ErrorParam(r.status()), c.param) << c.body << " -> " << r.status();
+  EXPECT_FALSE(ErrorCode(r.status()).empty()) << c.body;
+  EXPECT_EQ(ApiErrorFromStatus(r.status()).http_status, 400);
+}
+
+TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
+  const std::vector<BadCase> cases = {
+      {"", ""},
+      {"{", ""},
+      {"[1,2]", ""},
+      {"\"text\"", ""},
+      {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", ""},
+      {R"({"model":1e400,"messages":[]})", ""},
+      {std::string(100, '[') + std::string(100, ']'), ""},
+      {R"({"messages":[{"role":"user","content":"x"}]})", "model"},
+      {R"({"model":"","messages":[{"role":"user","content":"x"}]})", "model"},
+      {R"({"model":5,"messages":[{"role":"user","content":"x"}]})", "model"},
+      {R"({"model":"m"})", "messages"},
+      {R"({"model":"m","messages":{}})", "messages"},
+      {R"({"model":"m","messages":[]})", "messages"},
+      {R"({"model":"m","messages":["hi"]})", "messages[0]"},
+      {R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role"},
+      {R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"},
+      {R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content"},
+      {R"({"model":"m","messages":[{"role":"user","content":7}]})", "messages[0].content"},
+      {R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})",
+       "messages[1].content[0].type"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"text":"a"}]}]})",
+       "messages[0].content[0].type"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}]})",
+       "messages[0].content[0].text"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":1}]}]})",
+       "messages[0].content[0].text"},
+      {R"({"model":"m","messages":[{"role":"user","content":[5]}]})", "messages[0].content[0]"},
+      {R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", "messages[0].tool_call_id"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+       "messages[0].tool_calls"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x","name":3}]})", "messages[0].name"},
+      {Chat(R"("max_tokens":0)"), "max_tokens"},
+      {Chat(R"("max_tokens":-5)"), "max_tokens"},
+      {Chat(R"("max_tokens":1.5)"), "max_tokens"},
+      {Chat(R"("max_tokens":"10")"), "max_tokens"},
+      {Chat(R"("max_tokens":99999999999999999999)"), "max_tokens"},
+      {Chat(R"("max_completion_tokens":0)"), "max_completion_tokens"},
+      {Chat(R"("temperature":2.5)"), "temperature"},
+      {Chat(R"("temperature":-0.1)"), "temperature"},
+      {Chat(R"("temperature":"hot")"), "temperature"},
+      {Chat(R"("top_p":0)"), "top_p"},
+      {Chat(R"("top_p":1.01)"), "top_p"},
+      {Chat(R"("top_k":-2)"), "top_k"},
+      {Chat(R"("top_k":2.5)"), "top_k"},
+      {Chat(R"("min_p":1.5)"), "min_p"},
+      {Chat(R"("presence_penalty":3)"), "presence_penalty"},
+      {Chat(R"("frequency_penalty":-2.01)"), "frequency_penalty"},
+      {Chat(R"("repetition_penalty":0)"), "repetition_penalty"},
+      {Chat(R"("seed":"x")"), "seed"},
+      {Chat(R"("seed":1.5)"), "seed"},
+      {Chat(R"("stop":5)"), "stop"},
+      {Chat(R"("stop":["a","b","c","d","e"])"), "stop"},
+      {Chat(R"("stop":["a",7])"), "stop[1]"},
+      {Chat(R"("stop":[""])"), "stop[0]"},
+      {Chat(R"("n":2)"), "n"},
+      {Chat(R"("n":0)"), "n"},
+      {Chat(R"("stream":"yes")"), "stream"},
+      {Chat(R"("stream_options":{"include_usage":true})"), "stream_options"},
+      {Chat(R"("stream":true,"stream_options":[])"), "stream_options"},
+      {Chat(R"("stream":true,"stream_options":{"include_usage":1})"),
+       "stream_options.include_usage"},
+      {Chat(R"("logprobs":1)"), "logprobs"},
+      {Chat(R"("logprobs":true,"top_logprobs":21)"), "top_logprobs"},
+      {Chat(R"("logprobs":true,"top_logprobs":-1)"), "top_logprobs"},
+      {Chat(R"("top_logprobs":2)"), "top_logprobs"},
+      {Chat(R"("logit_bias":[1])"), "logit_bias"},
+      {Chat(R"("logit_bias":{"abc":1})"), "logit_bias.abc"},
+      {Chat(R"("logit_bias":{"-1":1})"), "logit_bias.-1"},
+      {Chat(R"("logit_bias":{"5":101})"), "logit_bias.5"},
+      {Chat(R"("logit_bias":{"5":"x"})"), "logit_bias.5"},
+      {Chat(R"("user":1)"), "user"},
+      {Chat(R"("tools":{})"), "tools"},
+      {Chat(R"("tool_choice":3)"), "tool_choice"},
+      {Chat(R"("chat_template_kwargs":{"enable_thinking":"no"})"),
+       "chat_template_kwargs.enable_thinking"},
+  };
+  for (const auto& c : cases) ExpectBad(ParseChatCompletionRequest(c.body), c);
+}
+
+TEST(CompletionRequestParserTest, PromptForms) {
+  auto text = ParseCompletionRequest(R"({"model":"m","prompt":"Once","logprobs":3})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->prompt, "Once");
+  EXPECT_TRUE(text->logprobs);
+  EXPECT_EQ(text->top_logprobs, 3);
+
+  auto one = ParseCompletionRequest(R"({"model":"m","prompt":["Once"]})");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->prompt, "Once");
+
+  auto ids = ParseCompletionRequest(R"({"model":"m","prompt":[1,2,3]})");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_TRUE(ids->prompt_is_tokens);
+  EXPECT_EQ(ids->prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+
+  auto nested = ParseCompletionRequest(R"({"model":"m","prompt":[[4,5]]})");
+  ASSERT_TRUE(nested.ok());
+  EXPECT_EQ(nested->prompt_tokens, (std::vector<int32_t>{4, 5}));
+}
+
+TEST(CompletionRequestParserTest, EveryValidationErrorNamesItsField) {
+  const std::vector<BadCase> cases = {
+      {R"({"model":"m"})", "prompt"},
+      {R"({"model":"m","prompt":5})", "prompt"},
+      {R"({"model":"m","prompt":[]})", "prompt"},
+      {R"({"model":"m","prompt":["a","b"]})", "prompt"},
+      {R"({"model":"m","prompt":[1,-2]})", "prompt[1]"},
+      {R"({"model":"m","prompt":[1,"a"]})", "prompt[1]"},
+      {R"({"model":"m","prompt":[[1,2.5]]})", "prompt[0][1]"},
+      {R"({"model":"m","prompt":[[]]})", "prompt[0]"},
+      {R"({"model":"m","prompt":"x","logprobs":true})", "logprobs"},
+      {R"({"model":"m","prompt":"x","logprobs":21})", "logprobs"},
+      {R"({"model":"m","prompt":"x","echo":true})", "echo"},
+      {R"({"model":"m","prompt":"x","best_of":2})", "best_of"},
+      {R"({"model":"m","prompt":"x","suffix":"y"})", "suffix"},
+      {R"({"model":"m","prompt":"x","n":3})", "n"},
+      {R"({"prompt":"x"})", "model"},
+  };
+  for (const auto& c : cases) ExpectBad(ParseCompletionRequest(c.body), c);
+}
+
+TEST(ApiErrorTest, StatusMapsToHttpStatusAndOpenAiShape) {
+  EXPECT_EQ(ApiErrorFromStatus(absl::NotFoundError("x")).http_status, 404);
+  EXPECT_EQ(ApiErrorFromStatus(absl::UnauthenticatedError("x")).http_status, 401);
+  EXPECT_EQ(ApiErrorFromStatus(absl::PermissionDeniedError("x")).http_status, 403);
+  EXPECT_EQ(ApiErrorFromStatus(absl::ResourceExhaustedError("x")).http_status, 429);
+  EXPECT_EQ(ApiErrorFromStatus(absl::UnavailableError("x")).http_status, 503);
+  EXPECT_EQ(ApiErrorFromStatus(absl::InternalError("x")).http_status, 500);
+  ApiError e = ApiErrorFromStatus(InvalidRequestError("stop[1]", "invalid_type", "bad"));
+  EXPECT_EQ(ApiErrorJson(e), R"({"error":{"code":"invalid_type","message":"bad","param":"stop[1]",)"
+                             R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(ApiErrorJson(ApiErrorFromStatus(absl::UnavailableError("down"))),
+            R"({"error":{"code":null,"message":"down","param":null,"type":"server_error"}})");
+}
+
+}  // namespace
+}  // namespace deltaserve::router::api
