@@ -1,0 +1,317 @@
+// deltaserve-worker as a real process on 127.0.0.1 (a free port chosen by the worker) with a
+// golden model, driven through real gRPC (label integration):
+// - GetWorkerInfo describes the model (tokenizer equal to the GGUF's, memory plan, load);
+// - Generate streams token events then one final event whose usage counts the tokens streamed,
+//   and greedy tokens equal the engine's own greedy tokens for the prompt (the scheduler test
+//   compares against the engine run alone; here the same reference through the process);
+// - a stop string ends the stream before it (OpenAI semantics), with finish reason STOP;
+// - a client cancel frees the sequence's pages at once (the load in GetWorkerInfo);
+// - errors: unknown model NOT_FOUND, bad sampling INVALID_ARGUMENT, too long OUT_OF_RANGE;
+// - SIGTERM drains: the running stream still completes, then the process exits 0;
+// - bad flags, an unreadable model and a port in use exit non-zero with a message;
+// - /metrics answers with the counters.
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "deltaserve/v1/worker.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "tests/support/child_process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_paths.h"
+#include "worker/engine/qwen35.h"
+#include "worker/sampling/sampler.h"
+
+namespace deltaserve::worker {
+namespace {
+
+namespace pb = ::deltaserve::v1;
+using ::deltaserve::testing::BinaryPath;
+using ::deltaserve::testing::ChildProcess;
+using ::deltaserve::testing::GoldenPath;
+using std::chrono::seconds;
+
+struct Worker {
+  std::unique_ptr<ChildProcess> proc;
+  std::string address;
+  int metrics_port = -1;
+  std::unique_ptr<pb::Worker::Stub> stub;
+};
+
+Worker StartWorker(std::vector<std::string> extra = {}) {
+  Worker w;
+  std::vector<std::string> argv = {BinaryPath("worker/deltaserve-worker"),
+                                   "--model",
+                                   "tiny=" + GoldenPath("tiny-dense-f32.gguf"),
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--threads",
+                                   "2",
+                                   "--ctx",
+                                   "256",
+                                   "--parallel",
+                                   "2",
+                                   "--ram",
+                                   "2GiB",
+                                   "--cache-type-k",
+                                   "f32",
+                                   "--cache-type-v",
+                                   "f32",
+                                   "--page-tokens",
+                                   "16",
+                                   "--metrics-port",
+                                   "0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  w.proc = std::make_unique<ChildProcess>(argv);
+  EXPECT_TRUE(w.proc->started());
+  std::optional<std::string> line = w.proc->WaitForLine("listening on ", seconds(60));
+  EXPECT_TRUE(line.has_value()) << w.proc->err();
+  if (!line) return w;
+  w.address = line->substr(line->find("listening on ") + 13);
+  if (auto m = w.proc->WaitForLine("metrics on 127.0.0.1:", seconds(5))) {
+    const std::string s = m->substr(m->find("127.0.0.1:") + 10);
+    w.metrics_port = std::stoi(s.substr(0, s.find('/')));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  w.stub = pb::Worker::NewStub(
+      grpc::CreateCustomChannel(w.address, grpc::InsecureChannelCredentials(), args));
+  return w;
+}
+
+// n ordinary token ids (below 1510; the tiny vocabulary has 2048), all different.
+std::vector<int32_t> Prompt(int n) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(10 + (i * 37) % 1500);
+  return p;
+}
+
+struct Streamed {
+  std::vector<int32_t> tokens;
+  std::string text;
+  int token_events = 0;
+  std::optional<pb::FinalEvent> final_event;
+  grpc::Status status;
+};
+
+Streamed RunGenerate(pb::Worker::Stub& stub, const pb::GenerateRequest& req,
+                     grpc::ClientContext* ctx = nullptr) {
+  grpc::ClientContext local;
+  if (ctx == nullptr) ctx = &local;
+  ctx->AddMetadata("x-request-id", "test-" + std::to_string(req.prompt_token_ids_size()));
+  Streamed out;
+  auto reader = stub.Generate(ctx, req);
+  pb::GenerateEvent ev;
+  while (reader->Read(&ev)) {
+    if (ev.has_token_event()) {
+      ++out.token_events;
+      for (int32_t t : ev.token_event().token_ids()) out.tokens.push_back(t);
+      out.text += ev.token_event().text();
+    } else if (ev.has_final_event()) {
+      EXPECT_FALSE(out.final_event.has_value()) << "two final events";
+      out.final_event = ev.final_event();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+pb::GenerateRequest Greedy(const std::vector<int32_t>& prompt, int max_tokens) {
+  pb::GenerateRequest r;
+  r.set_model("tiny");
+  for (int32_t t : prompt) r.add_prompt_token_ids(t);
+  r.mutable_sampling()->set_temperature(0.0f);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  r.mutable_sampling()->set_ignore_eos(true);
+  return r;
+}
+
+std::vector<int32_t> EngineGreedy(const std::vector<int32_t>& prompt, int n) {
+  auto backend = kernels::MakeCpuBackend(1);
+  auto model = Qwen35Model::Load(GoldenPath("tiny-dense-f32.gguf"), *backend);
+  EXPECT_TRUE(model.ok());
+  auto seq = (*model)->NewSequence(static_cast<int64_t>(prompt.size()) + n);
+  std::vector<int32_t> out, feed = prompt;
+  std::vector<float> logits;
+  for (int i = 0; i < n; ++i) {
+    BatchEntry e{seq->get(), feed, false};
+    EXPECT_TRUE((*model)->Forward({&e, 1}, logits).ok());
+    out.push_back(Argmax(logits, static_cast<int32_t>((*model)->n_vocab())));
+    feed = {out.back()};
+  }
+  return out;
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  std::string resp;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    (void)!::write(fd, req.data(), req.size());
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, n);
+  }
+  ::close(fd);
+  return resp;
+}
+
+TEST(DeltaserveWorkerTest, InfoGenerateStopCancelErrorsMetrics) {
+  Worker w = StartWorker();
+  ASSERT_NE(w.stub, nullptr);
+
+  // GetWorkerInfo with the tokenizer.
+  pb::WorkerInfoRequest info_req;
+  info_req.set_include_tokenizer(true);
+  pb::WorkerInfo info;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(w.stub->GetWorkerInfo(&ctx, info_req, &info).ok());
+  }
+  ASSERT_EQ(info.models_size(), 1);
+  const pb::ModelInfo& m = info.models(0);
+  EXPECT_EQ(m.name(), "tiny");
+  EXPECT_EQ(m.context_length(), 256);
+  EXPECT_EQ(m.tokenizer().tokens_size(), m.n_vocab());
+  EXPECT_EQ(m.tokenizer().model(), "gpt2");
+  EXPECT_FALSE(m.tokenizer_digest().empty());
+  EXPECT_GT(m.memory_plan().kv_bytes_per_token(), 0u);
+  EXPECT_EQ(m.load().free_kv_pages(), m.load().total_kv_pages());
+
+  // Greedy generation equals the engine's greedy loop; usage counts what was streamed.
+  const std::vector<int32_t> prompt = Prompt(20);
+  Streamed g = RunGenerate(*w.stub, Greedy(prompt, 24));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  ASSERT_TRUE(g.final_event.has_value());
+  EXPECT_EQ(g.final_event->finish_reason(), pb::FINISH_REASON_LENGTH);
+  EXPECT_EQ(g.final_event->usage().prompt_tokens(), 20);
+  EXPECT_EQ(g.final_event->usage().completion_tokens(), 24);
+  EXPECT_EQ(g.tokens, EngineGreedy(prompt, 24));
+  EXPECT_GT(g.token_events, 1);  // streamed, not one batch at the end
+
+  // A stop string taken from the middle of that text ends the stream before it.
+  if (g.text.size() > 8) {
+    const std::string stop = g.text.substr(g.text.size() / 2, 3);
+    pb::GenerateRequest r = Greedy(prompt, 24);
+    r.mutable_sampling()->add_stop_strings(stop);
+    Streamed s = RunGenerate(*w.stub, r);
+    ASSERT_TRUE(s.final_event.has_value());
+    EXPECT_EQ(s.final_event->finish_reason(), pb::FINISH_REASON_STOP);
+    EXPECT_EQ(s.final_event->matched_stop_string(), stop);
+    EXPECT_EQ(s.text, g.text.substr(0, g.text.find(stop)));
+  }
+
+  // Client cancel: the pages come back.
+  {
+    grpc::ClientContext ctx;
+    auto reader = w.stub->Generate(&ctx, Greedy(Prompt(40), 200));
+    pb::GenerateEvent ev;
+    ASSERT_TRUE(reader->Read(&ev));  // generation is under way
+    ctx.TryCancel();
+    while (reader->Read(&ev)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  bool freed = false;
+  for (int i = 0; i < 100 && !freed; ++i) {
+    grpc::ClientContext ctx;
+    pb::WorkerInfo now;
+    ASSERT_TRUE(w.stub->GetWorkerInfo(&ctx, pb::WorkerInfoRequest(), &now).ok());
+    freed = now.models(0).load().free_kv_pages() == now.models(0).load().total_kv_pages() &&
+            now.models(0).load().running_sequences() == 0;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(freed);
+
+  // Errors, with the gRPC codes the router maps to HTTP statuses.
+  pb::GenerateRequest unknown = Greedy(prompt, 4);
+  unknown.set_model("nope");
+  EXPECT_EQ(RunGenerate(*w.stub, unknown).status.error_code(), grpc::StatusCode::NOT_FOUND);
+  pb::GenerateRequest bad = Greedy(prompt, 4);
+  bad.mutable_sampling()->set_top_p(-1.0f);
+  EXPECT_EQ(RunGenerate(*w.stub, bad).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  const Streamed too_long = RunGenerate(*w.stub, Greedy(Prompt(250), 10));
+  EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(too_long.status.error_message().find("256"), std::string::npos);
+
+  // Metrics.
+  ASSERT_GE(w.metrics_port, 0);
+  const std::string metrics = HttpGet(w.metrics_port, "/metrics");
+  EXPECT_NE(metrics.find("200 OK"), std::string::npos);
+  EXPECT_NE(metrics.find("deltaserve_worker_requests_total"), std::string::npos);
+  EXPECT_NE(metrics.find("deltaserve_model_free_kv_pages{model=\"tiny\"}"), std::string::npos);
+  EXPECT_NE(HttpGet(w.metrics_port, "/other").find("404"), std::string::npos);
+
+  // The request id reached the worker's log.
+  EXPECT_NE(w.proc->err().find("request id=test-20 model=tiny"), std::string::npos);
+}
+
+TEST(DeltaserveWorkerTest, SigtermDrainsRunningStreams) {
+  Worker w = StartWorker();
+  ASSERT_NE(w.stub, nullptr);
+  grpc::ClientContext ctx;
+  auto reader = w.stub->Generate(&ctx, Greedy(Prompt(30), 120));
+  pb::GenerateEvent ev;
+  ASSERT_TRUE(reader->Read(&ev));
+  w.proc->Signal(SIGTERM);
+  std::optional<pb::FinalEvent> final_event;
+  int completion = 0;
+  for (bool more = true; more;) {
+    if (ev.has_token_event()) completion += ev.token_event().token_ids_size();
+    if (ev.has_final_event()) final_event = ev.final_event();
+    more = reader->Read(&ev);
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  ASSERT_TRUE(final_event.has_value());
+  EXPECT_EQ(final_event->finish_reason(), pb::FINISH_REASON_LENGTH);
+  EXPECT_EQ(completion, 120);
+  EXPECT_EQ(w.proc->Wait(seconds(30)), 0) << w.proc->err();
+  EXPECT_NE(w.proc->err().find("draining"), std::string::npos);
+}
+
+TEST(DeltaserveWorkerTest, BadStartsExitNonZeroWithAMessage) {
+  using ::deltaserve::testing::RunProcess;
+  const std::string bin = BinaryPath("worker/deltaserve-worker");
+  auto bad_flag = RunProcess({bin, "--model", "x=" + GoldenPath("tiny-dense-f32.gguf"), "--wat"});
+  EXPECT_EQ(bad_flag.exit_code, 2);
+  EXPECT_NE(bad_flag.err.find("unknown argument '--wat'"), std::string::npos);
+  auto no_model = RunProcess({bin, "--model", "x=/nonexistent.gguf", "--listen", "127.0.0.1:0"});
+  EXPECT_EQ(no_model.exit_code, 1);
+  EXPECT_NE(no_model.err.find("/nonexistent.gguf"), std::string::npos) << no_model.err;
+  auto too_big = RunProcess({bin, "--model", "x=" + GoldenPath("tiny-dense-f32.gguf"), "--ram",
+                             "1MiB", "--listen", "127.0.0.1:0"});
+  EXPECT_EQ(too_big.exit_code, 1);
+  EXPECT_NE(too_big.err.find("does not fit"), std::string::npos) << too_big.err;
+
+  // A port in use: hold one with a plain socket.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string busy = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  auto in_use = RunProcess({bin, "--model", "x=" + GoldenPath("tiny-dense-f32.gguf"), "--ram",
+                            "2GiB", "--ctx", "128", "--listen", busy});
+  ::close(fd);
+  EXPECT_EQ(in_use.exit_code, 1);
+  EXPECT_NE(in_use.err.find("cannot listen on " + busy), std::string::npos) << in_use.err;
+}
+
+}  // namespace
+}  // namespace deltaserve::worker

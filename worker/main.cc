@@ -1,0 +1,258 @@
+// deltaserve-worker: serves one or more GGUF models on one device over gRPC
+// (proto/deltaserve/v1/worker.proto), each through its own scheduler and memory plan. SIGTERM or
+// SIGINT (or a Drain call with exit_when_idle) drains: new requests are refused, running ones
+// finish, then the process exits 0.
+//
+//   deltaserve-worker --model qwen=model.gguf --listen 127.0.0.1:50051 --device cpu --threads 2
+//                     [--ctx 4096] [--parallel 4] [--ram 8GiB] [--cache-type-k f16]
+//                     [--cache-type-v f16] [--page-tokens 256] [--batch-tokens 512]
+//                     [--speculation] [--ngram-min 3] [--draft-max 8] [--metrics-port P]
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "worker/cache/memory_plan.h"
+#include "worker/cache/paged_kv_cache.h"
+#include "worker/sched/served_model.h"
+#include "worker/service/metrics_endpoint.h"
+#include "worker/service/worker_service.h"
+
+namespace deltaserve::worker {
+namespace {
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal = sig; }
+
+struct Flags {
+  std::vector<std::pair<std::string, std::string>> models;  // name, path
+  std::string listen = "127.0.0.1:50051";
+  std::string device = "cpu";
+  std::string ram;  // empty: physical memory
+  std::string worker_id;
+  int metrics_port = -1;
+  ServingOptions serving;
+};
+
+int Usage(const std::string& why) {
+  std::cerr << "deltaserve-worker: " << why << "\n"
+            << "usage: deltaserve-worker --model NAME=PATH.gguf (repeatable) [--listen HOST:PORT]\n"
+               "         [--device cpu] [--threads N] [--ctx N] [--parallel N] [--ram SIZE]\n"
+               "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
+               "         [--batch-tokens N] [--speculation] [--ngram-min N] [--draft-max N]\n"
+               "         [--metrics-port P] [--worker-id ID]\n";
+  return 2;
+}
+
+std::string Parse(int argc, char** argv, Flags& f) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    auto integer = [&](auto& out, long long lo) -> bool {
+      const char* v = value();
+      long long x;
+      if (v == nullptr || !absl::SimpleAtoi(v, &x) || x < lo) return false;
+      out = static_cast<std::remove_reference_t<decltype(out)>>(x);
+      return true;
+    };
+    if (a == "--model" || a == "-m") {
+      const char* v = value();
+      if (v == nullptr) return "--model needs NAME=PATH";
+      std::string s = v;
+      const size_t eq = s.find('=');
+      std::string name, path;
+      if (eq == std::string::npos) {
+        path = s;
+        name = s.substr(s.find_last_of('/') + 1);
+        if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+      } else {
+        name = s.substr(0, eq);
+        path = s.substr(eq + 1);
+      }
+      if (name.empty() || path.empty()) return absl::StrCat("bad --model '", s, "'");
+      for (const auto& m : f.models) {
+        if (m.first == name) return absl::StrCat("model name '", name, "' given twice");
+      }
+      f.models.emplace_back(name, path);
+    } else if (a == "--listen") {
+      const char* v = value();
+      if (v == nullptr) return "--listen needs HOST:PORT";
+      f.listen = v;
+    } else if (a == "--device") {
+      const char* v = value();
+      if (v == nullptr) return "--device needs a device";
+      f.device = v;
+    } else if (a == "--threads" || a == "-t") {
+      if (!integer(f.serving.n_threads, 0)) return "--threads needs a count >= 0";
+    } else if (a == "--ctx" || a == "-c") {
+      if (!integer(f.serving.ctx, 1)) return "--ctx needs a token count >= 1";
+    } else if (a == "--parallel" || a == "-np") {
+      if (!integer(f.serving.n_parallel, 1)) return "--parallel needs a count >= 1";
+    } else if (a == "--ram") {
+      const char* v = value();
+      if (v == nullptr) return "--ram needs a size (8GiB)";
+      f.ram = v;
+    } else if (a == "--cache-type-k" || a == "-ctk" || a == "--cache-type-v" || a == "-ctv") {
+      const char* v = value();
+      if (v == nullptr) return absl::StrCat(a, " needs a type");
+      absl::StatusOr<kernels::WeightType> t = ParseKvCacheType(v);
+      if (!t.ok()) return std::string(t.status().message());
+      (a == "--cache-type-k" || a == "-ctk" ? f.serving.k_type : f.serving.v_type) = *t;
+    } else if (a == "--page-tokens") {
+      if (!integer(f.serving.page_tokens, 1)) return "--page-tokens needs a count >= 1";
+    } else if (a == "--batch-tokens") {
+      if (!integer(f.serving.step_tokens, 1)) return "--batch-tokens needs a count >= 1";
+    } else if (a == "--speculation") {
+      f.serving.speculation = true;
+    } else if (a == "--ngram-min") {
+      if (!integer(f.serving.ngram.ngram_min, 1)) return "--ngram-min needs a count >= 1";
+    } else if (a == "--draft-max") {
+      if (!integer(f.serving.ngram.draft_max, 1)) return "--draft-max needs a count >= 1";
+    } else if (a == "--metrics-port") {
+      if (!integer(f.metrics_port, 0) || f.metrics_port > 65535) return "--metrics-port needs a port";
+    } else if (a == "--worker-id") {
+      const char* v = value();
+      if (v == nullptr) return "--worker-id needs an id";
+      f.worker_id = v;
+    } else if (a == "-h" || a == "--help") {
+      return "help";
+    } else {
+      return absl::StrCat("unknown argument '", a, "'");
+    }
+  }
+  if (f.models.empty()) return "at least one --model is required";
+  if (f.device != "cpu") {
+    return absl::StrCat("--device ", f.device, " is not available in this build (only cpu)");
+  }
+  return "";
+}
+
+uint64_t PhysicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
+}
+
+int Run(Flags& f, uint64_t baseline) {
+  // First: a signal while the models load still ends in an orderly drain.
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  if (f.ram.empty()) {
+    f.serving.budget_bytes = PhysicalMemory();
+  } else {
+    absl::StatusOr<uint64_t> ram = ParseByteSize(f.ram);
+    if (!ram.ok()) return Usage(std::string(ram.status().message()));
+    f.serving.budget_bytes = *ram;
+  }
+  f.serving.budget_name = "RAM";
+  std::unique_ptr<kernels::Backend> backend = kernels::MakeCpuBackend(f.serving.n_threads);
+  std::vector<std::unique_ptr<ServedModel>> served;
+  std::map<std::string, ServedModel*> by_name;
+  uint64_t used = 0;
+  for (size_t i = 0; i < f.models.size(); ++i) {
+    ServingOptions o = f.serving;
+    o.process_baseline_bytes = i == 0 ? baseline : 0;
+    // Later models get what the earlier ones left of the budget.
+    o.budget_bytes = f.serving.budget_bytes > used ? f.serving.budget_bytes - used : 0;
+    std::cerr << "deltaserve-worker: loading " << f.models[i].first << " from "
+              << f.models[i].second << "\n";
+    absl::StatusOr<std::unique_ptr<ServedModel>> m =
+        ServedModel::Create(f.models[i].second, *backend, o);
+    if (!m.ok()) {
+      std::cerr << "deltaserve-worker: model " << f.models[i].first << ": " << m.status().message()
+                << "\n";
+      return 1;
+    }
+    used += (*m)->planned_bytes();
+    std::cerr << RenderMemoryPlan((*m)->plan());
+    by_name[f.models[i].first] = m->get();
+    served.push_back(std::move(*m));
+  }
+  for (auto& m : served) m->scheduler().Start();
+
+  const std::string id = f.worker_id.empty() ? f.listen : f.worker_id;
+  WorkerService service(id, f.device, by_name);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxSendMessageSize(64 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "deltaserve-worker: cannot listen on " << f.listen
+              << " (address in use or invalid)\n";
+    for (auto& m : served) m->scheduler().Stop(false);
+    return 1;
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus("deltaserve.v1.Worker", true);
+
+  std::unique_ptr<MetricsEndpoint> metrics;
+  if (f.metrics_port >= 0) {
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m = MetricsEndpoint::Start(
+        "127.0.0.1", f.metrics_port, [&service] { return RenderWorkerMetrics(service); });
+    if (!m.ok()) {
+      std::cerr << "deltaserve-worker: " << m.status().message() << "\n";
+      server->Shutdown();
+      for (auto& s : served) s->scheduler().Stop(false);
+      return 1;
+    }
+    metrics = std::move(*m);
+    std::cerr << "deltaserve-worker: metrics on 127.0.0.1:" << metrics->port() << "/metrics\n";
+  }
+  // The line the scripts and tests wait for.
+  std::cerr << "deltaserve-worker: listening on " << f.listen.substr(0, f.listen.rfind(':'))
+            << ":" << port << "\n";
+
+  while (g_signal == 0 && !service.exit_requested()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::cerr << "deltaserve-worker: draining\n";
+  const auto drain_start = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                     drain_start)
+        .count();
+  };
+  service.StartDraining();
+  health->SetServingStatus("deltaserve.v1.Worker", false);
+  for (auto& m : served) m->scheduler().Stop(/*drain=*/true);
+  std::cerr << "deltaserve-worker: requests finished after " << since() << " ms\n";
+  // Every stream has its final event queued; give the writes a moment to reach the clients.
+  for (int i = 0; i < 200 && service.active_streams() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::cerr << "deltaserve-worker: streams closed after " << since() << " ms ("
+            << service.active_streams() << " open)\n";
+  // Every stream we served is closed: whatever gRPC still holds (idle connections) is cut now
+  // rather than after a grace period.
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::seconds(service.active_streams() > 0 ? 5 : 0));
+  std::cerr << "deltaserve-worker: stopped after " << since() << " ms\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltaserve::worker
+
+int main(int argc, char** argv) {
+  using namespace deltaserve::worker;
+  const uint64_t baseline = MeasureProcessBaseline().total();
+  Flags f;
+  if (std::string why = Parse(argc, argv, f); !why.empty()) return Usage(why);
+  return Run(f, baseline);
+}

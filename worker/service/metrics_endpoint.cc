@@ -1,0 +1,154 @@
+#include "worker/service/metrics_endpoint.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/str_util.h"
+
+namespace deltaserve::worker {
+namespace {
+
+constexpr size_t kMaxRequest = 8192;
+constexpr int kReadTimeoutMs = 5000;
+
+void WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::string Response(int code, std::string_view reason, std::string_view type,
+                     std::string_view body) {
+  return absl::StrCat("HTTP/1.1 ", code, " ", common::Sv(reason), "\r\nContent-Type: ",
+                      common::Sv(type), "\r\nContent-Length: ", body.size(),
+                      "\r\nConnection: close\r\n\r\n", common::Sv(body));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const std::string& host, int port, std::function<std::string()> render) {
+  std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
+  e->render_ = std::move(render);
+  e->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (e->listen_fd_ < 0) return absl::InternalError("metrics: cannot create a socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics: bad address ", host));
+  }
+  if (::bind(e->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(e->listen_fd_, 16) != 0) {
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", host, ":", port,
+                                               ": ", std::strerror(errno)));
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(e->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  e->port_ = ntohs(addr.sin_port);
+  e->thread_ = std::thread([p = e.get()] { p->Serve(); });
+  return e;
+}
+
+MetricsEndpoint::~MetricsEndpoint() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void MetricsEndpoint::Serve() {
+  while (!stop_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Handle(fd);
+    ::close(fd);
+  }
+}
+
+void MetricsEndpoint::Handle(int fd) {
+  std::string req;
+  char buf[1024];
+  while (req.find("\r\n\r\n") == std::string::npos) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, kReadTimeoutMs) <= 0) return;  // timeout: close
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return;
+    req.append(buf, static_cast<size_t>(n));
+    if (req.size() > kMaxRequest) {
+      WriteAll(fd, Response(431, "Request Header Fields Too Large", "text/plain", "too large\n"));
+      return;
+    }
+  }
+  const size_t line_end = req.find("\r\n");
+  const std::string_view line(req.data(), line_end);
+  if (line.starts_with("GET /metrics ") || line.starts_with("GET /metrics?")) {
+    WriteAll(fd, Response(200, "OK", "text/plain; version=0.0.4", render_()));
+  } else if (line.starts_with("GET ")) {
+    WriteAll(fd, Response(404, "Not Found", "text/plain", "only /metrics here\n"));
+  } else {
+    WriteAll(fd, Response(405, "Method Not Allowed", "text/plain", "GET only\n"));
+  }
+}
+
+std::string RenderWorkerMetrics(const WorkerService& service) {
+  const WorkerCounters& c = service.counters();
+  std::string out;
+  auto counter = [&](const char* name, const char* help, int64_t v) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ",
+                    v, "\n");
+  };
+  counter("deltaserve_worker_requests_total", "Generate calls received.", c.requests.load());
+  counter("deltaserve_worker_requests_failed_total", "Generate calls refused or failed.",
+          c.requests_failed.load());
+  counter("deltaserve_worker_requests_cancelled_total", "Generate calls cancelled.",
+          c.requests_cancelled.load());
+  counter("deltaserve_worker_prompt_tokens_total", "Prompt tokens of finished requests.",
+          c.prompt_tokens.load());
+  counter("deltaserve_worker_completion_tokens_total", "Generated tokens of finished requests.",
+          c.completion_tokens.load());
+  absl::StrAppend(&out, "# HELP deltaserve_worker_draining 1 while the worker refuses new work.\n",
+                  "# TYPE deltaserve_worker_draining gauge\ndeltaserve_worker_draining ",
+                  service.draining() ? 1 : 0, "\n");
+  struct Series {
+    const char* name;
+    const char* type;
+    const char* help;
+    int64_t SchedulerStats::*field;
+  };
+  const Series series[] = {
+      {"deltaserve_model_running_sequences", "gauge", "Sequences running.", &SchedulerStats::running},
+      {"deltaserve_model_waiting_sequences", "gauge", "Requests queued.", &SchedulerStats::waiting},
+      {"deltaserve_model_free_kv_pages", "gauge", "Free KV cache pages.", &SchedulerStats::free_pages},
+      {"deltaserve_model_kv_pages", "gauge", "KV cache pages.", &SchedulerStats::total_pages},
+      {"deltaserve_model_free_state_slots", "gauge", "Free recurrent-state slots.",
+       &SchedulerStats::free_slots},
+      {"deltaserve_model_steps_total", "counter", "Engine steps.", &SchedulerStats::steps},
+      {"deltaserve_model_preemptions_total", "counter", "Sequences preempted for memory.",
+       &SchedulerStats::preemptions},
+      {"deltaserve_model_drafted_tokens_total", "counter", "n-gram drafted tokens.",
+       &SchedulerStats::drafted_tokens},
+      {"deltaserve_model_accepted_tokens_total", "counter", "n-gram drafted tokens accepted.",
+       &SchedulerStats::accepted_tokens},
+  };
+  for (const Series& s : series) {
+    absl::StrAppend(&out, "# HELP ", s.name, " ", s.help, "\n# TYPE ", s.name, " ", s.type, "\n");
+    for (const auto& [name, model] : service.models()) {
+      const SchedulerStats st = model->scheduler().stats();
+      absl::StrAppend(&out, s.name, "{model=\"", name, "\"} ", st.*(s.field), "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace deltaserve::worker

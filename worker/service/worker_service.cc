@@ -1,0 +1,476 @@
+#include "worker/service/worker_service.h"
+
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/streaming_detokenizer.h"
+#include "common/str_util.h"
+#include "worker/service/stop_strings.h"
+
+namespace deltaserve::worker {
+namespace {
+
+namespace pb = ::deltaserve::v1;
+
+grpc::StatusCode GrpcCode(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
+    case absl::StatusCode::kOutOfRange: return grpc::StatusCode::OUT_OF_RANGE;
+    case absl::StatusCode::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kNotFound: return grpc::StatusCode::NOT_FOUND;
+    case absl::StatusCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
+    case absl::StatusCode::kCancelled: return grpc::StatusCode::CANCELLED;
+    default: return grpc::StatusCode::INTERNAL;
+  }
+}
+
+std::string RequestId(const grpc::CallbackServerContext& ctx, const pb::GenerateRequest& r) {
+  if (!r.request_id().empty()) return r.request_id();
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("x-request-id");
+  return it == md.end() ? std::string("-") : std::string(it->second.data(), it->second.size());
+}
+
+// The scheduler handle of a call, set once Submit returned; a cancel that comes earlier (the
+// client went away, a stop string matched in the first tokens) is applied when it is set.
+class CancelHandle {
+ public:
+  void Set(Scheduler* sched, uint64_t handle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sched_ = sched;
+    handle_ = handle;
+    if (pending_) sched_->Cancel(handle_);
+  }
+  void Cancel() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sched_ != nullptr) {
+      sched_->Cancel(handle_);
+    } else {
+      pending_ = true;
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  Scheduler* sched_ = nullptr;
+  uint64_t handle_ = 0;
+  bool pending_ = false;
+};
+
+class GenerateReactor;
+
+// What the scheduler's thread and the gRPC reactor share: the events not yet written. The
+// scheduler pushes; the reactor writes one at a time and calls Finish exactly once: after the
+// final event is written, or when the client cancelled or a write failed. Outlives both.
+struct EventQueue {
+  std::mutex mu;
+  std::deque<pb::GenerateEvent> events;
+  bool writing = false;
+  bool final_queued = false;
+  bool finished = false;  // Finish called (or about to be): no more writes
+  GenerateReactor* reactor = nullptr;  // null once the call is done
+  CancelHandle cancel;
+};
+
+class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateEvent> {
+ public:
+  GenerateReactor(std::shared_ptr<EventQueue> queue, std::atomic<int64_t>* active)
+      : queue_(std::move(queue)), active_(active) {
+    ++*active_;
+  }
+
+  // Called by whoever queued an event: starts a write when none is in flight. The reactor stays
+  // alive meanwhile: OnDone needs Finish, and Finish is never called while `writing`.
+  static void Kick(const std::shared_ptr<EventQueue>& q) {
+    GenerateReactor* r = nullptr;
+    const pb::GenerateEvent* next = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(q->mu);
+      if (q->reactor == nullptr || q->finished || q->writing || q->events.empty()) return;
+      q->writing = true;
+      r = q->reactor;
+      next = &q->events.front();  // deque: stays valid while more are pushed at the back
+    }
+    r->StartWrite(next);
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool finish = false;
+    grpc::Status status = grpc::Status::OK;
+    {
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      queue_->writing = false;
+      queue_->events.pop_front();
+      if (!ok || queue_->finished) {
+        // A failed write, or OnCancel ran while this write was in flight and left Finish to us.
+        finish = true;
+        status = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      } else if (queue_->events.empty() && queue_->final_queued) {
+        finish = true;
+      }
+      queue_->finished |= finish;
+    }
+    if (!ok) queue_->cancel.Cancel();
+    if (finish) {
+      Finish(status);
+    } else {
+      Kick(queue_);
+    }
+  }
+
+  void OnCancel() override {
+    queue_->cancel.Cancel();
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      if (!queue_->finished && !queue_->writing) {
+        queue_->finished = true;
+        finish = true;
+      } else {
+        queue_->finished = true;  // OnWriteDone finishes
+      }
+    }
+    if (finish) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      queue_->reactor = nullptr;
+    }
+    --*active_;
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<EventQueue> queue_;
+  std::atomic<int64_t>* active_;
+};
+
+// Receives the scheduler's output for one call (on the scheduler's thread): detokenizes, matches
+// stop strings, and queues the events.
+class StreamSink : public GenerationSink {
+ public:
+  StreamSink(std::shared_ptr<EventQueue> queue, const common::Tokenizer& tokenizer,
+             std::vector<std::string> stops, std::string request_id, std::string model,
+             WorkerCounters* counters, uint64_t seed)
+      : queue_(std::move(queue)),
+        detok_(tokenizer),
+        stops_(std::move(stops)),
+        request_id_(std::move(request_id)),
+        model_(std::move(model)),
+        counters_(counters),
+        seed_(seed) {}
+
+  void OnTokens(absl::Span<const GeneratedToken> tokens) override {
+    if (stops_.matched()) return;
+    pb::GenerateEvent ev;
+    pb::TokenEvent* te = ev.mutable_token_event();
+    std::string text;
+    for (const GeneratedToken& t : tokens) {
+      te->add_token_ids(t.token);
+      if (t.logprobs) {
+        pb::TokenLogprobs* lp = te->add_logprobs();
+        lp->mutable_chosen()->set_token_id(t.token);
+        lp->mutable_chosen()->set_logprob(t.logprobs->logprob);
+        for (const TokenLogprob& alt : t.logprobs->top) {
+          pb::TokenLogprob* a = lp->add_top();
+          a->set_token_id(alt.token);
+          a->set_logprob(alt.logprob);
+        }
+      }
+      text += stops_.Push(detok_.Push(t.token));
+      if (stops_.matched()) break;
+    }
+    te->set_text(text);
+    Push(std::move(ev));
+    if (stops_.matched()) queue_->cancel.Cancel();  // the scheduler ends it with kCancelled
+  }
+
+  void OnFinish(const GenerationResult& r) override {
+    pb::GenerateEvent tail;
+    if (!stops_.matched()) {
+      std::string rest = stops_.Push(detok_.Flush());
+      rest += stops_.Flush();
+      if (!rest.empty()) {
+        tail.mutable_token_event()->set_text(rest);
+        Push(std::move(tail));
+      }
+    }
+    pb::GenerateEvent ev;
+    pb::FinalEvent* f = ev.mutable_final_event();
+    pb::FinishReason reason = pb::FINISH_REASON_STOP;
+    switch (r.reason) {
+      case EndReason::kStop: reason = pb::FINISH_REASON_STOP; break;
+      case EndReason::kLength: reason = pb::FINISH_REASON_LENGTH; break;
+      case EndReason::kCancelled: reason = pb::FINISH_REASON_CANCELLED; break;
+      case EndReason::kError: reason = pb::FINISH_REASON_ERROR; break;
+    }
+    if (stops_.matched()) {
+      reason = pb::FINISH_REASON_STOP;
+      f->set_matched_stop_string(std::string(stops_.matched_string()));
+    }
+    f->set_finish_reason(reason);
+    if (!r.error.ok()) f->set_message(std::string(r.error.message()));
+    f->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(r.prompt_tokens));
+    f->mutable_usage()->set_cached_prompt_tokens(static_cast<int32_t>(r.cached_prompt_tokens));
+    f->mutable_usage()->set_completion_tokens(static_cast<int32_t>(r.completion_tokens));
+    f->mutable_timings()->set_queue_ms(r.queue_ms);
+    f->mutable_timings()->set_prefill_ms(r.prefill_ms);
+    f->mutable_timings()->set_decode_ms(r.decode_ms);
+    f->mutable_timings()->set_time_to_first_token_ms(r.first_token_ms);
+    f->set_seed(seed_);
+    counters_->prompt_tokens += r.prompt_tokens;
+    counters_->completion_tokens += r.completion_tokens;
+    if (reason == pb::FINISH_REASON_ERROR) ++counters_->requests_failed;
+    if (reason == pb::FINISH_REASON_CANCELLED) ++counters_->requests_cancelled;
+    // One log line per request (stderr; the id comes from the router).
+    std::fprintf(stderr,
+                 "request id=%s model=%s finish=%s prompt=%lld completion=%lld queue_ms=%.1f "
+                 "ttft_ms=%.1f decode_ms=%.1f preemptions=%d%s%s\n",
+                 request_id_.c_str(), model_.c_str(),
+                 std::string(pb::FinishReason_Name(reason)).c_str(),
+                 static_cast<long long>(r.prompt_tokens),
+                 static_cast<long long>(r.completion_tokens), r.queue_ms, r.first_token_ms,
+                 r.decode_ms, r.preemptions, r.error.ok() ? "" : " error=",
+                 r.error.ok() ? "" : std::string(r.error.message()).c_str());
+    {
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      queue_->final_queued = true;
+      queue_->events.push_back(std::move(ev));
+    }
+    GenerateReactor::Kick(queue_);
+  }
+
+ private:
+  void Push(pb::GenerateEvent ev) {
+    {
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      queue_->events.push_back(std::move(ev));
+    }
+    GenerateReactor::Kick(queue_);
+  }
+
+  std::shared_ptr<EventQueue> queue_;
+  common::StreamingDetokenizer detok_;
+  StopStringMatcher stops_;
+  std::string request_id_, model_;
+  WorkerCounters* counters_;
+  uint64_t seed_;
+};
+
+// A reactor that ends the call at once with an error.
+class RefusedReactor : public grpc::ServerWriteReactor<pb::GenerateEvent> {
+ public:
+  explicit RefusedReactor(grpc::Status s) { Finish(std::move(s)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+SamplingParams SamplingFromProto(const pb::SamplingParams& p) {
+  SamplingParams s;
+  if (p.has_temperature()) s.temperature = p.temperature();
+  if (p.has_top_k()) s.top_k = p.top_k();
+  if (p.has_top_p()) s.top_p = p.top_p();
+  if (p.has_min_p()) s.min_p = p.min_p();
+  if (p.has_presence_penalty()) s.presence_penalty = p.presence_penalty();
+  if (p.has_frequency_penalty()) s.frequency_penalty = p.frequency_penalty();
+  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
+  if (p.has_repetition_last_n()) s.repetition_last_n = p.repetition_last_n();
+  for (const auto& [id, bias] : p.logit_bias()) s.logit_bias[id] = bias;
+  if (p.has_seed()) s.seed = p.seed();
+  if (p.has_max_tokens()) s.max_tokens = p.max_tokens();
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.ignore_eos = p.ignore_eos();
+  s.top_logprobs = p.top_logprobs();
+  return s;
+}
+
+WorkerService::WorkerService(std::string worker_id, std::string device,
+                             std::map<std::string, ServedModel*> models)
+    : worker_id_(std::move(worker_id)), device_(std::move(device)), models_(std::move(models)) {}
+
+grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
+    grpc::CallbackServerContext* context, const pb::GenerateRequest* request) {
+  ++counters_.requests;
+  if (draining_) {
+    ++counters_.requests_failed;
+    return new RefusedReactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining"));
+  }
+  auto it = models_.find(request->model());
+  if (it == models_.end()) {
+    ++counters_.requests_failed;
+    return new RefusedReactor(grpc::Status(
+        grpc::StatusCode::NOT_FOUND, absl::StrCat("model '", request->model(), "' is not served here")));
+  }
+  ServedModel& model = *it->second;
+  const std::string id = RequestId(*context, *request);
+  GenerationRequest g;
+  g.id = id;
+  g.prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
+  g.sampling = SamplingFromProto(request->sampling());
+  g.logprobs = request->sampling().logprobs();
+  if (!g.sampling.seed.has_value()) {
+    // Drawn here so the final event can report it (the sampler would draw its own otherwise).
+    static std::atomic<uint64_t> counter{0x9E3779B97F4A7C15ull};
+    g.sampling.seed = std::hash<std::string>()(id) ^ (counter += 0x9E3779B97F4A7C15ull);
+  }
+  const uint64_t seed = *g.sampling.seed;
+  std::vector<std::string> stops(request->sampling().stop_strings().begin(),
+                                 request->sampling().stop_strings().end());
+  auto queue = std::make_shared<EventQueue>();
+  auto sink = std::make_shared<StreamSink>(queue, model.tokenizer(), std::move(stops), id,
+                                           request->model(), &counters_, seed);
+  auto* reactor = new GenerateReactor(queue, &active_streams_);
+  {
+    std::lock_guard<std::mutex> lock(queue->mu);
+    queue->reactor = reactor;
+  }
+  absl::StatusOr<uint64_t> handle = model.scheduler().Submit(std::move(g), sink);
+  if (!handle.ok()) {
+    ++counters_.requests_failed;
+    std::fprintf(stderr, "request id=%s model=%s refused: %s\n", id.c_str(),
+                 request->model().c_str(), std::string(handle.status().message()).c_str());
+    {
+      std::lock_guard<std::mutex> lock(queue->mu);
+      queue->events.clear();
+    }
+    {
+      std::lock_guard<std::mutex> lock(queue->mu);
+      queue->finished = true;
+    }
+    reactor->Finish(grpc::Status(GrpcCode(handle.status()),
+                                 std::string(handle.status().message())));
+    return reactor;
+  }
+  queue->cancel.Set(&model.scheduler(), *handle);
+  GenerateReactor::Kick(queue);  // events may already be queued
+  return reactor;
+}
+
+void DescribeModel(const std::string& name, ServedModel& model, bool with_tokenizer,
+                   pb::ModelInfo& info) {
+  const common::GgufFile& file = model.model().file();
+  const common::Qwen35HParams& hp = model.model().hparams();
+  info.set_name(name);
+  info.set_architecture(hp.is_moe ? "qwen35moe" : "qwen35");
+  info.set_context_length(static_cast<int32_t>(model.options().ctx));
+  info.set_n_ctx_train(static_cast<int32_t>(hp.n_ctx_train));
+  info.set_n_vocab(static_cast<int32_t>(hp.n_vocab));
+  info.set_max_parallel_sequences(model.options().n_parallel);
+  if (absl::StatusOr<std::string_view> t = file.GetString("tokenizer.chat_template"); t.ok()) {
+    info.set_chat_template(std::string(*t));
+  }
+  // Digest of the vocabulary and merges (FNV-1a 64): the router re-fetches on change only.
+  uint64_t digest = 1469598103934665603ull;
+  auto mix = [&](std::string_view s) {
+    for (unsigned char c : s) digest = (digest ^ c) * 1099511628211ull;
+    digest = (digest ^ 0xFF) * 1099511628211ull;
+  };
+  const common::Tokenizer& tok = model.tokenizer();
+  pb::Tokenizer* t = with_tokenizer ? info.mutable_tokenizer() : nullptr;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    mix(tok.TokenText(id));
+    if (t != nullptr) {
+      t->add_tokens(std::string(tok.TokenText(id)));
+      t->add_token_types(static_cast<pb::TokenType>(static_cast<int>(tok.Type(id))));
+    }
+  }
+  if (const common::GgufValue* merges = file.Find("tokenizer.ggml.merges")) {
+    for (uint64_t i = 0; i < merges->ArraySize(); ++i) {
+      const std::optional<std::string_view> m = merges->ArrayString(i);
+      if (!m) continue;
+      mix(*m);
+      if (t != nullptr) t->add_merges(std::string(*m));
+    }
+  }
+  info.set_tokenizer_digest(absl::StrFormat("%016x", digest));
+  if (t != nullptr) {
+    if (absl::StatusOr<std::string_view> m = file.GetString("tokenizer.ggml.model"); m.ok()) {
+      t->set_model(std::string(*m));
+    }
+    if (absl::StatusOr<std::string_view> p = file.GetString("tokenizer.ggml.pre"); p.ok()) {
+      t->set_pre(std::string(*p));
+    }
+    pb::SpecialTokens* sp = t->mutable_special();
+    if (tok.bos_id() >= 0) sp->set_bos_id(tok.bos_id());
+    if (tok.eos_id() >= 0) sp->set_eos_id(tok.eos_id());
+    if (tok.pad_id() >= 0) sp->set_pad_id(tok.pad_id());
+    for (int32_t id : model.eos_token_ids()) sp->add_eog_ids(id);
+  }
+  const MemoryPlan& plan = model.plan();
+  pb::MemoryPlan* mp = info.mutable_memory_plan();
+  mp->set_text(RenderMemoryPlan(plan));
+  mp->set_budget_bytes(plan.inputs.budget_bytes);
+  mp->set_weight_bytes(plan.weight_bytes);
+  mp->set_workspace_bytes(plan.workspace_bytes);
+  mp->set_kernel_scratch_bytes(plan.kernel_scratch_bytes);
+  mp->set_fixed_overhead_bytes(plan.inputs.fixed_overhead_bytes);
+  mp->set_k_type(std::string(KvCacheTypeName(model.options().k_type)));
+  mp->set_v_type(std::string(KvCacheTypeName(model.options().v_type)));
+  mp->set_kv_bytes_per_token(plan.kv.bytes);
+  mp->set_page_tokens(static_cast<int32_t>(plan.inputs.page_tokens));
+  mp->set_page_bytes(plan.page_bytes);
+  mp->set_n_attention_layers(static_cast<int32_t>(plan.n_attention_layers));
+  mp->set_n_deltanet_layers(static_cast<int32_t>(plan.recurrent.n_deltanet_layers));
+  mp->set_recurrent_bytes_per_sequence(plan.recurrent.total());
+  for (const ContextFit& c : plan.contexts) {
+    pb::ContextFit* cf = mp->add_contexts();
+    cf->set_n_parallel(c.n_parallel);
+    cf->set_max_context(c.max_context);
+    cf->set_pages(c.pages);
+    cf->set_capped_by_training(c.capped);
+  }
+  const SchedulerStats s = model.scheduler().stats();
+  pb::ModelLoad* load = info.mutable_load();
+  load->set_running_sequences(static_cast<int32_t>(s.running));
+  load->set_waiting_sequences(static_cast<int32_t>(s.waiting));
+  load->set_free_kv_pages(model.kv_cache().free_pages());
+  load->set_total_kv_pages(model.kv_cache().total_pages());
+  load->set_free_state_slots(model.state_slots().free_slots());
+  load->set_total_state_slots(model.state_slots().total_slots());
+}
+
+grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerContext* context,
+                                                       const pb::WorkerInfoRequest* request,
+                                                       pb::WorkerInfo* response) {
+  response->set_worker_id(worker_id_);
+  response->set_device(device_);
+  response->set_draining(draining_);
+  for (auto& [name, model] : models_) {
+    if (!request->models().empty() &&
+        std::find(request->models().begin(), request->models().end(), name) ==
+            request->models().end()) {
+      continue;
+    }
+    DescribeModel(name, *model, request->include_tokenizer(), *response->add_models());
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerService::Drain(grpc::CallbackServerContext* context,
+                                               const pb::DrainRequest* request,
+                                               pb::DrainResponse* response) {
+  response->set_already_draining(draining_.exchange(true));
+  int32_t running = 0, waiting = 0;
+  for (auto& [name, model] : models_) {
+    const SchedulerStats s = model->scheduler().stats();
+    running += static_cast<int32_t>(s.running);
+    waiting += static_cast<int32_t>(s.waiting);
+  }
+  response->set_running_sequences(running);
+  response->set_waiting_sequences(waiting);
+  if (request->exit_when_idle()) exit_requested_ = true;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace deltaserve::worker

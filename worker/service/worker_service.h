@@ -1,0 +1,76 @@
+// The worker's gRPC service (proto/deltaserve/v1/worker.proto): Generate streams one request's
+// tokens from a model's scheduler, GetWorkerInfo describes the models (tokenizer, chat template,
+// memory plan, live load), Drain stops admitting. Built on gRPC's callback API: a Generate call
+// is a ServerWriteReactor fed by the scheduler's thread through a small thread-safe queue, so no
+// thread blocks per stream. The worker detokenizes (so stop strings are matched on text and the
+// router receives text deltas) and ends a stream at a stop string by cancelling the sequence.
+// Every call carries the router's request id in the `x-request-id` metadata; the service logs
+// one line per finished request with it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "deltaserve/v1/worker.grpc.pb.h"
+#include "worker/sched/served_model.h"
+
+namespace deltaserve::worker {
+
+// Counters for /metrics (monotonic since start).
+struct WorkerCounters {
+  std::atomic<int64_t> requests{0};
+  std::atomic<int64_t> requests_failed{0};
+  std::atomic<int64_t> requests_cancelled{0};
+  std::atomic<int64_t> prompt_tokens{0};
+  std::atomic<int64_t> completion_tokens{0};
+};
+
+// See the file comment. The models must outlive the service.
+class WorkerService final : public deltaserve::v1::Worker::CallbackService {
+ public:
+  // `models`: served name -> model (its scheduler already started).
+  WorkerService(std::string worker_id, std::string device,
+                std::map<std::string, ServedModel*> models);
+
+  grpc::ServerWriteReactor<deltaserve::v1::GenerateEvent>* Generate(
+      grpc::CallbackServerContext* context,
+      const deltaserve::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetWorkerInfo(grpc::CallbackServerContext* context,
+                                          const deltaserve::v1::WorkerInfoRequest* request,
+                                          deltaserve::v1::WorkerInfo* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
+                                  const deltaserve::v1::DrainRequest* request,
+                                  deltaserve::v1::DrainResponse* response) override;
+
+  // Stops admitting new requests (Generate answers UNAVAILABLE); running ones finish.
+  void StartDraining() { draining_ = true; }
+  bool draining() const { return draining_; }
+  // Generate streams not yet finished.
+  int64_t active_streams() const { return active_streams_; }
+  // True once a Drain call asked the process to exit when idle.
+  bool exit_requested() const { return exit_requested_; }
+  const WorkerCounters& counters() const { return counters_; }
+  const std::map<std::string, ServedModel*>& models() const { return models_; }
+
+ private:
+  std::string worker_id_;
+  std::string device_;
+  std::map<std::string, ServedModel*> models_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> exit_requested_{false};
+  std::atomic<int64_t> active_streams_{0};
+  WorkerCounters counters_;
+};
+
+// The sampling settings of a request, the model's defaults where a field is unset; validation is
+// the sampler's (Sampler::Create), at Submit.
+SamplingParams SamplingFromProto(const deltaserve::v1::SamplingParams& p);
+
+// Fills `info` for one served model; the tokenizer only when `with_tokenizer`.
+void DescribeModel(const std::string& name, ServedModel& model, bool with_tokenizer,
+                   deltaserve::v1::ModelInfo& info);
+
+}  // namespace deltaserve::worker
