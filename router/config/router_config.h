@@ -1,0 +1,86 @@
+// The router's configuration: where the workers are, which models and aliases it offers, the
+// per-model defaults, and the API keys. Read from YAML (`--config FILE`, see
+// router_config_yaml.h; docs/router.md has the format) and merged with the command line
+// (`--listen`, `--worker` repeatable). Reloaded on SIGHUP: a new RouterConfig is parsed and
+// validated whole, then swapped in; requests in flight keep the snapshot they started with
+// (std::shared_ptr<const RouterConfig>).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace deltaserve::router {
+
+// Sampling defaults a model applies when the request leaves a field unset.
+struct ModelDefaults {
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int32_t> top_k;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<int32_t> max_tokens;       // when the request gives none
+  std::optional<bool> enable_thinking;     // Qwen chat template switch
+};
+
+// A model the router offers under `name`, served by workers that report `served_name`.
+struct ModelConfig {
+  std::string name;         // what clients ask for
+  std::string served_name;  // the worker's --model NAME (default: name)
+  ModelDefaults defaults;
+};
+
+// An alias resolves to an ordered chain of model names: tried in order, the next when one
+// cannot take the request (no healthy worker, every worker saturated, context too small, or a
+// failure before the first token).
+struct AliasConfig {
+  std::string name;
+  std::vector<std::string> chain;
+};
+
+// A token bucket: `requests_per_minute` / `tokens_per_minute` (prompt + max tokens charged at
+// admission); 0 means unlimited.
+struct RateLimit {
+  int64_t requests_per_minute = 0;
+  int64_t tokens_per_minute = 0;
+};
+
+// One API key. The key itself is never stored: `sha256_hex` is the lowercase hex SHA-256 of the
+// key string as the client sends it after "Bearer ".
+struct ApiKeyConfig {
+  std::string name;                     // for logs and metrics (never the key)
+  std::string sha256_hex;
+  std::vector<std::string> models;      // allowed model or alias names; empty: all
+  RateLimit limit;
+};
+
+// A worker endpoint (gRPC address host:port).
+struct WorkerEndpoint {
+  std::string address;
+};
+
+// Timeouts, retries and health checking of workers.
+struct RoutingSettings {
+  int max_attempts = 3;                 // tries before the first token, over workers/candidates
+  int64_t retry_backoff_ms = 50;        // base of the jittered backoff between tries
+  int64_t health_interval_ms = 1000;    // GetWorkerInfo / health poll period per worker
+  int circuit_failures = 3;             // consecutive failures that open a worker's circuit
+  int64_t circuit_open_ms = 5000;       // how long an open circuit keeps the worker out
+  int64_t connect_timeout_ms = 2000;
+};
+
+// See the file comment.
+struct RouterConfig {
+  std::string listen = "127.0.0.1:8080";
+  std::vector<WorkerEndpoint> workers;
+  std::vector<ModelConfig> models;  // empty: every model the workers report, under its name
+  std::vector<AliasConfig> aliases;
+  std::vector<ApiKeyConfig> api_keys;  // empty: no authentication (bind 127.0.0.1 then)
+  std::string api_keys_file;           // optional extra keys, one "name sha256hex [models]" per line
+  RoutingSettings routing;
+  uint64_t max_body_bytes = 8 << 20;
+};
+
+}  // namespace deltaserve::router
