@@ -98,7 +98,9 @@ DELTASERVE_ALWAYS_INLINE float HalfToFloat(uint16_t h) {
 // the extension, picked once from the ISA the backend runs (cpu_features.h).
 // GCC 12's _mm512_cvtph_ps starts from an undefined vector, which -Wmaybe-uninitialized flags.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f,f16c"))) void HalfToFloatAvx512(const uint8_t* src, int64_t n,
                                                                float* dst) {
   int64_t i = 0;
