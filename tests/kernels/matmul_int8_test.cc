@@ -174,6 +174,58 @@ INSTANTIATE_TEST_SUITE_P(Int8Types, MatMulInt8Test,
                                   TypeName(std::get<1>(info.param));
                          });
 
+// Decode (T <= 3) on AVX-512 VNNI runs the fused kernels several weight rows per call (four for
+// the K-quants) with a 1 .. 3 row tail. Each output must not depend on how rows were grouped:
+// row o of an out-row product equals, bit for bit, the product of row o alone (a one-row view,
+// so a one-row call), and stays within the MatchesScalarInt8Reference tolerance of the scalar
+// reference. out = 1, 3, 5, 7, 21, 37 gives every tail length after 0 .. 9 full blocks of rows.
+TEST(MatMulInt8DecodeTest, RowGroupingDoesNotChangeResults) {
+  if (!IsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "AVX-512 not supported here";
+  ThreadPool one(1);
+  std::mt19937 rng(25);
+  for (WeightType type :
+       {WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
+    for (int64_t in : InLengths(type)) {
+      for (int64_t out : {1, 3, 5, 7, 21, 37}) {
+        const Weights w = MakeWeights(type, in, out, rng);
+        for (int64_t t : {1, 3}) {
+          if (!UsesInt8Path(type, CpuIsa::kAvx512, t)) continue;
+          const std::vector<float> x = Activations(t * in, rng);
+          const Mat xm{const_cast<float*>(x.data()), t, in, in};
+          std::vector<float> got(static_cast<size_t>(t * out), NAN);
+          Mat gm{got.data(), t, out, out};
+          ASSERT_EQ(MatMulCpuIsa(one, w.View(), xm, gm, CpuIsa::kAvx512, MatMulActivations::kInt8),
+                    KernelStatus::kOk);
+          const std::vector<float> ref =
+              RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
+          for (int64_t o = 0; o < out; ++o) {
+            WeightView row = w.View();
+            row.data = w.bytes.data() + o * row.row_bytes;
+            row.out = 1;
+            std::vector<float> alone(static_cast<size_t>(t), NAN);
+            Mat am{alone.data(), t, 1, 1};
+            ASSERT_EQ(MatMulCpuIsa(one, row, xm, am, CpuIsa::kAvx512, MatMulActivations::kInt8),
+                      KernelStatus::kOk);
+            for (int64_t r = 0; r < t; ++r) {
+              const float g = got[r * out + o];
+              EXPECT_EQ(std::memcmp(&g, &alone[r], sizeof(float)), 0)
+                  << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row " << r
+                  << " out " << o << ": " << g << " vs " << alone[r];
+              double abs_sum = 0;
+              for (int64_t k = 0; k < in; ++k) {
+                abs_sum += std::fabs(static_cast<double>(w.decoded[o * in + k]) * x[r * in + k]);
+              }
+              ASSERT_LE(std::fabs(g - ref[r * out + o]), 1e-6 * abs_sum + 1e-30)
+                  << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row " << r
+                  << " out " << o;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The process-wide switch reaches MatMulCpu; f32 weights never take the int8 path.
 TEST(MatMulInt8ModeTest, SwitchSelectsPath) {
   std::mt19937 rng(23);
