@@ -13,6 +13,8 @@ PACKAGES=(
   # base libraries (prometheus-cpp is not packaged in Debian 12: metrics use our own text exposition)
   libabsl-dev libhiredis-dev libboost-dev
   nlohmann-json3-dev
+  # the router's YAML config (router/config); OpenSSL's libcrypto for API-key SHA-256 (router/auth)
+  libyaml-cpp-dev libssl-dev
   # Unicode classes for the tokenizer's pre-tokenizer
   libicu-dev
   # tests and benchmarks
