@@ -54,7 +54,8 @@ struct Problem {
   float scale;
 };
 
-// Per-thread buffers, kept between calls (sized for the largest item seen).
+// One thread's buffers for one call (about 100 KiB at head_dim 256: from the allocator's
+// arenas, not mmap; kept per call rather than thread_local so that nothing outlives the backend).
 struct Scratch {
   std::vector<float> q, acc;  // [rows][hdp]
   std::vector<float> kt, vt;  // [kKeyTile][hdp] decoded K / V rows of a tile
@@ -534,14 +535,14 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
     AttendItem(p, t0, std::min(block_tokens, n_tokens - t0), kvh, sp * split_keys,
                std::min(n_keys, (sp + 1) * split_keys), s, partial);
   };
-  thread_local Scratch scratch;
   if (!parallel) {
+    Scratch scratch;
     scratch.Reserve(rows_p, p.hdp);
     for (int64_t item = 0; item < n_items; ++item) run_item(item, scratch);
   } else {
     std::atomic<int64_t> next{0};
     pool.Run([&](int, int) {
-      Scratch& s = scratch;  // this thread's own
+      Scratch s;
       s.Reserve(rows_p, p.hdp);
       for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
            item = next.fetch_add(1, std::memory_order_relaxed)) {
