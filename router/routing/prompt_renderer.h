@@ -1,0 +1,35 @@
+#pragma once
+// How the router turns a request into prompt token ids for one model: the chat code
+// (router/chat) renders messages with the model's chat template and tokenizes; completions
+// tokenize the prompt (or pass its ids through). RouterBackend calls it once per distinct
+// tokenizer digest among the candidates it considers, with the candidate's ModelDefaults
+// already applied to the request (enable_thinking included).
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tokenizer.h"
+#include "router/api/completion_request.h"
+#include "router/routing/worker_pool.h"
+
+namespace deltaserve::router {
+
+struct RenderedPrompt {
+  std::vector<int32_t> token_ids;       // BOS included when the tokenizer's add_bos says so
+  std::vector<int32_t> stop_token_ids;  // extra ids that end generation (a template's end of turn)
+};
+
+class PromptRenderer {
+ public:
+  virtual ~PromptRenderer() = default;
+  // `model` carries the chat template, context length, n_vocab and the tokenizer proto (its
+  // special ids and add_bos); `tokenizer` is built from that proto. Thread-safe. A status
+  // that is the client's fault (a template refusing the messages) should be InvalidArgument
+  // naming the field; it is passed to the client as is (400).
+  virtual absl::StatusOr<RenderedPrompt> Render(const api::CompletionRequest& request,
+                                                const ModelState& model,
+                                                const common::Tokenizer& tokenizer) const = 0;
+};
+
+}  // namespace deltaserve::router

@@ -1,0 +1,695 @@
+#include "router/routing/router_backend.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "router/api/api_error.h"
+#include "router/routing/candidates.h"
+#include "router/routing/internal/log.h"
+
+namespace deltaserve::router {
+
+namespace v1 = ::deltaserve::v1;
+using internal::LogRouting;
+
+namespace {
+
+// What one candidate's prompt became for one tokenizer digest.
+struct PreparedPrompt {
+  const common::Tokenizer* tokenizer = nullptr;
+  RenderedPrompt prompt;
+  api::SamplingParams sampling;  // the request's, with the candidate's defaults applied
+};
+
+double Jitter() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return std::uniform_real_distribution<double>(0.5, 1.5)(rng);
+}
+
+std::string StatusText(const grpc::Status& s) {
+  return absl::StrCat(s.error_message(), " (gRPC code ", static_cast<int>(s.error_code()), ")");
+}
+
+api::TokenLogprob ToApiLogprob(const v1::TokenLogprobs& lp, const common::Tokenizer* tok) {
+  // Piece() gives an empty text for an id outside the vocabulary (a worker that does not
+  // match its tokenizer) instead of reading out of bounds.
+  auto text = [&](int32_t id) {
+    return tok == nullptr ? std::string() : std::string(tok->Piece(id));
+  };
+  api::TokenLogprob out;
+  out.token = text(lp.chosen().token_id());
+  out.logprob = lp.chosen().logprob();
+  out.top.reserve(lp.top_size());
+  for (const v1::TokenLogprob& t : lp.top()) out.top.push_back({text(t.token_id()), t.logprob()});
+  return out;
+}
+
+}  // namespace
+
+// One Generate call to one worker. Owns its ClientContext; keeps itself alive (self_) from
+// Start until gRPC's OnDone, and the Run keeps a reference while it may cancel it.
+class RouterBackend::Call : public grpc::ClientReadReactor<v1::GenerateEvent>,
+                            public std::enable_shared_from_this<Call> {
+ public:
+  Call(std::shared_ptr<Run> run, std::unique_ptr<WorkerPool::CallTicket> ticket, size_t candidate,
+       const common::Tokenizer* tokenizer)
+      : run_(std::move(run)),
+        ticket_(std::move(ticket)),
+        candidate_(candidate),
+        tokenizer_(tokenizer) {}
+
+  void Start(int64_t deadline_ms) {
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(deadline_ms));
+    if (!request_.request_id().empty()) context_.AddMetadata("x-request-id", request_.request_id());
+    self_ = shared_from_this();
+    ticket_->stub->async()->Generate(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  void TryCancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+  v1::GenerateRequest& request() { return request_; }
+  const WorkerPool::CallTicket& ticket() const { return *ticket_; }
+  size_t candidate() const { return candidate_; }
+  const common::Tokenizer* tokenizer() const { return tokenizer_; }
+
+  bool final_seen = false;     // a FinalEvent arrived (later events are ignored)
+  absl::Status early_failure;  // a FinalEvent ERROR/CANCELLED before any token
+
+ private:
+  std::shared_ptr<Run> run_;
+  std::unique_ptr<WorkerPool::CallTicket> ticket_;
+  size_t candidate_;
+  const common::Tokenizer* tokenizer_;
+  grpc::ClientContext context_;
+  v1::GenerateRequest request_;
+  v1::GenerateEvent event_;
+  std::shared_ptr<Call> self_;
+};
+
+// One generation: its candidates, the attempts made, the observer. Steps (Begin, Step, the
+// event and done callbacks of its calls) run one at a time: one call is active at most, and
+// the next step is started only by the previous one. Cancel() may come from any thread.
+class RouterBackend::Run : public std::enable_shared_from_this<Run> {
+ public:
+  Run(RouterBackend* backend, const api::CompletionRequest& request,
+      std::shared_ptr<api::GenerationObserver> observer, std::shared_ptr<const RouterConfig> config)
+      : backend_(backend),
+        request_(request),
+        observer_(std::move(observer)),
+        config_(std::move(config)) {}
+  ~Run() { backend_->Unregister(this); }
+
+  void Begin();
+  void Step();
+  void Cancel();
+  void OnEvent(Call& call, const v1::GenerateEvent& event);
+  void OnCallDone(Call& call, const grpc::Status& status);
+
+ private:
+  absl::StatusOr<const PreparedPrompt*> Prepare(const Candidate& candidate,
+                                                const ModelState& model);
+  void StartCall(const Candidate& candidate, const ServingWorker& worker,
+                 std::unique_ptr<WorkerPool::CallTicket> ticket, const PreparedPrompt& prepared);
+  void NextCandidate();
+  void Retry();
+  void FinishExhausted();
+  void Finish(const absl::Status& status);
+  void FinishEnd(const api::GenerationEnd& end);
+  void StartOnce(const Candidate& candidate);
+  int MaxAttempts() const { return std::max(1, config_->routing.max_attempts); }
+
+  RouterBackend* const backend_;
+  const api::CompletionRequest request_;
+  std::shared_ptr<api::GenerationObserver> observer_;  // dropped once the last event is sent
+  const std::shared_ptr<const RouterConfig> config_;
+  std::vector<Candidate> candidates_;
+  uint64_t affinity_ = 0;
+
+  size_t candidate_ = 0;            // the candidate being tried
+  std::vector<std::string> tried_;  // workers of that candidate already tried
+  absl::flat_hash_map<std::string, PreparedPrompt> prepared_;  // by candidate + digest
+  int attempts_ = 0;                                           // Generate calls started
+  bool started_ = false;                                       // OnStart sent
+  bool done_ = false;                                          // OnEnd or OnError sent
+  size_t fallback_logged_ = 0;  // highest candidate whose first try was logged
+
+  // Why candidates were passed over, for the final status.
+  bool saw_no_worker_ = false;
+  bool saw_saturated_ = false;
+  std::string context_error_;  // the numbers, when a candidate's context was too small
+  int32_t largest_context_ = 0;
+  int exhausted_failures_ = 0;  // attempts refused with RESOURCE_EXHAUSTED
+  int other_failures_ = 0;      // attempts that failed otherwise
+  std::string last_error_;
+
+  std::mutex mu_;  // guards call_ and cancelled_ against Cancel()
+  std::shared_ptr<Call> call_;
+  std::atomic<bool> cancelled_{false};
+};
+
+class RouterBackend::Handle : public api::GenerationHandle {
+ public:
+  explicit Handle(std::weak_ptr<Run> run) : run_(std::move(run)) {}
+  void Cancel() override {
+    if (auto run = run_.lock()) run->Cancel();
+  }
+
+ private:
+  std::weak_ptr<Run> run_;
+};
+
+void RouterBackend::Call::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream ended; OnDone follows
+  run_->OnEvent(*this, event_);
+  event_.Clear();
+  StartRead(&event_);
+}
+
+void RouterBackend::Call::OnDone(const grpc::Status& status) {
+  std::shared_ptr<Run> run = std::move(run_);
+  run->OnCallDone(*this, status);
+  self_.reset();  // last: may destroy this
+}
+
+void RouterBackend::Run::Begin() {
+  absl::StatusOr<std::vector<Candidate>> resolved = ResolveCandidates(request_.model, *config_);
+  if (resolved.ok() && config_->models.empty()) {
+    // Without configured models every name passes resolution; a name no worker has ever
+    // reported is unknown (404), one that some worker served and none serves now is 503.
+    std::erase_if(*resolved,
+                  [&](const Candidate& c) { return !backend_->pool_->EverServed(c.served_name); });
+    if (resolved->empty()) {
+      resolved = api::WithErrorDetail(
+          absl::NotFoundError(absl::StrCat("The model '", request_.model, "' does not exist")),
+          "model", "model_not_found");
+    }
+  }
+  if (!resolved.ok()) {
+    backend_->pool_->metrics().CountRejection(kRejectUnknownModel);
+    Finish(resolved.status());
+    return;
+  }
+  candidates_ = std::move(*resolved);
+  affinity_ = backend_->options_.affinity_key ? backend_->options_.affinity_key(request_) : 0;
+  Step();
+}
+
+void RouterBackend::Run::Cancel() {
+  std::shared_ptr<Call> call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_.exchange(true)) return;
+    call = call_;
+  }
+  // Outside the lock: gRPC may run the call's callbacks inline.
+  if (call) call->TryCancel();
+}
+
+absl::StatusOr<const PreparedPrompt*> RouterBackend::Run::Prepare(const Candidate& candidate,
+                                                                  const ModelState& model) {
+  const std::string key = absl::StrCat(candidate_, "\n", model.tokenizer_digest);
+  if (auto it = prepared_.find(key); it != prepared_.end()) return &it->second;
+  absl::StatusOr<const common::Tokenizer*> tok =
+      backend_->tokenizers_->Get(*model.tokenizer, model.tokenizer_digest);
+  if (!tok.ok()) {
+    return absl::InternalError(
+        absl::StrCat("tokenizer of model '", model.name,
+                     "' from its worker is unusable: ", tok.status().message()));
+  }
+  api::CompletionRequest request = request_;
+  ApplyModelDefaults(candidate.defaults, request);
+  absl::StatusOr<RenderedPrompt> rendered = backend_->renderer_->Render(request, model, **tok);
+  if (!rendered.ok()) return rendered.status();
+  const std::string_view prompt_param =
+      request_.endpoint == api::Endpoint::kChatCompletions ? "messages" : "prompt";
+  if (rendered->token_ids.empty()) {
+    return api::InvalidRequestError(prompt_param, "invalid_value", "The prompt has no tokens");
+  }
+  const int32_t n_vocab = model.n_vocab > 0 ? model.n_vocab : (*tok)->vocab_size();
+  for (int32_t id : rendered->token_ids) {
+    if (id < 0 || id >= n_vocab) {
+      return api::InvalidRequestError(
+          prompt_param, "invalid_value",
+          absl::StrCat("Token id ", id, " is outside the vocabulary of model '", candidate.name,
+                       "' (", n_vocab, " tokens)"));
+    }
+  }
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id < 0 || id >= n_vocab) {
+      return api::InvalidRequestError(
+          absl::StrCat("logit_bias.", id), "invalid_value",
+          absl::StrCat("Token id ", id, " is outside the vocabulary of model '", candidate.name,
+                       "' (", n_vocab, " tokens)"));
+    }
+  }
+  PreparedPrompt& p = prepared_[key];
+  p.tokenizer = *tok;
+  p.prompt = std::move(*rendered);
+  p.sampling = std::move(request.sampling);
+  return &p;
+}
+
+void RouterBackend::Run::Step() {
+  WorkerPool& pool = *backend_->pool_;
+  for (;;) {
+    if (cancelled_.load()) {
+      Finish(absl::CancelledError("generation cancelled"));
+      return;
+    }
+    if (attempts_ >= MaxAttempts() || candidate_ >= candidates_.size()) {
+      FinishExhausted();
+      return;
+    }
+    const Candidate& candidate = candidates_[candidate_];
+    const std::vector<ServingWorker> serving = pool.ModelsServing(candidate.served_name);
+    std::vector<WorkerOption> options(serving.size());
+    std::vector<const PreparedPrompt*> prompts(serving.size(), nullptr);
+    for (size_t i = 0; i < serving.size(); ++i) {
+      const ServingWorker& s = serving[i];
+      WorkerOption& o = options[i];
+      o.worker = s.address;
+      o.available =
+          s.available && std::find(tried_.begin(), tried_.end(), s.address) == tried_.end();
+      o.context_length = s.model->context_length;
+      o.load = s.model->load;
+      o.router_inflight = s.router_inflight;
+      if (!o.available) continue;
+      absl::StatusOr<const PreparedPrompt*> p = Prepare(candidate, *s.model);
+      if (!p.ok()) {
+        Finish(p.status());
+        return;
+      }
+      prompts[i] = *p;
+      o.tokens_needed = static_cast<int64_t>((*p)->prompt.token_ids.size()) +
+                        (request_.max_tokens ? *request_.max_tokens : 1);
+    }
+    const WorkerChoice choice = ChooseWorkers(options, affinity_, backend_->options_.choice);
+    switch (choice.outcome) {
+      case ChoiceOutcome::kNoWorker:
+        if (tried_.empty()) saw_no_worker_ = true;
+        NextCandidate();
+        continue;
+      case ChoiceOutcome::kContextTooSmall: {
+        // The numbers of the candidate that came closest: the largest context among them.
+        if (context_error_.empty() || choice.largest_context > largest_context_) {
+          largest_context_ = choice.largest_context;
+          const int64_t max_tokens = request_.max_tokens ? *request_.max_tokens : 0;
+          const int64_t prompt_tokens = choice.tokens_needed - (max_tokens > 0 ? max_tokens : 1);
+          context_error_ = absl::StrCat(
+              "This model's maximum context length is ", choice.largest_context,
+              " tokens. However, you requested ", prompt_tokens + max_tokens, " tokens (",
+              prompt_tokens, " in the prompt, ", max_tokens,
+              " for the completion). Please reduce the prompt or the completion length.");
+        }
+        NextCandidate();
+        continue;
+      }
+      case ChoiceOutcome::kSaturated:
+        saw_saturated_ = true;
+        NextCandidate();
+        continue;
+      case ChoiceOutcome::kChosen:
+        break;
+    }
+    for (size_t index : choice.order) {
+      std::unique_ptr<WorkerPool::CallTicket> ticket =
+          pool.BeginCall(serving[index].address, candidate.served_name);
+      if (ticket == nullptr) continue;  // its circuit opened since the snapshot
+      StartCall(candidate, serving[index], std::move(ticket), *prompts[index]);
+      return;
+    }
+    if (tried_.empty()) saw_no_worker_ = true;
+    NextCandidate();
+  }
+}
+
+void RouterBackend::Run::NextCandidate() {
+  ++candidate_;
+  tried_.clear();
+}
+
+void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWorker& worker,
+                                   std::unique_ptr<WorkerPool::CallTicket> ticket,
+                                   const PreparedPrompt& prepared) {
+  ++attempts_;
+  WorkerPool& pool = *backend_->pool_;
+  if (attempts_ > 1) pool.metrics().CountRetry();
+  if (candidate_ > 0 && candidate_ > fallback_logged_) {
+    fallback_logged_ = candidate_;
+    pool.metrics().CountFallback(candidates_[0].name, candidate.name);
+    LogRouting(absl::StrCat("request ", request_.request_id, ": fallback from '",
+                            candidates_[0].name, "' to '", candidate.name, "'",
+                            last_error_.empty() ? "" : absl::StrCat(" after: ", last_error_)));
+  }
+  tried_.push_back(worker.address);
+
+  auto call =
+      std::make_shared<Call>(shared_from_this(), std::move(ticket), candidate_, prepared.tokenizer);
+  v1::GenerateRequest& r = call->request();
+  r.set_request_id(request_.request_id);
+  r.set_model(candidate.served_name);
+  r.mutable_prompt_token_ids()->Assign(prepared.prompt.token_ids.begin(),
+                                       prepared.prompt.token_ids.end());
+  v1::SamplingParams& sp = *r.mutable_sampling();
+  const api::SamplingParams& s = prepared.sampling;
+  if (s.temperature) sp.set_temperature(static_cast<float>(*s.temperature));
+  if (s.top_k) sp.set_top_k(*s.top_k);
+  if (s.top_p) sp.set_top_p(static_cast<float>(*s.top_p));
+  if (s.min_p) sp.set_min_p(static_cast<float>(*s.min_p));
+  if (s.presence_penalty != 0) sp.set_presence_penalty(static_cast<float>(s.presence_penalty));
+  if (s.frequency_penalty != 0) sp.set_frequency_penalty(static_cast<float>(s.frequency_penalty));
+  if (s.repetition_penalty) sp.set_repetition_penalty(static_cast<float>(*s.repetition_penalty));
+  if (s.seed) sp.set_seed(static_cast<uint64_t>(*s.seed));
+  for (const auto& [id, bias] : s.logit_bias) (*sp.mutable_logit_bias())[id] = bias;
+  // ChooseWorkers kept only workers where the prompt leaves room for at least one token.
+  const int64_t room = static_cast<int64_t>(worker.model->context_length) -
+                       static_cast<int64_t>(prepared.prompt.token_ids.size());
+  int64_t max_tokens = room;
+  if (request_.max_tokens) {
+    max_tokens = *request_.max_tokens;
+  } else if (candidate.defaults.max_tokens) {
+    max_tokens = std::min<int64_t>(*candidate.defaults.max_tokens, room);
+  }
+  sp.set_max_tokens(static_cast<int32_t>(std::max<int64_t>(1, max_tokens)));
+  for (int32_t id : prepared.prompt.stop_token_ids) sp.add_stop_token_ids(id);
+  for (const std::string& stop : request_.stop) sp.add_stop_strings(stop);
+  if (request_.logprobs) sp.set_logprobs(true);
+  if (request_.top_logprobs > 0) sp.set_top_logprobs(request_.top_logprobs);
+
+  bool cancel_now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_ = call;
+    cancel_now = cancelled_.load();
+  }
+  call->Start(backend_->options_.generate_deadline_ms);
+  if (cancel_now) call->TryCancel();
+}
+
+void RouterBackend::Run::StartOnce(const Candidate& candidate) {
+  if (started_) return;
+  started_ = true;
+  observer_->OnStart(api::GenerationStart{candidate.name});
+}
+
+void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
+  if (call.final_seen || done_) return;  // nothing after the final event counts
+  const Candidate& candidate = candidates_[call.candidate()];
+  switch (event.event_case()) {
+    case v1::GenerateEvent::kTokenEvent: {
+      const v1::TokenEvent& t = event.token_event();
+      StartOnce(candidate);
+      api::GenerationDelta delta;
+      delta.text = t.text();
+      delta.tokens = t.token_ids_size();
+      if (request_.logprobs) {
+        delta.logprobs.reserve(t.logprobs_size());
+        for (const v1::TokenLogprobs& lp : t.logprobs()) {
+          delta.logprobs.push_back(ToApiLogprob(lp, call.tokenizer()));
+        }
+      }
+      observer_->OnDelta(std::move(delta));
+      return;
+    }
+    case v1::GenerateEvent::kFinalEvent: {
+      call.final_seen = true;
+      const v1::FinalEvent& f = event.final_event();
+      if (f.finish_reason() == v1::FINISH_REASON_STOP ||
+          f.finish_reason() == v1::FINISH_REASON_LENGTH) {
+        StartOnce(candidate);
+        api::GenerationEnd end;
+        end.finish_reason = f.finish_reason() == v1::FINISH_REASON_STOP
+                                ? api::FinishReason::kStop
+                                : api::FinishReason::kLength;
+        end.usage.prompt_tokens = f.usage().prompt_tokens();
+        end.usage.completion_tokens = f.usage().completion_tokens();
+        end.usage.cached_tokens = f.usage().cached_prompt_tokens();
+        FinishEnd(end);
+        return;
+      }
+      // ERROR, CANCELLED (a worker shutting down) or a reason this build does not know.
+      const std::string why = absl::StrCat(
+          "worker ", call.ticket().address, " ended the sequence with ",
+          v1::FinishReason_IsValid(f.finish_reason()) ? v1::FinishReason_Name(f.finish_reason())
+                                                      : absl::StrCat(f.finish_reason()),
+          f.message().empty() ? "" : absl::StrCat(": ", f.message()));
+      const absl::Status status = f.finish_reason() == v1::FINISH_REASON_CANCELLED
+                                      ? absl::UnavailableError(why)
+                                      : absl::InternalError(why);
+      if (!started_) {
+        call.early_failure = status;  // retried when the call is done
+      } else {
+        backend_->pool_->metrics().CountErrorAfterStart();
+        LogRouting(
+            absl::StrCat("request ", request_.request_id, ": error after the first token: ", why));
+        Finish(status);
+      }
+      return;
+    }
+    default:
+      return;  // a newer kind of event: skipped (proto/README.md)
+  }
+}
+
+void RouterBackend::Run::OnCallDone(Call& call, const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (call_.get() == &call) call_.reset();
+  }
+  WorkerPool& pool = *backend_->pool_;
+  const WorkerPool::CallTicket& ticket = call.ticket();
+  const bool cancelled = cancelled_.load();
+  const std::string where =
+      absl::StrCat("worker ", ticket.address, " (model '", ticket.model, "')");
+
+  if (done_) {
+    // The final event was delivered (or an error after it was reported).
+    const bool clean = status.ok() && call.final_seen && call.early_failure.ok();
+    pool.EndCall(ticket,
+                 clean       ? CallOutcome::kSuccess
+                 : cancelled ? CallOutcome::kNeutral
+                             : CallOutcome::kFailure,
+                 StatusText(status));
+    return;
+  }
+  if (started_) {
+    if (cancelled) {
+      pool.EndCall(ticket, CallOutcome::kNeutral);
+      Finish(absl::CancelledError("generation cancelled"));
+      return;
+    }
+    const std::string why = status.ok() ? "the stream ended without a final event"
+                                        : absl::StrCat("the stream broke: ", StatusText(status));
+    pool.EndCall(ticket, CallOutcome::kFailure, why);
+    pool.metrics().CountErrorAfterStart();
+    LogRouting(absl::StrCat("request ", request_.request_id, ": error after the first token on ",
+                            where, ": ", why));
+    Finish(absl::UnavailableError(absl::StrCat(where, " failed during generation: ", why)));
+    return;
+  }
+  if (cancelled) {
+    pool.EndCall(ticket, CallOutcome::kNeutral);
+    Finish(absl::CancelledError("generation cancelled"));
+    return;
+  }
+
+  // Before the first token: decide between passing the error on and trying elsewhere.
+  absl::Status failure;
+  if (!status.ok()) {
+    failure =
+        absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  } else if (!call.early_failure.ok()) {
+    failure = call.early_failure;
+  } else {
+    failure = absl::InternalError("the stream ended without a final event");
+  }
+  last_error_ = absl::StrCat(where, ": ", failure.ToString());
+  switch (failure.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      // The router should have caught it: a router/worker version skew.
+      LogRouting(
+          absl::StrCat("request ", request_.request_id, ": ", where,
+                       " refused the request as invalid (version skew?): ", failure.message()));
+      pool.EndCall(ticket, CallOutcome::kSuccess);
+      Finish(failure);
+      return;
+    case absl::StatusCode::kOutOfRange:
+      pool.EndCall(ticket, CallOutcome::kSuccess);
+      Finish(failure);
+      return;
+    case absl::StatusCode::kDeadlineExceeded:
+      pool.EndCall(ticket, CallOutcome::kNeutral);
+      Finish(absl::DeadlineExceededError(absl::StrCat(where, " did not start in time")));
+      return;
+    case absl::StatusCode::kNotFound:
+      // The worker no longer serves the model: refresh what we know and move on.
+      pool.EndCall(ticket, CallOutcome::kSuccess);
+      pool.PollSoon();
+      LogRouting(absl::StrCat("request ", request_.request_id, ": ", where,
+                              " does not serve the model (NOT_FOUND); next candidate"));
+      ++other_failures_;
+      NextCandidate();
+      Retry();
+      return;
+    case absl::StatusCode::kResourceExhausted:
+      pool.EndCall(ticket, CallOutcome::kNeutral);
+      ++exhausted_failures_;
+      Retry();
+      return;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kCancelled:  // not ours: the worker or the transport cancelled
+      pool.EndCall(ticket, CallOutcome::kFailure, failure.ToString());
+      ++other_failures_;
+      LogRouting(absl::StrCat("request ", request_.request_id, ": attempt ", attempts_, " on ",
+                              where, " failed before the first token: ", failure.ToString()));
+      Retry();
+      return;
+    default:
+      pool.EndCall(ticket, CallOutcome::kSuccess);
+      Finish(
+          absl::InternalError(absl::StrCat(where, " refused the request: ", failure.ToString())));
+      return;
+  }
+}
+
+void RouterBackend::Run::Retry() {
+  if (attempts_ >= MaxAttempts()) {
+    FinishExhausted();
+    return;
+  }
+  const int64_t base = std::max<int64_t>(0, config_->routing.retry_backoff_ms);
+  const int shift = std::min(attempts_ - 1, 16);
+  const double ms = std::min<double>(static_cast<double>(base) * (int64_t{1} << shift) * Jitter(),
+                                     static_cast<double>(backend_->options_.max_backoff_ms));
+  std::shared_ptr<Run> self = shared_from_this();
+  backend_->timer_.RunAfter(absl::Milliseconds(ms), [self] { self->Step(); });
+}
+
+void RouterBackend::Run::FinishExhausted() {
+  RoutingMetrics& metrics = backend_->pool_->metrics();
+  const std::string& model = request_.model;
+  absl::Status status;
+  if (exhausted_failures_ + other_failures_ > 0) {
+    if (other_failures_ == 0) {
+      metrics.CountRejection(kRejectSaturated);
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "Every worker for model '", model, "' is at capacity; retry later (", last_error_, ")"));
+    } else {
+      metrics.CountRejection(kRejectExhausted);
+      status =
+          absl::UnavailableError(absl::StrCat("No worker could serve model '", model, "' after ",
+                                              attempts_, " attempt(s); last: ", last_error_));
+    }
+  } else if (saw_saturated_) {
+    metrics.CountRejection(kRejectSaturated);
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("Every worker for model '", model, "' is saturated; retry later"));
+  } else if (saw_no_worker_) {
+    metrics.CountRejection(kRejectNoWorker);
+    status = absl::UnavailableError(absl::StrCat("No worker is available for model '", model, "'"));
+  } else if (!context_error_.empty()) {
+    metrics.CountRejection(kRejectContext);
+    status = api::WithErrorDetail(
+        absl::InvalidArgumentError(context_error_),
+        request_.endpoint == api::Endpoint::kChatCompletions ? "messages" : "prompt",
+        "context_length_exceeded");
+  } else {
+    metrics.CountRejection(kRejectNoWorker);
+    status = absl::UnavailableError(absl::StrCat("No worker is available for model '", model, "'"));
+  }
+  LogRouting(absl::StrCat("request ", request_.request_id, ": refused: ", status.ToString()));
+  Finish(status);
+}
+
+void RouterBackend::Run::Finish(const absl::Status& status) {
+  if (done_) return;
+  done_ = true;
+  std::shared_ptr<api::GenerationObserver> observer = std::move(observer_);
+  observer->OnError(status);
+}
+
+void RouterBackend::Run::FinishEnd(const api::GenerationEnd& end) {
+  if (done_) return;
+  done_ = true;
+  std::shared_ptr<api::GenerationObserver> observer = std::move(observer_);
+  observer->OnEnd(end);
+}
+
+RouterBackend::RouterBackend(ConfigSource config, WorkerPool* pool, TokenizerProvider* tokenizers,
+                             const PromptRenderer* renderer, RouterBackendOptions options)
+    : config_(std::move(config)),
+      pool_(pool),
+      tokenizers_(tokenizers),
+      renderer_(renderer),
+      options_(std::move(options)) {}
+
+RouterBackend::~RouterBackend() {
+  std::vector<std::shared_ptr<Run>> live;
+  {
+    std::lock_guard<std::mutex> lock(runs_mu_);
+    shutting_down_ = true;
+    for (auto& [ptr, weak] : runs_) {
+      if (auto run = weak.lock()) live.push_back(std::move(run));
+    }
+  }
+  for (const auto& run : live) run->Cancel();
+  live.clear();
+  // Runs waiting out a backoff step at once (and see the cancel).
+  timer_.Shutdown();
+  std::unique_lock<std::mutex> lock(runs_mu_);
+  runs_cv_.wait(lock, [&] { return runs_.empty(); });
+}
+
+void RouterBackend::Register(const std::shared_ptr<Run>& run) {
+  std::lock_guard<std::mutex> lock(runs_mu_);
+  runs_.emplace(run.get(), run);
+}
+
+void RouterBackend::Unregister(Run* run) {
+  std::lock_guard<std::mutex> lock(runs_mu_);
+  runs_.erase(run);
+  runs_cv_.notify_all();  // under the lock: the destructor may be waiting to return
+}
+
+int64_t RouterBackend::active_generations() const {
+  std::lock_guard<std::mutex> lock(runs_mu_);
+  return static_cast<int64_t>(runs_.size());
+}
+
+std::unique_ptr<api::GenerationHandle> RouterBackend::Generate(
+    const api::CompletionRequest& request, std::shared_ptr<api::GenerationObserver> observer) {
+  auto run = std::make_shared<Run>(this, request, std::move(observer), config_());
+  bool shutting_down;
+  {
+    std::lock_guard<std::mutex> lock(runs_mu_);
+    shutting_down = shutting_down_;
+  }
+  Register(run);
+  if (shutting_down) {
+    run->Cancel();
+  }
+  auto handle = std::make_unique<Handle>(run);
+  run->Begin();
+  return handle;
+}
+
+}  // namespace deltaserve::router

@@ -1,0 +1,31 @@
+#pragma once
+// api::RouterState from the routing layer: the models clients may name (configured models and
+// aliases; with no models configured, what the reachable workers serve, plus aliases),
+// readiness (at least one worker available), and the routing metrics with worker gauges.
+
+#include <cstdint>
+#include <vector>
+
+#include "router/api/router_state.h"
+#include "router/routing/router_backend.h"
+#include "router/routing/worker_pool.h"
+
+namespace deltaserve::router {
+
+class RoutingState : public api::RouterState {
+ public:
+  // `pool` must outlive this. `created` is the `created` of every model card (Unix seconds;
+  // the router's start time).
+  RoutingState(ConfigSource config, const WorkerPool* pool, int64_t created);
+
+  std::vector<api::ModelCard> Models() const override;
+  api::Readiness Ready() const override;
+  void WriteMetrics(api::PrometheusText& out) const override;
+
+ private:
+  ConfigSource config_;
+  const WorkerPool* pool_;
+  int64_t created_;
+};
+
+}  // namespace deltaserve::router

@@ -1,0 +1,187 @@
+#include "tests/router/scripted_worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "common/byte_level.h"
+
+namespace deltaserve::router::testing {
+
+namespace v1 = ::deltaserve::v1;
+
+class ScriptedWorker::Service final : public v1::Worker::Service {
+ public:
+  explicit Service(ScriptedWorker* owner) : w_(owner) {}
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateEvent>* writer) override {
+    ++w_->generate_calls_;
+    GenerateScript script;
+    bool draining;
+    {
+      std::lock_guard<std::mutex> lock(w_->mu_);
+      w_->last_request_ = *request;
+      auto it = context->client_metadata().find("x-request-id");
+      w_->last_request_id_metadata_ = it == context->client_metadata().end()
+                                          ? ""
+                                          : std::string(it->second.data(), it->second.size());
+      script = w_->script_;
+      draining = w_->draining_;
+    }
+    if (draining) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining");
+    if (script.refuse != grpc::StatusCode::OK) {
+      return grpc::Status(script.refuse, "scripted refusal");
+    }
+    bool served = false;
+    {
+      std::lock_guard<std::mutex> lock(w_->mu_);
+      for (const ScriptedModel& m : w_->models_) served |= m.name == request->model();
+    }
+    if (!served) return grpc::Status(grpc::StatusCode::NOT_FOUND, "model not served");
+    int sent = 0;
+    for (const std::string& piece : script.pieces) {
+      if (sent == script.break_after) return grpc::Status(script.break_code, "scripted break");
+      v1::GenerateEvent event;
+      v1::TokenEvent* t = event.mutable_token_event();
+      const int32_t id = piece.empty() ? 0 : static_cast<unsigned char>(piece[0]);
+      t->add_token_ids(id);
+      t->set_text(piece);
+      if (request->sampling().logprobs()) {
+        v1::TokenLogprobs* lp = t->add_logprobs();
+        lp->mutable_chosen()->set_token_id(id);
+        lp->mutable_chosen()->set_logprob(-0.5f);
+        for (int k = 0; k < request->sampling().top_logprobs(); ++k) {
+          v1::TokenLogprob* top = lp->add_top();
+          top->set_token_id('a' + k);
+          top->set_logprob(-1.0f - k);
+        }
+      }
+      if (!writer->Write(event)) return grpc::Status(grpc::StatusCode::CANCELLED, "gone");
+      ++sent;
+      if (script.hold_after_first && sent == 1) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!context->IsCancelled() && std::chrono::steady_clock::now() < give_up) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (context->IsCancelled()) {
+          std::lock_guard<std::mutex> lock(w_->mu_);
+          w_->cancel_seen_ = true;
+          w_->cv_.notify_all();
+        }
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      }
+    }
+    v1::GenerateEvent final_event;
+    v1::FinalEvent* f = final_event.mutable_final_event();
+    f->set_finish_reason(script.finish);
+    f->mutable_usage()->set_prompt_tokens(request->prompt_token_ids_size());
+    f->mutable_usage()->set_cached_prompt_tokens(script.cached_prompt_tokens);
+    f->mutable_usage()->set_completion_tokens(sent);
+    writer->Write(final_event);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetWorkerInfo(grpc::ServerContext* /*context*/, const v1::WorkerInfoRequest* request,
+                             v1::WorkerInfo* info) override {
+    std::lock_guard<std::mutex> lock(w_->mu_);
+    if (w_->info_fails_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "scripted outage");
+    info->set_worker_id(w_->address());
+    info->set_device("cpu");
+    info->set_draining(w_->draining_);
+    if (request->include_tokenizer()) ++w_->tokenizer_fetches_;
+    for (const ScriptedModel& m : w_->models_) {
+      if (request->models_size() > 0 &&
+          std::find(request->models().begin(), request->models().end(), m.name) ==
+              request->models().end()) {
+        continue;
+      }
+      v1::ModelInfo* mi = info->add_models();
+      mi->set_name(m.name);
+      mi->set_architecture("qwen35");
+      mi->set_context_length(m.context_length);
+      mi->set_n_vocab(256);
+      mi->set_max_parallel_sequences(m.max_parallel);
+      mi->set_tokenizer_digest(m.tokenizer_digest);
+      mi->set_chat_template("{{ scripted }}");
+      mi->mutable_load()->set_running_sequences(m.running);
+      mi->mutable_load()->set_waiting_sequences(m.waiting);
+      mi->mutable_load()->set_free_kv_pages(m.free_kv_pages);
+      mi->mutable_load()->set_total_kv_pages(m.total_kv_pages);
+      if (request->include_tokenizer()) *mi->mutable_tokenizer() = ByteTokenizer();
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  ScriptedWorker* w_;
+};
+
+ScriptedWorker::ScriptedWorker(std::vector<ScriptedModel> models)
+    : service_(std::make_unique<Service>(this)), models_(std::move(models)) {}
+
+ScriptedWorker::~ScriptedWorker() { Stop(); }
+
+void ScriptedWorker::Start(int port) {
+  grpc::ServerBuilder builder;
+  int chosen = 0;
+  builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
+                           &chosen);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  port_ = chosen;
+}
+
+void ScriptedWorker::Stop() {
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+    server_.reset();
+  }
+}
+
+std::string ScriptedWorker::address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+void ScriptedWorker::SetScript(GenerateScript script) {
+  std::lock_guard<std::mutex> lock(mu_);
+  script_ = std::move(script);
+}
+void ScriptedWorker::SetModels(std::vector<ScriptedModel> models) {
+  std::lock_guard<std::mutex> lock(mu_);
+  models_ = std::move(models);
+}
+void ScriptedWorker::SetDraining(bool draining) {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = draining;
+}
+void ScriptedWorker::SetInfoFails(bool fails) {
+  std::lock_guard<std::mutex> lock(mu_);
+  info_fails_ = fails;
+}
+
+v1::GenerateRequest ScriptedWorker::last_request() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_request_;
+}
+std::string ScriptedWorker::last_request_id_metadata() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_request_id_metadata_;
+}
+
+bool ScriptedWorker::WaitForCancel(int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return cancel_seen_; });
+}
+
+v1::Tokenizer ScriptedWorker::ByteTokenizer() {
+  v1::Tokenizer t;
+  t.set_model("gpt2");
+  t.set_pre("qwen35");
+  for (int b = 0; b < 256; ++b) {
+    t.add_tokens(common::ByteLevelEncode(std::string(1, static_cast<char>(b))));
+    t.add_token_types(v1::TOKEN_TYPE_NORMAL);
+  }
+  return t;
+}
+
+}  // namespace deltaserve::router::testing

@@ -1,0 +1,91 @@
+#pragma once
+// TEST DOUBLE — not a worker. An in-process grpc::Server on 127.0.0.1 (port chosen by gRPC, or
+// a given one to come back on after Stop) implementing deltaserve.v1.Worker for the routing
+// tests: GetWorkerInfo reports scripted models, load and a small byte-level tokenizer (256
+// single-byte tokens, digest fixed); Generate streams scripted text pieces, or refuses with a
+// status, fails after N tokens, or holds after the first token until the client cancels. It
+// records calls, requests and cancels. The real worker is worker/service/.
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "deltaserve/v1/worker.grpc.pb.h"
+
+namespace deltaserve::router::testing {
+
+struct ScriptedModel {
+  std::string name = "m";
+  int32_t context_length = 4096;
+  int32_t max_parallel = 4;
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t free_kv_pages = 100;
+  int64_t total_kv_pages = 100;
+  std::string tokenizer_digest = "bytes-v1";
+};
+
+struct GenerateScript {
+  std::vector<std::string> pieces = {"Hel", "lo", "!"};  // one TokenEvent each
+  // Refuse every call with this status before any event (OK: don't).
+  grpc::StatusCode refuse = grpc::StatusCode::OK;
+  // After this many pieces end the call with `break_code` and no final event (-1: never).
+  int break_after = -1;
+  grpc::StatusCode break_code = grpc::StatusCode::INTERNAL;
+  // After the first piece, wait until the client cancels.
+  bool hold_after_first = false;
+  deltaserve::v1::FinishReason finish = deltaserve::v1::FINISH_REASON_STOP;
+  int32_t cached_prompt_tokens = 0;
+};
+
+class ScriptedWorker {
+ public:
+  explicit ScriptedWorker(std::vector<ScriptedModel> models);
+  ~ScriptedWorker();
+
+  // Starts serving on 127.0.0.1:`port` (0: any free port, remembered for a restart).
+  void Start(int port = 0);
+  // Shuts the server down at once (streams in flight are cut).
+  void Stop();
+  std::string address() const;
+  int port() const { return port_; }
+
+  void SetScript(GenerateScript script);
+  void SetModels(std::vector<ScriptedModel> models);
+  void SetDraining(bool draining);
+  void SetInfoFails(bool fails);  // GetWorkerInfo answers UNAVAILABLE
+
+  int generate_calls() const { return generate_calls_.load(); }
+  int tokenizer_fetches() const { return tokenizer_fetches_.load(); }
+  deltaserve::v1::GenerateRequest last_request() const;
+  std::string last_request_id_metadata() const;
+  // True once a held Generate saw ServerContext::IsCancelled().
+  bool WaitForCancel(int timeout_ms);
+
+  // The test vocabulary: token id b is the single byte b.
+  static deltaserve::v1::Tokenizer ByteTokenizer();
+
+ private:
+  class Service;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<ScriptedModel> models_;
+  GenerateScript script_;
+  bool draining_ = false;
+  bool info_fails_ = false;
+  bool cancel_seen_ = false;
+  deltaserve::v1::GenerateRequest last_request_;
+  std::string last_request_id_metadata_;
+  std::atomic<int> generate_calls_{0};
+  std::atomic<int> tokenizer_fetches_{0};
+};
+
+}  // namespace deltaserve::router::testing
