@@ -179,6 +179,7 @@ void HandleCompletion(Endpoint endpoint, std::shared_ptr<http::HttpExchange> exc
     return;
   }
   parsed->request_id = http_request.request_id;
+  parsed->authorization = std::string(http_request.Header("Authorization"));
   auto session = std::make_shared<CompletionSession>(exchange, *parsed, metrics);
   std::weak_ptr<CompletionSession> weak = session;
   exchange->OnClientGone([weak] {

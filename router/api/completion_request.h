@@ -63,6 +63,7 @@ struct CompletionRequest {
   std::string user;
 
   std::string request_id;  // the HTTP request's id (X-Request-Id), for logs and the worker
+  std::string authorization;  // the Authorization header as sent (API keys); never logged
 };
 
 }  // namespace deltaserve::router::api

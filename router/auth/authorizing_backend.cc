@@ -1,0 +1,81 @@
+#include "router/auth/authorizing_backend.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace deltaserve::router::auth {
+namespace {
+
+// A handle for a request refused before it reached the backend.
+class NoHandle : public api::GenerationHandle {
+ public:
+  void Cancel() override {}
+};
+
+// Passes every event through and refunds unused tokens when the generation ends.
+class RefundingObserver : public api::GenerationObserver {
+ public:
+  RefundingObserver(std::shared_ptr<api::GenerationObserver> inner,
+                    std::shared_ptr<ApiKeyAuthority> authority, ApiKeyIdentity who,
+                    int64_t charged)
+      : inner_(std::move(inner)),
+        authority_(std::move(authority)),
+        who_(std::move(who)),
+        charged_(charged) {}
+
+  void OnStart(const api::GenerationStart& start) override { inner_->OnStart(start); }
+  void OnDelta(api::GenerationDelta delta) override { inner_->OnDelta(std::move(delta)); }
+  void OnEnd(const api::GenerationEnd& end) override {
+    const int64_t used = end.usage.prompt_tokens + end.usage.completion_tokens;
+    if (charged_ > used) authority_->Refund(who_, charged_ - used);
+    inner_->OnEnd(end);
+  }
+  void OnError(const absl::Status& status) override {
+    // Nothing (or little) was generated: the whole charge goes back.
+    authority_->Refund(who_, charged_);
+    inner_->OnError(status);
+  }
+
+ private:
+  std::shared_ptr<api::GenerationObserver> inner_;
+  std::shared_ptr<ApiKeyAuthority> authority_;
+  ApiKeyIdentity who_;
+  int64_t charged_;
+};
+
+}  // namespace
+
+AuthorizingBackend::AuthorizingBackend(api::CompletionBackend& inner, AuthorityGetter authority)
+    : inner_(inner), authority_(std::move(authority)) {}
+
+int64_t AuthorizingBackend::EstimatedTokens(const api::CompletionRequest& request,
+                                            int64_t default_max) {
+  int64_t bytes = static_cast<int64_t>(request.prompt.size());
+  for (const api::ChatMessage& m : request.messages) {
+    bytes += static_cast<int64_t>(m.content.size() + m.tool_calls_json.size());
+  }
+  const int64_t prompt = request.prompt_is_tokens
+                             ? static_cast<int64_t>(request.prompt_tokens.size())
+                             : (bytes + 3) / 4;
+  return prompt + request.max_tokens.value_or(default_max);
+}
+
+std::unique_ptr<api::GenerationHandle> AuthorizingBackend::Generate(
+    const api::CompletionRequest& request, std::shared_ptr<api::GenerationObserver> observer) {
+  std::shared_ptr<ApiKeyAuthority> authority = authority_();
+  if (authority == nullptr || authority->open()) return inner_.Generate(request, observer);
+  absl::StatusOr<ApiKeyIdentity> who = authority->Authenticate(request.authorization);
+  absl::Status status = who.ok() ? authority->Authorize(*who, request.model) : who.status();
+  // A request without max_tokens is charged 16 output tokens up front; the limit is on what
+  // was admitted, not on what a generation later turns out to use.
+  const int64_t charge = EstimatedTokens(request, 16);
+  if (status.ok()) status = authority->Admit(*who, charge);
+  if (!status.ok()) {
+    observer->OnError(status);
+    return std::make_unique<NoHandle>();
+  }
+  return inner_.Generate(request, std::make_shared<RefundingObserver>(std::move(observer),
+                                                                      authority, *who, charge));
+}
+
+}  // namespace deltaserve::router::auth
