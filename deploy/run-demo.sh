@@ -1,23 +1,96 @@
 #!/usr/bin/env bash
-# The main job, for now: build the release tools, then show what DeltaServe reads from a model
-# file (GGUF summary and layer plan) and a tokenization round trip with that file's tokenizer.
-# Later issues turn this into router + CPU worker + a sample OpenAI request.
-# Usage: deploy/run-demo.sh [MODEL.gguf] [TEXT]
+# The main job: build DeltaServe, start a CPU worker with a model and the router on 127.0.0.1,
+# wait until the router is ready, and stream one chat answer with curl through the OpenAI API.
+# Then keep serving until Ctrl-C, which drains both processes and exits cleanly.
+#
+# Usage: deploy/run-demo.sh [--model PATH.gguf] [--prompt TEXT] [--once] [--threads N]
+#   --model   a Qwen3.5 GGUF file; without it a random-weight model with the real 0.8B shapes is
+#             made once with deltaserve-synth (build/demo/synth-0.8b-q4_k_m.gguf, ~430 MB), so its
+#             answer is fluent-looking nonsense: the point is the path, not the text
+#   --once    stop after the sample answer instead of serving until Ctrl-C
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=${1:-${DELTASERVE_GOLDEN_DIR:-../shared/golden}/tiny-moe-f32.gguf}
-text=${2:-"Hello, 世界! <think>Let me think.</think> 🦙"}
+repo=$(pwd)
+golden=${DELTASERVE_GOLDEN_DIR:-$repo/../shared/golden}
+model=""
+prompt="Write a haiku about recurrent state."
+once=0
+threads=$(nproc)
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --model) model=$2; shift 2 ;;
+    --prompt) prompt=$2; shift 2 ;;
+    --once) once=1; shift ;;
+    --threads) threads=$2; shift 2 ;;
+    *) echo "run-demo: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
 
+echo "== building (release preset)"
 cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)" --target deltaserve-gguf
-gguf=build/release/common/deltaserve-gguf
+cmake --build --preset release -j "$(nproc)" --target deltaserve-worker deltaserve-router \
+  deltaserve-synth
+bin=$repo/build/release
 
-echo "== $gguf info $model (summary)"
-"$gguf" info "$model" | sed -n '1,2p;/^totals by type/,$p'
+if [[ -z "$model" ]]; then
+  model=$repo/build/demo/synth-0.8b-q4_k_m.gguf
+  if [[ ! -f "$model" ]]; then
+    echo "== no --model given: making a random-weight 0.8B model once ($model)"
+    mkdir -p "$(dirname "$model")"
+    "$bin/worker/deltaserve-synth" --preset 0.8b --type q4_k_m \
+      --vocab-from "$golden/qwen3-vocab-qwen35pre.gguf" -o "$model.tmp"
+    mv "$model.tmp" "$model"
+  fi
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+worker_port=$(free_port)
+router_port=$(free_port)
+logs=$repo/build/demo
+mkdir -p "$logs"
+
+"$bin/worker/deltaserve-worker" --model "demo=$model" --listen "127.0.0.1:$worker_port" \
+  --device cpu --threads "$threads" --ctx 4096 --parallel 4 --metrics-port 0 \
+  2> "$logs/worker.log" &
+worker_pid=$!
+router_pid=""
+stop() {
+  trap - INT TERM EXIT
+  echo
+  echo "== stopping: the router and the worker drain, then exit"
+  [[ -n "$router_pid" ]] && kill -TERM "$router_pid" 2>/dev/null || true
+  [[ -n "$router_pid" ]] && wait "$router_pid" 2>/dev/null || true
+  kill -TERM "$worker_pid" 2>/dev/null || true
+  wait "$worker_pid" 2>/dev/null || true
+  echo "== stopped (logs: $logs/worker.log, $logs/router.log)"
+}
+trap stop INT TERM EXIT
+
+echo "== worker on 127.0.0.1:$worker_port (log: $logs/worker.log), loading $model"
+"$bin/router/deltaserve-router" --listen "127.0.0.1:$router_port" \
+  --worker "127.0.0.1:$worker_port" 2> "$logs/router.log" &
+router_pid=$!
+
+echo "== router on 127.0.0.1:$router_port: waiting until ready"
+for _ in $(seq 1 600); do
+  if curl -sf "http://127.0.0.1:$router_port/ready" >/dev/null; then break; fi
+  if ! kill -0 "$worker_pid" 2>/dev/null || ! kill -0 "$router_pid" 2>/dev/null; then
+    echo "run-demo: a process exited; last lines of the logs:" >&2
+    tail -n 20 "$logs/worker.log" "$logs/router.log" >&2
+    exit 1
+  fi
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:$router_port/ready" >/dev/null || { echo "run-demo: not ready" >&2; exit 1; }
+
+body=$(python3 -c 'import json,sys; print(json.dumps({"model": "demo", "stream": True,
+  "max_tokens": 48, "messages": [{"role": "user", "content": sys.argv[1]}]}))' "$prompt")
+echo "== POST /v1/chat/completions (stream): $prompt"
+echo "\$ curl -N http://127.0.0.1:$router_port/v1/chat/completions -d '$body'"
+curl -sN "http://127.0.0.1:$router_port/v1/chat/completions" \
+  -H 'Content-Type: application/json' -d "$body"
 echo
-echo "== tokenize: $text"
-"$gguf" tokenize "$model" "$text"
-ids=$("$gguf" tokenize "$model" "$text" --json | python3 -c 'import json,sys; print(" ".join(map(str, json.load(sys.stdin)["ids"])))')
-echo
-echo "== detokenize: $ids"
-"$gguf" detokenize "$model" $ids
+
+if [[ $once -eq 1 ]]; then exit 0; fi
+echo "== serving the OpenAI API on http://127.0.0.1:$router_port/v1 (model \"demo\"); Ctrl-C stops"
+wait "$router_pid"

@@ -1,0 +1,47 @@
+#include "router/chat/qwen_prompt_renderer.h"
+
+#include "absl/strings/str_cat.h"
+#include "router/chat/qwen_chat_template.h"
+
+namespace deltaserve::router::chat {
+
+absl::StatusOr<RenderedPrompt> QwenPromptRenderer::Render(const api::CompletionRequest& request,
+                                                          const ModelState& model,
+                                                          const common::Tokenizer& tokenizer) const {
+  RenderedPrompt out;
+  const bool add_bos = model.tokenizer != nullptr && model.tokenizer->special().add_bos() &&
+                       tokenizer.bos_id() >= 0;
+  if (add_bos) out.token_ids.push_back(tokenizer.bos_id());
+  if (request.endpoint == api::Endpoint::kChatCompletions) {
+    ChatOptions options;
+    options.enable_thinking = request.enable_thinking.value_or(true);
+    options.tools_json = request.tools_json;
+    absl::StatusOr<std::string> text = RenderChat(request.messages, options);
+    if (!text.ok()) return text.status();
+    const std::vector<int32_t> ids = tokenizer.Encode(*text, /*parse_special=*/true);
+    out.token_ids.insert(out.token_ids.end(), ids.begin(), ids.end());
+    const int32_t im_end = tokenizer.Find("<|im_end|>");
+    if (im_end >= 0) out.stop_token_ids.push_back(im_end);
+  } else if (request.prompt_is_tokens) {
+    for (int32_t id : request.prompt_tokens) {
+      if (id < 0 || id >= model.n_vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt: token id ", id, " outside the vocabulary (", model.n_vocab, ")"));
+      }
+    }
+    out.token_ids.insert(out.token_ids.end(), request.prompt_tokens.begin(),
+                         request.prompt_tokens.end());
+  } else {
+    // Text completions: control-token text in the prompt is ordinary text (as OpenAI does).
+    const std::vector<int32_t> ids = tokenizer.Encode(request.prompt, /*parse_special=*/false);
+    out.token_ids.insert(out.token_ids.end(), ids.begin(), ids.end());
+  }
+  if (out.token_ids.empty()) {
+    return absl::InvalidArgumentError(request.endpoint == api::Endpoint::kChatCompletions
+                                          ? "messages: the rendered prompt is empty"
+                                          : "prompt: the prompt is empty");
+  }
+  return out;
+}
+
+}  // namespace deltaserve::router::chat

@@ -1,0 +1,224 @@
+// deltaserve-router: the OpenAI-compatible front door. HTTP/1.1 + SSE for clients
+// (router/http, router/api), API keys (router/auth), aliases, fallbacks and worker choice over
+// gRPC (router/routing), Qwen chat rendering with the tokenizer the workers send (router/chat).
+// Holds no weights. SIGHUP reloads --config without dropping requests; SIGTERM / SIGINT drain
+// (new requests refused, /ready 503, streams in flight finish) and exit 0.
+//
+//   deltaserve-router --listen 127.0.0.1:8080 --worker 127.0.0.1:50051 [--config router.yaml]
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "router/api/api_metrics.h"
+#include "router/api/openai_api.h"
+#include "router/api/openai_response.h"
+#include "router/auth/api_key_authority.h"
+#include "router/auth/authorizing_backend.h"
+#include "router/chat/qwen_prompt_renderer.h"
+#include "router/chat/tokenizer_from_proto.h"
+#include "router/config/router_config.h"
+#include "router/config/router_config_validation.h"
+#include "router/config/router_config_yaml.h"
+#include "router/http/http_server.h"
+#include "router/routing/router_backend.h"
+#include "router/routing/routing_state.h"
+#include "router/routing/tokenizer_provider.h"
+#include "router/routing/worker_pool.h"
+
+namespace deltaserve::router {
+namespace {
+
+std::atomic<int> g_signal{0};
+std::atomic<int> g_reload{0};
+void OnSignal(int sig) { g_signal = sig; }
+void OnHangup(int) { ++g_reload; }
+
+struct Flags {
+  std::string listen;                // overrides the config
+  std::vector<std::string> workers;  // added to the config's
+  std::string config_path;
+  int http_threads = 2;
+  int64_t drain_seconds = 30;
+};
+
+int Usage(const std::string& why) {
+  std::cerr << "deltaserve-router: " << why << "\n"
+            << "usage: deltaserve-router [--listen HOST:PORT] [--worker HOST:PORT]... "
+               "[--config FILE.yaml]\n"
+               "         [--http-threads N] [--drain-seconds S]\n";
+  return 2;
+}
+
+std::string Parse(int argc, char** argv, Flags& f) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    if (a == "--listen") {
+      const char* v = value();
+      if (v == nullptr) return "--listen needs HOST:PORT";
+      f.listen = v;
+    } else if (a == "--worker") {
+      const char* v = value();
+      if (v == nullptr) return "--worker needs HOST:PORT";
+      f.workers.push_back(v);
+    } else if (a == "--config") {
+      const char* v = value();
+      if (v == nullptr) return "--config needs a file";
+      f.config_path = v;
+    } else if (a == "--http-threads") {
+      const char* v = value();
+      if (v == nullptr || !absl::SimpleAtoi(v, &f.http_threads) || f.http_threads < 1) {
+        return "--http-threads needs a count >= 1";
+      }
+    } else if (a == "--drain-seconds") {
+      const char* v = value();
+      if (v == nullptr || !absl::SimpleAtoi(v, &f.drain_seconds) || f.drain_seconds < 0) {
+        return "--drain-seconds needs seconds >= 0";
+      }
+    } else if (a == "-h" || a == "--help") {
+      return "help";
+    } else {
+      return absl::StrCat("unknown argument '", a, "'");
+    }
+  }
+  return "";
+}
+
+// The config file (if any) merged with the command line, validated.
+absl::StatusOr<RouterConfig> LoadConfig(const Flags& f) {
+  RouterConfig c;
+  if (!f.config_path.empty()) {
+    absl::StatusOr<RouterConfig> loaded = LoadRouterConfigFile(f.config_path);
+    if (!loaded.ok()) return loaded.status();
+    c = std::move(*loaded);
+  }
+  if (!f.listen.empty()) c.listen = f.listen;
+  for (const std::string& w : f.workers) {
+    bool known = false;
+    for (const WorkerEndpoint& e : c.workers) known |= e.address == w;
+    if (!known) c.workers.push_back({w});
+  }
+  if (absl::Status s = ValidateRouterConfig(c); !s.ok()) return s;
+  if (c.workers.empty()) {
+    return absl::InvalidArgumentError("no workers: give --worker HOST:PORT or workers: in --config");
+  }
+  // Without API keys the router is open: it must not listen beyond this machine.
+  const std::string host = c.listen.substr(0, c.listen.rfind(':'));
+  if (c.api_keys.empty() && host != "127.0.0.1" && host != "localhost" && host != "::1" &&
+      host != "[::1]") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen ", c.listen, ": without api_keys the router only binds 127.0.0.1 (configure keys "
+        "to listen on other addresses)"));
+  }
+  return c;
+}
+
+int Run(const Flags& f) {
+  absl::StatusOr<RouterConfig> first = LoadConfig(f);
+  if (!first.ok()) {
+    std::cerr << "deltaserve-router: " << first.status().message() << "\n";
+    return 1;
+  }
+  std::shared_ptr<const RouterConfig> config = std::make_shared<const RouterConfig>(*first);
+  std::shared_ptr<auth::ApiKeyAuthority> authority =
+      std::make_shared<auth::ApiKeyAuthority>(*config);
+  ConfigSource source = [&config] { return std::atomic_load(&config); };
+
+  WorkerPool pool(config->workers, config->routing);
+  pool.Start();
+  CachingTokenizerProvider tokenizers(chat::TokenizerFromProto);
+  chat::QwenPromptRenderer renderer;
+  RouterBackend routing(source, &pool, &tokenizers, &renderer);
+  auth::AuthorizingBackend backend(routing, [&authority] { return std::atomic_load(&authority); });
+  RoutingState state(source, &pool, api::UnixSecondsNow());
+
+  api::ApiMetrics metrics;
+  http::HttpServerOptions opts;
+  const std::string& listen = config->listen;
+  opts.address = listen.substr(0, listen.rfind(':'));
+  if (opts.address.size() > 2 && opts.address.front() == '[') {
+    opts.address = opts.address.substr(1, opts.address.size() - 2);
+  }
+  if (opts.address == "localhost") opts.address = "127.0.0.1";
+  int port = 0;
+  if (!absl::SimpleAtoi(listen.substr(listen.rfind(':') + 1), &port) || port < 0 || port > 65535) {
+    std::cerr << "deltaserve-router: bad listen address " << listen << "\n";
+    return 1;
+  }
+  opts.port = static_cast<uint16_t>(port);
+  opts.threads = f.http_threads;
+  opts.max_body_bytes = config->max_body_bytes;
+  api::OpenAiApi::ConfigureServer(opts, &metrics);
+  http::HttpServer server(opts);
+  api::OpenAiApi api(backend, state, metrics);
+  api.Register(server);
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGHUP, OnHangup);
+  if (absl::Status s = server.Start(); !s.ok()) {
+    std::cerr << "deltaserve-router: " << s.message() << "\n";
+    return 1;
+  }
+  std::cerr << "deltaserve-router: " << config->workers.size() << " worker(s), "
+            << (config->api_keys.empty() ? "no API keys (open, local only)"
+                                         : absl::StrCat(config->api_keys.size(), " API key(s)"))
+            << "\n";
+  std::cerr << "deltaserve-router: listening on " << opts.address << ":" << server.port() << "\n";
+
+  int reloads_seen = 0;
+  while (g_signal == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_reload != reloads_seen) {
+      reloads_seen = g_reload;
+      if (f.config_path.empty()) {
+        std::cerr << "deltaserve-router: SIGHUP without --config: nothing to reload\n";
+        continue;
+      }
+      absl::StatusOr<RouterConfig> next = LoadConfig(f);
+      if (!next.ok()) {
+        // The running config stays: a broken file never takes the router down.
+        std::cerr << "deltaserve-router: reload refused, keeping the running config: "
+                  << next.status().message() << "\n";
+        continue;
+      }
+      if (next->listen != config->listen) {
+        std::cerr << "deltaserve-router: reload: 'listen' changes need a restart; ignored\n";
+        next->listen = config->listen;
+      }
+      auto fresh = std::make_shared<const RouterConfig>(std::move(*next));
+      auto fresh_auth = std::make_shared<auth::ApiKeyAuthority>(*fresh, authority.get());
+      pool.SetWorkers(fresh->workers);
+      pool.SetSettings(fresh->routing);
+      std::atomic_store(&authority, fresh_auth);
+      std::atomic_store(&config, std::shared_ptr<const RouterConfig>(fresh));
+      std::cerr << "deltaserve-router: config reloaded (" << fresh->workers.size()
+                << " worker(s), " << fresh->models.size() << " model(s), "
+                << fresh->aliases.size() << " alias(es), " << fresh->api_keys.size()
+                << " key(s))\n";
+    }
+  }
+  std::cerr << "deltaserve-router: draining\n";
+  api.SetDraining(true);
+  server.Stop(absl::Seconds(f.drain_seconds));
+  std::cerr << "deltaserve-router: stopped\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltaserve::router
+
+int main(int argc, char** argv) {
+  using namespace deltaserve::router;
+  Flags f;
+  if (std::string why = Parse(argc, argv, f); !why.empty()) return Usage(why);
+  return Run(f);
+}

@@ -1,0 +1,276 @@
+// The whole service as real processes on 127.0.0.1 (label integration): deltaserve-worker on a
+// golden model and deltaserve-router in front of it, driven with plain HTTP/1.1 over a socket.
+// Checks the OpenAI shapes end to end (non-streaming and SSE, usage, [DONE]), that the text
+// equals what the worker's greedy tokens decode to (the router adds nothing), the error
+// statuses the service issue lists (400 malformed JSON / bad field / too long with the numbers,
+// 404 unknown model, 401 / 403 with API keys), aliases with a fallback chain, /v1/models, /ready,
+// /metrics, SIGHUP reload, and SIGTERM draining both processes to exit 0.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/child_process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_paths.h"
+
+namespace deltaserve {
+namespace {
+
+using ::deltaserve::testing::BinaryPath;
+using ::deltaserve::testing::ChildProcess;
+using ::deltaserve::testing::GoldenPath;
+using std::chrono::seconds;
+
+struct HttpReply {
+  int status = 0;
+  std::string headers;
+  std::string body;  // de-chunked
+};
+
+// One request on a fresh connection (Connection: close), read to the end.
+HttpReply Http(int port, const std::string& method, const std::string& path,
+               const std::string& body = "", const std::string& extra_headers = "") {
+  HttpReply r;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return r;
+  }
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n" +
+                    extra_headers;
+  if (!body.empty() || method == "POST") {
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n";
+  }
+  req += "\r\n" + body;
+  (void)!::write(fd, req.data(), req.size());
+  std::string raw;
+  char buf[8192];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) raw.append(buf, n);
+  ::close(fd);
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (raw.size() < 12 || head_end == std::string::npos) return r;
+  r.status = std::stoi(raw.substr(9, 3));
+  r.headers = raw.substr(0, head_end);
+  std::string rest = raw.substr(head_end + 4);
+  if (r.headers.find("chunked") != std::string::npos) {
+    size_t pos = 0;
+    while (pos < rest.size()) {
+      const size_t eol = rest.find("\r\n", pos);
+      if (eol == std::string::npos) break;
+      const size_t len = std::stoul(rest.substr(pos, eol - pos), nullptr, 16);
+      if (len == 0) break;
+      r.body += rest.substr(eol + 2, len);
+      pos = eol + 2 + len + 2;
+    }
+  } else {
+    r.body = rest;
+  }
+  return r;
+}
+
+class Service {
+ public:
+  explicit Service(const std::vector<std::string>& router_extra = {},
+                   const std::string& config_text = "") {
+    worker_ = std::make_unique<ChildProcess>(std::vector<std::string>{
+        BinaryPath("worker/deltaserve-worker"), "--model",
+        "tiny=" + GoldenPath("tiny-dense-f32.gguf"), "--listen", "127.0.0.1:0", "--threads", "1",
+        "--ctx", "256", "--parallel", "2", "--ram", "2GiB", "--cache-type-k", "f32",
+        "--cache-type-v", "f32"});
+    auto line = worker_->WaitForLine("listening on ", seconds(60));
+    EXPECT_TRUE(line.has_value()) << worker_->err();
+    if (!line) return;
+    const std::string worker_addr = line->substr(line->find("listening on ") + 13);
+    std::vector<std::string> argv = {BinaryPath("router/deltaserve-router"), "--listen",
+                                     "127.0.0.1:0", "--worker", worker_addr};
+    if (!config_text.empty()) {
+      config_path_ = ::testing::TempDir() + "/router_" + std::to_string(::getpid()) + ".yaml";
+      std::ofstream(config_path_) << config_text;
+      argv.push_back("--config");
+      argv.push_back(config_path_);
+    }
+    argv.insert(argv.end(), router_extra.begin(), router_extra.end());
+    router_ = std::make_unique<ChildProcess>(argv);
+    auto rline = router_->WaitForLine("listening on ", seconds(30));
+    EXPECT_TRUE(rline.has_value()) << router_->err();
+    if (!rline) return;
+    port_ = std::stoi(rline->substr(rline->rfind(':') + 1));
+    for (int i = 0; i < 300 && Http(port_, "GET", "/ready").status != 200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  int port() const { return port_; }
+  ChildProcess& router() { return *router_; }
+  ChildProcess& worker() { return *worker_; }
+  const std::string& config_path() const { return config_path_; }
+
+ private:
+  std::unique_ptr<ChildProcess> worker_, router_;
+  int port_ = 0;
+  std::string config_path_;
+};
+
+std::string Chat(const std::string& model, int max_tokens, bool stream) {
+  nlohmann::json j{{"model", model},
+                   {"max_tokens", max_tokens},
+                   {"temperature", 0},
+                   {"stream", stream},
+                   {"messages", {{{"role", "user"}, {"content", "Hello there"}}}}};
+  if (stream) j["stream_options"] = {{"include_usage", true}};
+  return j.dump();
+}
+
+TEST(RouterWorkerTest, OpenAiShapesErrorsAndDrain) {
+  Service s;
+  ASSERT_GT(s.port(), 0);
+  EXPECT_EQ(Http(s.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(Http(s.port(), "GET", "/ready").status, 200);
+  const HttpReply models = Http(s.port(), "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(models.body)["data"][0]["id"], "tiny");
+
+  // Non-streaming chat completion.
+  const HttpReply r = Http(s.port(), "POST", "/v1/chat/completions", Chat("tiny", 12, false));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const nlohmann::json j = nlohmann::json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 5);
+  const std::string text = j["choices"][0]["message"]["content"];
+
+  // Streaming: the same greedy text, chunk by chunk, usage chunk, [DONE].
+  const HttpReply st = Http(s.port(), "POST", "/v1/chat/completions", Chat("tiny", 12, true));
+  ASSERT_EQ(st.status, 200);
+  EXPECT_NE(st.headers.find("text/event-stream"), std::string::npos);
+  std::string streamed;
+  int chunks = 0;
+  bool done = false, usage = false;
+  size_t pos = 0;
+  while ((pos = st.body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = st.body.find("\n\n", pos);
+    const std::string data = st.body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const nlohmann::json c = nlohmann::json::parse(data);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content")) {
+      streamed += c["choices"][0]["delta"]["content"].get<std::string>();
+      ++chunks;
+    }
+    if (c.contains("usage") && !c["usage"].is_null()) usage = c["usage"]["completion_tokens"] == 12;
+  }
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(usage);
+  EXPECT_GT(chunks, 1);
+  EXPECT_EQ(streamed, text);
+
+  // Errors.
+  const HttpReply bad_json = Http(s.port(), "POST", "/v1/chat/completions", "{not json");
+  EXPECT_EQ(bad_json.status, 400);
+  EXPECT_NE(bad_json.body.find("\"error\""), std::string::npos);
+  const HttpReply bad_field = Http(s.port(), "POST", "/v1/chat/completions",
+                                   R"({"model":"tiny","messages":[],"temperature":"hot"})");
+  EXPECT_EQ(bad_field.status, 400);
+  const HttpReply unknown = Http(s.port(), "POST", "/v1/chat/completions", Chat("nope", 4, false));
+  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  const HttpReply too_long = Http(s.port(), "POST", "/v1/chat/completions", Chat("tiny", 400, false));
+  EXPECT_EQ(too_long.status, 400) << too_long.body;
+  EXPECT_NE(too_long.body.find("256"), std::string::npos) << too_long.body;
+  const HttpReply metrics = Http(s.port(), "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+
+  // SIGTERM: both drain and exit 0.
+  s.router().Signal(SIGTERM);
+  EXPECT_EQ(s.router().Wait(seconds(60)), 0) << s.router().err();
+  s.worker().Signal(SIGTERM);
+  EXPECT_EQ(s.worker().Wait(seconds(60)), 0) << s.worker().err();
+}
+
+TEST(RouterWorkerTest, ApiKeysAliasesAndReload) {
+  // Key "sk-test" may use "fast" only (its digest replaces the placeholder below).
+  const std::string config = R"(
+models:
+  - name: tiny
+  - name: missing-model   # listed, but no worker serves it
+aliases:
+  fast: [missing-model, tiny]
+api_keys:
+  - name: tester
+    sha256: 6ad4a9a0bd9fec75a49cf9d4ebdc8c8f2b1d2e4f16ba2e06b0e1f2a3b8bdb5b1
+    models: [fast]
+)";
+  // The real digest is computed here with sha256sum (independent of the router's own hashing).
+  std::string cfg = config;
+  {
+    const std::string cmd = "printf %s sk-test | sha256sum";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char hex[65] = {};
+    ASSERT_EQ(::fread(hex, 1, 64, p), 64u);
+    ::pclose(p);
+    cfg.replace(cfg.find("6ad4a9a0"), 64, hex);
+  }
+  Service s({}, cfg);
+  ASSERT_GT(s.port(), 0);
+  const std::string key = "Authorization: Bearer sk-test\r\n";
+  EXPECT_EQ(Http(s.port(), "POST", "/v1/chat/completions", Chat("fast", 4, false)).status, 401);
+  EXPECT_EQ(Http(s.port(), "POST", "/v1/chat/completions", Chat("fast", 4, false),
+                 "Authorization: Bearer wrong\r\n")
+                .status,
+            401);
+  EXPECT_EQ(Http(s.port(), "POST", "/v1/chat/completions", Chat("tiny", 4, false), key).status,
+            403);
+  // The alias falls back from a model no worker serves to "tiny"; the answer names "tiny".
+  const HttpReply ok = Http(s.port(), "POST", "/v1/chat/completions", Chat("fast", 4, false), key);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(nlohmann::json::parse(ok.body)["model"], "tiny");
+
+  // SIGHUP with a broken file keeps the running config.
+  std::ofstream(s.config_path()) << "models: [\n";
+  s.router().Signal(SIGHUP);
+  ASSERT_TRUE(s.router().WaitForLine("reload refused", seconds(10)).has_value());
+  EXPECT_EQ(Http(s.port(), "POST", "/v1/chat/completions", Chat("fast", 4, false), key).status,
+            200);
+}
+
+TEST(RouterWorkerTest, BadStartsExitNonZero) {
+  using ::deltaserve::testing::RunProcess;
+  const std::string bin = BinaryPath("router/deltaserve-router");
+  EXPECT_EQ(RunProcess({bin, "--bogus"}).exit_code, 2);
+  const auto no_workers = RunProcess({bin, "--listen", "127.0.0.1:0"});
+  EXPECT_EQ(no_workers.exit_code, 1);
+  EXPECT_NE(no_workers.err.find("no workers"), std::string::npos);
+  const auto open_wide =
+      RunProcess({bin, "--listen", "0.0.0.0:0", "--worker", "127.0.0.1:1"});
+  EXPECT_EQ(open_wide.exit_code, 1);
+  EXPECT_NE(open_wide.err.find("only binds 127.0.0.1"), std::string::npos) << open_wide.err;
+  const auto bad_config = RunProcess({bin, "--config", "/nonexistent.yaml", "--worker",
+                                      "127.0.0.1:1"});
+  EXPECT_EQ(bad_config.exit_code, 1);
+  EXPECT_NE(bad_config.err.find("/nonexistent.yaml"), std::string::npos) << bad_config.err;
+}
+
+}  // namespace
+}  // namespace deltaserve
