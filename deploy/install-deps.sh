@@ -15,6 +15,8 @@ PACKAGES=(
   nlohmann-json3-dev
   # the router's YAML config (router/config); OpenSSL's libcrypto for API-key SHA-256 (router/auth)
   libyaml-cpp-dev libssl-dev
+  # the main job (deploy/run-demo.sh) talks to the router with curl
+  curl
   # Unicode classes for the tokenizer's pre-tokenizer
   libicu-dev
   # tests and benchmarks
