@@ -245,7 +245,7 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
       positions.push_back(static_cast<int32_t>(e.sequence->n_past + i));
     }
     total += n;
-    out_rows += e.no_logits ? 0 : e.all_logits ? n : 1;
+    out_rows += e.LogitsRows();
   }
   if (total == 0) return absl::InvalidArgumentError("empty batch");
   if (auto s = ReserveWorkspace(total, std::max<int64_t>(out_rows, 1)); !s.ok()) return s;
@@ -302,8 +302,8 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
     int64_t row = 0, out = 0;
     for (const BatchEntry& e : batch) {
       const int64_t n = static_cast<int64_t>(e.tokens.size());
-      const int64_t first = e.all_logits ? row : row + n - 1;
-      const int64_t count = e.no_logits ? 0 : e.all_logits ? n : 1;
+      const int64_t count = e.LogitsRows();
+      const int64_t first = row + n - count;
       if (count == 0) {
         row += n;
         continue;

@@ -8,6 +8,7 @@
 //   RETURN_IF_ERROR(model->Forward({{seq.get(), prompt_ids, /*all_logits=*/false}}, logits));
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,6 +46,15 @@ struct BatchEntry {
   absl::Span<const int32_t> tokens;
   bool all_logits = false;  // logits for every token, else only for the last one
   bool no_logits = false;   // no logits rows at all (a prompt chunk that is not the last)
+  int64_t last_logits = 0;  // > 0: rows for the last this-many tokens (speculative drafts)
+
+  // Logits rows this entry asks for, of its n tokens.
+  int64_t LogitsRows() const {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (no_logits) return 0;
+    if (all_logits) return n;
+    return last_logits > 0 ? std::min(last_logits, n) : 1;
+  }
 };
 
 // See the file comment.
@@ -81,8 +91,8 @@ class Qwen35Model {
       int64_t capacity);
 
   // Runs the tokens of `batch` and writes logits to `logits` ([rows][n_vocab], f32): for each
-  // entry in order, one row per token if all_logits, none if no_logits, else one row for its
-  // last token. Each
+  // entry in order, its LogitsRows() rows: one per token if all_logits, none if no_logits, the
+  // last last_logits tokens', else its last token's. Each
   // sequence's n_past advances by its token count. Fails (state unchanged for sequences not yet
   // run is not guaranteed) on bad token ids or when a sequence would exceed its capacity.
   absl::Status Forward(absl::Span<const BatchEntry> batch, std::vector<float>& logits);

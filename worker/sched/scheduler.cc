@@ -359,8 +359,10 @@ bool Scheduler::RunBatch() {
   for (Sequence* s : batch) {
     if (s->finished || s->state == nullptr) continue;
     const bool last = s->pending == static_cast<int64_t>(s->tokens.size()) - s->n_past();
-    BatchEntry e{s->state.get(), s->feed, /*all_logits=*/!s->draft.empty()};
+    BatchEntry e{s->state.get(), s->feed, /*all_logits=*/false};
     e.no_logits = !last;
+    // The last real token and the drafts after it; the rows before are not sampled.
+    e.last_logits = static_cast<int64_t>(s->draft.size()) + 1;
     entries.push_back(e);
     live.push_back(s);
   }
@@ -373,8 +375,7 @@ bool Scheduler::RunBatch() {
       int64_t row = 0;
       for (size_t i = 0; i < live.size(); ++i) {
         const BatchEntry& e = entries[i];
-        const int64_t n = static_cast<int64_t>(e.tokens.size());
-        const int64_t rows = e.no_logits ? 0 : e.all_logits ? n : 1;
+        const int64_t rows = e.LogitsRows();
         if (rows > 0) {
           const int64_t n_vocab = model_->n_vocab();
           Consume(*live[i],

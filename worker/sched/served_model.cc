@@ -158,8 +158,11 @@ ServingBatchShape BatchShapeFor(const ServingOptions& o) {
   // A sequence never holds more than ctx positions, so no pass feeds more than n * ctx.
   s.max_batch_tokens =
       std::min<int64_t>(s.scheduler_step_tokens, static_cast<int64_t>(o.n_parallel) * o.ctx);
-  s.logits_rows =
-      o.speculation ? s.max_batch_tokens : std::min<int64_t>(o.n_parallel, s.max_batch_tokens);
+  // One row per sequence; with speculation the last token and its drafts (BatchEntry::
+  // last_logits), so at most 1 + draft_max per sequence.
+  s.logits_rows = std::min<int64_t>(
+      static_cast<int64_t>(o.n_parallel) * (o.speculation ? 1 + o.ngram.draft_max : 1),
+      s.max_batch_tokens);
   return s;
 }
 
