@@ -5,6 +5,9 @@
 //   build/release/bench/deltaserve-bench-matmul [--benchmark_filter=Q4_K] [--threads=N]
 //       [--act=f32|int8]  # activation mode (matmul.h); default as MatMulCpu
 //       [--shape=INxOUT ...]  # weight shapes instead of 4096x4096 (repeatable; names end /INxOUT)
+//       [--shape=qwen35-0.8b]  # the distinct matmul shapes of the Qwen3.5 0.8B layers (hidden
+//                              # 1024: DeltaNet qkv / z / beta+alpha / out, attention q / k+v /
+//                              # out, FFN gate+up / down), e.g. with --tokens=512 for prefill
 //       [--tokens=1,64,512]   # the T values
 //       [--copies=N]          # cycle through N copies of each matrix (N x its bytes beyond the
 //                             # caches reads weights from DRAM, as a decode step does)
@@ -171,6 +174,19 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--threads=", 10) == 0) {
       deltaserve::kernels::g_threads = std::atoi(argv[i] + 10);
+    } else if (std::strcmp(argv[i], "--shape=qwen35-0.8b") == 0) {
+      // The GGUF tensor shapes of synth-0.8b (worker/engine/qwen35.cc's RunDeltaNet,
+      // RunAttention, RunFfn).
+      for (const deltaserve::kernels::Shape s : {deltaserve::kernels::Shape{1024, 6144},
+                                                 {1024, 2048},
+                                                 {1024, 16},
+                                                 {2048, 1024},
+                                                 {1024, 4096},
+                                                 {1024, 512},
+                                                 {1024, 3584},
+                                                 {3584, 1024}}) {
+        deltaserve::kernels::g_shapes.push_back(s);
+      }
     } else if (std::strncmp(argv[i], "--shape=", 8) == 0) {
       char* end = nullptr;
       const int64_t in = std::strtoll(argv[i] + 8, &end, 10);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_int8_decode.h"
 #include "kernels/cpu/quants.h"
 
@@ -74,14 +75,14 @@ void QuantizeValues(bool k_quant, const float* x, int64_t n, int g, int8_t* q_ou
   }
 }
 
-// Row `lane` of panel p: quantizes x (n values) into acts; x null writes a zero row.
-void QuantizeRow(bool k_quant, const float* x, Int8Activations& a, int64_t p, int lane,
+// Row `lane` of panel p: quantizes x (n values) into a; x null writes a zero row.
+void QuantizeRow(bool k_quant, const float* x, const Int8ActivationsOut& a, int64_t p, int lane,
                  std::vector<int8_t>& q) {
   const int64_t n = a.n;
   const int g = a.group;
   const int64_t nb = n / g;
-  float* d_out = a.d.data() + p * nb * kActPanel + lane;
-  float* s_out = a.dsum.data() + p * nb * kActPanel + lane;
+  float* d_out = a.d + p * nb * kActPanel + lane;
+  float* s_out = a.dsum + p * nb * kActPanel + lane;
   if (x == nullptr) {
     for (int64_t k = 0; k < n; ++k) a.q[QIndex(n, p, k, lane)] = 128;
     for (int64_t b = 0; b < nb; ++b) d_out[b * kActPanel] = s_out[b * kActPanel] = 0.0f;
@@ -89,7 +90,7 @@ void QuantizeRow(bool k_quant, const float* x, Int8Activations& a, int64_t p, in
   }
   q.resize(static_cast<size_t>(n));
   QuantizeValues(k_quant, x, n, g, q.data(), d_out, s_out, kActPanel);
-  uint8_t* dst = a.q.data() + p * n * kActPanel + lane * 4;
+  uint8_t* dst = a.q + p * n * kActPanel + lane * 4;
   for (int64_t k = 0; k < n; k += 4) {
     for (int i = 0; i < 4; ++i) dst[k * kActPanel + i] = static_cast<uint8_t>(q[k + i] + 128);
   }
@@ -118,6 +119,7 @@ void PrepareInt8Activations(WeightType type, const Mat& x, Int8Activations& acts
   acts.rows = x.rows;
   acts.n = x.cols;
   acts.group = Int8Group(type);
+  acts.super = IsKQuant(type) ? kQkK : kQk;
   acts.panels = (x.rows + kActPanel - 1) / kActPanel;
   const auto blocks = static_cast<size_t>(acts.panels * (x.cols / acts.group) * kActPanel);
   acts.q.resize(static_cast<size_t>(acts.panels * x.cols * kActPanel));
@@ -125,15 +127,35 @@ void PrepareInt8Activations(WeightType type, const Mat& x, Int8Activations& acts
   acts.dsum.resize(blocks);
 }
 
-void QuantizeInt8Panels(WeightType type, const Mat& x, Int8Activations& acts, int64_t p0,
-                        int64_t p1) {
-  const bool k_quant = IsKQuant(type);
+void QuantizeInt8PanelsScalar(bool k_quant, const Mat& x, const Int8ActivationsOut& a, int64_t p0,
+                              int64_t p1) {
   std::vector<int8_t> q;
   for (int64_t p = p0; p < p1; ++p) {
     for (int lane = 0; lane < kActPanel; ++lane) {
       const int64_t t = p * kActPanel + lane;
-      QuantizeRow(k_quant, t < x.rows ? x.data + t * x.stride : nullptr, acts, p, lane, q);
+      QuantizeRow(k_quant, t < x.rows ? x.data + t * x.stride : nullptr, a, p, lane, q);
     }
+  }
+}
+
+bool QuantizeInt8PanelsSimd(bool k_quant, const Mat& x, const Int8ActivationsOut& a, int64_t p0,
+                            int64_t p1) {
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+  if (DetectedCpuFeatures().avx512f && DetectedCpuFeatures().avx512bw) {
+    QuantizeInt8PanelsAvx512(k_quant, x, a, p0, p1);
+    return true;
+  }
+#else
+  (void)k_quant, (void)x, (void)a, (void)p0, (void)p1;
+#endif
+  return false;
+}
+
+void QuantizeInt8Panels(WeightType type, const Mat& x, Int8Activations& acts, int64_t p0,
+                        int64_t p1) {
+  const Int8ActivationsOut out{acts.n, acts.group, acts.q.data(), acts.d.data(), acts.dsum.data()};
+  if (!QuantizeInt8PanelsSimd(IsKQuant(type), x, out, p0, p1)) {
+    QuantizeInt8PanelsScalar(IsKQuant(type), x, out, p0, p1);
   }
 }
 

@@ -2,6 +2,8 @@
 // path against the scalar reference of the same integer arithmetic (exact int32 block sums, so
 // only the f32 scaling order can differ), and against a double product of the scalar-decoded
 // weights within the error the activation quantization allows; plus the mode switch.
+#include "kernels/cpu/matmul_int8.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -226,6 +228,90 @@ TEST(MatMulInt8DecodeTest, RowGroupingDoesNotChangeResults) {
   }
 }
 
+// The prefill kernel (T > 3) tiles 4 weight rows by 3 panels of 16 tokens (2 for the K-quants,
+// which also sum per super-block before scaling) within chunks of kInt8ChunkRows rows. Every
+// tail must match the scalar reference within the MatchesScalarInt8Reference tolerance: out
+// gives row tails of 1, 2, 3 and 2 (6), and after full chunks of 32 rows a last chunk of 6,
+// 27 and 3 rows (70, 59, 131: the output columns go to y 16 at a time); T gives one panel,
+// partial panels, and panel counts 1 and 2 past a full tile (16, 33, 48, 49, 81).
+TEST(MatMulInt8PrefillTest, TileTailsMatchScalarReference) {
+  if (!IsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "AVX-512 not supported here";
+  std::mt19937 rng(26);
+  for (WeightType type :
+       {WeightType::kQ8_0, WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ6_K}) {
+    const int64_t in = IsKQuant(type) ? 768 : 96;  // 3 super-blocks / 3 blocks
+    for (int64_t out : {1, 2, 3, 6, 70, 59, 131}) {
+      const Weights w = MakeWeights(type, in, out, rng);
+      for (int64_t t : {16, 33, 48, 49, 81}) {
+        if (!UsesInt8Path(type, CpuIsa::kAvx512, t)) continue;
+        const std::vector<float> x = Activations(t * in, rng);
+        const std::vector<float> ref =
+            RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
+        const std::vector<float> got =
+            RunProduct(w, x, t, CpuIsa::kAvx512, MatMulActivations::kInt8);
+        for (int64_t r = 0; r < t; ++r) {
+          for (int64_t o = 0; o < out; ++o) {
+            double abs_sum = 0;
+            for (int64_t k = 0; k < in; ++k) {
+              abs_sum += std::fabs(static_cast<double>(w.decoded[o * in + k]) * x[r * in + k]);
+            }
+            ASSERT_LE(std::fabs(got[r * out + o] - ref[r * out + o]), 1e-6 * abs_sum + 1e-30)
+                << TypeName(type) << " out=" << out << " T=" << t << " row " << r << " out " << o;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The AVX-512 activation quantizer writes the bytes and floats of the plain one, bit for bit:
+// partial last panels (zero rows), blocks of 32 (legacy, n not a multiple of 256) and
+// super-blocks of 256 with G = 32 and 16, an all-zero block, and a block whose largest
+// magnitude occurs twice with both signs (the first one sets the sign of d).
+TEST(MatMulInt8QuantizeTest, Avx512EqualsScalarBitForBit) {
+  std::mt19937 rng(27);
+  struct Case {
+    bool k_quant;
+    int group;
+    int64_t n;
+  };
+  for (const Case c :
+       {Case{false, 32, 160}, Case{false, 32, 1312}, Case{true, 32, 1280}, Case{true, 16, 768}}) {
+    for (int64_t rows : {1, 5, 16, 17, 35}) {
+      std::vector<float> x = Activations(rows * c.n, rng);
+      const int super = c.k_quant ? kQkK : kQk;
+      std::fill(x.begin() + super, x.begin() + 2 * super, 0.0f);  // row 0, block 1
+      if (rows > 1) {
+        x[c.n + 3] = -50.0f;  // row 1, block 0: -50 first, then +50
+        x[c.n + 9] = 50.0f;
+      }
+      const Mat xm{x.data(), rows, c.n, c.n};
+      const int64_t panels = (rows + internal::kActPanel - 1) / internal::kActPanel;
+      const auto blocks = static_cast<size_t>(panels * (c.n / c.group) * internal::kActPanel);
+      std::vector<uint8_t> q[2];
+      std::vector<float> d[2];
+      std::vector<float> dsum[2];
+      for (int i = 0; i < 2; ++i) {
+        q[i].assign(static_cast<size_t>(panels * c.n * internal::kActPanel), 0x55);
+        d[i].assign(blocks, NAN);
+        dsum[i].assign(blocks, NAN);
+        const internal::Int8ActivationsOut out{c.n, c.group, q[i].data(), d[i].data(),
+                                               dsum[i].data()};
+        if (i == 0) {
+          internal::QuantizeInt8PanelsScalar(c.k_quant, xm, out, 0, panels);
+        } else if (!internal::QuantizeInt8PanelsSimd(c.k_quant, xm, out, 0, panels)) {
+          GTEST_SKIP() << "no AVX-512 quantizer in this build or on this CPU";
+        }
+      }
+      const std::string what = std::string(c.k_quant ? "K" : "legacy") +
+                               " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
+                               " rows=" + std::to_string(rows);
+      EXPECT_EQ(q[0], q[1]) << what;
+      EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
+      EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
+    }
+  }
+}
 // The process-wide switch reaches MatMulCpu; f32 weights never take the int8 path.
 TEST(MatMulInt8ModeTest, SwitchSelectsPath) {
   std::mt19937 rng(23);
