@@ -18,7 +18,9 @@ using internal::ReadInt;
 using internal::ReadNumber;
 using internal::ReadString;
 using internal::TypeError;
-using json = nlohmann::json;
+// Ordered: tools and tool_calls are re-serialized for the chat template, which must see the
+// client's key order (as Hugging Face renders it), not nlohmann::json's sorted one.
+using json = nlohmann::ordered_json;
 
 #define DS_RETURN_IF_ERROR(expr)                          \
   do {                                                    \

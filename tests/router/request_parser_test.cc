@@ -231,3 +231,20 @@ TEST(ApiErrorTest, StatusMapsToHttpStatusAndOpenAiShape) {
 
 }  // namespace
 }  // namespace deltaserve::router::api
+
+namespace deltaserve::router::api {
+namespace {
+
+TEST(ChatRequestParserTest, ToolsKeepTheClientsKeyOrder) {
+  // The chat template prints tools as the client wrote them (Hugging Face keeps dict order), so
+  // "type" before "function" must stay in that order, not sorted.
+  absl::StatusOr<CompletionRequest> r = ParseChatCompletionRequest(
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],)"
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"z":1,"a":2}}}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tools_json,
+            R"([{"type":"function","function":{"name":"f","parameters":{"z":1,"a":2}}}])");
+}
+
+}  // namespace
+}  // namespace deltaserve::router::api

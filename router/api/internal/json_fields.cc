@@ -46,12 +46,12 @@ std::string FormatNumber(double v) { return absl::StrFormat("%g", v); }
 
 }  // namespace
 
-absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view body, int max_depth) {
+absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(std::string_view body, int max_depth) {
   if (absl::Status st = CheckDepth(body, max_depth); !st.ok()) return st;
-  nlohmann::json doc;
+  nlohmann::ordered_json doc;
   try {
-    doc = nlohmann::json::parse(body.begin(), body.end());
-  } catch (const nlohmann::json::exception& e) {
+    doc = nlohmann::ordered_json::parse(body.begin(), body.end());
+  } catch (const nlohmann::ordered_json::exception& e) {
     // "[json.exception.parse_error.101] parse error at line 1, column 9: ...", or
     // out_of_range.406 for a number such as 1e400.
     std::string what = e.what();
@@ -69,28 +69,28 @@ absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view body, int max_de
   return doc;
 }
 
-const nlohmann::json* Member(const nlohmann::json& obj, const char* name) {
+const nlohmann::ordered_json* Member(const nlohmann::ordered_json& obj, const char* name) {
   auto it = obj.find(name);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
-std::string_view TypeName(const nlohmann::json& v) {
+std::string_view TypeName(const nlohmann::ordered_json& v) {
   switch (v.type()) {
-    case nlohmann::json::value_t::null:
+    case nlohmann::ordered_json::value_t::null:
       return "null";
-    case nlohmann::json::value_t::object:
+    case nlohmann::ordered_json::value_t::object:
       return "object";
-    case nlohmann::json::value_t::array:
+    case nlohmann::ordered_json::value_t::array:
       return "array";
-    case nlohmann::json::value_t::string:
+    case nlohmann::ordered_json::value_t::string:
       return "string";
-    case nlohmann::json::value_t::boolean:
+    case nlohmann::ordered_json::value_t::boolean:
       return "boolean";
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned:
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned:
       return "integer";
-    case nlohmann::json::value_t::number_float:
+    case nlohmann::ordered_json::value_t::number_float:
       return "number";
     default:
       return "value";
@@ -98,33 +98,33 @@ std::string_view TypeName(const nlohmann::json& v) {
 }
 
 absl::Status TypeError(std::string_view path, std::string_view expected,
-                       const nlohmann::json& got) {
+                       const nlohmann::ordered_json& got) {
   return InvalidRequestError(
       path, "invalid_type",
       absl::StrCat("'", Sv(path), "' must be ", Sv(expected), ", got ", Sv(TypeName(got))));
 }
 
-absl::Status ReadString(const nlohmann::json& obj, const char* name, std::string_view path,
+absl::Status ReadString(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                         std::optional<std::string>* out) {
-  const nlohmann::json* v = Member(obj, name);
+  const nlohmann::ordered_json* v = Member(obj, name);
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_string()) return TypeError(path, "a string", *v);
   *out = v->get<std::string>();
   return absl::OkStatus();
 }
 
-absl::Status ReadBool(const nlohmann::json& obj, const char* name, std::string_view path,
+absl::Status ReadBool(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                       std::optional<bool>* out) {
-  const nlohmann::json* v = Member(obj, name);
+  const nlohmann::ordered_json* v = Member(obj, name);
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_boolean()) return TypeError(path, "a boolean", *v);
   *out = v->get<bool>();
   return absl::OkStatus();
 }
 
-absl::Status ReadNumber(const nlohmann::json& obj, const char* name, std::string_view path,
+absl::Status ReadNumber(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                         double lo, double hi, bool lo_open, std::optional<double>* out) {
-  const nlohmann::json* v = Member(obj, name);
+  const nlohmann::ordered_json* v = Member(obj, name);
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_number()) return TypeError(path, "a number", *v);
   double x = v->get<double>();
@@ -139,7 +139,7 @@ absl::Status ReadNumber(const nlohmann::json& obj, const char* name, std::string
   return absl::OkStatus();
 }
 
-std::optional<int64_t> AsInt(const nlohmann::json& v) {
+std::optional<int64_t> AsInt(const nlohmann::ordered_json& v) {
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_unsigned()) {
     uint64_t u = v.get<uint64_t>();
@@ -156,9 +156,9 @@ std::optional<int64_t> AsInt(const nlohmann::json& v) {
   return std::nullopt;
 }
 
-absl::Status ReadInt(const nlohmann::json& obj, const char* name, std::string_view path, int64_t lo,
+absl::Status ReadInt(const nlohmann::ordered_json& obj, const char* name, std::string_view path, int64_t lo,
                      int64_t hi, std::optional<int64_t>* out) {
-  const nlohmann::json* v = Member(obj, name);
+  const nlohmann::ordered_json* v = Member(obj, name);
   if (v == nullptr) return absl::OkStatus();
   std::optional<int64_t> x = AsInt(*v);
   if (!x) {

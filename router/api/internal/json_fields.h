@@ -15,29 +15,29 @@ namespace deltaserve::router::api::internal {
 
 // The body as a JSON object: 400 "invalid_json" (with the parser's position) for malformed
 // JSON, invalid UTF-8 or nesting deeper than `max_depth`; "invalid_type" for a non-object.
-absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view body, int max_depth);
+absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(std::string_view body, int max_depth);
 
 // The member `name` of `obj`, or nullptr when absent or null.
-const nlohmann::json* Member(const nlohmann::json& obj, const char* name);
+const nlohmann::ordered_json* Member(const nlohmann::ordered_json& obj, const char* name);
 
 // JSON type names for messages ("string", "number", "object", ...).
-std::string_view TypeName(const nlohmann::json& v);
+std::string_view TypeName(const nlohmann::ordered_json& v);
 
-absl::Status TypeError(std::string_view path, std::string_view expected, const nlohmann::json& got);
+absl::Status TypeError(std::string_view path, std::string_view expected, const nlohmann::ordered_json& got);
 
 // Each reads obj[name] (path names it in errors); absent/null leaves *out unchanged.
-absl::Status ReadString(const nlohmann::json& obj, const char* name, std::string_view path,
+absl::Status ReadString(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                         std::optional<std::string>* out);
-absl::Status ReadBool(const nlohmann::json& obj, const char* name, std::string_view path,
+absl::Status ReadBool(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                       std::optional<bool>* out);
 // A number in [lo, hi]; `lo_open` makes the lower bound exclusive.
-absl::Status ReadNumber(const nlohmann::json& obj, const char* name, std::string_view path,
+absl::Status ReadNumber(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                         double lo, double hi, bool lo_open, std::optional<double>* out);
 // An integer in [lo, hi] (an integral float such as 5.0 is accepted).
-absl::Status ReadInt(const nlohmann::json& obj, const char* name, std::string_view path, int64_t lo,
+absl::Status ReadInt(const nlohmann::ordered_json& obj, const char* name, std::string_view path, int64_t lo,
                      int64_t hi, std::optional<int64_t>* out);
 
 // `v` as an integer, or nullopt when it is not an integral number within int64.
-std::optional<int64_t> AsInt(const nlohmann::json& v);
+std::optional<int64_t> AsInt(const nlohmann::ordered_json& v);
 
 }  // namespace deltaserve::router::api::internal
