@@ -98,6 +98,11 @@ struct Mat {
   Mat Cols(int64_t first, int64_t n) const { return {data + first, rows, n, stride}; }
   // Rows [first, first + n).
   Mat Rows(int64_t first, int64_t n) const { return {data + first * stride, n, cols, stride}; }
+  // Consistent shape: non-negative sizes, stride >= cols, and memory unless empty.
+  bool Valid() const {
+    return rows >= 0 && cols >= 0 && stride >= cols &&
+           (data != nullptr || rows == 0 || cols == 0);
+  }
   // The same memory seen as [rows * cols / new_cols][new_cols]; needs stride == cols.
   Mat Reshaped(int64_t new_cols) const {
     return {data, rows * cols / new_cols, new_cols, new_cols};

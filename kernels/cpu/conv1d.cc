@@ -12,11 +12,6 @@ constexpr int64_t kParallelFlops = 1 << 16;
 // Channels per parallel task: a multiple of the vector width, big enough to amortise the hand-out.
 constexpr int64_t kChannelBlock = 256;
 
-bool IsValid(const Mat& m) {
-  return m.rows >= 0 && m.cols >= 0 && m.stride >= m.cols &&
-         (m.data != nullptr || m.rows == 0 || m.cols == 0);
-}
-
 // Channels [c0, c1), token by token on the taps as stored ([C][kernel]), shifting the window in
 // `state` in place. Each output reads its inputs before writing, so y may alias x. kKernel > 0
 // fixes the kernel size at compile time (4 in every Qwen3.5 model) so the channel loop
@@ -61,7 +56,7 @@ DELTASERVE_ISA_CLONES void ConvChannels(const Mat& x, const float* w, int64_t ke
 
 KernelStatus CausalConv1dSiluCpu(ThreadPool& pool, const Mat& x, const float* w, int64_t kernel,
                                  float* state, Mat& y) {
-  if (!IsValid(x) || !IsValid(y) || x.rows != y.rows || x.cols != y.cols || kernel < 1 ||
+  if (!x.Valid() || !y.Valid() || x.rows != y.rows || x.cols != y.cols || kernel < 1 ||
       w == nullptr || (kernel > 1 && state == nullptr)) {
     return KernelStatus::kInvalidArgument;
   }

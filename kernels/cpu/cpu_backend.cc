@@ -21,11 +21,6 @@ constexpr size_t kAlignment = 64;
 
 void FreeHost(void* /*owner*/, void* data) { std::free(data); }
 
-bool IsValid(const Mat& m) {
-  return m.rows >= 0 && m.cols >= 0 && m.stride >= m.cols &&
-         (m.data != nullptr || m.rows == 0 || m.cols == 0);
-}
-
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
@@ -69,7 +64,7 @@ const void* CpuBackend::ImportWeights(const void* host, size_t /*bytes*/,
 }
 
 KernelStatus CpuBackend::MatMul(const WeightView& w, const Mat& x, Mat& y) {
-  if (!IsValid(x) || !IsValid(y) || x.cols != w.in || y.cols != w.out || x.rows != y.rows ||
+  if (!x.Valid() || !y.Valid() || x.cols != w.in || y.cols != w.out || x.rows != y.rows ||
       w.count != 1 || (w.data == nullptr && w.in > 0 && w.out > 0)) {
     return KernelStatus::kInvalidArgument;
   }
@@ -77,7 +72,7 @@ KernelStatus CpuBackend::MatMul(const WeightView& w, const Mat& x, Mat& y) {
 }
 
 KernelStatus CpuBackend::GetRows(const WeightView& table, const int32_t* ids, int64_t n, Mat& out) {
-  if (!IsValid(out) || n < 0 || out.rows != n || out.cols != table.in ||
+  if (!out.Valid() || n < 0 || out.rows != n || out.cols != table.in ||
       (n > 0 && (ids == nullptr || table.data == nullptr))) {
     return KernelStatus::kInvalidArgument;
   }

@@ -18,11 +18,6 @@ constexpr int64_t kParallelFlops = 1 << 16;
 // T = 1), breaks even between 8 and 16 tokens on both, and is ~2x faster from 64 on (24 / 60).
 constexpr int64_t kChunkedMinTokens = 12;
 
-bool IsValid(const Mat& m) {
-  return m.rows >= 0 && m.cols >= 0 && m.stride >= m.cols &&
-         (m.data != nullptr || m.rows == 0 || m.cols == 0);
-}
-
 // One call's operands; see the header for the layouts.
 struct Problem {
   const Mat& q;
@@ -39,8 +34,8 @@ struct Problem {
 
 KernelStatus Validate(const Problem& p) {
   const int64_t t = p.q.rows;
-  if (!IsValid(p.q) || !IsValid(p.k) || !IsValid(p.v) || !IsValid(p.g) || !IsValid(p.beta) ||
-      !IsValid(p.out) || p.n_k_heads <= 0 || p.n_v_heads <= 0 || p.d <= 0 ||
+  if (!p.q.Valid() || !p.k.Valid() || !p.v.Valid() || !p.g.Valid() || !p.beta.Valid() ||
+      !p.out.Valid() || p.n_k_heads <= 0 || p.n_v_heads <= 0 || p.d <= 0 ||
       p.n_v_heads % p.n_k_heads != 0 || p.state == nullptr) {
     return KernelStatus::kInvalidArgument;
   }

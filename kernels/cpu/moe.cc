@@ -8,18 +8,10 @@
 #include "kernels/cpu/norm_ops.h"
 
 namespace deltaserve::kernels {
-namespace {
-
-bool IsValid(const Mat& m) {
-  return m.rows >= 0 && m.cols >= 0 && m.stride >= m.cols &&
-         (m.data != nullptr || m.rows == 0 || m.cols == 0);
-}
-
-}  // namespace
 
 KernelStatus MoeRouteCpu(const Mat& logits, int64_t k, int32_t* ids, float* weights) {
   const int64_t n_expert = logits.cols;
-  if (!IsValid(logits) || k <= 0 || k > n_expert) return KernelStatus::kInvalidArgument;
+  if (!logits.Valid() || k <= 0 || k > n_expert) return KernelStatus::kInvalidArgument;
   if (logits.rows == 0) return KernelStatus::kOk;
   if (ids == nullptr || weights == nullptr) return KernelStatus::kInvalidArgument;
   std::vector<float> p(n_expert);
@@ -75,7 +67,7 @@ KernelStatus MoeFfnCpu(ThreadPool& pool, const Mat& x, const int32_t* ids, const
   const int64_t n_embd = x.cols;
   const int64_t n_expert = gate_exps.count;
   const int64_t ff = gate_exps.out;
-  if (!IsValid(x) || !IsValid(y) || y.rows != n_tokens || y.cols != n_embd || k <= 0 ||
+  if (!x.Valid() || !y.Valid() || y.rows != n_tokens || y.cols != n_embd || k <= 0 ||
       n_expert <= 0 || gate_exps.data == nullptr || up_exps.data == nullptr ||
       down_exps.data == nullptr || gate_exps.in != n_embd || up_exps.in != n_embd ||
       up_exps.out != ff || up_exps.count != n_expert || down_exps.in != ff ||

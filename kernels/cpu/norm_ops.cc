@@ -13,11 +13,6 @@ namespace {
 // microseconds, more than a norm over one decode batch takes.
 constexpr int64_t kParallelElements = 1 << 15;
 
-bool IsValid(const Mat& m) {
-  return m.rows >= 0 && m.cols >= 0 && m.stride >= m.cols &&
-         (m.data != nullptr || m.rows == 0 || m.cols == 0);
-}
-
 bool SameShape(const Mat& a, const Mat& b) { return a.rows == b.rows && a.cols == b.cols; }
 
 // Runs fn(row_begin, row_end) over all rows, on the pool when the matrix is big.
@@ -91,7 +86,7 @@ DELTASERVE_ISA_CLONES void MulSigmoidRows(Mat& x, const Mat& gate, bool per_row,
 }  // namespace
 
 KernelStatus RmsNormCpu(ThreadPool& pool, const Mat& x, Vec w, float eps, Mat& y) {
-  if (!IsValid(x) || !IsValid(y) || !SameShape(x, y)) return KernelStatus::kInvalidArgument;
+  if (!x.Valid() || !y.Valid() || !SameShape(x, y)) return KernelStatus::kInvalidArgument;
   if (w.data != nullptr && w.n != x.cols) return KernelStatus::kInvalidArgument;
   const int64_t n = x.cols;
   if (n == 0) return KernelStatus::kOk;
@@ -111,7 +106,7 @@ KernelStatus RmsNormCpu(ThreadPool& pool, const Mat& x, Vec w, float eps, Mat& y
 }
 
 KernelStatus L2NormCpu(ThreadPool& pool, Mat& x, int64_t group, float eps) {
-  if (!IsValid(x) || group <= 0 || x.cols % group != 0) return KernelStatus::kInvalidArgument;
+  if (!x.Valid() || group <= 0 || x.cols % group != 0) return KernelStatus::kInvalidArgument;
   const int64_t n = x.cols;
   ForRows(pool, x.rows, n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -126,7 +121,7 @@ KernelStatus L2NormCpu(ThreadPool& pool, Mat& x, int64_t group, float eps) {
 }
 
 KernelStatus CopyCpu(ThreadPool& pool, const Mat& src, Mat& dst) {
-  if (!IsValid(src) || !IsValid(dst) || !SameShape(src, dst)) {
+  if (!src.Valid() || !dst.Valid() || !SameShape(src, dst)) {
     return KernelStatus::kInvalidArgument;
   }
   if (src.data == dst.data && src.stride == dst.stride) return KernelStatus::kOk;
@@ -141,7 +136,7 @@ KernelStatus CopyCpu(ThreadPool& pool, const Mat& src, Mat& dst) {
 
 KernelStatus GatedRmsNormCpu(ThreadPool& pool, const Mat& x, Vec w, const Mat& z, float eps,
                              Mat& y) {
-  if (!IsValid(x) || !IsValid(z) || !IsValid(y) || !SameShape(x, z) || !SameShape(x, y)) {
+  if (!x.Valid() || !z.Valid() || !y.Valid() || !SameShape(x, z) || !SameShape(x, y)) {
     return KernelStatus::kInvalidArgument;
   }
   if (w.data == nullptr || w.n != x.cols) return KernelStatus::kInvalidArgument;
@@ -153,7 +148,7 @@ KernelStatus GatedRmsNormCpu(ThreadPool& pool, const Mat& x, Vec w, const Mat& z
 }
 
 KernelStatus AddCpu(ThreadPool& pool, Mat& x, const Mat& y) {
-  if (!IsValid(x) || !IsValid(y) || !SameShape(x, y)) return KernelStatus::kInvalidArgument;
+  if (!x.Valid() || !y.Valid() || !SameShape(x, y)) return KernelStatus::kInvalidArgument;
   const int64_t n = x.cols;
   ForRows(pool, x.rows, n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -166,7 +161,7 @@ KernelStatus AddCpu(ThreadPool& pool, Mat& x, const Mat& y) {
 }
 
 KernelStatus SwiGluCpu(ThreadPool& pool, const Mat& gate, const Mat& up, Mat& out) {
-  if (!IsValid(gate) || !IsValid(up) || !IsValid(out) || !SameShape(gate, up) ||
+  if (!gate.Valid() || !up.Valid() || !out.Valid() || !SameShape(gate, up) ||
       !SameShape(gate, out)) {
     return KernelStatus::kInvalidArgument;
   }
@@ -176,7 +171,7 @@ KernelStatus SwiGluCpu(ThreadPool& pool, const Mat& gate, const Mat& up, Mat& ou
 }
 
 KernelStatus MulSigmoidCpu(ThreadPool& pool, Mat& x, const Mat& gate) {
-  if (!IsValid(x) || !IsValid(gate) || gate.rows != x.rows ||
+  if (!x.Valid() || !gate.Valid() || gate.rows != x.rows ||
       (gate.cols != x.cols && gate.cols != 1)) {
     return KernelStatus::kInvalidArgument;
   }
@@ -187,7 +182,7 @@ KernelStatus MulSigmoidCpu(ThreadPool& pool, Mat& x, const Mat& gate) {
 }
 
 KernelStatus DeltaNetGatesCpu(Mat& alpha_to_g, Mat& beta, Vec ssm_a, Vec dt_bias) {
-  if (!IsValid(alpha_to_g) || !IsValid(beta) || !SameShape(alpha_to_g, beta)) {
+  if (!alpha_to_g.Valid() || !beta.Valid() || !SameShape(alpha_to_g, beta)) {
     return KernelStatus::kInvalidArgument;
   }
   const int64_t n = alpha_to_g.cols;

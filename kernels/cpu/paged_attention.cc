@@ -34,11 +34,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-bool IsValid(const Mat& m) {
-  return m.rows >= 0 && m.cols >= 0 && m.stride >= m.cols &&
-         (m.data != nullptr || m.rows == 0 || m.cols == 0);
-}
-
 // Everything the items of one call share.
 struct Problem {
   const Mat& q;
@@ -459,7 +454,7 @@ DELTASERVE_ISA_CLONES KernelStatus EncodeRow(WeightType type, const float* src, 
 }  // namespace
 
 KernelStatus StoreKvCpu(const Mat& k, const Mat& v, const PagedKvView& kv, int64_t first_pos) {
-  if (!IsValid(k) || !IsValid(v) || k.rows != v.rows || k.cols != v.cols || first_pos < 0 ||
+  if (!k.Valid() || !v.Valid() || k.rows != v.rows || k.cols != v.cols || first_pos < 0 ||
       k.cols == 0) {
     return KernelStatus::kInvalidArgument;
   }
@@ -478,7 +473,7 @@ KernelStatus StoreKvCpu(const Mat& k, const Mat& v, const PagedKvView& kv, int64
 KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView& kv,
                                int64_t n_past, int64_t n_head, int64_t n_head_kv, float scale,
                                Mat& out) {
-  if (!IsValid(q) || !IsValid(out) || n_past < 0 || n_head <= 0 || n_head_kv <= 0 ||
+  if (!q.Valid() || !out.Valid() || n_past < 0 || n_head <= 0 || n_head_kv <= 0 ||
       n_head % n_head_kv != 0 || q.cols % n_head != 0 || q.cols == 0) {
     return KernelStatus::kInvalidArgument;
   }
