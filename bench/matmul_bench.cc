@@ -8,7 +8,9 @@
 //       [--shape=qwen35-0.8b]  # the distinct matmul shapes of the Qwen3.5 0.8B layers (hidden
 //                              # 1024: DeltaNet qkv / z / beta+alpha / out, attention q / k+v /
 //                              # out, FFN gate+up / down), e.g. with --tokens=512 for prefill
-//       [--tokens=1,64,512]   # the T values
+//       [--tokens=1,64,512]   # the T values; --tokens=1,2,4,8,16 --copies=8 are the decode
+//                             # steps of 1 .. 16 batched sequences (the fused batch kernel for
+//                             # 2 .. 16 rows, matmul.cc's kMaxFusedBatchInt8)
 //       [--copies=N]          # cycle through N copies of each matrix (N x its bytes beyond the
 //                             # caches reads weights from DRAM, as a decode step does)
 //       [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]  # adds "_min" rows

@@ -32,6 +32,18 @@ constexpr int64_t kMinMacsPerTask = 1 << 17;
 // 4096-wide Q4_K/Q6_K/Q8_0 rows (AVX-512), three fused passes still beat decoding each weight
 // row to f32 and running the tile kernel; at four rows the tile kernel wins.
 constexpr int64_t kMaxFusedBatch = 3;
+// On the int8 path, batches of 2 .. this many rows take the fused batch kernel where it has the
+// type (Int8FusedBatchFn: each weight block decoded once for up to 8 rows, cost linear in the
+// rows), larger ones MultiplyInt8 (weight rows decoded to int8 per call, 16-row panels: cost
+// flat up to 16 rows). bench/matmul_bench.cc --shape=qwen35-0.8b, Q4_K/Q6_K, 2 threads: the
+// batch kernel wins or ties at 12 rows on every shape (1.0-2.4x, 2.4x on the Q6_K 1024 x 151936
+// output matrix) and wins at 16 rows where in = 1024 (1.1-1.8x), but loses at 16 rows where
+// in = 2048 or 3584 (0.90-0.92x: two 8-row blocks of activations no longer sit in L1 beside
+// the row).
+// Q8_0 (MultiplyInt8 decodes it by copying): 1.6x at 8 rows, 0.73x at 16 (in = 1024).
+constexpr int64_t kMaxFusedBatchInt8 = 16;
+constexpr int64_t kMaxFusedBatchInt8Wide = 12;  // in > 1024
+constexpr int64_t kMaxFusedBatchInt8Q8 = 8;
 
 // --- scalar kernels -------------------------------------------------------------------------
 
@@ -182,6 +194,8 @@ struct Int8Kernel {
   Int8RowsFn rows = nullptr;
   Int8FusedFn fused = nullptr;              // the few-row product, if any
   bool (*fused_has)(WeightType) = nullptr;  // the types `fused` handles
+  Int8FusedBatchFn batch = nullptr;         // the fused batch product, if any
+  bool (*batch_has)(WeightType) = nullptr;  // the types `batch` handles
 };
 
 Int8Kernel Int8KernelFor(CpuIsa isa) {
@@ -191,8 +205,10 @@ Int8Kernel Int8KernelFor(CpuIsa isa) {
     case CpuIsa::kAvx512:
 #if defined(DELTASERVE_HAVE_X86_SIMD)
       if (DetectedCpuFeatures().avx512vnni) {
-        return {&DecodeInt8RowsAvx512, &Int8RowsAvx512Vnni, &Int8FusedAvx512Vnni,
-                &Int8FusedAvx512VnniHas};
+        return {
+            &DecodeInt8RowsAvx512,   &Int8RowsAvx512Vnni,       &Int8FusedAvx512Vnni,
+            &Int8FusedAvx512VnniHas, &Int8FusedBatchAvx512Vnni, &Int8FusedBatchAvx512VnniHas,
+        };
       }
 #endif
       return {};
@@ -246,6 +262,29 @@ void MultiplyFusedInt8(ThreadPool& pool, Int8FusedFn fused, const WeightView& w,
         fused(w.type, base + r0 * w.row_bytes, w.row_bytes, n, rows[t], y.data + t * y.stride + r0);
       }
     }
+  });
+}
+
+// Batches of 2 .. kMaxFusedBatchInt8 rows on int8 activations: quantized once, then each task
+// runs the fused batch kernel over its weight rows.
+void MultiplyFusedBatchInt8(ThreadPool& pool, Int8FusedBatchFn batch, const WeightView& w,
+                            const Mat& x, Mat& y) {
+  thread_local Int8FlatActivations storage;
+  Int8FlatActivations& acts = storage;  // see MultiplyInt8
+  PrepareInt8Flat(w.type, x, acts);
+  // In parallel only where it saves more than the pool's hand-off (~1 us; ~0.3 ns a value).
+  if (x.rows * x.cols >= 32768) {
+    pool.ParallelFor(x.rows, 1, [&](int64_t begin, int64_t end) {
+      QuantizeInt8FlatRows(w.type, x, acts, begin, end);
+    });
+  } else {
+    QuantizeInt8FlatRows(w.type, x, acts, 0, x.rows);
+  }
+  const Int8FlatBatch xb = OrderInt8FlatForBatch(w.type, acts, x.rows);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  pool.ParallelFor(w.out, TaskGrain(w.in * x.rows), [&](int64_t begin, int64_t end) {
+    batch(w.type, base + begin * w.row_bytes, w.row_bytes, end - begin, xb, y.data + begin,
+          y.stride);
   });
 }
 
@@ -309,7 +348,12 @@ KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, M
 
   if (mode == MatMulActivations::kInt8 && UsesInt8Path(w.type, isa, x.rows)) {
     const Int8Kernel k = Int8KernelFor(isa);
-    if (x.rows <= kMaxFusedBatch && k.fused != nullptr && k.fused_has(w.type)) {
+    const int64_t max_batch = w.type == WeightType::kQ8_0 ? kMaxFusedBatchInt8Q8
+                              : w.in <= 1024              ? kMaxFusedBatchInt8
+                                                          : kMaxFusedBatchInt8Wide;
+    if (x.rows >= 2 && x.rows <= max_batch && k.batch != nullptr && k.batch_has(w.type)) {
+      MultiplyFusedBatchInt8(pool, k.batch, w, x, y);
+    } else if (x.rows <= kMaxFusedBatch && k.fused != nullptr && k.fused_has(w.type)) {
       MultiplyFusedInt8(pool, k.fused, w, x, y);
     } else {
       MultiplyInt8(pool, k, w, x, y);

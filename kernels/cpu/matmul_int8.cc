@@ -159,18 +159,62 @@ void QuantizeInt8Panels(WeightType type, const Mat& x, Int8Activations& acts, in
   }
 }
 
-void QuantizeInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts) {
+void PrepareInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts) {
   acts.n = x.cols;
   acts.group = Int8Group(type);
   const int64_t nb = x.cols / acts.group;
   acts.q.resize(static_cast<size_t>(x.rows * x.cols));
   acts.d.resize(static_cast<size_t>(x.rows * nb));
   acts.dsum.resize(static_cast<size_t>(x.rows * nb));
-  for (int64_t t = 0; t < x.rows; ++t) {
-    QuantizeValues(IsKQuant(type), x.data + t * x.stride, x.cols, acts.group,
-                   acts.q.data() + t * x.cols, acts.d.data() + t * nb, acts.dsum.data() + t * nb,
-                   1);
+}
+
+void QuantizeInt8FlatScalar(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
+                            int64_t t1) {
+  const int64_t nb = a.n / a.group;
+  for (int64_t t = t0; t < t1; ++t) {
+    QuantizeValues(k_quant, x.data + t * x.stride, a.n, a.group, a.q + t * a.n, a.d + t * nb,
+                   a.dsum + t * nb, 1);
   }
+}
+
+bool QuantizeInt8FlatSimd(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
+                          int64_t t1) {
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+  if (DetectedCpuFeatures().avx512f && DetectedCpuFeatures().avx512bw) {
+    QuantizeInt8FlatAvx512(k_quant, x, a, t0, t1);
+    return true;
+  }
+#else
+  (void)k_quant, (void)x, (void)a, (void)t0, (void)t1;
+#endif
+  return false;
+}
+
+void QuantizeInt8FlatRows(WeightType type, const Mat& x, Int8FlatActivations& acts, int64_t t0,
+                          int64_t t1) {
+  const Int8FlatOut out{acts.n, acts.group, acts.q.data(), acts.d.data(), acts.dsum.data()};
+  if (!QuantizeInt8FlatSimd(IsKQuant(type), x, out, t0, t1)) {
+    QuantizeInt8FlatScalar(IsKQuant(type), x, out, t0, t1);
+  }
+}
+
+void QuantizeInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts) {
+  PrepareInt8Flat(type, x, acts);
+  QuantizeInt8FlatRows(type, x, acts, 0, x.rows);
+}
+
+Int8FlatBatch OrderInt8FlatForBatch(WeightType type, Int8FlatActivations& acts, int64_t rows) {
+  if (type == WeightType::kQ4_K) {
+    // Sub-blocks 1 and 2 of every 128 values trade places (matmul_int8.h).
+    int8_t tmp[32];
+    for (int64_t k = 0; k < rows * acts.n; k += 128) {
+      int8_t* q = acts.q.data() + k;
+      std::memcpy(tmp, q + 32, 32);
+      std::memcpy(q + 32, q + 64, 32);
+      std::memcpy(q + 64, tmp, 32);
+    }
+  }
+  return {acts.q.data(), acts.d.data(), acts.dsum.data(), acts.n, acts.group, rows};
 }
 
 bool DecodeInt8RowsBaseline(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,

@@ -176,11 +176,12 @@ INSTANTIATE_TEST_SUITE_P(Int8Types, MatMulInt8Test,
                                   TypeName(std::get<1>(info.param));
                          });
 
-// Decode (T <= 3) on AVX-512 VNNI runs the fused kernels several weight rows per call (four for
-// the K-quants) with a 1 .. 3 row tail. Each output must not depend on how rows were grouped:
-// row o of an out-row product equals, bit for bit, the product of row o alone (a one-row view,
-// so a one-row call), and stays within the MatchesScalarInt8Reference tolerance of the scalar
-// reference. out = 1, 3, 5, 7, 21, 37 gives every tail length after 0 .. 9 full blocks of rows.
+// Decode (T = 1) on AVX-512 VNNI runs the fused kernels several weight rows per call (four for
+// the K-quants) with a 1 .. 3 row tail; T = 3 runs the batch kernel, one weight row at a time. Each
+// output must not depend on how rows were grouped: row o of an out-row product equals, bit for bit,
+// the product of row o alone (a one-row view, so a one-row call), and stays within the
+// MatchesScalarInt8Reference tolerance of the scalar reference. out = 1, 3, 5, 7, 21, 37 gives
+// every tail length after 0 .. 9 full blocks of rows.
 TEST(MatMulInt8DecodeTest, RowGroupingDoesNotChangeResults) {
   if (!IsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "AVX-512 not supported here";
   ThreadPool one(1);
@@ -213,6 +214,63 @@ TEST(MatMulInt8DecodeTest, RowGroupingDoesNotChangeResults) {
               EXPECT_EQ(std::memcmp(&g, &alone[r], sizeof(float)), 0)
                   << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row " << r
                   << " out " << o << ": " << g << " vs " << alone[r];
+              double abs_sum = 0;
+              for (int64_t k = 0; k < in; ++k) {
+                abs_sum += std::fabs(static_cast<double>(w.decoded[o * in + k]) * x[r * in + k]);
+              }
+              ASSERT_LE(std::fabs(g - ref[r * out + o]), 1e-6 * abs_sum + 1e-30)
+                  << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row " << r
+                  << " out " << o;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Batches of 2 .. 16 rows (2 .. 12 where in > 1024, 2 .. 8 for Q8_0: kMaxFusedBatchInt8* in
+// matmul.cc) on AVX-512 VNNI take the fused batch kernel for Q8_0,
+// Q4_K, Q5_K and Q6_K, which decodes each weight block once for blocks of up to 8 tokens (13 = 7 +
+// 6, 16 = 8 + 8). Each of its outputs must equal, bit for bit, the one-token call on that token's
+// row alone (the fused one-row kernel), and stay within the MatchesScalarInt8Reference
+// tolerance of the scalar reference; larger batches take the many-token kernel: reference only.
+// In lengths: one block group, several (Q8_0: 31 blocks, an odd last one), and past 1024. Odd
+// weight row counts (1, 5, 19, 37) cover the tails of every 16-row group.
+TEST(MatMulInt8BatchTest, EachTokenEqualsOneTokenCall) {
+  if (!IsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "AVX-512 not supported here";
+  ThreadPool one(1);
+  std::mt19937 rng(28);
+  for (WeightType type :
+       {WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
+    const std::vector<int64_t> ins = IsKQuant(type) ? std::vector<int64_t>{256, 768, 1280}
+                                                    : std::vector<int64_t>{160, 992, 1312};
+    for (int64_t in : ins) {
+      const int64_t batch_max = type == WeightType::kQ8_0 ? 8 : in <= 1024 ? 16 : 12;
+      for (int64_t out : {1, 5, 19, 37}) {
+        const Weights w = MakeWeights(type, in, out, rng);
+        for (int64_t t : {2, 3, 5, 8, 13, 16, 17}) {
+          if (!UsesInt8Path(type, CpuIsa::kAvx512, t)) continue;
+          const std::vector<float> x = Activations(t * in, rng);
+          const std::vector<float> ref =
+              RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
+          // Two threads: tasks split the weight rows at arbitrary points.
+          const std::vector<float> got =
+              RunProduct(w, x, t, CpuIsa::kAvx512, MatMulActivations::kInt8);
+          for (int64_t r = 0; r < t; ++r) {
+            const Mat xr{const_cast<float*>(x.data()) + r * in, 1, in, in};
+            std::vector<float> alone(static_cast<size_t>(out), NAN);
+            Mat am{alone.data(), 1, out, out};
+            ASSERT_EQ(
+                MatMulCpuIsa(one, w.View(), xr, am, CpuIsa::kAvx512, MatMulActivations::kInt8),
+                KernelStatus::kOk);
+            for (int64_t o = 0; o < out; ++o) {
+              const float g = got[r * out + o];
+              if (t <= batch_max) {
+                EXPECT_EQ(std::memcmp(&g, &alone[o], sizeof(float)), 0)
+                    << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row "
+                    << r << " out " << o << ": " << g << " vs " << alone[o];
+              }
               double abs_sum = 0;
               for (int64_t k = 0; k < in; ++k) {
                 abs_sum += std::fabs(static_cast<double>(w.decoded[o * in + k]) * x[r * in + k]);
@@ -312,6 +370,55 @@ TEST(MatMulInt8QuantizeTest, Avx512EqualsScalarBitForBit) {
     }
   }
 }
+// The same for the flat rows of the fused kernels (QuantizeInt8FlatSimd against
+// QuantizeInt8FlatScalar): signed bytes, per-row d and dsum, rows quantized from an offset t0.
+TEST(MatMulInt8QuantizeTest, FlatAvx512EqualsScalarBitForBit) {
+  std::mt19937 rng(29);
+  struct Case {
+    bool k_quant;
+    int group;
+    int64_t n;
+  };
+  for (const Case c :
+       {Case{false, 32, 160}, Case{false, 32, 1312}, Case{true, 32, 1280}, Case{true, 16, 768}}) {
+    for (int64_t rows : {1, 5, 17}) {
+      std::vector<float> x = Activations(rows * c.n, rng);
+      const int super = c.k_quant ? kQkK : kQk;
+      std::fill(x.begin() + super, x.begin() + 2 * super, 0.0f);  // row 0, block 1
+      if (rows > 1) {
+        x[c.n + 3] = -50.0f;  // row 1, block 0: -50 first, then +50
+        x[c.n + 9] = 50.0f;
+      }
+      const Mat xm{x.data(), rows, c.n, c.n};
+      const auto blocks = static_cast<size_t>(rows * (c.n / c.group));
+      std::vector<int8_t> q[2];
+      std::vector<float> d[2];
+      std::vector<float> dsum[2];
+      for (int i = 0; i < 2; ++i) {
+        q[i].assign(static_cast<size_t>(rows * c.n), 0x55);
+        d[i].assign(blocks, NAN);
+        dsum[i].assign(blocks, NAN);
+        const internal::Int8FlatOut out{c.n, c.group, q[i].data(), d[i].data(), dsum[i].data()};
+        if (i == 0) {
+          internal::QuantizeInt8FlatScalar(c.k_quant, xm, out, 0, rows);
+        } else {
+          // Two calls: the second starts at row t0 = 1.
+          if (!internal::QuantizeInt8FlatSimd(c.k_quant, xm, out, 0, 1)) {
+            GTEST_SKIP() << "no AVX-512 quantizer in this build or on this CPU";
+          }
+          internal::QuantizeInt8FlatSimd(c.k_quant, xm, out, 1, rows);
+        }
+      }
+      const std::string what = std::string(c.k_quant ? "K" : "legacy") +
+                               " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
+                               " rows=" + std::to_string(rows);
+      EXPECT_EQ(q[0], q[1]) << what;
+      EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
+      EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
+    }
+  }
+}
+
 // The process-wide switch reaches MatMulCpu; f32 weights never take the int8 path.
 TEST(MatMulInt8ModeTest, SwitchSelectsPath) {
   std::mt19937 rng(23);
