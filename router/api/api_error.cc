@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "common/str_util.h"
 
 namespace deltaserve::router::api {
@@ -38,6 +39,12 @@ std::string ErrorCode(const absl::Status& status) { return Payload(status, kCode
 ApiError ApiErrorFromStatus(const absl::Status& status) {
   ApiError e;
   e.message = std::string(status.message());
+  if (auto retry = status.GetPayload(kRetryAfterPayloadUrl)) {
+    int64_t seconds = 0;
+    if (absl::SimpleAtoi(std::string(*retry), &seconds) && seconds > 0) {
+      e.retry_after_seconds = seconds;
+    }
+  }
   e.param = ErrorParam(status);
   e.code = ErrorCode(status);
   switch (status.code()) {
@@ -134,7 +141,11 @@ std::string ApiErrorJson(const ApiError& error) {
 }
 
 http::Response ApiErrorResponse(const ApiError& error) {
-  return http::Response::Json(error.http_status, ApiErrorJson(error));
+  http::Response r = http::Response::Json(error.http_status, ApiErrorJson(error));
+  if (error.retry_after_seconds > 0) {
+    r.headers.push_back({"Retry-After", std::to_string(error.retry_after_seconds)});
+  }
+  return r;
 }
 
 }  // namespace deltaserve::router::api

@@ -6,6 +6,7 @@
 // gets (InvalidArgument 400, Unauthenticated 401, PermissionDenied 403, NotFound 404,
 // ResourceExhausted 429, Unavailable 503, ...).
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,7 +21,13 @@ struct ApiError {
   std::string type;   // "invalid_request_error", "authentication_error", "server_error", ...
   std::string param;  // the offending field ("messages[1].content"); empty: null
   std::string code;   // "invalid_type", "model_not_found", ...; empty: null
+  int64_t retry_after_seconds = 0;  // > 0: sent as the Retry-After header (429)
 };
+
+// The status payload a component attaches to a ResourceExhausted status to ask the client to
+// retry after that many seconds (a decimal string); ApiErrorFromStatus turns it into
+// ApiError::retry_after_seconds. router/auth's rate limits set it.
+inline constexpr char kRetryAfterPayloadUrl[] = "deltaserve/retry_after_seconds";
 
 // An InvalidArgument status naming `param` (a JSON path such as "stop[2]") and `code`
 // ("invalid_json", "invalid_type", "invalid_value", "missing_required_parameter",

@@ -1,5 +1,7 @@
 #include "router/auth/api_key_authority.h"
 
+#include "router/api/api_error.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -20,7 +22,7 @@ namespace {
 using common::Sv;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kRetryAfterUrl[] = "deltaserve/retry_after_seconds";
+constexpr const char* kRetryAfterUrl = api::kRetryAfterPayloadUrl;  // the API layer reads it
 
 std::array<uint8_t, 32> Sha256(std::string_view data) {
   std::array<uint8_t, 32> digest{};

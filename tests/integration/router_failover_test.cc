@@ -535,6 +535,7 @@ api_keys:
   EXPECT_EQ(second.status, 200) << second.body;
   const HttpReply third = chat(limited_key, false);
   ASSERT_EQ(third.status, 429) << third.body;
+  EXPECT_NE(third.headers.find("Retry-After: "), std::string::npos) << third.headers;
   const nlohmann::json error = nlohmann::json::parse(third.body, nullptr, false);
   ASSERT_FALSE(error.is_discarded()) << third.body;
   ASSERT_TRUE(error.contains("error")) << third.body;
