@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build pkg-config git python3
+  # the venv that .ci/run installs the OpenAI Python SDK into (tests/integration/openai_sdk_test.cc)
+  python3-venv
   # clang for libFuzzer targets and the sanitizer runtime
   clang libclang-rt-14-dev
   # RPC and serialization

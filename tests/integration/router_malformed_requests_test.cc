@@ -1,0 +1,375 @@
+// A corpus of malformed requests against the real deltaserve-router process (in front of a real
+// worker on the tiny golden model), label integration. Every request is sent as raw bytes on its
+// own connection; each must get the 4xx that docs/router_http.md documents ("Errors" and "Limits
+// and timeouts" tables: 400 for JSON, types, values and bad HTTP, 404 / 405 for paths and
+// methods, 408 for a too-slow header or body, 413 for a too-large body, 431 for a too-large
+// header) with the `{"error":{message,type,param,code}}` body and, where the parser names one,
+// the `param` of the offending field. After each request the router must still answer /health
+// and a valid one-token chat completion: no client mistake takes it down or leaves it stuck.
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/router_service.h"
+
+namespace deltaserve {
+namespace {
+
+using ::deltaserve::testing::ClientSocket;
+using ::deltaserve::testing::Http;
+using ::deltaserve::testing::RawHttpReply;
+using ::deltaserve::testing::RouterService;
+using ::deltaserve::testing::SendRaw;
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+
+// One malformed request and what the router must answer.
+struct MalformedCase {
+  std::string name;
+  std::string request;               // the complete bytes sent
+  int status;                        // expected HTTP status
+  std::optional<std::string> param;  // expected error.param; "" = null; nullopt = not checked
+};
+
+std::string Post(const std::string& path, const std::string& body,
+                 const std::string& extra_headers = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n" +
+         "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n" + extra_headers + "\r\n" + body;
+}
+
+const json& ValidChat() {
+  static const json j = {{"model", "tiny"},
+                         {"max_tokens", 1},
+                         {"temperature", 0},
+                         {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  return j;
+}
+
+// A valid chat body with `patch` merged in (RFC 7386: a null member removes the field).
+std::string ChatWith(const json& patch) {
+  json j = ValidChat();
+  j.merge_patch(patch);
+  return j.dump();
+}
+
+std::string CompletionWith(const json& patch) {
+  json j = {{"model", "tiny"}, {"max_tokens", 1}, {"prompt", "Hi"}};
+  j.merge_patch(patch);
+  return j.dump();
+}
+
+// A valid chat body whose user message text is spliced in as raw bytes (for bytes that
+// nlohmann would refuse to serialize: invalid UTF-8, bad escapes).
+std::string ChatWithRawContent(const std::string& raw_json_string_body) {
+  return R"({"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":")" +
+         raw_json_string_body + R"("}]})";
+}
+
+std::vector<MalformedCase> Corpus() {
+  const std::string chat = "/v1/chat/completions";
+  const std::string comp = "/v1/completions";
+  std::vector<MalformedCase> c;
+  auto body = [&](std::string name, const std::string& b, std::optional<std::string> param,
+                  int status = 400, const std::string& path = "/v1/chat/completions") {
+    c.push_back({std::move(name), Post(path, b), status, std::move(param)});
+  };
+
+  // Broken JSON: the whole body is at fault, param null.
+  body("not_json", "{not json", "");
+  body("empty_body", "", "");
+  body("truncated_object", R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}])", "");
+  body("trailing_garbage", ValidChat().dump() + " x", "");
+  body("two_documents", ValidChat().dump() + ValidChat().dump(), "");
+  body("single_quotes", R"({'model':'tiny'})", "");
+  body("trailing_comma", R"({"model":"tiny","max_tokens":1,})", "");
+  body("nan_literal", R"({"model":"tiny","temperature":NaN,"messages":[]})", "");
+  body("infinity_literal", R"({"model":"tiny","temperature":Infinity,"messages":[]})", "");
+  body("comment", "{\"model\":\"tiny\" // who\n}", "");
+  body("unterminated_string", R"({"model":"tiny)", "");
+  body("raw_newline_in_string", ChatWithRawContent("line\nbreak"), "");
+  body("bad_escape", ChatWithRawContent(R"(\q)"), "");
+  body("lone_high_surrogate_escape", ChatWithRawContent(R"(\ud800)"), "");
+  body("lone_low_surrogate_escape", ChatWithRawContent(R"(\udc00x)"), "");
+  body("number_overflow", ChatWith({{"max_tokens", 1}}).replace(0, 1, R"({"seed":1e400,)"), "");
+  body("nesting_100_deep",
+       R"({"model":"tiny","x":)" + std::string(100, '[') + std::string(100, ']') + "}", "");
+  body("nesting_100000_deep", std::string(100000, '['), "");
+  body("body_is_null", "null", "");
+  body("body_is_array", "[]", "");
+  body("body_is_string", R"("hello")", "");
+  body("body_is_number", "42", "");
+
+  // Invalid UTF-8 (raw bytes inside JSON strings).
+  body("utf8_invalid_bytes", ChatWithRawContent("\xff\xfe"), "");
+  body("utf8_overlong_slash", ChatWithRawContent("\xc0\xaf"), "");
+  body("utf8_truncated_sequence", ChatWithRawContent("ab\xe2\x82"), "");
+  body("utf8_encoded_surrogate", ChatWithRawContent("\xed\xa0\x80"), "");
+  body("utf8_beyond_u10ffff", ChatWithRawContent("\xf4\x90\x80\x80"), "");
+  body("utf8_in_model_name", R"({"model":"ti)" + std::string("\x80") + R"(ny","messages":[]})", "");
+  body("utf8_in_unknown_key", R"({"x)" + std::string("\xc3") + R"(":1,"model":"tiny"})", "");
+
+  // The request's structure.
+  body("model_number", ChatWith({{"model", 5}}), "model");
+  body("model_empty", ChatWith({{"model", ""}}), "model");
+  body("model_missing", ChatWith({{"model", nullptr}}), "model");
+  body("messages_string", ChatWith({{"messages", "hi"}}), "messages");
+  body("messages_object", ChatWith({{"messages", json::object()}}), "messages");
+  body("messages_empty", ChatWith({{"messages", json::array()}}), "messages");
+  body("messages_missing", ChatWith({{"messages", nullptr}}), "messages");
+  body("message_number", ChatWith({{"messages", {42}}}), "messages[0]");
+  body("role_missing", ChatWith({{"messages", {{{"content", "Hi"}}}}}), "messages[0].role");
+  body("role_unknown", ChatWith({{"messages", {{{"role", "wizard"}, {"content", "Hi"}}}}}),
+       "messages[0].role");
+  body("role_number", ChatWith({{"messages", {{{"role", 7}, {"content", "Hi"}}}}}),
+       "messages[0].role");
+  body("content_number", ChatWith({{"messages", {{{"role", "user"}, {"content", 42}}}}}),
+       "messages[0].content");
+  body("content_missing", ChatWith({{"messages", {{{"role", "user"}}}}}), "messages[0].content");
+  body("content_part_image",
+       ChatWith({{"messages",
+                  {{{"role", "user"},
+                    {"content", {{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}}}}}}}),
+       "messages[0].content[0].type");
+  body("content_part_without_text",
+       ChatWith({{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}}}}}}}}),
+       "messages[0].content[0].text");
+  body("second_message_bad",
+       ChatWith({{"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "robot"}}}}}),
+       "messages[1].role");
+  body("tool_without_call_id", ChatWith({{"messages", {{{"role", "tool"}, {"content", "4"}}}}}),
+       "messages[0].tool_call_id");
+  body("user_with_tool_calls",
+       ChatWith(
+           {{"messages", {{{"role", "user"}, {"content", "Hi"}, {"tool_calls", json::array()}}}}}),
+       "messages[0].tool_calls");
+
+  // Sampling fields: wrong types, out of range, huge and negative numbers.
+  body("temperature_string", ChatWith({{"temperature", "hot"}}), "temperature");
+  body("temperature_3", ChatWith({{"temperature", 3}}), "temperature");
+  body("temperature_negative", ChatWith({{"temperature", -1}}), "temperature");
+  body("top_p_zero", ChatWith({{"top_p", 0}}), "top_p");
+  body("top_p_1_5", ChatWith({{"top_p", 1.5}}), "top_p");
+  body("top_k_minus_2", ChatWith({{"top_k", -2}}), "top_k");
+  body("top_k_fraction", ChatWith({{"top_k", 2.5}}), "top_k");
+  body("min_p_2", ChatWith({{"min_p", 2}}), "min_p");
+  body("presence_penalty_5", ChatWith({{"presence_penalty", 5}}), "presence_penalty");
+  body("frequency_penalty_minus_3", ChatWith({{"frequency_penalty", -3}}), "frequency_penalty");
+  body("repetition_penalty_zero", ChatWith({{"repetition_penalty", 0}}), "repetition_penalty");
+  body("max_tokens_zero", ChatWith({{"max_tokens", 0}}), "max_tokens");
+  body("max_tokens_negative", ChatWith({{"max_tokens", -5}}), "max_tokens");
+  body("max_tokens_fraction", ChatWith({{"max_tokens", 1.5}}), "max_tokens");
+  body("max_tokens_string", ChatWith({{"max_tokens", "16"}}), "max_tokens");
+  body("max_tokens_1e20", ChatWith({{"max_tokens", 1e20}}), "max_tokens");
+  body("max_tokens_beyond_int64",
+       R"({"model":"tiny","max_tokens":9223372036854775808,)"
+       R"("messages":[{"role":"user","content":"Hi"}]})",
+       "max_tokens");
+  // Within the parser's range but more than the context (256) holds: 400 naming the numbers.
+  body("max_tokens_beyond_context", ChatWith({{"max_tokens", 100000}}), std::nullopt);
+  body("max_completion_tokens_negative", ChatWith({{"max_completion_tokens", -1}}),
+       "max_completion_tokens");
+  body("seed_1e30", ChatWith({{"seed", 1e30}}), "seed");
+  body("seed_string", ChatWith({{"seed", "x"}}), "seed");
+  body("seed_below_int64",
+       R"({"model":"tiny","seed":-99999999999999999999,)"
+       R"("messages":[{"role":"user","content":"Hi"}]})",
+       "seed");
+  body("n_2", ChatWith({{"n", 2}}), "n");
+  body("n_0", ChatWith({{"n", 0}}), "n");
+  body("stop_five", ChatWith({{"stop", {"a", "b", "c", "d", "e"}}}), "stop");
+  body("stop_empty_string", ChatWith({{"stop", {""}}}), "stop[0]");
+  body("stop_number", ChatWith({{"stop", 42}}), "stop");
+  body("stream_string", ChatWith({{"stream", "yes"}}), "stream");
+  body("stream_options_without_stream", ChatWith({{"stream_options", {{"include_usage", true}}}}),
+       "stream_options");
+  body("include_usage_string",
+       ChatWith({{"stream", true}, {"stream_options", {{"include_usage", "x"}}}}),
+       "stream_options.include_usage");
+  body("logprobs_string", ChatWith({{"logprobs", "x"}}), "logprobs");
+  body("top_logprobs_21", ChatWith({{"logprobs", true}, {"top_logprobs", 21}}), "top_logprobs");
+  body("top_logprobs_without_logprobs", ChatWith({{"top_logprobs", 3}}), "top_logprobs");
+  body("logit_bias_array", ChatWith({{"logit_bias", json::array()}}), "logit_bias");
+  body("logit_bias_word_key", ChatWith({{"logit_bias", {{"abc", 1}}}}), "logit_bias.abc");
+  body("logit_bias_negative_key", ChatWith({{"logit_bias", {{"-1", 1}}}}), "logit_bias.-1");
+  body("logit_bias_500", ChatWith({{"logit_bias", {{"5", 500}}}}), "logit_bias.5");
+  body("user_number", ChatWith({{"user", 5}}), "user");
+  body("tools_string", ChatWith({{"tools", "x"}}), "tools");
+  body("enable_thinking_string",
+       ChatWith({{"chat_template_kwargs", {{"enable_thinking", "maybe"}}}}),
+       "chat_template_kwargs.enable_thinking");
+
+  // Completions.
+  body("prompt_missing", CompletionWith({{"prompt", nullptr}}), "prompt", 400, comp);
+  body("prompt_object", CompletionWith({{"prompt", json::object()}}), "prompt", 400, comp);
+  body("prompt_empty_array", CompletionWith({{"prompt", json::array()}}), "prompt", 400, comp);
+  body("prompt_negative_token", CompletionWith({{"prompt", {-1}}}), "prompt[0]", 400, comp);
+  body("prompt_token_2_pow_31", CompletionWith({{"prompt", {5, 2147483648LL}}}), "prompt[1]", 400,
+       comp);
+  body("prompt_two_prompts", CompletionWith({{"prompt", json::array({"a", "b"})}}), "prompt", 400,
+       comp);
+  body("echo_true", CompletionWith({{"echo", true}}), "echo", 400, comp);
+  body("best_of_2", CompletionWith({{"best_of", 2}}), "best_of", 400, comp);
+  body("suffix", CompletionWith({{"suffix", "x"}}), "suffix", 400, comp);
+  body("completion_logprobs_21", CompletionWith({{"logprobs", 21}}), "logprobs", 400, comp);
+  body("completion_broken_json", "{\"prompt\":", "", 400, comp);
+
+  // Unknown model, path, method.
+  body("unknown_model", ChatWith({{"model", "no-such-model"}}), std::nullopt, 404);
+  body("unknown_path", ValidChat().dump(), std::nullopt, 404, "/v1/nope");
+  c.push_back({"get_on_post_route",
+               "GET " + chat + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", 405,
+               std::nullopt});
+  c.push_back({"delete_models",
+               "DELETE /v1/models HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", 405,
+               std::nullopt});
+
+  // Bad HTTP.
+  c.push_back({"garbage_request_line", "HELLO THERE\r\n\r\n", 400, std::nullopt});
+  c.push_back({"content_length_word",
+               "POST " + chat + " HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n{}", 400,
+               std::nullopt});
+  c.push_back({"content_length_negative",
+               "POST " + chat + " HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n{}", 400,
+               std::nullopt});
+  c.push_back(
+      {"content_length_twice",
+       "POST " + chat + " HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+       400, std::nullopt});
+  c.push_back(
+      {"bad_chunk_size",
+       "POST " + chat +
+           " HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+       400, std::nullopt});
+
+  // Limits: 10 MB body (Content-Length, > the 8 MiB default), a declared terabyte, a chunked body
+  // over the limit, a 20 KiB header (> 16 KiB).
+  const std::string ten_mb = R"({"model":"tiny","messages":[{"role":"user","content":")" +
+                             std::string(10'000'000, 'a') + R"("}]})";
+  c.push_back({"body_10_mb", Post(chat, ten_mb), 413, std::nullopt});
+  c.push_back({"content_length_1_tb",
+               "POST " + chat + " HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000000000\r\n\r\n{",
+               413, std::nullopt});
+  {
+    std::string chunked =
+        "POST " + chat + " HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string piece(1 << 20, 'a');
+    for (int i = 0; i < 9; ++i) chunked += "100000\r\n" + piece + "\r\n";
+    chunked += "0\r\n\r\n";
+    c.push_back({"chunked_9_mib", chunked, 413, std::nullopt});
+  }
+  c.push_back(
+      {"header_20_kib",
+       "GET /health HTTP/1.1\r\nHost: t\r\nX-Big: " + std::string(20 << 10, 'h') + "\r\n\r\n", 431,
+       std::nullopt});
+  return c;
+}
+
+// The router answers /health and a valid request (it is alive and not stuck).
+void ExpectServing(int port, const std::string& after) {
+  EXPECT_EQ(Http(port, "GET", "/health").status, 200) << "after " << after;
+  const RawHttpReply ok = Http(port, "POST", "/v1/chat/completions", ValidChat().dump());
+  EXPECT_EQ(ok.status, 200) << "after " << after << ": " << ok.body;
+}
+
+// Checks the error body shape and, when asked, its param.
+void ExpectErrorBody(const MalformedCase& c, const RawHttpReply& r) {
+  const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << c.name << ": " << r.body;
+  const json& e = j["error"];
+  for (const char* key : {"message", "type", "param", "code"}) {
+    ASSERT_TRUE(e.contains(key)) << c.name << ": no error." << key << " in " << r.body;
+  }
+  EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << c.name;
+  if (!c.param) return;
+  if (c.param->empty()) {
+    EXPECT_TRUE(e["param"].is_null()) << c.name << ": " << r.body;
+  } else {
+    EXPECT_EQ(e["param"], *c.param) << c.name << ": " << r.body;
+  }
+}
+
+// A client that sends its request's start and then one byte every `gap`, forever (until the
+// server answers or `give_up` passes). Returns the reply and when it arrived.
+struct SlowResult {
+  RawHttpReply reply;
+  double seconds = 0;
+};
+
+SlowResult SendSlowly(int port, const std::string& start, const std::string& drip, milliseconds gap,
+                      seconds give_up) {
+  SlowResult out;
+  const auto t0 = steady_clock::now();
+  ClientSocket s(port);
+  if (!s.valid() || !s.Send(start)) return out;
+  while (steady_clock::now() - t0 < give_up) {
+    if (s.Readable(gap)) break;
+    if (!s.Send(drip)) break;
+  }
+  out.reply = s.ReadReply(seconds(10));
+  out.seconds = std::chrono::duration<double>(steady_clock::now() - t0).count();
+  return out;
+}
+
+TEST(RouterMalformedRequestsTest, EachGetsItsDocumented4xxAndTheRouterKeepsServing) {
+  RouterService s;
+  ASSERT_GT(s.port(), 0);
+  const int port = s.port();
+
+  // The slow clients run beside the corpus (they take the header / body timeouts: 10 s, 30 s).
+  SlowResult slow_body, slow_chunked_body, slow_header;
+  std::thread slow_body_thread([&] {
+    slow_body = SendSlowly(port,
+                           "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+                           "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{",
+                           " ", milliseconds(500), seconds(60));
+  });
+  std::thread slow_chunked_thread([&] {
+    slow_chunked_body = SendSlowly(port,
+                                   "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+                                   "Transfer-Encoding: chunked\r\n\r\n",
+                                   "1\r\n \r\n", milliseconds(500), seconds(60));
+  });
+  std::thread slow_header_thread([&] {
+    slow_header = SendSlowly(port, "GET /health HTTP/1.1\r\nHost: t\r\nX-Slow: ", "a",
+                             milliseconds(500), seconds(60));
+  });
+
+  const std::vector<MalformedCase> corpus = Corpus();
+  ASSERT_GE(corpus.size(), 50u);
+  for (const MalformedCase& c : corpus) {
+    SCOPED_TRACE(c.name);
+    const RawHttpReply r = SendRaw(port, c.request, seconds(30));
+    EXPECT_FALSE(r.timed_out) << c.name << ": no answer within 30 s";
+    EXPECT_EQ(r.status, c.status) << c.name << ": " << r.headers << "\n" << r.body;
+    if (r.status >= 400) ExpectErrorBody(c, r);
+    ExpectServing(port, c.name);
+  }
+
+  slow_body_thread.join();
+  slow_chunked_thread.join();
+  slow_header_thread.join();
+  // docs/router_http.md: body_timeout 30 s from the end of the header, header_timeout 10 s.
+  EXPECT_EQ(slow_body.reply.status, 408) << slow_body.reply.headers;
+  EXPECT_GT(slow_body.seconds, 25);
+  EXPECT_LT(slow_body.seconds, 45);
+  EXPECT_EQ(slow_chunked_body.reply.status, 408) << slow_chunked_body.reply.headers;
+  EXPECT_GT(slow_chunked_body.seconds, 25);
+  EXPECT_LT(slow_chunked_body.seconds, 45);
+  EXPECT_EQ(slow_header.reply.status, 408) << slow_header.reply.headers;
+  EXPECT_GT(slow_header.seconds, 7);
+  EXPECT_LT(slow_header.seconds, 25);
+  for (const SlowResult* r : {&slow_body, &slow_chunked_body, &slow_header}) {
+    ExpectErrorBody({"slow", "", 408, std::nullopt}, r->reply);
+  }
+  ExpectServing(port, "the slow clients");
+}
+
+}  // namespace
+}  // namespace deltaserve
