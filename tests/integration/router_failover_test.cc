@@ -23,6 +23,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/router_service.h"
 #include "tests/support/child_process.h"
 #include "tests/support/test_paths.h"
 
@@ -35,62 +36,9 @@ using ::deltaserve::testing::GoldenPath;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-struct HttpReply {
-  int status = 0;  // 0: no connection or no complete response
-  std::string headers;
-  std::string body;  // de-chunked
-};
-
-// One request on a fresh connection (Connection: close), read to the end; a reply that takes
-// longer than two minutes counts as none.
-HttpReply Http(int port, const std::string& method, const std::string& path,
-               const std::string& body = "", const std::string& extra_headers = "") {
-  HttpReply r;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return r;
-  timeval timeout{};
-  timeout.tv_sec = 120;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return r;
-  }
-  std::string req =
-      method + " " + path + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n" + extra_headers;
-  if (!body.empty() || method == "POST") {
-    req +=
-        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  }
-  req += "\r\n" + body;
-  (void)!::write(fd, req.data(), req.size());
-  std::string raw;
-  char buf[8192];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) raw.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  const size_t head_end = raw.find("\r\n\r\n");
-  if (raw.size() < 12 || head_end == std::string::npos) return r;
-  r.status = std::stoi(raw.substr(9, 3));
-  r.headers = raw.substr(0, head_end);
-  std::string rest = raw.substr(head_end + 4);
-  if (r.headers.find("chunked") != std::string::npos) {
-    size_t pos = 0;
-    while (pos < rest.size()) {
-      const size_t eol = rest.find("\r\n", pos);
-      if (eol == std::string::npos) break;
-      const size_t len = std::stoul(rest.substr(pos, eol - pos), nullptr, 16);
-      if (len == 0) break;
-      r.body += rest.substr(eol + 2, len);
-      pos = eol + 2 + len + 2;
-    }
-  } else {
-    r.body = rest;
-  }
-  return r;
-}
+// The raw client of router_service.h: one request per connection, read to the end.
+using HttpReply = ::deltaserve::testing::RawHttpReply;
+using ::deltaserve::testing::Http;
 
 // A chat request with one user message, greedy.
 std::string ChatBody(const std::string& model, const std::string& content, int max_tokens,
