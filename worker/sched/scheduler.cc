@@ -137,10 +137,8 @@ void Scheduler::TakeInbox() {
     cancels.swap(cancels_);
   }
   for (uint64_t h : cancels) {
-    for (auto* list : {&running_}) {
-      for (auto& s : *list) {
-        if (s->handle == h && !s->finished) Finish(*s, EndReason::kCancelled);
-      }
+    for (auto& s : running_) {
+      if (s->handle == h && !s->finished) Finish(*s, EndReason::kCancelled);
     }
     for (auto& s : waiting_) {
       if (s->handle == h && !s->finished) Finish(*s, EndReason::kCancelled);
@@ -221,7 +219,7 @@ void Scheduler::Admit() {
 }
 
 void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows,
-                        int64_t fed_before, int64_t /*fed_now*/) {
+                        int64_t fed_before) {
   const int64_t n_vocab = model_->n_vocab();
   const int64_t k = static_cast<int64_t>(seq.draft.size());
   // Rows [first, n_rows) belong to the last real token and the drafts after it.
@@ -380,7 +378,7 @@ bool Scheduler::RunBatch() {
           const int64_t n_vocab = model_->n_vocab();
           Consume(*live[i],
                   absl::Span<const float>(logits_).subspan(row * n_vocab, rows * n_vocab), rows,
-                  fed_before[i], live[i]->n_past());
+                  fed_before[i]);
         }
         row += rows;
       }

@@ -147,9 +147,9 @@ class Scheduler {
   bool RunBatch();
   void Finish(Sequence& seq, EndReason reason, absl::Status error = absl::OkStatus());
   void Preempt(Sequence& seq);
-  // Samples from `rows` (one per fed draft position + 1) and emits; returns tokens accepted.
-  void Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows, int64_t fed_before,
-               int64_t fed_now);
+  // Samples the last token's row and those of its drafts in `logits` ([n_rows][n_vocab]), emits
+  // the tokens, and rewinds the state to `fed_before` positions when a draft was rejected.
+  void Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows, int64_t fed_before);
 
   Qwen35Model* model_ = nullptr;
   std::shared_ptr<PagedKvCache> cache_;
