@@ -229,7 +229,7 @@ bool Int8FusedBatchAvx512VnniHas(WeightType type);
 
 // y[t][col0 + r] = product of weight row r and activation row t, for every r < w.rows and
 // t < a.rows. The scalar one is the reference of the integer arithmetic (matmul_int8.cc); the
-// AVX-512 VNNI one is in matmul_int8_avx512.cc.
+// AVX-512 VNNI one is in matmul_int8_avx512_tiles.cc.
 using Int8RowsFn = void (*)(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y,
                             int64_t col0);
 void Int8RowsScalar(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y, int64_t col0);

@@ -1,5 +1,5 @@
 // The weight-row decoder of the int8 path (matmul_int8.h), written once as plain loops and
-// included by matmul_int8.cc (baseline ISA) and matmul_int8_avx512.cc, where the compiler
+// included by matmul_int8.cc (baseline ISA) and matmul_int8_avx512_tiles.cc, where the compiler
 // vectorizes it with AVX-512. Internal linkage: each includer gets a private copy built with its
 // own -m flags (see quants.h on why no inline function is shared across ISA files).
 #pragma once

@@ -1,5 +1,5 @@
 # Block formats and matrix products of the CPU backend (included by CMakeLists.txt here).
-# The library stays baseline x86-64; only the two ISA files get wider instructions, and they
+# The library stays baseline x86-64; only the ISA files get wider instructions, and they
 # run only after cpu_features.cc found the CPU has them.
 target_sources(deltaserve_kernels_cpu PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/quants.cc
@@ -20,11 +20,18 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   target_sources(deltaserve_kernels_cpu PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/matmul_avx2.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc
-    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_rows.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_batch.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_tiles.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_quantize.cc)
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/matmul_avx2.cc PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
   set_source_files_properties(
-    ${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_rows.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_batch.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_tiles.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_quantize.cc
     PROPERTIES
     COMPILE_OPTIONS
     "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx512bf16;-mavx2;-mfma;-mf16c;-ffp-contract=off")
