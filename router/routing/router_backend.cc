@@ -144,6 +144,10 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   absl::flat_hash_map<std::string, PreparedPrompt> prepared_;  // by candidate + digest
   int attempts_ = 0;                                           // Generate calls started
   bool started_ = false;                                       // OnStart sent
+  // A non-streaming request holds its deltas until the final event: the client sees nothing
+  // before then, so a worker that fails mid-generation is retried from scratch elsewhere.
+  const bool buffered_ = !request_.stream;
+  std::vector<api::GenerationDelta> held_;  // the current call's deltas, when buffered_
   bool done_ = false;                                          // OnEnd or OnError sent
   size_t fallback_logged_ = 0;  // highest candidate whose first try was logged
 
@@ -412,7 +416,6 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
   switch (event.event_case()) {
     case v1::GenerateEvent::kTokenEvent: {
       const v1::TokenEvent& t = event.token_event();
-      StartOnce(candidate);
       api::GenerationDelta delta;
       delta.text = t.text();
       delta.tokens = t.token_ids_size();
@@ -422,6 +425,11 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
           delta.logprobs.push_back(ToApiLogprob(lp, call.tokenizer()));
         }
       }
+      if (buffered_) {
+        held_.push_back(std::move(delta));
+        return;
+      }
+      StartOnce(candidate);
       observer_->OnDelta(std::move(delta));
       return;
     }
@@ -431,6 +439,8 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
       if (f.finish_reason() == v1::FINISH_REASON_STOP ||
           f.finish_reason() == v1::FINISH_REASON_LENGTH) {
         StartOnce(candidate);
+        for (api::GenerationDelta& held : held_) observer_->OnDelta(std::move(held));
+        held_.clear();
         api::GenerationEnd end;
         end.finish_reason = f.finish_reason() == v1::FINISH_REASON_STOP
                                 ? api::FinishReason::kStop
@@ -507,7 +517,14 @@ void RouterBackend::Run::OnCallDone(Call& call, const grpc::Status& status) {
     return;
   }
 
-  // Before the first token: decide between passing the error on and trying elsewhere.
+  // Before the first token reached the client: decide between passing the error on and trying
+  // elsewhere. A buffered generation's partial output is dropped; the retry starts over.
+  if (!held_.empty()) {
+    pool.metrics().CountDiscardedPartial();
+    LogRouting(absl::StrCat("request ", request_.request_id, ": dropping ", held_.size(),
+                            " undelivered event(s) of a failed call on ", where));
+    held_.clear();
+  }
   absl::Status failure;
   if (!status.ok()) {
     failure =

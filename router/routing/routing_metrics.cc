@@ -38,6 +38,10 @@ void RoutingMetrics::CountErrorAfterStart() {
   std::lock_guard<std::mutex> lock(mu_);
   ++errors_after_start_;
 }
+void RoutingMetrics::CountDiscardedPartial() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++discarded_partials_;
+}
 
 RoutingMetrics::WorkerCounters RoutingMetrics::worker(std::string_view address) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -66,6 +70,10 @@ int64_t RoutingMetrics::tokenizer_fetches() const {
 int64_t RoutingMetrics::errors_after_start() const {
   std::lock_guard<std::mutex> lock(mu_);
   return errors_after_start_;
+}
+int64_t RoutingMetrics::discarded_partials() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return discarded_partials_;
 }
 
 void RoutingMetrics::Write(api::PrometheusText& out) const {
@@ -118,6 +126,9 @@ void RoutingMetrics::Write(api::PrometheusText& out) const {
   out.Counter("deltaserve_router_stream_errors_total",
               "Generations that failed after their first token (client saw an error event).", {},
               static_cast<double>(errors_after_start_));
+  out.Counter("deltaserve_router_partial_retries_total",
+              "Non-streaming generations whose worker failed mid-way, retried from scratch.", {},
+              static_cast<double>(discarded_partials_));
 }
 
 }  // namespace deltaserve::router

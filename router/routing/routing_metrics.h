@@ -40,6 +40,9 @@ class RoutingMetrics {
   void CountRejection(std::string_view reason);
   void CountTokenizerFetch();
   void CountErrorAfterStart();
+  // A non-streaming generation's worker failed after producing tokens the client had not yet
+  // received; they were dropped and the request retried.
+  void CountDiscardedPartial();
 
   WorkerCounters worker(std::string_view address) const;
   int64_t retries() const;
@@ -47,9 +50,11 @@ class RoutingMetrics {
   int64_t rejections(std::string_view reason) const;
   int64_t tokenizer_fetches() const;
   int64_t errors_after_start() const;
+  int64_t discarded_partials() const;
 
   // deltaserve_router_worker_{calls,failures,poll_failures,circuit_opens}_total{worker},
-  // deltaserve_router_{retries,fallbacks,rejections,tokenizer_fetches,stream_errors}_total.
+  // deltaserve_router_{retries,fallbacks,rejections,tokenizer_fetches,stream_errors,
+  // partial_retries}_total.
   void Write(api::PrometheusText& out) const;
 
  private:
@@ -60,6 +65,7 @@ class RoutingMetrics {
   int64_t retries_ = 0;
   int64_t tokenizer_fetches_ = 0;
   int64_t errors_after_start_ = 0;
+  int64_t discarded_partials_ = 0;
 };
 
 }  // namespace deltaserve::router

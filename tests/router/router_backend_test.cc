@@ -374,7 +374,9 @@ TEST_F(RouterBackendTest, ErrorAfterTheFirstTokenEndsTheStreamWithOnError) {
   script.break_after = 2;
   w.SetScript(script);
   StartRouter();
-  auto o = Run(Chat("m", "hi"));
+  api::CompletionRequest request = Chat("m", "hi");
+  request.stream = true;  // the client has the first tokens: too late to retry
+  auto o = Run(request);
   EXPECT_EQ(o->starts, 1);
   EXPECT_EQ(o->text, "Hello");
   ASSERT_TRUE(o->error.has_value());
@@ -384,6 +386,58 @@ TEST_F(RouterBackendTest, ErrorAfterTheFirstTokenEndsTheStreamWithOnError) {
   EXPECT_EQ(pool_->metrics().errors_after_start(), 1);
 }
 
+TEST_F(RouterBackendTest, NonStreamingRequestWhoseWorkerFailsMidwayIsRetriedFromScratch) {
+  ScriptedWorker& w = AddWorker({Model("m", 0, 0)});
+  ScriptedWorker& other = AddWorker({Model("m", 3, 0)});
+  GenerateScript broken;
+  broken.pieces = {"par", "tial", "never sent"};
+  broken.break_after = 2;
+  broken.break_code = grpc::StatusCode::UNAVAILABLE;  // what a killed worker's stream gives
+  w.SetScript(broken);
+  StartRouter();
+  auto o = Run(Chat("m", "hi"));  // stream = false
+  ASSERT_TRUE(o->end.has_value()) << (o->error ? o->error->ToString() : "");
+  EXPECT_FALSE(o->error.has_value());
+  EXPECT_EQ(o->starts, 1);
+  EXPECT_EQ(o->text, "Hello!");  // only the second worker's answer, none of the dropped pieces
+  EXPECT_EQ(o->tokens, 3);
+  EXPECT_EQ(w.generate_calls(), 1);
+  EXPECT_EQ(other.generate_calls(), 1);
+  EXPECT_EQ(pool_->metrics().discarded_partials(), 1);
+  EXPECT_EQ(pool_->metrics().errors_after_start(), 0);
+  EXPECT_EQ(pool_->metrics().retries(), 1);
+
+  // A worker that ends the sequence with an ERROR final event after tokens: also retried.
+  GenerateScript failing;
+  failing.pieces = {"x", "y"};
+  failing.finish = deltaserve::v1::FINISH_REASON_ERROR;
+  w.SetScript(failing);
+  other.SetScript(GenerateScript{});
+  auto o2 = Run(Chat("m", "again"));
+  ASSERT_TRUE(o2->end.has_value()) << (o2->error ? o2->error->ToString() : "");
+  EXPECT_EQ(o2->text, "Hello!");
+  EXPECT_EQ(pool_->metrics().discarded_partials(), 2);
+}
+
+TEST_F(RouterBackendTest, NonStreamingRequestFailsOnlyWhenEveryAttemptFailsMidway) {
+  ScriptedWorker& a = AddWorker({Model("m", 0, 0)});
+  ScriptedWorker& b = AddWorker({Model("m", 1, 0)});
+  GenerateScript broken;
+  broken.break_after = 1;
+  broken.break_code = grpc::StatusCode::UNAVAILABLE;
+  a.SetScript(broken);
+  b.SetScript(broken);
+  RouterConfig config;
+  config.routing.max_attempts = 2;
+  StartRouter(config);
+  auto o = Run(Chat("m", "hi"));
+  ASSERT_TRUE(o->error.has_value());
+  EXPECT_EQ(o->error->code(), absl::StatusCode::kUnavailable);  // an HTTP 503, no partial body
+  EXPECT_EQ(o->starts, 0);
+  EXPECT_EQ(o->text, "");
+  EXPECT_EQ(a.generate_calls() + b.generate_calls(), 2);
+}
+
 TEST_F(RouterBackendTest, CancelReachesTheWorker) {
   ScriptedWorker& w = AddWorker({Model("m")});
   GenerateScript script;
@@ -391,7 +445,9 @@ TEST_F(RouterBackendTest, CancelReachesTheWorker) {
   w.SetScript(script);
   StartRouter();
   auto o = std::make_shared<RecordingObserver>();
-  std::unique_ptr<api::GenerationHandle> handle = backend_->Generate(Chat("m", "hi"), o);
+  api::CompletionRequest request = Chat("m", "hi");
+  request.stream = true;  // a non-streaming request delivers no token before the end
+  std::unique_ptr<api::GenerationHandle> handle = backend_->Generate(request, o);
   ASSERT_TRUE(o->WaitTokens(1));
   handle->Cancel();
   handle->Cancel();                    // idempotent
