@@ -1,0 +1,629 @@
+// deltaserve-bench-router: the load generator of bench/router_bench.sh (router overhead).
+//   --target grpc   N closed-loop clients call a worker's Generate directly (one channel, like
+//                   the router's), each starting its next call when the last one ends;
+//   --target http   N closed-loop clients, one keep-alive HTTP/1.1 connection each, POST the same
+//                   request to the router's /v1/completions (prompt as token ids, greedy,
+//                   --max-tokens), non-streamed or streamed (--stream: until `data: [DONE]`);
+//   --target idle   opens --clients streamed completions through the router, waits for each
+//                   one's first event, holds them all for --hold seconds, and counts any that
+//                   fails to open or ends early; samples the router's RSS and CPU (--watch-pid).
+// Closed loop by default; --rate R paces the clients instead (R requests/s in all, each client
+// every clients/R seconds), latency then counting from the scheduled send. --get PATH sends
+// GET PATH instead of the completion (e.g. /health: the HTTP layer alone). Latency is from
+// the first byte sent to the last byte of the answer; only answers that end in the measured
+// window (after --warmup, for --duration seconds) count; failures count always. --watch-pid
+// adds that process's CPU per answered request over the window. One JSON line on stdout:
+//   {"target":"http","clients":64,"stream":true,"requests":..,"errors":..,"rps":..,"p50_ms":..,
+//    "p90_ms":..,"p99_ms":..,"max_ms":..,"mean_ms":..,"watched_cpu_us_per_request":..}
+// Progress and errors go to stderr. RLIMIT_NOFILE is raised to its hard limit first.
+#include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "deltaserve/v1/worker.grpc.pb.h"
+
+namespace deltaserve::bench {
+namespace {
+
+namespace asio = boost::asio;
+namespace v1 = ::deltaserve::v1;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string target;              // grpc, http, idle
+  std::string address;             // HOST:PORT of the worker (grpc) or router (http, idle)
+  std::string model = "tiny";
+  int clients = 1;
+  double warmup_s = 1.0;
+  double duration_s = 5.0;
+  double hold_s = 10.0;            // idle: how long the streams are held
+  int open_window = 256;           // idle: streams being opened at once
+  int max_tokens = 2;
+  bool stream = false;
+  std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  int watch_pid = 0;               // the router's (or worker's) pid, for its RSS and CPU
+  double rate = 0;                 // requests per second over all clients; 0: closed loop
+  std::string get_path;            // http: GET this path instead of the completion
+};
+
+// Open-loop pacing (--rate): client i sends at t0 + i / rate, then every clients / rate
+// seconds. Latency counts from the scheduled time, so a late send is charged to the server
+// (no coordinated omission).
+struct Pacer {
+  Clock::time_point t0;
+  Clock::duration period{};  // zero: closed loop
+  Clock::time_point First(int client, int clients) const {
+    return period == Clock::duration::zero() ? t0 : t0 + period * client / clients;
+  }
+};
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+Clock::duration Dur(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+Pacer MakePacer(const Flags& f) {
+  Pacer p;
+  p.t0 = Clock::now();
+  if (f.rate > 0) p.period = Dur(f.clients / f.rate);
+  return p;
+}
+
+
+// RSS (KiB) and CPU time (seconds, user + system) of a process, from /proc.
+struct ProcSample {
+  int64_t rss_kib = 0;
+  double cpu_s = 0;
+};
+
+ProcSample SampleProc(int pid) {
+  ProcSample s;
+  if (pid <= 0) return s;
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) s.rss_kib = std::atoll(line.c_str() + 6);
+  }
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string all((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = all.rfind(')');
+  if (paren == std::string::npos) return s;
+  std::istringstream rest(all.substr(paren + 2));
+  std::string field;
+  // Fields after the command: state is 3; utime and stime are 14 and 15 (proc(5)).
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  s.cpu_s = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return s;
+}
+
+// Latencies of the answers that ended inside [begin, end], and all failures. Thread-safe.
+class Recorder {
+ public:
+  void Start(Clock::time_point begin, Clock::time_point end) {
+    begin_ = begin;
+    end_ = end;
+  }
+  // Failures count wherever they happen, warm-up included.
+  void Done(Clock::time_point start, Clock::time_point finish, bool ok) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ok) {
+      ++errors_;
+    } else if (finish >= begin_ && finish <= end_) {
+      ms_.push_back(Ms(finish - start));
+    }
+  }
+  bool Running(Clock::time_point now) const { return now < end_; }
+  Clock::time_point begin() const { return begin_; }
+  Clock::time_point end() const { return end_; }
+  int64_t requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(ms_.size());
+  }
+  // True for the first few failures: the ones worth a line on stderr.
+  bool LogFailure() { return logged_++ < 5; }
+  // The summary line (sorts the latencies); `cpu_us`: the watched process's CPU per request.
+  std::string Json(const Flags& f, double cpu_us) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::sort(ms_.begin(), ms_.end());
+    auto pct = [&](double p) {
+      if (ms_.empty()) return 0.0;
+      const size_t i = std::min(ms_.size() - 1, static_cast<size_t>(p * ms_.size()));
+      return ms_[i];
+    };
+    double sum = 0;
+    for (double m : ms_) sum += m;
+    const double window = Seconds(end_ - begin_);
+    return absl::StrFormat(
+        "{\"target\":\"%s\",\"clients\":%d,\"stream\":%s,\"max_tokens\":%d,\"requests\":%d,"
+        "\"errors\":%d,\"seconds\":%.3f,\"rps\":%.1f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
+        "\"p99_ms\":%.4f,\"max_ms\":%.4f,\"mean_ms\":%.4f,\"rate\":%.1f,\"path\":\"%s\","
+        "\"watched_cpu_us_per_request\":%.1f}",
+        f.target, f.clients, f.stream ? "true" : "false", f.max_tokens, ms_.size(), errors_,
+        window, ms_.size() / window, pct(0.50), pct(0.90), pct(0.99), ms_.empty() ? 0 : ms_.back(),
+        ms_.empty() ? 0 : sum / ms_.size(), f.rate, f.get_path, cpu_us);
+  }
+
+ private:
+  std::mutex mu_;
+  Clock::time_point begin_, end_;
+  std::vector<double> ms_;
+  int64_t errors_ = 0;
+  std::atomic<int64_t> logged_{0};
+};
+
+// CPU microseconds the watched process (--watch-pid) spent per answered request in the window.
+double CpuPerRequestUs(const Flags& f, const ProcSample& before, const ProcSample& after,
+                       Recorder& recorder) {
+  const int64_t n = recorder.requests();
+  if (f.watch_pid <= 0 || n == 0) return 0;
+  return (after.cpu_s - before.cpu_s) * 1e6 / static_cast<double>(n);
+}
+
+// ---- gRPC Generate, straight to the worker ------------------------------------------------------
+
+struct GrpcLoad {
+  std::unique_ptr<v1::Worker::Stub> stub;
+  v1::GenerateRequest request;
+  Recorder recorder;
+  Pacer pacer;
+  asio::io_context timers;  // paced calls wait here for their turn
+  std::atomic<int> in_flight{0};
+};
+
+// One Generate call; when it ends it records itself and starts its successor, at once (closed
+// loop) or at its scheduled time (paced).
+class GrpcCall : public grpc::ClientReadReactor<v1::GenerateEvent> {
+ public:
+  GrpcCall(GrpcLoad* load, Clock::time_point scheduled) : load_(load), scheduled_(scheduled) {}
+
+  // Starts the call now, or when it is due.
+  static void StartAt(GrpcLoad* load, Clock::time_point when) {
+    if (when <= Clock::now()) return (new GrpcCall(load, when))->Start();
+    auto timer = std::make_shared<asio::steady_timer>(load->timers, when);
+    timer->async_wait([load, when, timer](boost::system::error_code) {
+      if (load->recorder.Running(Clock::now())) (new GrpcCall(load, when))->Start();
+    });
+  }
+
+  void Start() {
+    ++load_->in_flight;
+    const bool paced = load_->pacer.period != Clock::duration::zero();
+    start_ = paced ? scheduled_ : Clock::now();
+    load_->stub->async()->Generate(&context_, &load_->request, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (event_.has_final_event()) {
+      final_ok_ = event_.final_event().finish_reason() == v1::FINISH_REASON_LENGTH ||
+                  event_.final_event().finish_reason() == v1::FINISH_REASON_STOP;
+    }
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    const Clock::time_point end = Clock::now();
+    const bool ok = status.ok() && final_ok_;
+    if (!ok && load_->recorder.LogFailure()) {
+      std::cerr << "grpc: call failed: " << status.error_message() << "\n";
+    }
+    load_->recorder.Done(start_, end, ok);
+    GrpcLoad* load = load_;
+    const Clock::time_point next = scheduled_ + load->pacer.period;
+    delete this;
+    if (load->recorder.Running(end)) StartAt(load, next);
+    --load->in_flight;
+  }
+
+ private:
+  GrpcLoad* load_;
+  const Clock::time_point scheduled_;
+  grpc::ClientContext context_;
+  v1::GenerateEvent event_;
+  Clock::time_point start_;
+  bool final_ok_ = false;
+};
+
+int RunGrpc(const Flags& f) {
+  GrpcLoad load;
+  load.stub = v1::Worker::NewStub(
+      grpc::CreateChannel(f.address, grpc::InsecureChannelCredentials()));
+  load.request.set_request_id("bench");
+  load.request.set_model(f.model);
+  for (int32_t id : f.prompt) load.request.add_prompt_token_ids(id);
+  load.request.mutable_sampling()->set_temperature(0);
+  load.request.mutable_sampling()->set_max_tokens(f.max_tokens);
+  load.pacer = MakePacer(f);
+  load.recorder.Start(load.pacer.t0 + Dur(f.warmup_s),
+                      load.pacer.t0 + Dur(f.warmup_s + f.duration_s));
+  auto work = asio::make_work_guard(load.timers);
+  std::thread timer_thread([&] { load.timers.run(); });
+  for (int i = 0; i < f.clients; ++i) GrpcCall::StartAt(&load, load.pacer.First(i, f.clients));
+  std::this_thread::sleep_until(load.recorder.begin());
+  const ProcSample before = SampleProc(f.watch_pid);
+  std::this_thread::sleep_until(load.recorder.end());
+  const ProcSample after = SampleProc(f.watch_pid);
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(30);
+  while (load.in_flight > 0 && Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  work.reset();
+  load.timers.stop();
+  timer_thread.join();
+  std::cout << load.recorder.Json(f, CpuPerRequestUs(f, before, after, load.recorder)) << std::endl;
+  return 0;
+}
+
+// ---- HTTP/1.1 to the router -----------------------------------------------------------------------
+
+std::string CompletionRequest(const Flags& f, const std::string& host, bool stream) {
+  const std::string body = absl::StrCat("{\"model\":\"", f.model, "\",\"prompt\":[",
+                                        absl::StrJoin(f.prompt, ","), "],\"max_tokens\":",
+                                        f.max_tokens, ",\"temperature\":0,\"stream\":",
+                                        stream ? "true" : "false", "}");
+  return absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: ", host,
+                      "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                      "\r\n\r\n", body);
+}
+
+// Where a complete response ends in `data` (header + Content-Length body, or chunked body up to
+// the last chunk), or npos while it is incomplete. `status` gets the status code. Enough HTTP
+// for the router's own answers; not a general parser.
+size_t ResponseEnd(const std::string& data, int* status) {
+  const size_t header_end = data.find("\r\n\r\n");
+  if (header_end == std::string::npos) return std::string::npos;
+  *status = data.size() > 12 ? std::atoi(data.c_str() + 9) : 0;
+  const size_t body = header_end + 4;
+  const std::string_view header(data.data(), header_end);
+  const size_t cl = header.find("Content-Length: ");
+  if (cl != std::string_view::npos) {
+    const size_t n = std::strtoul(data.c_str() + cl + 16, nullptr, 10);
+    return data.size() >= body + n ? body + n : std::string::npos;
+  }
+  const size_t last = data.find("\r\n0\r\n\r\n", body - 2);  // the zero-size chunk
+  return last == std::string::npos ? std::string::npos : last + 7;
+}
+
+// One keep-alive connection running the closed loop. All its work runs on the io thread.
+class HttpClient : public std::enable_shared_from_this<HttpClient> {
+ public:
+  HttpClient(asio::io_context& io, const std::string* request, Recorder* recorder,
+             const Pacer* pacer, Clock::time_point first)
+      : socket_(io), timer_(io), request_(request), recorder_(recorder), pacer_(pacer),
+        scheduled_(first) {}
+
+  void Connect(const tcp::endpoint& to) {
+    socket_.async_connect(to, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec) return self->Fail("connect: " + ec.message());
+      self->socket_.set_option(tcp::no_delay(true));
+      self->SendWhenDue();
+    });
+  }
+
+ private:
+  void SendWhenDue() {
+    if (pacer_->period == Clock::duration::zero() || scheduled_ <= Clock::now()) return Send();
+    timer_.expires_at(scheduled_);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code) { self->Send(); });
+  }
+
+  void Send() {
+    const bool paced = pacer_->period != Clock::duration::zero();
+    start_ = paced ? scheduled_ : Clock::now();
+    scheduled_ += pacer_->period;
+    data_.clear();
+    asio::async_write(socket_, asio::buffer(*request_),
+                      [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                        if (ec) return self->Fail("write: " + ec.message());
+                        self->Read();
+                      });
+  }
+
+  void Read() {
+    socket_.async_read_some(
+        asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+          if (ec) return self->Fail("read: " + ec.message());
+          self->data_.append(self->chunk_.data(), n);
+          int status = 0;
+          const size_t end = ResponseEnd(self->data_, &status);
+          if (end == std::string::npos) return self->Read();
+          const Clock::time_point now = Clock::now();
+          self->recorder_->Done(self->start_, now, status == 200);
+          if (status != 200 && self->recorder_->LogFailure()) {
+            std::cerr << "http: status " << status << ": "
+                      << self->data_.substr(self->data_.find("\r\n\r\n") + 4, 200) << "\n";
+          }
+          if (self->recorder_->Running(now)) self->SendWhenDue();
+        });
+  }
+
+  void Fail(const std::string& why) {
+    if (recorder_->LogFailure()) std::cerr << "http: " << why << "\n";
+    recorder_->Done(start_, Clock::now(), false);
+  }
+
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  const std::string* request_;
+  Recorder* recorder_;
+  const Pacer* pacer_;
+  Clock::time_point scheduled_;  // when the next request is due (paced)
+  Clock::time_point start_;
+  std::string data_;
+  std::array<char, 16384> chunk_;
+};
+
+tcp::endpoint Endpoint(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return tcp::endpoint(asio::ip::make_address(address.substr(0, colon)),
+                       static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+}
+
+int RunHttp(const Flags& f) {
+  asio::io_context io;
+  const std::string request =
+      f.get_path.empty()
+          ? CompletionRequest(f, f.address, f.stream)
+          : absl::StrCat("GET ", f.get_path, " HTTP/1.1\r\nHost: ", f.address, "\r\n\r\n");
+  Recorder recorder;
+  const Pacer pacer = MakePacer(f);
+  recorder.Start(pacer.t0 + Dur(f.warmup_s), pacer.t0 + Dur(f.warmup_s + f.duration_s));
+  const tcp::endpoint to = Endpoint(f.address);
+  for (int i = 0; i < f.clients; ++i) {
+    std::make_shared<HttpClient>(io, &request, &recorder, &pacer, pacer.First(i, f.clients))
+        ->Connect(to);
+  }
+  // The router's CPU is sampled over the measured window, from a timer on the same io thread.
+  ProcSample before, after;
+  asio::steady_timer window_begin(io, recorder.begin()), window_end(io, recorder.end());
+  window_begin.async_wait([&](boost::system::error_code) { before = SampleProc(f.watch_pid); });
+  window_end.async_wait([&](boost::system::error_code) { after = SampleProc(f.watch_pid); });
+  io.run();  // returns when every client has stopped
+  std::cout << recorder.Json(f, CpuPerRequestUs(f, before, after, recorder)) << std::endl;
+  return 0;
+}
+
+// ---- Idle streams through the router ---------------------------------------------------------------
+
+
+// Counts shared by the idle streams (io thread only).
+struct IdleCounts {
+  int opened = 0;        // 200 and a first event seen
+  int failed = 0;        // could not open (connect error, non-200, closed before an event)
+  int dropped = 0;       // opened, then closed or errored before we closed it
+  bool closing = false;  // we are closing them: errors from now on are ours
+  int pending = 0;       // being opened
+};
+
+class IdleStream : public std::enable_shared_from_this<IdleStream> {
+ public:
+  IdleStream(asio::io_context& io, const std::string* request, IdleCounts* counts,
+             std::function<void()> on_settled)
+      : socket_(io), request_(request), counts_(counts), on_settled_(std::move(on_settled)) {}
+
+  void Open(const tcp::endpoint& to) {
+    socket_.async_connect(to, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec) return self->Settle(false, "connect: " + ec.message());
+      asio::async_write(self->socket_, asio::buffer(*self->request_),
+                        [self](boost::system::error_code ec2, size_t) {
+                          if (ec2) return self->Settle(false, "write: " + ec2.message());
+                          self->Read();
+                        });
+    });
+  }
+  void Close() {
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  }
+
+ private:
+  void Read() {
+    socket_.async_read_some(
+        asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+          if (ec) {
+            if (!self->settled_) return self->Settle(false, "read: " + ec.message());
+            if (!self->counts_->closing) {
+              ++self->counts_->dropped;
+              std::cerr << "idle: a held stream ended: " << ec.message() << "\n";
+            }
+            return;
+          }
+          if (!self->settled_) {
+            self->data_.append(self->chunk_.data(), n);
+            const size_t header_end = self->data_.find("\r\n\r\n");
+            if (header_end != std::string::npos) {
+              if (self->data_.compare(0, 12, "HTTP/1.1 200") != 0) {
+                return self->Settle(false, "status: " + self->data_.substr(0, 12));
+              }
+              if (self->data_.find("data: ", header_end) != std::string::npos) {
+                self->data_.clear();
+                self->Settle(true, "");
+              }
+            }
+          }
+          self->Read();  // keep watching: an end during the hold is a drop
+        });
+  }
+
+  void Settle(bool ok, const std::string& why) {
+    if (settled_) return;
+    settled_ = true;
+    --counts_->pending;
+    if (ok) {
+      ++counts_->opened;
+    } else {
+      if (counts_->failed++ < 5) std::cerr << "idle: open failed: " << why << "\n";
+    }
+    on_settled_();
+  }
+
+  tcp::socket socket_;
+  const std::string* request_;
+  IdleCounts* counts_;
+  std::function<void()> on_settled_;
+  bool settled_ = false;
+  std::string data_;
+  std::array<char, 4096> chunk_;
+};
+
+int RunIdle(const Flags& f) {
+  asio::io_context io;
+  const std::string request = CompletionRequest(f, f.address, /*stream=*/true);
+  const tcp::endpoint to = Endpoint(f.address);
+  IdleCounts counts;
+  std::vector<std::shared_ptr<IdleStream>> streams;
+  streams.reserve(f.clients);
+  const ProcSample before = SampleProc(f.watch_pid);
+  const Clock::time_point t0 = Clock::now();
+  int next = 0;
+  std::function<void()> open_more = [&] {
+    while (next < f.clients && counts.pending < f.open_window) {
+      ++counts.pending;
+      streams.push_back(std::make_shared<IdleStream>(io, &request, &counts, open_more));
+      streams.back()->Open(to);
+      ++next;
+    }
+    if (next == f.clients && counts.pending == 0) io.stop();
+  };
+  asio::post(io, open_more);
+  io.run();
+  io.restart();
+  const double open_s = Seconds(Clock::now() - t0);
+  std::cerr << "idle: " << counts.opened << " open, " << counts.failed << " failed, in "
+            << absl::StrFormat("%.2f", open_s) << " s; holding " << f.hold_s << " s\n";
+  const ProcSample opened = SampleProc(f.watch_pid);
+  // Hold: the io thread keeps reading, so a stream that ends is counted as dropped.
+  std::thread io_thread([&] {
+    auto guard = asio::make_work_guard(io);
+    io.run();
+  });
+  int64_t peak_rss = opened.rss_kib;
+  const Clock::time_point hold_end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(f.hold_s));
+  while (Clock::now() < hold_end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    peak_rss = std::max(peak_rss, SampleProc(f.watch_pid).rss_kib);
+  }
+  const ProcSample held = SampleProc(f.watch_pid);
+  asio::post(io, [&] {
+    counts.closing = true;
+    for (auto& s : streams) s->Close();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  io.stop();
+  io_thread.join();
+  // dropped is read after the io thread ended; it only changes there.
+  std::cout << absl::StrFormat(
+                   "{\"target\":\"idle\",\"clients\":%d,\"opened\":%d,\"failed\":%d,\"dropped\":%d,"
+                   "\"open_seconds\":%.3f,\"hold_seconds\":%.1f,\"rss_kib_before\":%d,"
+                   "\"rss_kib_held\":%d,\"rss_kib_peak\":%d,\"cpu_s_opening\":%.3f,"
+                   "\"cpu_cores_holding\":%.4f}",
+                   f.clients, counts.opened, counts.failed, counts.dropped, open_s, f.hold_s,
+                   before.rss_kib, held.rss_kib, peak_rss, opened.cpu_s - before.cpu_s,
+                   (held.cpu_s - opened.cpu_s) / f.hold_s)
+            << std::endl;
+  return counts.opened == f.clients && counts.dropped == 0 ? 0 : 3;
+}
+
+// ---- command line ----------------------------------------------------------------------------------
+
+int Usage(const std::string& why) {
+  std::cerr << "deltaserve-bench-router: " << why << "\n"
+            << "usage: deltaserve-bench-router --target grpc|http|idle --address HOST:PORT\n"
+               "         [--model NAME] [--clients N] [--warmup S] [--duration S] [--stream]\n"
+               "         [--max-tokens N] [--prompt 1,2,3] [--hold S] [--open-window N]\n"
+               "         [--watch-pid PID] [--rate REQ_PER_S] [--get PATH]\n";
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--stream") {
+      f.stream = true;
+      continue;
+    }
+    if (i + 1 >= argc) return Usage(a + " needs a value");
+    const std::string v = argv[++i];
+    bool ok = true;
+    if (a == "--target") {
+      f.target = v;
+    } else if (a == "--address") {
+      f.address = v;
+    } else if (a == "--model") {
+      f.model = v;
+    } else if (a == "--clients") {
+      ok = absl::SimpleAtoi(v, &f.clients) && f.clients >= 1;
+    } else if (a == "--warmup") {
+      ok = absl::SimpleAtod(v, &f.warmup_s) && f.warmup_s >= 0;
+    } else if (a == "--duration") {
+      ok = absl::SimpleAtod(v, &f.duration_s) && f.duration_s > 0;
+    } else if (a == "--hold") {
+      ok = absl::SimpleAtod(v, &f.hold_s) && f.hold_s >= 0;
+    } else if (a == "--open-window") {
+      ok = absl::SimpleAtoi(v, &f.open_window) && f.open_window >= 1;
+    } else if (a == "--max-tokens") {
+      ok = absl::SimpleAtoi(v, &f.max_tokens) && f.max_tokens >= 1;
+    } else if (a == "--rate") {
+      ok = absl::SimpleAtod(v, &f.rate) && f.rate >= 0;
+    } else if (a == "--get") {
+      f.get_path = v;
+      ok = !v.empty() && v[0] == '/';
+    } else if (a == "--watch-pid") {
+      ok = absl::SimpleAtoi(v, &f.watch_pid);
+    } else if (a == "--prompt") {
+      f.prompt.clear();
+      for (absl::string_view p : absl::StrSplit(v, ',')) {
+        int32_t id = 0;
+        ok = ok && absl::SimpleAtoi(p, &id) && id >= 0;
+        f.prompt.push_back(id);
+      }
+    } else {
+      return Usage("unknown argument '" + a + "'");
+    }
+    if (!ok) return Usage("bad value for " + a + ": '" + v + "'");
+  }
+  if (f.address.empty()) return Usage("--address is required");
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (f.target == "grpc") return RunGrpc(f);
+  if (f.target == "http") return RunHttp(f);
+  if (f.target == "idle") return RunIdle(f);
+  return Usage("--target must be grpc, http or idle");
+}
+
+}  // namespace
+}  // namespace deltaserve::bench
+
+int main(int argc, char** argv) { return deltaserve::bench::Main(argc, argv); }
