@@ -16,10 +16,11 @@
 #   5. prints markdown tables on stdout (progress on stderr); raw JSON lines in --out-dir.
 #
 #   bench/router_bench.sh [--clients 1,64,512] [--real-clients 1,64] [--duration S] [--warmup S]
-#                         [--rate R]
-#                         [--max-tokens N] [--idle N] [--hold S] [--model FILE.gguf]
-#                         [--out-dir DIR] [--quick]
-#   --quick   1 s per row, 500 idle streams for 3 s: checks the harness in a minute
+#                         [--rate R] [--max-tokens N] [--idle N] [--hold S] [--model FILE.gguf]
+#                         [--wait-idle CORES] [--wait-max S] [--out-dir DIR] [--quick]
+#   --wait-idle  before each row, wait until other processes use less than CORES cores over 3 s
+#                (default 0.5; 0: do not wait); --wait-max: seconds of waiting in all (default 600)
+#   --quick      1 s per row, 500 idle streams for 3 s: checks the harness in a minute
 # Defaults: 5 s per row after 1 s of warm-up, rate 1000/s, 2 tokens, 5000 idle streams for 30 s.
 # A run waits for any other benchmark to finish (flock on build/bench/engine-bench.lock).
 set -euo pipefail
@@ -35,12 +36,15 @@ real_clients="1,64"
 duration=5
 warmup=1
 rate=1000
+wait_idle=0.5
+wait_max=600
+waited=0
 max_tokens=2
 idle=5000
 hold=30
 
 usage() {
-  sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -56,6 +60,8 @@ while [[ $# -gt 0 ]]; do
     --hold) [[ $# -ge 2 ]] || usage; hold="$2"; shift 2 ;;
     --model) [[ $# -ge 2 ]] || usage; model="$2"; shift 2 ;;
     --out-dir) [[ $# -ge 2 ]] || usage; out_dir="$2"; shift 2 ;;
+    --wait-idle) [[ $# -ge 2 ]] || usage; wait_idle="$2"; shift 2 ;;
+    --wait-max) [[ $# -ge 2 ]] || usage; wait_max="$2"; shift 2 ;;
     --quick) duration=1; warmup=0.5; idle=500; hold=3; shift ;;
     -h|--help) usage ;;
     *) echo "router_bench: unknown argument '$1'" >&2; usage ;;
@@ -68,6 +74,8 @@ done
 for n in "${max_tokens}" "${idle}"; do
   [[ "${n}" =~ ^[1-9][0-9]*$ ]] || { echo "router_bench: '${n}' is not a positive integer" >&2; exit 2; }
 done
+[[ "${wait_idle}" =~ ^[0-9]+(\.[0-9]+)?$ && "${wait_max}" =~ ^[0-9]+$ ]] ||
+  { echo "router_bench: --wait-idle wants cores (e.g. 0.5), --wait-max seconds" >&2; exit 2; }
 [[ -f "${model}" ]] || { echo "router_bench: model '${model}' not found" >&2; exit 1; }
 IFS=',' read -r -a client_list <<<"${clients}"
 IFS=',' read -r -a real_client_list <<<"${real_clients}"
@@ -109,6 +117,7 @@ trap cleanup EXIT
 start() {
   local name="$1"
   shift
+  : >"${out_dir}/${name}.log"  # now, not in the child: no stale "listening on" line is read
   "$@" >"${out_dir}/${name}.log" 2>&1 &
   last_pid=$!
   pids+=("${last_pid}")
@@ -165,13 +174,57 @@ load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 # --- 3. latency ---------------------------------------------------------------------------------
 results="${out_dir}/results.jsonl"
 : >"${results}"
-# Runs the load generator; its JSON line gets the backend and the row kind added.
+# CPU seconds used so far by the whole machine (/proc/stat busy jiffies; USER_HZ = 100), and by
+# our worker, stand-ins and routers (utime + stime of each).
+busy_seconds() {
+  awk '/^cpu / { printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / 100 }' /proc/stat
+}
+ours_seconds() {
+  local total=0 p
+  for p in "${pids[@]}"; do
+    total=$(awk -v t="${total}" '{ sub(/^.*\) /, ""); printf "%.2f", t + ($12 + $13) / 100 }' \
+      "/proc/${p}/stat" 2>/dev/null || echo "${total}")
+  done
+  echo "${total}"
+}
+# Waits until processes other than ours use less than --wait-idle cores over 3 s, so that a
+# neighbour's build does not end up in the numbers; --wait-max bounds the waiting of the whole run.
+wait_for_idle() {
+  local b0 o0 b1 o1 used
+  awk -v w="${wait_idle}" 'BEGIN { exit !(w > 0) }' || return 0
+  while :; do
+    b0=$(busy_seconds) o0=$(ours_seconds)
+    sleep 3
+    b1=$(busy_seconds) o1=$(ours_seconds)
+    used=$(awk -v a="${b0}" -v b="${b1}" -v c="${o0}" -v d="${o1}" \
+      'BEGIN { u = (b - a - (d - c)) / 3; printf "%.2f", u < 0 ? 0 : u }')
+    awk -v u="${used}" -v w="${wait_idle}" 'BEGIN { exit !(u < w) }' && return 0
+    waited=$((waited + 3))
+    if (( waited >= wait_max )); then
+      log "others use ${used} cores; --wait-max (${wait_max} s) spent, measuring anyway"
+      return 0
+    fi
+    (( waited % 30 == 0 )) && log "waiting for an idle machine (others use ${used} cores)"
+  done
+}
+# Runs the load generator; its JSON line gets the backend, the row kind and the CPU that other
+# processes (not the load generator, worker, stand-ins or routers) used meanwhile, in cores.
 measure() {
-  local backend="$1" kind="$2"
+  local backend="$1" kind="$2" b0 o0 t0 line b1 o1 t1 others
   shift 2
+  wait_for_idle
   log "${backend} ${kind}: $*"
-  "${loadgen}" --warmup "${warmup}" --duration "${duration}" --max-tokens "${max_tokens}" "$@" |
-    sed "s/^{/{\"backend\":\"${backend}\",\"kind\":\"${kind}\",/" | tee -a "${results}" >&2
+  b0=$(busy_seconds) o0=$(ours_seconds) t0=$(date +%s.%N)
+  line="$("${loadgen}" --warmup "${warmup}" --duration "${duration}" \
+    --max-tokens "${max_tokens}" "$@")"
+  b1=$(busy_seconds) o1=$(ours_seconds) t1=$(date +%s.%N)
+  others=$(python3 -c 'import json, sys
+r = json.loads(sys.argv[1])
+b0, b1, o0, o1, t0, t1 = map(float, sys.argv[2:])
+print("%.2f" % max(0.0, (b1 - b0 - (o1 - o0) - r["self_cpu_s"]) / (t1 - t0)))' \
+    "${line}" "${b0}" "${b1}" "${o0}" "${o1}" "${t0}" "${t1}")
+  echo "${line}" | sed "s/^{/{\"backend\":\"${backend}\",\"kind\":\"${kind}\",\"others_cpu\":${others},/" |
+    tee -a "${results}" >&2
 }
 for backend in real instant; do
   if [[ "${backend}" == real ]]; then
@@ -202,6 +255,7 @@ measure instant health --target http --get /health --address "127.0.0.1:${rport}
   --watch-pid "${rpid}"
 
 # --- 4. idle streams ----------------------------------------------------------------------------
+wait_for_idle
 log "idle streams: ${idle} through the holding router, held ${hold} s"
 hport="${router_port[hold]}"
 # Halfway through the hold, the router's own count of open streams.
@@ -244,8 +298,9 @@ def table(kind, backends, title):
     print(title)
     print()
     print("| backend | clients | stream | direct p50 / p99 ms | router p50 / p99 ms "
-          "| added p50 / p99 ms | direct req/s | router req/s | router CPU µs/req | errors |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| added p50 / p99 ms | direct req/s | router req/s | router CPU µs/req | errors "
+          "| others' CPU |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for backend in backends:
         for c in sorted({r["clients"] for r in rows if r.get("kind") == kind}):
             d = find(backend, kind, "grpc", c)
@@ -257,7 +312,8 @@ def table(kind, backends, title):
                       f"| {d['p50_ms']:.3f} / {d['p99_ms']:.3f} | {h['p50_ms']:.3f} / {h['p99_ms']:.3f} "
                       f"| {h['p50_ms'] - d['p50_ms']:+.3f} / {h['p99_ms'] - d['p99_ms']:+.3f} "
                       f"| {d['rps']:.0f} | {h['rps']:.0f} | {h['watched_cpu_us_per_request']:.0f} "
-                      f"| {d['errors'] + h['errors']} |")
+                      f"| {d['errors'] + h['errors']} "
+                      f"| {d.get('others_cpu', 0):.2f} / {h.get('others_cpu', 0):.2f} |")
     print()
 
 table("closed", ["real", "instant"],

@@ -79,6 +79,14 @@ struct Pacer {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+// CPU time this process has used (user + system), seconds.
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
 Clock::duration Dur(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
@@ -161,10 +169,10 @@ class Recorder {
         "{\"target\":\"%s\",\"clients\":%d,\"stream\":%s,\"max_tokens\":%d,\"requests\":%d,"
         "\"errors\":%d,\"seconds\":%.3f,\"rps\":%.1f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"max_ms\":%.4f,\"mean_ms\":%.4f,\"rate\":%.1f,\"path\":\"%s\","
-        "\"watched_cpu_us_per_request\":%.1f}",
+        "\"watched_cpu_us_per_request\":%.1f,\"self_cpu_s\":%.3f}",
         f.target, f.clients, f.stream ? "true" : "false", f.max_tokens, ms_.size(), errors_,
         window, ms_.size() / window, pct(0.50), pct(0.90), pct(0.99), ms_.empty() ? 0 : ms_.back(),
-        ms_.empty() ? 0 : sum / ms_.size(), f.rate, f.get_path, cpu_us);
+        ms_.empty() ? 0 : sum / ms_.size(), f.rate, f.get_path, cpu_us, SelfCpuSeconds());
   }
 
  private:
