@@ -15,7 +15,8 @@
 // adds that process's CPU per answered request over the window. One JSON line on stdout:
 //   {"target":"http","clients":64,"stream":true,"requests":..,"errors":..,"rps":..,"p50_ms":..,
 //    "p90_ms":..,"p99_ms":..,"max_ms":..,"mean_ms":..,"watched_cpu_us_per_request":..}
-// Progress and errors go to stderr. RLIMIT_NOFILE is raised to its hard limit first.
+// Progress and errors go to stderr. RLIMIT_NOFILE is raised to its hard limit first. The idle
+// run is in router_idle_streams.cc, the shared pieces in router_load.h.
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 
@@ -23,13 +24,9 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
-#include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +36,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/router_load.h"
 #include "deltaserve/v1/worker.grpc.pb.h"
 
 namespace deltaserve::bench {
@@ -47,24 +45,6 @@ namespace {
 namespace asio = boost::asio;
 namespace v1 = ::deltaserve::v1;
 using asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
-
-struct Flags {
-  std::string target;              // grpc, http, idle
-  std::string address;             // HOST:PORT of the worker (grpc) or router (http, idle)
-  std::string model = "tiny";
-  int clients = 1;
-  double warmup_s = 1.0;
-  double duration_s = 5.0;
-  double hold_s = 10.0;            // idle: how long the streams are held
-  int open_window = 256;           // idle: streams being opened at once
-  int max_tokens = 2;
-  bool stream = false;
-  std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
-  int watch_pid = 0;               // the router's (or worker's) pid, for its RSS and CPU
-  double rate = 0;                 // requests per second over all clients; 0: closed loop
-  std::string get_path;            // http: GET this path instead of the completion
-};
 
 // Open-loop pacing (--rate): client i sends at t0 + i / rate, then every clients / rate
 // seconds. Latency counts from the scheduled time, so a late send is charged to the server
@@ -79,53 +59,16 @@ struct Pacer {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-// CPU time this process has used (user + system), seconds.
-double SelfCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return s(u.ru_utime) + s(u.ru_stime);
-}
 
 Clock::duration Dur(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-Pacer MakePacer(const Flags& f) {
+Pacer MakePacer(const RouterLoadFlags& f) {
   Pacer p;
   p.t0 = Clock::now();
   if (f.rate > 0) p.period = Dur(f.clients / f.rate);
   return p;
-}
-
-
-// RSS (KiB) and CPU time (seconds, user + system) of a process, from /proc.
-struct ProcSample {
-  int64_t rss_kib = 0;
-  double cpu_s = 0;
-};
-
-ProcSample SampleProc(int pid) {
-  ProcSample s;
-  if (pid <= 0) return s;
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) s.rss_kib = std::atoll(line.c_str() + 6);
-  }
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string all((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t paren = all.rfind(')');
-  if (paren == std::string::npos) return s;
-  std::istringstream rest(all.substr(paren + 2));
-  std::string field;
-  // Fields after the command: state is 3; utime and stime are 14 and 15 (proc(5)).
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  s.cpu_s = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  return s;
 }
 
 // Latencies of the answers that ended inside [begin, end], and all failures. Thread-safe.
@@ -154,7 +97,7 @@ class Recorder {
   // True for the first few failures: the ones worth a line on stderr.
   bool LogFailure() { return logged_++ < 5; }
   // The summary line (sorts the latencies); `cpu_us`: the watched process's CPU per request.
-  std::string Json(const Flags& f, double cpu_us) {
+  std::string Json(const RouterLoadFlags& f, double cpu_us) {
     std::lock_guard<std::mutex> lock(mu_);
     std::sort(ms_.begin(), ms_.end());
     auto pct = [&](double p) {
@@ -170,8 +113,8 @@ class Recorder {
         "\"errors\":%d,\"seconds\":%.3f,\"rps\":%.1f,\"p50_ms\":%.4f,\"p90_ms\":%.4f,"
         "\"p99_ms\":%.4f,\"max_ms\":%.4f,\"mean_ms\":%.4f,\"rate\":%.1f,\"path\":\"%s\","
         "\"watched_cpu_us_per_request\":%.1f,\"self_cpu_s\":%.3f}",
-        f.target, f.clients, f.stream ? "true" : "false", f.max_tokens, ms_.size(), errors_,
-        window, ms_.size() / window, pct(0.50), pct(0.90), pct(0.99), ms_.empty() ? 0 : ms_.back(),
+        f.target, f.clients, f.stream ? "true" : "false", f.max_tokens, ms_.size(), errors_, window,
+        ms_.size() / window, pct(0.50), pct(0.90), pct(0.99), ms_.empty() ? 0 : ms_.back(),
         ms_.empty() ? 0 : sum / ms_.size(), f.rate, f.get_path, cpu_us, SelfCpuSeconds());
   }
 
@@ -184,7 +127,7 @@ class Recorder {
 };
 
 // CPU microseconds the watched process (--watch-pid) spent per answered request in the window.
-double CpuPerRequestUs(const Flags& f, const ProcSample& before, const ProcSample& after,
+double CpuPerRequestUs(const RouterLoadFlags& f, const ProcSample& before, const ProcSample& after,
                        Recorder& recorder) {
   const int64_t n = recorder.requests();
   if (f.watch_pid <= 0 || n == 0) return 0;
@@ -258,10 +201,10 @@ class GrpcCall : public grpc::ClientReadReactor<v1::GenerateEvent> {
   bool final_ok_ = false;
 };
 
-int RunGrpc(const Flags& f) {
+int RunGrpc(const RouterLoadFlags& f) {
   GrpcLoad load;
-  load.stub = v1::Worker::NewStub(
-      grpc::CreateChannel(f.address, grpc::InsecureChannelCredentials()));
+  load.stub =
+      v1::Worker::NewStub(grpc::CreateChannel(f.address, grpc::InsecureChannelCredentials()));
   load.request.set_request_id("bench");
   load.request.set_model(f.model);
   for (int32_t id : f.prompt) load.request.add_prompt_token_ids(id);
@@ -288,17 +231,8 @@ int RunGrpc(const Flags& f) {
   return 0;
 }
 
-// ---- HTTP/1.1 to the router -----------------------------------------------------------------------
-
-std::string CompletionRequest(const Flags& f, const std::string& host, bool stream) {
-  const std::string body = absl::StrCat("{\"model\":\"", f.model, "\",\"prompt\":[",
-                                        absl::StrJoin(f.prompt, ","), "],\"max_tokens\":",
-                                        f.max_tokens, ",\"temperature\":0,\"stream\":",
-                                        stream ? "true" : "false", "}");
-  return absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: ", host,
-                      "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
-                      "\r\n\r\n", body);
-}
+// ---- HTTP/1.1 to the router
+// -----------------------------------------------------------------------
 
 // Where a complete response ends in `data` (header + Content-Length body, or chunked body up to
 // the last chunk), or npos while it is incomplete. `status` gets the status code. Enough HTTP
@@ -323,7 +257,11 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
  public:
   HttpClient(asio::io_context& io, const std::string* request, Recorder* recorder,
              const Pacer* pacer, Clock::time_point first)
-      : socket_(io), timer_(io), request_(request), recorder_(recorder), pacer_(pacer),
+      : socket_(io),
+        timer_(io),
+        request_(request),
+        recorder_(recorder),
+        pacer_(pacer),
         scheduled_(first) {}
 
   void Connect(const tcp::endpoint& to) {
@@ -387,13 +325,7 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   std::array<char, 16384> chunk_;
 };
 
-tcp::endpoint Endpoint(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  return tcp::endpoint(asio::ip::make_address(address.substr(0, colon)),
-                       static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-}
-
-int RunHttp(const Flags& f) {
+int RunHttp(const RouterLoadFlags& f) {
   asio::io_context io;
   const std::string request =
       f.get_path.empty()
@@ -417,150 +349,8 @@ int RunHttp(const Flags& f) {
   return 0;
 }
 
-// ---- Idle streams through the router ---------------------------------------------------------------
-
-
-// Counts shared by the idle streams (io thread only).
-struct IdleCounts {
-  int opened = 0;        // 200 and a first event seen
-  int failed = 0;        // could not open (connect error, non-200, closed before an event)
-  int dropped = 0;       // opened, then closed or errored before we closed it
-  bool closing = false;  // we are closing them: errors from now on are ours
-  int pending = 0;       // being opened
-};
-
-class IdleStream : public std::enable_shared_from_this<IdleStream> {
- public:
-  IdleStream(asio::io_context& io, const std::string* request, IdleCounts* counts,
-             std::function<void()> on_settled)
-      : socket_(io), request_(request), counts_(counts), on_settled_(std::move(on_settled)) {}
-
-  void Open(const tcp::endpoint& to) {
-    socket_.async_connect(to, [self = shared_from_this()](boost::system::error_code ec) {
-      if (ec) return self->Settle(false, "connect: " + ec.message());
-      asio::async_write(self->socket_, asio::buffer(*self->request_),
-                        [self](boost::system::error_code ec2, size_t) {
-                          if (ec2) return self->Settle(false, "write: " + ec2.message());
-                          self->Read();
-                        });
-    });
-  }
-  void Close() {
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-  }
-
- private:
-  void Read() {
-    socket_.async_read_some(
-        asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-          if (ec) {
-            if (!self->settled_) return self->Settle(false, "read: " + ec.message());
-            if (!self->counts_->closing) {
-              ++self->counts_->dropped;
-              std::cerr << "idle: a held stream ended: " << ec.message() << "\n";
-            }
-            return;
-          }
-          if (!self->settled_) {
-            self->data_.append(self->chunk_.data(), n);
-            const size_t header_end = self->data_.find("\r\n\r\n");
-            if (header_end != std::string::npos) {
-              if (self->data_.compare(0, 12, "HTTP/1.1 200") != 0) {
-                return self->Settle(false, "status: " + self->data_.substr(0, 12));
-              }
-              if (self->data_.find("data: ", header_end) != std::string::npos) {
-                self->data_.clear();
-                self->Settle(true, "");
-              }
-            }
-          }
-          self->Read();  // keep watching: an end during the hold is a drop
-        });
-  }
-
-  void Settle(bool ok, const std::string& why) {
-    if (settled_) return;
-    settled_ = true;
-    --counts_->pending;
-    if (ok) {
-      ++counts_->opened;
-    } else {
-      if (counts_->failed++ < 5) std::cerr << "idle: open failed: " << why << "\n";
-    }
-    on_settled_();
-  }
-
-  tcp::socket socket_;
-  const std::string* request_;
-  IdleCounts* counts_;
-  std::function<void()> on_settled_;
-  bool settled_ = false;
-  std::string data_;
-  std::array<char, 4096> chunk_;
-};
-
-int RunIdle(const Flags& f) {
-  asio::io_context io;
-  const std::string request = CompletionRequest(f, f.address, /*stream=*/true);
-  const tcp::endpoint to = Endpoint(f.address);
-  IdleCounts counts;
-  std::vector<std::shared_ptr<IdleStream>> streams;
-  streams.reserve(f.clients);
-  const ProcSample before = SampleProc(f.watch_pid);
-  const Clock::time_point t0 = Clock::now();
-  int next = 0;
-  std::function<void()> open_more = [&] {
-    while (next < f.clients && counts.pending < f.open_window) {
-      ++counts.pending;
-      streams.push_back(std::make_shared<IdleStream>(io, &request, &counts, open_more));
-      streams.back()->Open(to);
-      ++next;
-    }
-    if (next == f.clients && counts.pending == 0) io.stop();
-  };
-  asio::post(io, open_more);
-  io.run();
-  io.restart();
-  const double open_s = Seconds(Clock::now() - t0);
-  std::cerr << "idle: " << counts.opened << " open, " << counts.failed << " failed, in "
-            << absl::StrFormat("%.2f", open_s) << " s; holding " << f.hold_s << " s\n";
-  const ProcSample opened = SampleProc(f.watch_pid);
-  // Hold: the io thread keeps reading, so a stream that ends is counted as dropped.
-  std::thread io_thread([&] {
-    auto guard = asio::make_work_guard(io);
-    io.run();
-  });
-  int64_t peak_rss = opened.rss_kib;
-  const Clock::time_point hold_end =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(f.hold_s));
-  while (Clock::now() < hold_end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    peak_rss = std::max(peak_rss, SampleProc(f.watch_pid).rss_kib);
-  }
-  const ProcSample held = SampleProc(f.watch_pid);
-  asio::post(io, [&] {
-    counts.closing = true;
-    for (auto& s : streams) s->Close();
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  io.stop();
-  io_thread.join();
-  // dropped is read after the io thread ended; it only changes there.
-  std::cout << absl::StrFormat(
-                   "{\"target\":\"idle\",\"clients\":%d,\"opened\":%d,\"failed\":%d,\"dropped\":%d,"
-                   "\"open_seconds\":%.3f,\"hold_seconds\":%.1f,\"rss_kib_before\":%d,"
-                   "\"rss_kib_held\":%d,\"rss_kib_peak\":%d,\"cpu_s_opening\":%.3f,"
-                   "\"cpu_cores_holding\":%.4f}",
-                   f.clients, counts.opened, counts.failed, counts.dropped, open_s, f.hold_s,
-                   before.rss_kib, held.rss_kib, peak_rss, opened.cpu_s - before.cpu_s,
-                   (held.cpu_s - opened.cpu_s) / f.hold_s)
-            << std::endl;
-  return counts.opened == f.clients && counts.dropped == 0 ? 0 : 3;
-}
-
-// ---- command line ----------------------------------------------------------------------------------
+// ---- command line
+// ----------------------------------------------------------------------------------
 
 int Usage(const std::string& why) {
   std::cerr << "deltaserve-bench-router: " << why << "\n"
@@ -572,7 +362,7 @@ int Usage(const std::string& why) {
 }
 
 int Main(int argc, char** argv) {
-  Flags f;
+  RouterLoadFlags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--stream") {
@@ -627,7 +417,7 @@ int Main(int argc, char** argv) {
   }
   if (f.target == "grpc") return RunGrpc(f);
   if (f.target == "http") return RunHttp(f);
-  if (f.target == "idle") return RunIdle(f);
+  if (f.target == "idle") return RunIdleStreams(f);
   return Usage("--target must be grpc, http or idle");
 }
 
