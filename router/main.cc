@@ -179,6 +179,8 @@ int Run(const Flags& f) {
   api::OpenAiApi::ConfigureServer(opts, &metrics);
   http::HttpServer server(opts);
   api::OpenAiApi api(backend, state, metrics);
+  auth::KeyedModelListGate model_list_gate([&authority] { return std::atomic_load(&authority); });
+  api.SetModelListGate(&model_list_gate);
   api.Register(server);
 
   std::signal(SIGTERM, OnSignal);

@@ -34,7 +34,7 @@ void OpenAiApi::Register(http::HttpServer& server) {
   server.Route("POST", "/v1/completions", [this](std::shared_ptr<http::HttpExchange> ex) {
     HandleCompletion(Endpoint::kCompletions, std::move(ex), backend_, metrics_);
   });
-  server.RouteSync("GET", "/v1/models", [this](const http::Request&) { return Models(); });
+  server.RouteSync("GET", "/v1/models", [this](const http::Request& r) { return Models(r); });
   server.RouteSync("GET", "/health", [](const http::Request&) {
     return http::Response::Json(200, R"({"status":"ok"})");
   });
@@ -42,9 +42,17 @@ void OpenAiApi::Register(http::HttpServer& server) {
   server.RouteSync("GET", "/metrics", [this](const http::Request&) { return Metrics(); });
 }
 
-http::Response OpenAiApi::Models() const {
+http::Response OpenAiApi::Models(const http::Request& request) const {
+  std::function<bool(std::string_view)> visible;
+  if (gate_ != nullptr) {
+    absl::StatusOr<std::function<bool(std::string_view)>> v =
+        gate_->Visible(request.Header("authorization"));
+    if (!v.ok()) return ApiErrorResponse(ApiErrorFromStatus(v.status()));
+    visible = std::move(*v);
+  }
   json data = json::array();
   for (const ModelCard& m : state_.Models()) {
+    if (visible && !visible(m.id)) continue;
     data.push_back(
         {{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}});
   }

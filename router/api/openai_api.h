@@ -13,6 +13,10 @@
 //   server.Start();
 
 #include <atomic>
+#include <functional>
+#include <string_view>
+
+#include "absl/status/statusor.h"
 
 #include "router/api/api_metrics.h"
 #include "router/api/completion_backend.h"
@@ -20,6 +24,18 @@
 #include "router/http/http_server.h"
 
 namespace deltaserve::router::api {
+
+// Who may list which models on GET /v1/models. The router's API keys implement it
+// (auth::KeyedModelListGate): with keys configured the list needs a valid key (401 otherwise,
+// as OpenAI does) and shows only the models and aliases that key may use.
+class ModelListGate {
+ public:
+  virtual ~ModelListGate() = default;
+  // For the Authorization header's value ("" when absent): Unauthenticated, or a predicate
+  // telling which model ids the caller may see.
+  virtual absl::StatusOr<std::function<bool(std::string_view)>> Visible(
+      std::string_view authorization) const = 0;
+};
 
 class OpenAiApi {
  public:
@@ -32,11 +48,14 @@ class OpenAiApi {
 
   void Register(http::HttpServer& server);
 
+  // Filters GET /v1/models through `gate` (must outlive the server); none: everything listed.
+  void SetModelListGate(const ModelListGate* gate) { gate_ = gate; }
+
   // While draining, GET /ready answers 503 so load balancers stop sending new requests.
   void SetDraining(bool draining) { draining_.store(draining); }
 
  private:
-  http::Response Models() const;
+  http::Response Models(const http::Request& request) const;
   http::Response Ready() const;
   http::Response Metrics() const;
 
@@ -44,6 +63,7 @@ class OpenAiApi {
   const RouterState& state_;
   ApiMetrics& metrics_;
   std::atomic<bool> draining_{false};
+  const ModelListGate* gate_ = nullptr;
 };
 
 }  // namespace deltaserve::router::api

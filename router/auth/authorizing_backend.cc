@@ -78,4 +78,22 @@ std::unique_ptr<api::GenerationHandle> AuthorizingBackend::Generate(
                                                                       authority, *who, charge));
 }
 
+KeyedModelListGate::KeyedModelListGate(AuthorizingBackend::AuthorityGetter authority)
+    : authority_(std::move(authority)) {}
+
+absl::StatusOr<std::function<bool(std::string_view)>> KeyedModelListGate::Visible(
+    std::string_view authorization) const {
+  std::shared_ptr<ApiKeyAuthority> authority = authority_();
+  if (authority == nullptr || authority->open()) {
+    return std::function<bool(std::string_view)>([](std::string_view) { return true; });
+  }
+  absl::StatusOr<ApiKeyIdentity> who = authority->Authenticate(authorization);
+  if (!who.ok()) return who.status();
+  // The predicate keeps the authority it was checked against alive while the list is built.
+  return std::function<bool(std::string_view)>(
+      [authority, who = *who](std::string_view model) {
+        return authority->Authorize(who, model).ok();
+      });
+}
+
 }  // namespace deltaserve::router::auth

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "router/api/completion_backend.h"
+#include "router/api/openai_api.h"
 #include "router/auth/api_key_authority.h"
 
 namespace deltaserve::router::auth {
@@ -31,6 +32,20 @@ class AuthorizingBackend : public api::CompletionBackend {
  private:
   api::CompletionBackend& inner_;
   AuthorityGetter authority_;
+};
+
+// GET /v1/models under the same keys: open when no keys are configured; otherwise a valid key
+// is needed (401) and only the names it may use (Authorize) are listed. Reads the authority
+// per request, like AuthorizingBackend, so a reload applies to the next listing.
+class KeyedModelListGate : public api::ModelListGate {
+ public:
+  explicit KeyedModelListGate(AuthorizingBackend::AuthorityGetter authority);
+
+  absl::StatusOr<std::function<bool(std::string_view)>> Visible(
+      std::string_view authorization) const override;
+
+ private:
+  AuthorizingBackend::AuthorityGetter authority_;
 };
 
 }  // namespace deltaserve::router::auth

@@ -189,6 +189,17 @@ api_keys:
             401);
   EXPECT_EQ(Http(s.port(), "POST", "/v1/chat/completions", Chat("tiny", 4, false), key).status,
             403);
+  // The model list needs a key too, and shows only what the key may use.
+  const HttpReply no_key_models = Http(s.port(), "GET", "/v1/models");
+  EXPECT_EQ(no_key_models.status, 401) << no_key_models.body;
+  EXPECT_NE(no_key_models.body.find("\"error\""), std::string::npos) << no_key_models.body;
+  EXPECT_EQ(Http(s.port(), "GET", "/v1/models", "", "Authorization: Bearer wrong\r\n").status,
+            401);
+  const HttpReply key_models = Http(s.port(), "GET", "/v1/models", "", key);
+  ASSERT_EQ(key_models.status, 200) << key_models.body;
+  const nlohmann::json listed = nlohmann::json::parse(key_models.body)["data"];
+  ASSERT_EQ(listed.size(), 1u) << key_models.body;
+  EXPECT_EQ(listed[0]["id"], "fast");
   // The alias falls back from a model no worker serves to "tiny"; the answer names "tiny".
   const HttpReply ok = Http(s.port(), "POST", "/v1/chat/completions", Chat("fast", 4, false), key);
   ASSERT_EQ(ok.status, 200) << ok.body;

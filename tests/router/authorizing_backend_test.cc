@@ -1,0 +1,71 @@
+// KeyedModelListGate: GET /v1/models under API keys — open without keys, 401 without a valid
+// key, and only the names a key may use (its `models`, or all when the list is empty). The
+// authority is a real ApiKeyAuthority built from a RouterConfig; a reload (a new authority
+// returned by the getter) applies to the next listing.
+
+#include "router/auth/authorizing_backend.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "router/auth/api_key_authority.h"
+
+namespace deltaserve::router::auth {
+namespace {
+
+ApiKeyConfig Key(std::string name, std::string_view secret, std::vector<std::string> models) {
+  ApiKeyConfig k;
+  k.name = std::move(name);
+  k.sha256_hex = Sha256Hex(secret);
+  k.models = std::move(models);
+  return k;
+}
+
+std::shared_ptr<ApiKeyAuthority> Authority(std::vector<ApiKeyConfig> keys) {
+  RouterConfig c;
+  c.api_keys = std::move(keys);
+  return std::make_shared<ApiKeyAuthority>(c);
+}
+
+TEST(KeyedModelListGateTest, WithoutKeysEveryModelIsListedToAnyone) {
+  std::shared_ptr<ApiKeyAuthority> authority = Authority({});
+  KeyedModelListGate gate([&] { return authority; });
+  auto visible = gate.Visible("");
+  ASSERT_TRUE(visible.ok()) << visible.status();
+  EXPECT_TRUE((*visible)("anything"));
+}
+
+TEST(KeyedModelListGateTest, WithKeysTheListNeedsAValidKeyAndShowsItsModelsOnly) {
+  std::shared_ptr<ApiKeyAuthority> authority =
+      Authority({Key("limited", "sk-limited", {"fast", "qwen3.5-4b"}), Key("all", "sk-all", {})});
+  KeyedModelListGate gate([&] { return authority; });
+
+  for (const char* header : {"", "Bearer", "Bearer wrong", "Basic sk-limited", "sk-limited"}) {
+    auto refused = gate.Visible(header);
+    ASSERT_FALSE(refused.ok()) << header;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << header;
+    EXPECT_EQ(std::string(refused.status().message()).find("sk-limited"), std::string::npos)
+        << "the key must never be echoed: " << refused.status();
+  }
+
+  auto limited = gate.Visible("Bearer sk-limited");
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  EXPECT_TRUE((*limited)("fast"));
+  EXPECT_TRUE((*limited)("qwen3.5-4b"));
+  EXPECT_FALSE((*limited)("qwen3.5-27b"));
+
+  auto all = gate.Visible("Bearer sk-all");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE((*all)("qwen3.5-27b"));
+
+  // A reload that drops the limited key: the next listing refuses it.
+  authority = Authority({Key("all", "sk-all", {})});
+  EXPECT_EQ(gate.Visible("Bearer sk-limited").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(gate.Visible("Bearer sk-all").ok());
+}
+
+}  // namespace
+}  // namespace deltaserve::router::auth
