@@ -17,9 +17,12 @@
 #
 #   bench/router_bench.sh [--clients 1,64,512] [--real-clients 1,64] [--duration S] [--warmup S]
 #                         [--rate R] [--max-tokens N] [--idle N] [--hold S] [--model FILE.gguf]
-#                         [--wait-idle CORES] [--wait-max S] [--out-dir DIR] [--quick]
+#                         [--wait-idle CORES] [--wait-max S] [--out-dir DIR] [--build-dir DIR]
+#                         [--quick]
 #   --wait-idle  before each row, wait until other processes use less than CORES cores over 3 s
 #                (default 0.5; 0: do not wait); --wait-max: seconds of waiting in all (default 600)
+#   --build-dir  a configured build folder to build and take the programs from (default
+#                build/release), e.g. one of a clean `git archive` of the commit to measure
 #   --quick      1 s per row, 500 idle streams for 3 s: checks the harness in a minute
 # Defaults: 5 s per row after 1 s of warm-up, rate 1000/s, 2 tokens, 5000 idle streams for 30 s.
 # A run waits for any other benchmark to finish (flock on build/bench/engine-bench.lock).
@@ -44,7 +47,7 @@ idle=5000
 hold=30
 
 usage() {
-  sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -60,6 +63,7 @@ while [[ $# -gt 0 ]]; do
     --hold) [[ $# -ge 2 ]] || usage; hold="$2"; shift 2 ;;
     --model) [[ $# -ge 2 ]] || usage; model="$2"; shift 2 ;;
     --out-dir) [[ $# -ge 2 ]] || usage; out_dir="$2"; shift 2 ;;
+    --build-dir) [[ $# -ge 2 ]] || usage; build="$(cd "$2" && pwd)"; shift 2 ;;
     --wait-idle) [[ $# -ge 2 ]] || usage; wait_idle="$2"; shift 2 ;;
     --wait-max) [[ $# -ge 2 ]] || usage; wait_max="$2"; shift 2 ;;
     --quick) duration=1; warmup=0.5; idle=500; hold=3; shift ;;
@@ -95,6 +99,8 @@ started=$(date +%s)
 # --- 1. binaries --------------------------------------------------------------------------------
 cd "${repo}"
 if [[ ! -f "${build}/build.ninja" ]]; then
+  [[ "${build}" == "${repo}/build/release" ]] ||
+    { echo "router_bench: ${build} is not a configured build folder" >&2; exit 1; }
   log "configuring ${build}"
   cmake --preset release >&2
 fi
