@@ -32,6 +32,14 @@ BlockLayout BlockLayoutOf(WeightType type) {
   return {0, 0};
 }
 
+KernelStatus Backend::MatMulGroup(const WeightView* w, int n, const Mat& x, Mat* y) {
+  if (n < 0 || (n > 0 && (w == nullptr || y == nullptr))) return KernelStatus::kInvalidArgument;
+  for (int i = 0; i < n; ++i) {
+    if (KernelStatus s = MatMul(w[i], x, y[i]); s != KernelStatus::kOk) return s;
+  }
+  return KernelStatus::kOk;
+}
+
 bool IsWeightType(uint32_t type_id) {
   return BlockLayoutOf(static_cast<WeightType>(type_id)).block_size != 0;
 }

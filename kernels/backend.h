@@ -205,6 +205,12 @@ class Backend {
   // --- dense algebra -------------------------------------------------------------------
   // y[r][o] = sum_i W[o][i] * x[r][i] for every row r. x.cols == w.in, y.cols == w.out.
   virtual KernelStatus MatMul(const WeightView& w, const Mat& x, Mat& y) = 0;
+  // y[i] = MatMul(w[i], x) for i < n: products that share their input (attention q/k/v, FFN
+  // gate/up, the DeltaNet projections) in one call, so that a backend prepares x once (the CPU
+  // quantizes it to int8 once) and runs them as one job (one parallel region; one launch on a
+  // GPU). Each product has MatMul's contract and result; the y[i] must not overlap x or each
+  // other. w and y are host arrays of n entries. The default calls MatMul n times.
+  virtual KernelStatus MatMulGroup(const WeightView* w, int n, const Mat& x, Mat* y);
   // out[i] = row ids[i] of `table` (an embedding stored in any weight type), as f32.
   virtual KernelStatus GetRows(const WeightView& table, const int32_t* ids, int64_t n,
                                Mat& out) = 0;

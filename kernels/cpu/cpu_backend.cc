@@ -71,6 +71,19 @@ KernelStatus CpuBackend::MatMul(const WeightView& w, const Mat& x, Mat& y) {
   return MatMulCpu(pool_, w, x, y);
 }
 
+KernelStatus CpuBackend::MatMulGroup(const WeightView* w, int n, const Mat& x, Mat* y) {
+  if (n < 0 || (n > 0 && (w == nullptr || y == nullptr)) || !x.Valid()) {
+    return KernelStatus::kInvalidArgument;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!y[i].Valid() || x.cols != w[i].in || y[i].cols != w[i].out || x.rows != y[i].rows ||
+        w[i].count != 1 || (w[i].data == nullptr && w[i].in > 0 && w[i].out > 0)) {
+      return KernelStatus::kInvalidArgument;
+    }
+  }
+  return MatMulGroupCpu(pool_, w, n, x, y);
+}
+
 KernelStatus CpuBackend::GetRows(const WeightView& table, const int32_t* ids, int64_t n, Mat& out) {
   if (!out.Valid() || n < 0 || out.rows != n || out.cols != table.in ||
       (n > 0 && (ids == nullptr || table.data == nullptr))) {

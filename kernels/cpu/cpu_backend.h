@@ -30,6 +30,7 @@ class CpuBackend final : public Backend {
   KernelStatus Synchronize() override { return KernelStatus::kOk; }
 
   KernelStatus MatMul(const WeightView& w, const Mat& x, Mat& y) override;
+  KernelStatus MatMulGroup(const WeightView* w, int n, const Mat& x, Mat* y) override;
   KernelStatus GetRows(const WeightView& table, const int32_t* ids, int64_t n, Mat& out) override;
   KernelStatus RmsNorm(const Mat& x, Vec w, float eps, Mat& y) override;
   KernelStatus L2Norm(Mat& x, int64_t group, float eps) override;

@@ -288,6 +288,85 @@ void MultiplyFusedBatchInt8(ThreadPool& pool, Int8FusedBatchFn batch, const Weig
   });
 }
 
+// Largest batch MultiplyFusedBatchInt8 takes for w (kMaxFusedBatchInt8's comment).
+int64_t MaxFusedBatchInt8(const WeightView& w) {
+  return w.type == WeightType::kQ8_0 ? kMaxFusedBatchInt8Q8
+         : w.in <= 1024              ? kMaxFusedBatchInt8
+                                     : kMaxFusedBatchInt8Wide;
+}
+
+// Which int8 product MatMulCpuIsa runs for w on a batch of `rows` (given UsesInt8Path).
+enum class Int8Route { kBatch, kFused, kPanels };
+Int8Route RouteInt8(const Int8Kernel& k, const WeightView& w, int64_t rows) {
+  if (rows >= 2 && rows <= MaxFusedBatchInt8(w) && k.batch != nullptr && k.batch_has(w.type)) {
+    return Int8Route::kBatch;
+  }
+  if (rows <= kMaxFusedBatch && k.fused != nullptr && k.fused_has(w.type)) return Int8Route::kFused;
+  return Int8Route::kPanels;
+}
+
+// The grouped product of MatMulGroupCpuIsa when every product takes a fused int8 route: x
+// quantized once per weight type of the group (the activation format depends only on the type;
+// Q4_K and Q6_K differ in block sums and order), then one parallel job whose tasks are row
+// ranges of all the products, each the range its own MatMulCpuIsa call would hand one task
+// (TaskGrain rows), so every output is computed by the same kernel on the same bytes.
+void MultiplyGroupInt8(ThreadPool& pool, const Int8Kernel& k, const Int8Route* route,
+                       const WeightView* w, int n, const Mat& x, Mat* y) {
+  thread_local Int8FlatActivations storage[kMaxMatMulGroup];
+  Int8FlatActivations* acts = storage;  // see MultiplyInt8
+  int format[kMaxMatMulGroup];          // index into acts of product i's activations
+  Int8FlatBatch batch[kMaxMatMulGroup];
+  int64_t first_task[kMaxMatMulGroup + 1] = {0};
+  int64_t grain[kMaxMatMulGroup];
+  int n_formats = 0;
+  for (int i = 0; i < n; ++i) {
+    format[i] = -1;
+    for (int j = 0; j < i && format[i] < 0; ++j) {
+      if (w[j].type == w[i].type && route[j] == route[i]) format[i] = format[j];
+    }
+    if (format[i] < 0) {
+      format[i] = n_formats++;
+      Int8FlatActivations& a = acts[format[i]];
+      PrepareInt8Flat(w[i].type, x, a);
+      if (x.rows * x.cols >= 32768) {  // as MultiplyFusedBatchInt8
+        pool.ParallelFor(x.rows, 1, [&](int64_t begin, int64_t end) {
+          QuantizeInt8FlatRows(w[i].type, x, a, begin, end);
+        });
+      } else {
+        QuantizeInt8FlatRows(w[i].type, x, a, 0, x.rows);
+      }
+      if (route[i] == Int8Route::kBatch) batch[i] = OrderInt8FlatForBatch(w[i].type, a, x.rows);
+    } else if (route[i] == Int8Route::kBatch) {
+      for (int j = 0; j < i; ++j) {
+        if (format[j] == format[i]) batch[i] = batch[j];
+      }
+    }
+    grain[i] = TaskGrain(w[i].in * x.rows);
+    first_task[i + 1] = first_task[i] + (w[i].out + grain[i] - 1) / grain[i];
+  }
+  pool.ParallelFor(first_task[n], 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      int i = 0;
+      while (task >= first_task[i + 1]) ++i;
+      const int64_t r0 = (task - first_task[i]) * grain[i];
+      const int64_t r1 = std::min(w[i].out, r0 + grain[i]);
+      const auto* base = static_cast<const uint8_t*>(w[i].data);
+      if (route[i] == Int8Route::kBatch) {
+        k.batch(w[i].type, base + r0 * w[i].row_bytes, w[i].row_bytes, r1 - r0, batch[i],
+                y[i].data + r0, y[i].stride);
+        continue;
+      }
+      for (int64_t t = 0; t < x.rows; ++t) {
+        const Int8FlatRow row = acts[format[i]].Row(t);
+        for (int64_t c = r0; c < r1; c += kChunkRows) {
+          k.fused(w[i].type, base + c * w[i].row_bytes, w[i].row_bytes,
+                  std::min(kChunkRows, r1 - c), row, y[i].data + t * y[i].stride + c);
+        }
+      }
+    }
+  });
+}
+
 std::optional<MatMulActivations> ParseActivations(const char* s) {
   if (s == nullptr) return std::nullopt;
   const std::string_view v(s);
@@ -348,15 +427,16 @@ KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, M
 
   if (mode == MatMulActivations::kInt8 && UsesInt8Path(w.type, isa, x.rows)) {
     const Int8Kernel k = Int8KernelFor(isa);
-    const int64_t max_batch = w.type == WeightType::kQ8_0 ? kMaxFusedBatchInt8Q8
-                              : w.in <= 1024              ? kMaxFusedBatchInt8
-                                                          : kMaxFusedBatchInt8Wide;
-    if (x.rows >= 2 && x.rows <= max_batch && k.batch != nullptr && k.batch_has(w.type)) {
-      MultiplyFusedBatchInt8(pool, k.batch, w, x, y);
-    } else if (x.rows <= kMaxFusedBatch && k.fused != nullptr && k.fused_has(w.type)) {
-      MultiplyFusedInt8(pool, k.fused, w, x, y);
-    } else {
-      MultiplyInt8(pool, k, w, x, y);
+    switch (RouteInt8(k, w, x.rows)) {
+      case Int8Route::kBatch:
+        MultiplyFusedBatchInt8(pool, k.batch, w, x, y);
+        break;
+      case Int8Route::kFused:
+        MultiplyFusedInt8(pool, k.fused, w, x, y);
+        break;
+      case Int8Route::kPanels:
+        MultiplyInt8(pool, k, w, x, y);
+        break;
     }
     return KernelStatus::kOk;
   }
@@ -375,6 +455,46 @@ KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, M
           MultiplyChunk(kern, w, x, y, c * kChunkRows, std::min(w.out, (c + 1) * kChunkRows));
         }
       });
+  return KernelStatus::kOk;
+}
+
+KernelStatus MatMulGroupCpuIsa(ThreadPool& pool, const WeightView* w, int n, const Mat& x, Mat* y,
+                               CpuIsa isa, MatMulActivations mode) {
+  if (n < 0 || (n > 0 && (w == nullptr || y == nullptr))) return KernelStatus::kInvalidArgument;
+  if (!MatOk(x)) return KernelStatus::kInvalidArgument;
+  for (int i = 0; i < n; ++i) {
+    if (KernelStatus s = CheckWeights(w[i]); s != KernelStatus::kOk) return s;
+    if (!MatOk(y[i]) || x.cols != w[i].in || y[i].cols != w[i].out || x.rows != y[i].rows) {
+      return KernelStatus::kInvalidArgument;
+    }
+  }
+  // Groups beyond kMaxMatMulGroup go in pieces.
+  for (int i0 = kMaxMatMulGroup; i0 < n; i0 += kMaxMatMulGroup) {
+    const int m = std::min(kMaxMatMulGroup, n - i0);
+    if (KernelStatus s = MatMulGroupCpuIsa(pool, w + i0, m, x, y + i0, isa, mode);
+        s != KernelStatus::kOk) {
+      return s;
+    }
+  }
+  n = std::min(n, kMaxMatMulGroup);
+  bool grouped = n > 1 && x.rows > 0 && mode == MatMulActivations::kInt8;
+  const Int8Kernel k = Int8KernelFor(isa);
+  Int8Route route[kMaxMatMulGroup];
+  for (int i = 0; i < n && grouped; ++i) {
+    grouped = w[i].in > 0 && UsesInt8Path(w[i].type, isa, x.rows);
+    if (grouped) route[i] = RouteInt8(k, w[i], x.rows);
+    grouped = grouped && route[i] != Int8Route::kPanels;
+  }
+  if (grouped) {
+    MultiplyGroupInt8(pool, k, route, w, n, x, y);
+    return KernelStatus::kOk;
+  }
+  // Prefill-sized batches (one job per product is long anyway) and the f32 paths.
+  for (int i = 0; i < n; ++i) {
+    if (KernelStatus s = MatMulCpuIsa(pool, w[i], x, y[i], isa, mode); s != KernelStatus::kOk) {
+      return s;
+    }
+  }
   return KernelStatus::kOk;
 }
 
@@ -426,6 +546,10 @@ void SetMatMulActivations(std::optional<MatMulActivations> mode) {
 
 KernelStatus MatMulCpu(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y) {
   return internal::MatMulCpuIsa(pool, w, x, y, ActiveIsa());
+}
+
+KernelStatus MatMulGroupCpu(ThreadPool& pool, const WeightView* w, int n, const Mat& x, Mat* y) {
+  return internal::MatMulGroupCpuIsa(pool, w, n, x, y, ActiveIsa(), ActiveMatMulActivations());
 }
 
 KernelStatus GetRowsCpu(const WeightView& table, const int32_t* ids, int64_t n, Mat& out) {

@@ -49,6 +49,13 @@ void SetMatMulActivations(std::optional<MatMulActivations> mode);
 // y[r][o] = sum_i W[o][i] * x[r][i] (Backend::MatMul), parallel over weight rows.
 KernelStatus MatMulCpu(ThreadPool& pool, const WeightView& w, const Mat& x, Mat& y);
 
+// y[i][r][o] = sum_k w[i][o][k] * x[r][k] for i < n (Backend::MatMulGroup): products sharing
+// their input. Where every product takes a fused int8 kernel (batches of up to 16 rows, the
+// decode steps) x is quantized once per weight type and all products run as one parallel job;
+// otherwise (prefill, f32 activations) as n MatMulCpu calls. Either way each output is bit for
+// bit the one MatMulCpu gives.
+KernelStatus MatMulGroupCpu(ThreadPool& pool, const WeightView* w, int n, const Mat& x, Mat* y);
+
 // out[i] = row ids[i] of `table`, decoded to f32 (Backend::GetRows). Ids outside
 // [0, table.out) give kInvalidArgument.
 KernelStatus GetRowsCpu(const WeightView& table, const int32_t* ids, int64_t n, Mat& out);

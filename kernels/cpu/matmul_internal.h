@@ -65,6 +65,11 @@ KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, M
 // True when MatMulCpuIsa in int8 mode takes the int8 path for `type` on ClampIsa(isa) with a
 // batch of `rows` activation rows.
 bool UsesInt8Path(WeightType type, CpuIsa isa, int64_t rows);
+// Products one MatMulGroupCpuIsa job takes at most (larger groups run in pieces).
+inline constexpr int kMaxMatMulGroup = 8;
+// MatMulGroupCpu on the path of ClampIsa(isa) in activation mode `mode`.
+KernelStatus MatMulGroupCpuIsa(ThreadPool& pool, const WeightView* w, int n, const Mat& x, Mat* y,
+                               CpuIsa isa, MatMulActivations mode);
 KernelStatus GetRowsCpuIsa(const WeightView& table, const int32_t* ids, int64_t n, Mat& out,
                            CpuIsa isa);
 KernelStatus DequantizeRowIsa(WeightType type, const void* blocks, float* out, int64_t n,

@@ -330,10 +330,12 @@ absl::Status Qwen35Model::RunDeltaNet(const LayerWeights& l, int dn_index,
   const DeltaNetWeights& w = l.deltanet;
   const int64_t nk = hp_.ssm_n_k_heads, nv = hp_.ssm_n_v_heads, dk = hp_.ssm_head_dim;
   const float eps = static_cast<float>(hp_.rms_eps);
-  DS_RUN(MatMul, w.qkv, ws_.xn, ws_.qkv);
-  DS_RUN(MatMul, w.z, ws_.xn, ws_.z);
-  DS_RUN(MatMul, w.beta, ws_.xn, ws_.beta);
-  DS_RUN(MatMul, w.alpha, ws_.xn, ws_.alpha);
+  // The four input projections share xn: one grouped product (Backend::MatMulGroup).
+  {
+    const kernels::WeightView group_w[] = {w.qkv, w.z, w.beta, w.alpha};
+    Mat group_y[] = {ws_.qkv, ws_.z, ws_.beta, ws_.alpha};
+    DS_RUN(MatMulGroup, group_w, 4, ws_.xn, group_y);
+  }
   DS_RUN(DeltaNetGates, ws_.alpha, ws_.beta, w.ssm_a, w.dt_bias);
   Mat q = ws_.qkv.Cols(0, nk * dk);
   Mat k = ws_.qkv.Cols(nk * dk, nk * dk);
@@ -368,9 +370,11 @@ absl::Status Qwen35Model::RunAttention(const LayerWeights& l, int attn_index,
   const int64_t h = hp_.n_head, hk = hp_.n_head_kv, hd = hp_.head_dim, t = n_tokens_;
   const float eps = static_cast<float>(hp_.rms_eps);
   const auto* positions = static_cast<const int32_t*>(pos_buf_.data());
-  DS_RUN(MatMul, w.q, ws_.xn, ws_.qg);
-  DS_RUN(MatMul, w.k, ws_.xn, ws_.k);
-  DS_RUN(MatMul, w.v, ws_.xn, ws_.v);
+  {
+    const kernels::WeightView group_w[] = {w.q, w.k, w.v};
+    Mat group_y[] = {ws_.qg, ws_.k, ws_.v};
+    DS_RUN(MatMulGroup, group_w, 3, ws_.xn, group_y);
+  }
   // attn_q rows are per head [query (hd) | gate (hd)]: strided views, one row per (token, head).
   Mat query{ws_.qg.data, t * h, hd, 2 * hd};
   Mat gate{ws_.qg.data + hd, t * h, hd, 2 * hd};
@@ -403,8 +407,9 @@ absl::Status Qwen35Model::RunAttention(const LayerWeights& l, int attn_index,
 absl::Status Qwen35Model::RunFfn(const LayerWeights& l) {
   if (!hp_.is_moe) {
     Mat gate = ws_.ff_gate.Cols(0, hp_.n_ff), up = ws_.ff_up.Cols(0, hp_.n_ff);
-    DS_RUN(MatMul, l.ffn.gate, ws_.xn, gate);
-    DS_RUN(MatMul, l.ffn.up, ws_.xn, up);
+    const kernels::WeightView group_w[] = {l.ffn.gate, l.ffn.up};
+    Mat group_y[] = {gate, up};
+    DS_RUN(MatMulGroup, group_w, 2, ws_.xn, group_y);
     DS_RUN(SwiGlu, gate, up, gate);
     DS_RUN(MatMul, l.ffn.down, gate, ws_.mix);
     return absl::OkStatus();
@@ -420,11 +425,11 @@ absl::Status Qwen35Model::RunFfn(const LayerWeights& l) {
   if (m.has_shared) {
     const int64_t ff = hp_.n_ff_shared_expert;
     Mat gate = ws_.ff_gate.Cols(0, ff), up = ws_.ff_up.Cols(0, ff);
-    DS_RUN(MatMul, m.shared.gate, ws_.xn, gate);
-    DS_RUN(MatMul, m.shared.up, ws_.xn, up);
+    const kernels::WeightView group_w[] = {m.shared.gate, m.shared.up, m.shared_gate};
+    Mat group_y[] = {gate, up, ws_.shared_g};
+    DS_RUN(MatMulGroup, group_w, 3, ws_.xn, group_y);
     DS_RUN(SwiGlu, gate, up, gate);
     DS_RUN(MatMul, m.shared.down, gate, ws_.shared_out);
-    DS_RUN(MatMul, m.shared_gate, ws_.xn, ws_.shared_g);
     DS_RUN(MulSigmoid, ws_.shared_out, ws_.shared_g);
     DS_RUN(Add, ws_.mix, ws_.shared_out);
   }
