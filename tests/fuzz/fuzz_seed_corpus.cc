@@ -4,8 +4,10 @@
 //                           with GgufWriter (every value type, nested arrays, tensors of several
 //                           block types, versions 2 and 3, alignments 1, 32 and 64);
 //   <out>/tokenizer-seeds/  the corpus strings of the golden tokenizer-*.json files, plus a few
-//                           edge cases (special-token text, invalid UTF-8).
-// Empty <out>/gguf-corpus/ and <out>/tokenizer-corpus/ are created for what the fuzzers find.
+//                           edge cases (special-token text, invalid UTF-8);
+//   <out>/request_parser-seeds/, router_config-seeds/, tokenizer_proto-seeds/: the router's
+//                           targets (router_fuzz_seeds.h).
+// An empty <out>/<name>-corpus/ beside each is created for what the fuzzers find.
 //
 //   fuzz_seed_corpus <golden_dir> <out_dir>     ($DELTASERVE_GOLDEN_DIR, when set, wins)
 #include <cstdio>
@@ -18,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/gguf_writer.h"
+#include "tests/fuzz/router_fuzz_seeds.h"
 #include "nlohmann/json.hpp"
 
 namespace deltaserve::common {
@@ -171,16 +174,23 @@ int main(int argc, char** argv) {
   const fs::path golden = env != nullptr && *env != '\0' ? env : argv[1];
   const fs::path out = argv[2];
   std::error_code ec;
-  for (const char* d : {"gguf-seeds", "tokenizer-seeds"}) {
-    fs::remove_all(out / d, ec);
-    fs::create_directories(out / d, ec);
+  for (const char* target :
+       {"gguf", "tokenizer", "request_parser", "router_config", "tokenizer_proto"}) {
+    const std::string seeds = std::string(target) + "-seeds";
+    fs::remove_all(out / seeds, ec);
+    fs::create_directories(out / seeds, ec);
+    fs::create_directories(out / (std::string(target) + "-corpus"), ec);
   }
-  fs::create_directories(out / "gguf-corpus", ec);
-  fs::create_directories(out / "tokenizer-corpus", ec);
   const int gguf = deltaserve::common::WriteGgufSeeds(golden, out / "gguf-seeds");
   const int text = deltaserve::common::WriteTokenizerSeeds(golden, out / "tokenizer-seeds");
-  if (gguf < 0 || text < 0) return 1;
-  std::printf("fuzz_seed_corpus: %d GGUF seeds, %d tokenizer seeds in %s\n", gguf, text,
-              out.c_str());
+  const int bodies = deltaserve::testing::WriteRequestSeeds(out / "request_parser-seeds");
+  const int configs = deltaserve::testing::WriteRouterConfigSeeds(out / "router_config-seeds");
+  const int protos =
+      deltaserve::testing::WriteTokenizerProtoSeeds(golden, out / "tokenizer_proto-seeds");
+  if (gguf < 0 || text < 0 || bodies < 0 || configs < 0 || protos < 0) return 1;
+  std::printf(
+      "fuzz_seed_corpus: %d GGUF, %d tokenizer, %d request, %d config, %d tokenizer-proto seeds "
+      "in %s\n",
+      gguf, text, bodies, configs, protos, out.c_str());
   return 0;
 }

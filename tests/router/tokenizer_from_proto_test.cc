@@ -14,40 +14,15 @@
 #include "gtest/gtest.h"
 #include "tests/support/golden_tokenizer_cases.h"
 #include "tests/support/test_paths.h"
+#include "tests/support/tokenizer_proto.h"
 
 namespace deltaserve::router::chat {
 namespace {
 
 namespace pb = deltaserve::v1;
 using common::GgufFile;
-using common::GgufValue;
 using common::TokenId;
 using common::Tokenizer;
-
-// The Tokenizer message for `file`, built from its metadata alone.
-pb::Tokenizer ProtoFromGguf(const GgufFile& file) {
-  pb::Tokenizer t;
-  t.set_model(std::string(*file.GetString("tokenizer.ggml.model")));
-  t.set_pre(std::string(*file.GetString("tokenizer.ggml.pre")));
-  const GgufValue* tokens = *file.GetArray("tokenizer.ggml.tokens");
-  for (uint64_t i = 0; i < tokens->ArraySize(); ++i) {
-    t.add_tokens(std::string(*tokens->ArrayString(i)));
-  }
-  const GgufValue* types = *file.GetArray("tokenizer.ggml.token_type");
-  for (uint64_t i = 0; i < types->ArraySize(); ++i) {
-    t.add_token_types(static_cast<pb::TokenType>(*types->ArrayInt(i)));
-  }
-  const GgufValue* merges = *file.GetArray("tokenizer.ggml.merges");
-  for (uint64_t i = 0; i < merges->ArraySize(); ++i) {
-    t.add_merges(std::string(*merges->ArrayString(i)));
-  }
-  pb::SpecialTokens* sp = t.mutable_special();
-  sp->set_bos_id(static_cast<int32_t>(*file.GetInt("tokenizer.ggml.bos_token_id")));
-  sp->set_eos_id(static_cast<int32_t>(*file.GetInt("tokenizer.ggml.eos_token_id")));
-  sp->set_pad_id(static_cast<int32_t>(*file.GetInt("tokenizer.ggml.padding_token_id")));
-  sp->set_add_bos(*file.GetBool("tokenizer.ggml.add_bos_token"));
-  return t;
-}
 
 class TokenizerFromProtoTest : public ::testing::Test {
  protected:
@@ -56,7 +31,9 @@ class TokenizerFromProtoTest : public ::testing::Test {
         GgufFile::Open(testing::GoldenPath("qwen3-vocab-qwen35pre.gguf"));
     ASSERT_TRUE(f.ok()) << f.status();
     file_ = f->release();
-    proto_ = new pb::Tokenizer(ProtoFromGguf(*file_));
+    absl::StatusOr<pb::Tokenizer> proto = testing::TokenizerProtoFromGguf(*file_);
+    ASSERT_TRUE(proto.ok()) << proto.status();
+    proto_ = new pb::Tokenizer(std::move(*proto));
   }
   static void TearDownTestSuite() {
     delete proto_;
