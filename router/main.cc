@@ -50,13 +50,14 @@ struct Flags {
   std::string config_path;
   int http_threads = 2;
   int64_t drain_seconds = 30;
+  int64_t max_connections = 20000;  // HTTP connections open at once; lowered to fit the fd limit
 };
 
 int Usage(const std::string& why) {
   std::cerr << "deltaserve-router: " << why << "\n"
             << "usage: deltaserve-router [--listen HOST:PORT] [--worker HOST:PORT]... "
                "[--config FILE.yaml]\n"
-               "         [--http-threads N] [--drain-seconds S]\n";
+               "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n";
   return 2;
 }
 
@@ -85,6 +86,11 @@ std::string Parse(int argc, char** argv, Flags& f) {
       const char* v = value();
       if (v == nullptr || !absl::SimpleAtoi(v, &f.drain_seconds) || f.drain_seconds < 0) {
         return "--drain-seconds needs seconds >= 0";
+      }
+    } else if (a == "--max-connections") {
+      const char* v = value();
+      if (v == nullptr || !absl::SimpleAtoi(v, &f.max_connections) || f.max_connections < 1) {
+        return "--max-connections needs a count >= 1";
       }
     } else if (a == "-h" || a == "--help") {
       return "help";
@@ -125,7 +131,8 @@ absl::StatusOr<RouterConfig> LoadConfig(const Flags& f) {
 }
 
 // Process settings that the serving path depends on; see docs/benchmarks.md, "Router overhead".
-void TuneProcess() {
+// Returns the open-file limit in force afterwards (0 when unknown).
+uint64_t TuneProcess() {
   // Debian's libabsl is built without NDEBUG, so absl::Mutex (gRPC's mutexes included) keeps a
   // lock graph for deadlock detection on every acquisition: ~5% of the router's CPU under load.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -138,10 +145,15 @@ void TuneProcess() {
       std::cerr << "deltaserve-router: cannot raise the open-file limit\n";
     }
   }
+  return getrlimit(RLIMIT_NOFILE, &files) == 0 ? static_cast<uint64_t>(files.rlim_cur) : 0;
 }
 
+// File descriptors kept back from client connections: gRPC channels to workers, the config
+// and keys files, logs.
+constexpr uint64_t kReservedFds = 256;
+
 int Run(const Flags& f) {
-  TuneProcess();
+  const uint64_t fd_limit = TuneProcess();
   absl::StatusOr<RouterConfig> first = LoadConfig(f);
   if (!first.ok()) {
     std::cerr << "deltaserve-router: " << first.status().message() << "\n";
@@ -176,6 +188,13 @@ int Run(const Flags& f) {
   opts.port = static_cast<uint16_t>(port);
   opts.threads = f.http_threads;
   opts.max_body_bytes = config->max_body_bytes;
+  opts.max_connections = static_cast<size_t>(f.max_connections);
+  if (fd_limit > 0 && opts.max_connections + kReservedFds > fd_limit) {
+    opts.max_connections = static_cast<size_t>(fd_limit > 2 * kReservedFds ? fd_limit - kReservedFds
+                                                                            : fd_limit / 2);
+    std::cerr << "deltaserve-router: at most " << opts.max_connections
+              << " HTTP connections (open-file limit " << fd_limit << ")\n";
+  }
   api::OpenAiApi::ConfigureServer(opts, &metrics);
   http::HttpServer server(opts);
   api::OpenAiApi api(backend, state, metrics);

@@ -25,6 +25,10 @@ ApiMetrics::ApiMetrics() : ttft_(kTtftBounds) {}
 void ApiMetrics::RecordExchange(const http::ExchangeRecord& r) {
   std::string route = r.route_matched ? r.path : "other";
   std::lock_guard<std::mutex> lock(mu_);
+  if (r.over_connection_limit) {
+    ++connections_refused_;
+    return;  // no request was read: not an exchange of any route
+  }
   ++requests_[{route, r.route_matched ? r.method : "other", r.status}];
   auto it = durations_.find(route);
   if (it == durations_.end())
@@ -58,6 +62,9 @@ void ApiMetrics::Write(PrometheusText& out) const {
                 {{"route", route}, {"method", method}, {"code", std::to_string(status)}},
                 static_cast<double>(n));
   }
+  out.Counter("deltaserve_router_http_connections_refused_total",
+              "Connections answered 503 and closed because max_connections were open.", {},
+              static_cast<double>(connections_refused_));
   for (const auto& [route, h] : durations_) {
     out.Histogram("deltaserve_router_http_request_duration_seconds",
                   "From the end of the request to the end of the answer (whole stream).",

@@ -48,6 +48,7 @@ class ApiMetrics {
   mutable std::mutex mu_;
   // (route, method, status) -> count; unregistered paths count under route "other".
   std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;
+  uint64_t connections_refused_ = 0;  // over the HTTP server's max_connections
   std::map<std::string, BucketHistogram> durations_;  // by route
   BucketHistogram ttft_;
   std::map<std::string, uint64_t> finish_reasons_;

@@ -36,6 +36,7 @@ struct ExchangeRecord {
   int status = 0;            // status sent; 0 when the connection closed before any answer
   bool streamed = false;     // an SSE response
   bool client_gone = false;  // the client left before the answer was complete
+  bool over_connection_limit = false;  // refused (503) because max_connections were open
   uint64_t body_bytes_in = 0;
   uint64_t bytes_out = 0;
   double seconds = 0;  // from the end of the request to the end of the answer
@@ -61,6 +62,10 @@ struct HttpServerOptions {
   std::chrono::milliseconds write_timeout{30'000};
   // SSE bytes queued for a client that is not reading; beyond this it is disconnected.
   uint64_t max_sse_backlog_bytes = 4 << 20;
+  // Open connections at most (0: no limit). One more is answered 503 with Retry-After and
+  // closed, without reading its request, so the process never runs out of file descriptors or
+  // memory; idle keep-alive connections count, so keep idle_timeout short where this binds.
+  size_t max_connections = 20000;
 
   // Makes the body of errors the server itself answers (400 bad HTTP, 404, 405, 408, 413,
   // 431, 500 for a handler that threw or dropped its exchange). Default: the OpenAI shape

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
+#include <vector>
 #include <thread>
 
 #include "tests/router/http_test_client.h"
@@ -162,6 +164,60 @@ TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosed) {
   ASSERT_TRUE(c.Send(RawHttpClient::Request("GET", "/ping")));
   ASSERT_TRUE(c.ReadResponse(2s));
   EXPECT_TRUE(c.WaitForClose(3s));
+}
+
+TEST_F(HttpServerTest, ConnectionsBeyondTheLimitGet503WithRetryAfterAndAreClosed) {
+  HttpServerOptions opts;
+  opts.max_connections = 2;
+  // Shared with the server, which reports exchanges until TearDown stops it.
+  struct Records {
+    std::mutex mu;
+    int refused = 0;  // records with over_connection_limit, all of them 503s
+    int refused_not_503 = 0;
+  };
+  auto records = std::make_shared<Records>();
+  opts.on_exchange_done = [records](const ExchangeRecord& r) {
+    std::lock_guard<std::mutex> lock(records->mu);
+    if (r.over_connection_limit) ++(r.status == 503 ? records->refused : records->refused_not_503);
+  };
+  StartServer(opts);
+  RawHttpClient a(server_->port()), b(server_->port());
+  for (RawHttpClient* c : {&a, &b}) {  // both open and served: the limit is not reached
+    ASSERT_TRUE(c->Send(RawHttpClient::Request("GET", "/ping")));
+    auto r = c->ReadResponse(2s);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+  RawHttpClient over(server_->port());
+  ASSERT_TRUE(over.Send(RawHttpClient::Request("GET", "/ping")));
+  auto refused = over.ReadResponse(2s);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(refused->Header("retry-after"), "1");
+  EXPECT_EQ(refused->Header("connection"), "close");
+  EXPECT_NE(refused->body.find("\"error\""), std::string::npos) << refused->body;
+  EXPECT_TRUE(over.WaitForClose(5s));
+  {
+    std::lock_guard<std::mutex> lock(records->mu);
+    EXPECT_EQ(records->refused, 1);
+    EXPECT_EQ(records->refused_not_503, 0);
+  }
+  // A connection that leaves makes room: a new one is served.
+  a.Close();
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (server_->connection_count() >= 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  RawHttpClient again(server_->port());
+  ASSERT_TRUE(again.Send(RawHttpClient::Request("GET", "/ping")));
+  auto served = again.ReadResponse(2s);
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200);
+  // The kept connection still works.
+  ASSERT_TRUE(b.Send(RawHttpClient::Request("GET", "/ping")));
+  auto still = b.ReadResponse(2s);
+  ASSERT_TRUE(still);
+  EXPECT_EQ(still->status, 200);
 }
 
 TEST_F(HttpServerTest, UnknownPathAndMethodAndBadHttp) {

@@ -62,13 +62,22 @@ Connection::~Connection() {
 }
 
 void Connection::Start() {
-  id_ = core_->Register(shared_from_this());
+  size_t open = 0;
+  id_ = core_->Register(shared_from_this(), &open);
+  const size_t limit = core_->options.max_connections;
+  const bool over_limit = limit > 0 && open > limit;
   error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   if (!ec) peer_ = absl::StrCat(ep.address().to_string(), ":", ep.port());
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this(), over_limit, limit] {
     if (self->core_->stopping) return self->Close();
+    if (over_limit) {
+      // Answered before its request is read; the linger that follows drains what it sends.
+      self->over_limit_ = true;
+      return self->WriteServerError(
+          503, absl::StrCat("the router has ", limit, " connections open; retry later"));
+    }
     self->SetDeadline(self->core_->options.idle_timeout);
     self->DoRead();
   });
@@ -321,6 +330,7 @@ void Connection::WriteServerError(int status, std::string_view message) {
   record_ = ExchangeRecord{};
   record_.status = status;
   record_.peer = peer_;
+  record_.over_connection_limit = over_limit_;
   if (parser_ && parser_->is_header_done()) {
     record_.method = std::string(parser_->get().method_string());
     record_.path =
@@ -332,6 +342,7 @@ void Connection::WriteServerError(int status, std::string_view message) {
   parser_.reset();
   keep_alive_ = false;
   Response r = core_->ErrorResponse(status, message);
+  if (over_limit_) r.headers.push_back({"Retry-After", "1"});
   std::string head = ResponseHead(status, r.content_type, r.headers, &r.body);
   state_ = State::kClosing;
   SetDeadline(core_->options.write_timeout);

@@ -103,6 +103,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::weak_ptr<HttpExchange> exchange_;
   std::shared_ptr<Connection> self_hold_;  // alive while a handler owes an answer
   bool keep_alive_ = false;
+  bool over_limit_ = false;  // opened beyond max_connections: answered 503 and closed
   bool http10_ = false;
   bool chunked_ = true;
   bool sse_finished_ = false;

@@ -40,10 +40,13 @@ struct ServerCore {
                                   : DefaultErrorResponse(status, message);
   }
 
-  uint64_t Register(const std::shared_ptr<Connection>& c) {
+  // Returns the connection's id; `*open` receives the number of open connections, this one
+  // included.
+  uint64_t Register(const std::shared_ptr<Connection>& c, size_t* open) {
     std::lock_guard<std::mutex> lock(mu);
     uint64_t id = next_id++;
     connections.emplace(id, c);
+    *open = connections.size();
     return id;
   }
   void Unregister(uint64_t id) {
