@@ -28,6 +28,11 @@ constexpr int64_t kSliceK = 1024;
 // Multiply-adds a parallel task should carry at least, so the pool's hand-off (~1 us) stays
 // small against the work.
 constexpr int64_t kMinMacsPerTask = 1 << 17;
+// Guided chunks of the fused int8 products (MultiplyFusedInt8): at least TaskGrain / this many
+// rows (the cost of taking a chunk stays small) and at most TaskGrain * this many (so the first
+// chunks leave work for the other threads).
+constexpr int64_t kGuidedMinDivisor = 4;
+constexpr int64_t kGuidedMaxFactor = 8;
 // Batches up to this many rows take the fused one-row kernel once per row: measured on
 // 4096-wide Q4_K/Q6_K/Q8_0 rows (AVX-512), three fused passes still beat decoding each weight
 // row to f32 and running the tile kernel; at four rows the tile kernel wins.
@@ -245,50 +250,7 @@ void MultiplyInt8(ThreadPool& pool, Int8Kernel kernel, const WeightView& w, cons
       });
 }
 
-// Few-row batches on int8 activations: each row quantized once, then through the fused kernel
-// kChunkRows weight rows at a time, like MultiplyFused.
-void MultiplyFusedInt8(ThreadPool& pool, Int8FusedFn fused, const WeightView& w, const Mat& x,
-                       Mat& y) {
-  thread_local Int8FlatActivations storage;
-  Int8FlatActivations& acts = storage;  // see MultiplyInt8
-  QuantizeInt8Flat(w.type, x, acts);
-  Int8FlatRow rows[kMaxFusedBatch];
-  for (int64_t t = 0; t < x.rows; ++t) rows[t] = acts.Row(t);
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  pool.ParallelFor(w.out, TaskGrain(w.in * x.rows), [&](int64_t begin, int64_t end) {
-    for (int64_t r0 = begin; r0 < end; r0 += kChunkRows) {
-      const int64_t n = std::min(kChunkRows, end - r0);
-      for (int64_t t = 0; t < x.rows; ++t) {
-        fused(w.type, base + r0 * w.row_bytes, w.row_bytes, n, rows[t], y.data + t * y.stride + r0);
-      }
-    }
-  });
-}
-
-// Batches of 2 .. kMaxFusedBatchInt8 rows on int8 activations: quantized once, then each task
-// runs the fused batch kernel over its weight rows.
-void MultiplyFusedBatchInt8(ThreadPool& pool, Int8FusedBatchFn batch, const WeightView& w,
-                            const Mat& x, Mat& y) {
-  thread_local Int8FlatActivations storage;
-  Int8FlatActivations& acts = storage;  // see MultiplyInt8
-  PrepareInt8Flat(w.type, x, acts);
-  // In parallel only where it saves more than the pool's hand-off (~1 us; ~0.3 ns a value).
-  if (x.rows * x.cols >= 32768) {
-    pool.ParallelFor(x.rows, 1, [&](int64_t begin, int64_t end) {
-      QuantizeInt8FlatRows(w.type, x, acts, begin, end);
-    });
-  } else {
-    QuantizeInt8FlatRows(w.type, x, acts, 0, x.rows);
-  }
-  const Int8FlatBatch xb = OrderInt8FlatForBatch(w.type, acts, x.rows);
-  const auto* base = static_cast<const uint8_t*>(w.data);
-  pool.ParallelFor(w.out, TaskGrain(w.in * x.rows), [&](int64_t begin, int64_t end) {
-    batch(w.type, base + begin * w.row_bytes, w.row_bytes, end - begin, xb, y.data + begin,
-          y.stride);
-  });
-}
-
-// Largest batch MultiplyFusedBatchInt8 takes for w (kMaxFusedBatchInt8's comment).
+// Largest batch the fused batch kernel takes for w (kMaxFusedBatchInt8's comment).
 int64_t MaxFusedBatchInt8(const WeightView& w) {
   return w.type == WeightType::kQ8_0 ? kMaxFusedBatchInt8Q8
          : w.in <= 1024              ? kMaxFusedBatchInt8
@@ -305,30 +267,37 @@ Int8Route RouteInt8(const Int8Kernel& k, const WeightView& w, int64_t rows) {
   return Int8Route::kPanels;
 }
 
-// The grouped product of MatMulGroupCpuIsa when every product takes a fused int8 route: x
-// quantized once per weight type of the group (the activation format depends only on the type;
-// Q4_K and Q6_K differ in block sums and order), then one parallel job whose tasks are row
-// ranges of all the products, each the range its own MatMulCpuIsa call would hand one task
-// (TaskGrain rows), so every output is computed by the same kernel on the same bytes.
-void MultiplyGroupInt8(ThreadPool& pool, const Int8Kernel& k, const Int8Route* route,
+// The fused int8 products (kFused, kBatch) of n weight matrices sharing x, as one parallel job:
+// one product (MatMulCpuIsa) or a group (MatMulGroupCpuIsa). x is quantized once per weight type
+// (the activation format depends only on the type: Q4_K and Q6_K differ in block sums, and the
+// batch kernel wants Q4_K's sub-blocks reordered). The rows of all products form one range that
+// the threads take in guided chunks: remaining / (2 threads), between kMinGuidedRows and
+// kMaxGuidedRows, so a thread starts with a long contiguous stream of weights and the last
+// chunks are short (less waiting at the end of the job). Each weight row is multiplied by the
+// same kernel on the same bytes whatever the chunking, so every output is bit-identical to any
+// other split (matmul_group_test).
+void MultiplyFusedInt8(ThreadPool& pool, const Int8Kernel& k, const Int8Route* route,
                        const WeightView* w, int n, const Mat& x, Mat* y) {
   thread_local Int8FlatActivations storage[kMaxMatMulGroup];
   Int8FlatActivations* acts = storage;  // see MultiplyInt8
   int format[kMaxMatMulGroup];          // index into acts of product i's activations
   Int8FlatBatch batch[kMaxMatMulGroup];
-  int64_t first_task[kMaxMatMulGroup + 1] = {0};
-  int64_t grain[kMaxMatMulGroup];
+  int64_t first_row[kMaxMatMulGroup + 1] = {0};
   int n_formats = 0;
   for (int i = 0; i < n; ++i) {
     format[i] = -1;
     for (int j = 0; j < i && format[i] < 0; ++j) {
-      if (w[j].type == w[i].type && route[j] == route[i]) format[i] = format[j];
+      if (w[j].type == w[i].type && route[j] == route[i]) {
+        format[i] = format[j];
+        batch[i] = batch[j];
+      }
     }
     if (format[i] < 0) {
       format[i] = n_formats++;
       Int8FlatActivations& a = acts[format[i]];
       PrepareInt8Flat(w[i].type, x, a);
-      if (x.rows * x.cols >= 32768) {  // as MultiplyFusedBatchInt8
+      // In parallel only where it saves more than the pool's hand-off (~1 us; ~0.3 ns a value).
+      if (x.rows * x.cols >= 32768) {
         pool.ParallelFor(x.rows, 1, [&](int64_t begin, int64_t end) {
           QuantizeInt8FlatRows(w[i].type, x, a, begin, end);
         });
@@ -336,33 +305,54 @@ void MultiplyGroupInt8(ThreadPool& pool, const Int8Kernel& k, const Int8Route* r
         QuantizeInt8FlatRows(w[i].type, x, a, 0, x.rows);
       }
       if (route[i] == Int8Route::kBatch) batch[i] = OrderInt8FlatForBatch(w[i].type, a, x.rows);
-    } else if (route[i] == Int8Route::kBatch) {
-      for (int j = 0; j < i; ++j) {
-        if (format[j] == format[i]) batch[i] = batch[j];
-      }
     }
-    grain[i] = TaskGrain(w[i].in * x.rows);
-    first_task[i + 1] = first_task[i] + (w[i].out + grain[i] - 1) / grain[i];
+    first_row[i + 1] = first_row[i] + w[i].out;
   }
-  pool.ParallelFor(first_task[n], 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      int i = 0;
-      while (task >= first_task[i + 1]) ++i;
-      const int64_t r0 = (task - first_task[i]) * grain[i];
-      const int64_t r1 = std::min(w[i].out, r0 + grain[i]);
+  // Rows [r0, r1) of the joint range.
+  auto run_rows = [&](int64_t r0, int64_t r1) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t b = std::max(r0, first_row[i]) - first_row[i];
+      const int64_t e = std::min(r1, first_row[i + 1]) - first_row[i];
+      if (b >= e) continue;
       const auto* base = static_cast<const uint8_t*>(w[i].data);
+      const size_t row_bytes = w[i].row_bytes;
       if (route[i] == Int8Route::kBatch) {
-        k.batch(w[i].type, base + r0 * w[i].row_bytes, w[i].row_bytes, r1 - r0, batch[i],
-                y[i].data + r0, y[i].stride);
+        k.batch(w[i].type, base + b * row_bytes, row_bytes, e - b, batch[i], y[i].data + b,
+                y[i].stride);
         continue;
       }
-      for (int64_t t = 0; t < x.rows; ++t) {
-        const Int8FlatRow row = acts[format[i]].Row(t);
-        for (int64_t c = r0; c < r1; c += kChunkRows) {
-          k.fused(w[i].type, base + c * w[i].row_bytes, w[i].row_bytes,
-                  std::min(kChunkRows, r1 - c), row, y[i].data + t * y[i].stride + c);
+      // kChunkRows rows at a time for every activation row, so that a chunk is still in L1
+      // when the next activation row reads it.
+      for (int64_t c = b; c < e; c += kChunkRows) {
+        for (int64_t t = 0; t < x.rows; ++t) {
+          k.fused(w[i].type, base + c * row_bytes, row_bytes, std::min(kChunkRows, e - c),
+                  acts[format[i]].Row(t), y[i].data + t * y[i].stride + c);
         }
       }
+    }
+  };
+  const int64_t total = first_row[n];
+  const int64_t grain = TaskGrain(w[0].in * x.rows);  // the products share w.in = x.cols
+  if (total <= grain || pool.size() == 1) {
+    run_rows(0, total);
+    return;
+  }
+  const int64_t min_rows = std::max(kChunkRows, grain / kGuidedMinDivisor);
+  const int64_t max_rows = grain * kGuidedMaxFactor;
+  const int64_t share = 2 * pool.size();
+  std::atomic<int64_t> next{0};
+  pool.Run([&](int, int) {
+    int64_t start = next.load(std::memory_order_relaxed);
+    for (;;) {
+      int64_t len;
+      do {
+        const int64_t left = total - start;
+        if (left <= 0) return;
+        len = std::clamp(left / share, min_rows, max_rows);
+        len = std::min(left, (len + kChunkRows - 1) / kChunkRows * kChunkRows);
+      } while (!next.compare_exchange_weak(start, start + len, std::memory_order_relaxed));
+      run_rows(start, start + len);
+      start = next.load(std::memory_order_relaxed);
     }
   });
 }
@@ -427,16 +417,11 @@ KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, M
 
   if (mode == MatMulActivations::kInt8 && UsesInt8Path(w.type, isa, x.rows)) {
     const Int8Kernel k = Int8KernelFor(isa);
-    switch (RouteInt8(k, w, x.rows)) {
-      case Int8Route::kBatch:
-        MultiplyFusedBatchInt8(pool, k.batch, w, x, y);
-        break;
-      case Int8Route::kFused:
-        MultiplyFusedInt8(pool, k.fused, w, x, y);
-        break;
-      case Int8Route::kPanels:
-        MultiplyInt8(pool, k, w, x, y);
-        break;
+    const Int8Route route = RouteInt8(k, w, x.rows);
+    if (route == Int8Route::kPanels) {
+      MultiplyInt8(pool, k, w, x, y);
+    } else {
+      MultiplyFusedInt8(pool, k, &route, &w, 1, x, &y);
     }
     return KernelStatus::kOk;
   }
@@ -486,7 +471,7 @@ KernelStatus MatMulGroupCpuIsa(ThreadPool& pool, const WeightView* w, int n, con
     grouped = grouped && route[i] != Int8Route::kPanels;
   }
   if (grouped) {
-    MultiplyGroupInt8(pool, k, route, w, n, x, y);
+    MultiplyFusedInt8(pool, k, route, w, n, x, y);
     return KernelStatus::kOk;
   }
   // Prefill-sized batches (one job per product is long anyway) and the f32 paths.
