@@ -109,10 +109,12 @@ struct Mat {
   }
 };
 
-// One pool of a paged KV cache: the K (or V) rows of one attention layer. Page p holds rows
-// [p * page_tokens, (p + 1) * page_tokens); a row is one position's n_head_kv * head_dim values,
-// head after head, encoded in `type` blocks along the row (head_dim a multiple of the block
-// size, so every head starts on a block), `row_bytes` long.
+// One pool of a paged KV cache: the K (or V) values of one attention layer. Page p is the
+// bytes [p * page_tokens * row_bytes, (p + 1) * page_tokens * row_bytes); a row (`row_bytes`)
+// is one position's n_head_kv * head_dim values encoded in `type` blocks along head_dim
+// (head_dim a multiple of the block size). Inside a page the layout is head-major,
+// [n_head_kv][page_tokens][head_dim]: one kv head's keys of a page are one contiguous block,
+// which the attention kernel streams (KvHeadOffset).
 struct KvPool {
   void* data = nullptr;
   WeightType type = WeightType::kF32;
@@ -120,7 +122,7 @@ struct KvPool {
   int64_t n_pages = 0;  // pages in the pool (page ids are checked against it)
 };
 
-// One sequence's view of one attention layer's paged cache: position i is row i % page_tokens
+// One sequence's view of one attention layer's paged cache: position i is slot i % page_tokens
 // of page page_table[i / page_tokens], in the K pool and in the V pool.
 struct PagedKvView {
   KvPool k;
@@ -128,7 +130,16 @@ struct PagedKvView {
   int64_t page_tokens = 0;
   const int32_t* page_table = nullptr;  // backend memory, n_pages entries
   int64_t n_pages = 0;
+  int64_t n_head_kv = 0;  // heads per row: the head-major split of every page
 };
+
+// Byte offset in `pool` of kv head `head` of position `pos` (head_dim values, row_bytes /
+// n_head_kv bytes): page, then head, then slot in the page (KvPool).
+inline size_t KvHeadOffset(const KvPool& pool, const PagedKvView& kv, int64_t pos, int64_t head) {
+  const size_t head_bytes = pool.row_bytes / static_cast<size_t>(kv.n_head_kv);
+  const auto page = static_cast<size_t>(kv.page_table[pos / kv.page_tokens]);
+  return ((page * kv.n_head_kv + head) * kv.page_tokens + pos % kv.page_tokens) * head_bytes;
+}
 
 // True for the types a KV cache pool may hold: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0.
 bool IsKvCacheType(WeightType type);

@@ -9,3 +9,13 @@ target_sources(deltaserve_kernels_cpu PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gated_delta_rule.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_backend.cc)
+
+# The exception: f16 K/V converted inside the attention tiles needs the F16C conversion of 16
+# values at once, which target_clones code cannot ask for (g++ 12 emits 4-wide conversions for
+# the generic vector form); it runs only after cpu_features.cc found AVX-512.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  target_sources(deltaserve_kernels_cpu PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/paged_attention_avx512.cc)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/paged_attention_avx512.cc PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mfma;-mf16c")
+endif()

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/paged_attention_tiles.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -18,64 +19,20 @@ namespace {
 
 using internal::FastExp;
 
-// 16 floats: one AVX-512 register (two AVX2 ones, four SSE ones in the other clones). Values of
-// this type never cross a function boundary (only always-inline helpers take pointers), since
-// passing one would change the calling convention between the clones.
-typedef float V16 __attribute__((vector_size(64)));
-#define DS_LOAD16(v, p) std::memcpy(&(v), (p), sizeof(V16))
-#define DS_STORE16(p, v) std::memcpy((p), &(v), sizeof(V16))
+using internal::AttendItemBody;
+using internal::AttentionProblem;
+using internal::AttentionScratch;
+using internal::F32Rows;
+using internal::HeadRowOf;
+using internal::kKeyTile;
+using internal::kNegInf;
+using internal::RoundUp;
+using internal::V16;
 
-constexpr int64_t kKeyTile = 32;        // keys per tile; a multiple of 4
 constexpr int64_t kRowsPerItem = 32;    // prefill: query rows (tokens x group heads) per item
 constexpr int64_t kMinSplitKeys = 256;  // decode: fewest keys worth a split of their own
 // Below this many multiply-adds (q·k plus p·v over all heads) the op stays on the calling thread.
 constexpr int64_t kParallelFlops = 1 << 16;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// Everything the items of one call share.
-struct Problem {
-  const Mat& q;
-  const PagedKvView& kv;
-  Mat& out;
-  int64_t n_past;
-  int64_t n_tokens;
-  int64_t group;     // query heads per kv head
-  int64_t head_dim;
-  int64_t hdp;       // head_dim rounded up to 16 (the vector loops' row length)
-  size_t k_head_bytes;  // bytes of one head inside a K row
-  size_t v_head_bytes;
-  float scale;
-};
-
-// One thread's buffers for one call (about 100 KiB at head_dim 256: from the allocator's
-// arenas, not mmap; kept per call rather than thread_local so that nothing outlives the backend).
-struct Scratch {
-  std::vector<float> q, acc;  // [rows][hdp]
-  std::vector<float> kt, vt;  // [kKeyTile][hdp] decoded K / V rows of a tile
-  std::vector<float> s;       // [rows][kKeyTile] scores, then probabilities
-  std::vector<float> m, l;    // [rows] running max and sum
-  void Reserve(int64_t rows, int64_t hdp) {
-    auto grow = [](std::vector<float>& v, int64_t n) {
-      if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-    };
-    grow(q, rows * hdp);
-    grow(acc, rows * hdp);
-    grow(kt, kKeyTile * hdp);
-    grow(vt, kKeyTile * hdp);
-    grow(s, rows * kKeyTile);
-    grow(m, rows);
-    grow(l, rows);
-  }
-};
-
-inline const uint8_t* RowOf(const KvPool& pool, const PagedKvView& kv, int64_t pos) {
-  const int64_t page = kv.page_table[pos / kv.page_tokens];
-  return static_cast<const uint8_t*>(pool.data) +
-         static_cast<size_t>(page * kv.page_tokens + pos % kv.page_tokens) * pool.row_bytes;
-}
-
 // IEEE half to float: F16C in the AVX2 / AVX-512 clones under g++. clang 14 has no _Float16 on
 // x86 without AVX512-FP16, so it calls the scalar converter (the ASan build only).
 DELTASERVE_ALWAYS_INLINE float HalfToFloat(uint16_t h) {
@@ -200,193 +157,44 @@ DELTASERVE_ALWAYS_INLINE void DecodeValues(WeightType type, const uint8_t* __res
   }
 }
 
-// s[r][j] (row stride ss) = q[r]·k[j] for 4 query rows (stride hdp) and 4 keys (stride hdp):
-// 16 vector accumulators over the head dimension, then a shuffle tree that turns the 16
-// vectors into one vector of their 16 sums (15 adds instead of 16 horizontal reductions).
-DELTASERVE_ALWAYS_INLINE void ScoreTile4x4(const float* __restrict q, const float* __restrict k,
-                                           int64_t hdp, float* __restrict s, int64_t ss) {
-  V16 a[16] = {};
-  for (int64_t d = 0; d < hdp; d += 16) {
-    V16 q0, q1, q2, q3, k0, k1, k2, k3;
-    DS_LOAD16(q0, q + d);
-    DS_LOAD16(q1, q + hdp + d);
-    DS_LOAD16(q2, q + 2 * hdp + d);
-    DS_LOAD16(q3, q + 3 * hdp + d);
-    DS_LOAD16(k0, k + d);
-    DS_LOAD16(k1, k + hdp + d);
-    DS_LOAD16(k2, k + 2 * hdp + d);
-    DS_LOAD16(k3, k + 3 * hdp + d);
-    a[0] += q0 * k0, a[1] += q0 * k1, a[2] += q0 * k2, a[3] += q0 * k3;
-    a[4] += q1 * k0, a[5] += q1 * k1, a[6] += q1 * k2, a[7] += q1 * k3;
-    a[8] += q2 * k0, a[9] += q2 * k1, a[10] += q2 * k2, a[11] += q2 * k3;
-    a[12] += q3 * k0, a[13] += q3 * k1, a[14] += q3 * k2, a[15] += q3 * k3;
+// A K/V source decoding each row of a tile from its cache type into f32 (any cache type, any
+// head_dim): rows hdp apart, columns head_dim .. hdp zero.
+struct DecodedRows {
+  using T = float;
+  static constexpr bool kDecodes = true;
+  DELTASERVE_ALWAYS_INLINE static void Load(V16& out, const float* src) {
+    std::memcpy(&out, src, sizeof(V16));
   }
-  // Level 1: b[i] lanes 0-7 hold 8 partial sums of a[2i], lanes 8-15 those of a[2i+1].
-  V16 b[8];
-  for (int i = 0; i < 8; ++i) {
-    b[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
-                                   20, 21, 22, 23) +
-           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25,
-                                   26, 27, 28, 29, 30, 31);
+  DELTASERVE_ALWAYS_INLINE static void Decode(const AttentionProblem& p, const KvPool& pool,
+                                              int64_t kvh, int64_t kb, int64_t nk, float* dst) {
+    for (int64_t j = 0; j < nk; ++j) {
+      float* row = dst + j * p.hdp;
+      DecodeValues(pool.type, HeadRowOf(pool, p.kv, kb + j, kvh), p.head_dim, row);
+      std::fill(row + p.head_dim, row + p.hdp, 0.0f);
+    }
   }
-  // Level 2: 4 partials each of a[4i .. 4i+3].
-  V16 c[4];
-  for (int i = 0; i < 4; ++i) {
-    c[i] = __builtin_shufflevector(b[2 * i], b[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18,
-                                   19, 24, 25, 26, 27) +
-           __builtin_shufflevector(b[2 * i], b[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
-                                   23, 28, 29, 30, 31);
-  }
-  // Level 3: 2 partials each of a[8i .. 8i+7].
-  V16 e[2];
-  for (int i = 0; i < 2; ++i) {
-    e[i] = __builtin_shufflevector(c[2 * i], c[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20,
-                                   21, 24, 25, 28, 29) +
-           __builtin_shufflevector(c[2 * i], c[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
-                                   23, 26, 27, 30, 31);
-  }
-  // Level 4: lane i is the full sum of a[i] = q[i / 4]·k[i % 4].
-  const V16 sums = __builtin_shufflevector(e[0], e[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
-                                           24, 26, 28, 30) +
-                   __builtin_shufflevector(e[0], e[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
-                                           25, 27, 29, 31);
-  float out[16];
-  DS_STORE16(out, sums);
-  for (int r = 0; r < 4; ++r) std::memcpy(s + r * ss, out + 4 * r, 4 * sizeof(float));
-}
+};
 
-// acc[r][c0 .. c0 + 16 NV) += sum_j p[r][j] * v[j][c0 ..] for 4 rows (acc stride hdp, p stride
-// kKeyTile) over nk keys (v stride hdp): 4 x NV accumulators stay in registers across the keys.
-template <int NV>
-DELTASERVE_ALWAYS_INLINE void AccumulateTile(const float* __restrict p, const float* __restrict v,
-                                             int64_t nk, int64_t hdp, float* __restrict acc) {
-  V16 o[4][NV];
-  for (int r = 0; r < 4; ++r) {
-    for (int c = 0; c < NV; ++c) DS_LOAD16(o[r][c], acc + r * hdp + 16 * c);
-  }
-  for (int64_t j = 0; j < nk; ++j) {
-    V16 vj[NV];
-    for (int c = 0; c < NV; ++c) DS_LOAD16(vj[c], v + j * hdp + 16 * c);
-    for (int r = 0; r < 4; ++r) {
-      const float pr = p[r * kKeyTile + j];
-      for (int c = 0; c < NV; ++c) o[r][c] += pr * vj[c];
-    }
-  }
-  for (int r = 0; r < 4; ++r) {
-    for (int c = 0; c < NV; ++c) DS_STORE16(acc + r * hdp + 16 * c, o[r][c]);
-  }
-}
+// How an item reads K and V (PagedAttentionCpu picks one per call).
+enum class KvRead {
+  kDecoded,    // any types: rows decoded into an f32 tile
+  kF32,        // f32 K and V, head_dim a multiple of 16: read in place
+  kF16Avx512,  // f16 K and V, head_dim a multiple of 16, AVX-512: converted inside the tiles
+};
 
-// Decodes K (or V) rows [kb, kb + nk) of kv head `kvh` into dst [kKeyTile][hdp], zero-padded to
-// nk rounded up to 4 rows and to hdp columns.
-DELTASERVE_ALWAYS_INLINE void DecodeTile(const Problem& p, const KvPool& pool, size_t head_bytes,
-                                         int64_t kvh, int64_t kb, int64_t nk, float* dst) {
-  for (int64_t j = 0; j < nk; ++j) {
-    float* row = dst + j * p.hdp;
-    DecodeValues(pool.type, RowOf(pool, p.kv, kb + j) + kvh * head_bytes, p.head_dim, row);
-    std::fill(row + p.head_dim, row + p.hdp, 0.0f);
-  }
-  std::fill(dst + nk * p.hdp, dst + RoundUp(nk, 4) * p.hdp, 0.0f);
-}
-
-// One work item: tokens [t0, t0 + nt) times the query heads of kv head kvh against keys
-// [key_begin, key_end). Rows r = ti * group + g. With `partial` null the item covers every key
-// its tokens see and writes the normalised output; otherwise it stores, per row, its running max,
-// sum and unnormalised accumulator ([rows][2 + hdp]) for MergePartials.
-DELTASERVE_ISA_CLONES void AttendItem(const Problem& p, int64_t t0, int64_t nt, int64_t kvh,
-                                      int64_t key_begin, int64_t key_end, Scratch& s,
-                                      float* partial) {
-  const int64_t hd = p.head_dim, hdp = p.hdp, g = p.group;
-  const int64_t rows = nt * g, rows_p = RoundUp(rows, 4);
-  float* q = s.q.data();
-  float* acc = s.acc.data();
-  float* sc = s.s.data();
-  float* m = s.m.data();
-  float* l = s.l.data();
-  // Private, pre-scaled query copies (out may alias q).
-  for (int64_t r = 0; r < rows_p; ++r) {
-    float* qr = q + r * hdp;
-    if (r < rows) {
-      const float* src = p.q.data + (t0 + r / g) * p.q.stride + (kvh * g + r % g) * hd;
-      for (int64_t x = 0; x < hd; ++x) qr[x] = src[x] * p.scale;
-      std::fill(qr + hd, qr + hdp, 0.0f);
-    } else {
-      std::fill(qr, qr + hdp, 0.0f);
-    }
-    m[r] = kNegInf;
-    l[r] = 0.0f;
-  }
-  std::fill(acc, acc + rows_p * hdp, 0.0f);
-  // Row r sees keys up to and including p.n_past + t0 + r / g (padding rows: the last token's).
-  const int64_t key_stop = std::min(key_end, p.n_past + t0 + nt);
-  for (int64_t kb = key_begin; kb < key_stop; kb += kKeyTile) {
-    const int64_t nk = std::min(kKeyTile, key_stop - kb), nk_p = RoundUp(nk, 4);
-    DecodeTile(p, p.kv.k, p.k_head_bytes, kvh, kb, nk, s.kt.data());
-    DecodeTile(p, p.kv.v, p.v_head_bytes, kvh, kb, nk, s.vt.data());
-    for (int64_t r0 = 0; r0 < rows_p; r0 += 4) {
-      for (int64_t j0 = 0; j0 < nk_p; j0 += 4) {
-        ScoreTile4x4(q + r0 * hdp, s.kt.data() + j0 * hdp, hdp, sc + r0 * kKeyTile + j0,
-                     kKeyTile);
-      }
-    }
-    for (int64_t r = 0; r < rows_p; ++r) {
-      const int64_t last = p.n_past + t0 + std::min(r / g, nt - 1);
-      const int64_t visible = std::clamp<int64_t>(last - kb + 1, 0, nk);
-      float* sr = sc + r * kKeyTile;
-      if (visible == 0) {
-        std::fill(sr, sr + nk_p, 0.0f);
-        continue;
-      }
-      float tile_max = kNegInf;
-      for (int64_t j = 0; j < visible; ++j) tile_max = std::max(tile_max, sr[j]);
-      const float m_new = std::max(m[r], tile_max);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < visible; ++j) {
-        sr[j] = FastExp(sr[j] - m_new);
-        sum += sr[j];
-      }
-      std::fill(sr + visible, sr + nk_p, 0.0f);
-      if (m[r] != kNegInf && m_new != m[r]) {
-        const float alpha = FastExp(m[r] - m_new);
-        l[r] *= alpha;
-        float* ar = acc + r * hdp;
-        for (int64_t x = 0; x < hdp; ++x) ar[x] *= alpha;
-      }
-      l[r] += sum;
-      m[r] = m_new;
-    }
-    for (int64_t r0 = 0; r0 < rows_p; r0 += 4) {
-      const float* pr = sc + r0 * kKeyTile;
-      float* ar = acc + r0 * hdp;
-      int64_t c0 = 0;
-      for (; c0 + 64 <= hdp; c0 += 64) {
-        AccumulateTile<4>(pr, s.vt.data() + c0, nk_p, hdp, ar + c0);
-      }
-      switch ((hdp - c0) / 16) {
-        case 3: AccumulateTile<3>(pr, s.vt.data() + c0, nk_p, hdp, ar + c0); break;
-        case 2: AccumulateTile<2>(pr, s.vt.data() + c0, nk_p, hdp, ar + c0); break;
-        case 1: AccumulateTile<1>(pr, s.vt.data() + c0, nk_p, hdp, ar + c0); break;
-        default: break;
-      }
-    }
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    if (partial != nullptr) {
-      float* dst = partial + r * (2 + hdp);
-      dst[0] = m[r];
-      dst[1] = l[r];
-      std::copy_n(acc + r * hdp, hdp, dst + 2);
-      continue;
-    }
-    float* o = p.out.data + (t0 + r / g) * p.out.stride + (kvh * g + r % g) * hd;
-    const float inv = 1.0f / l[r];
-    for (int64_t x = 0; x < hd; ++x) o[x] = acc[r * hdp + x] * inv;
+DELTASERVE_ISA_CLONES void AttendItem(const AttentionProblem& p, KvRead read, int64_t t0,
+                                      int64_t nt, int64_t kvh, int64_t key_begin,
+                                      int64_t key_end, AttentionScratch& s, float* partial) {
+  if (read == KvRead::kF32) {
+    AttendItemBody<F32Rows, F32Rows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
+  } else {
+    AttendItemBody<DecodedRows, DecodedRows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
   }
 }
 
 // Combines the n_splits partial results of one (token block, kv head): every split's sum and
 // accumulator rescaled to the overall max.
-void MergePartials(const Problem& p, int64_t t0, int64_t nt, int64_t kvh, const float* partials,
+void MergePartials(const AttentionProblem& p, int64_t t0, int64_t nt, int64_t kvh, const float* partials,
                    int64_t n_splits, int64_t split_stride) {
   const int64_t g = p.group, hd = p.head_dim, hdp = p.hdp;
   for (int64_t r = 0; r < nt * g; ++r) {
@@ -409,6 +217,21 @@ void MergePartials(const Problem& p, int64_t t0, int64_t nt, int64_t kvh, const 
   }
 }
 
+// The cheapest way to read this call's K and V (KvRead). f16 in place also wins in prefill, where
+// an item converts each K/V row once per 4 query rows (8 times): 6 layers of a 512-token chunk at
+// depth 3,584 took 1.14-1.23 s against 1.37-1.51 s decoding each tile into f32 once (2 threads,
+// interleaved runs on a busy machine).
+KvRead PickKvRead(const PagedKvView& kv, int64_t head_dim) {
+  if (head_dim % 16 != 0 || kv.k.type != kv.v.type) return KvRead::kDecoded;
+  if (kv.k.type == WeightType::kF32) return KvRead::kF32;
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+  if (kv.k.type == WeightType::kF16 && ActiveIsa() == CpuIsa::kAvx512) {
+    return KvRead::kF16Avx512;
+  }
+#endif
+  return KvRead::kDecoded;
+}
+
 // Checks a pool against the row length; kv_dim = n_head_kv * head_dim.
 bool PoolValid(const KvPool& pool, int64_t kv_dim, int64_t head_dim) {
   if (!IsKvCacheType(pool.type) || pool.data == nullptr || pool.n_pages <= 0) return false;
@@ -416,10 +239,13 @@ bool PoolValid(const KvPool& pool, int64_t kv_dim, int64_t head_dim) {
   return head_dim % layout.block_size == 0 && pool.row_bytes == RowBytes(pool.type, kv_dim);
 }
 
-// Checks the view for positions [0, n_positions): pools, page size, and every page id used.
-bool ViewValid(const PagedKvView& kv, int64_t kv_dim, int64_t head_dim, int64_t n_positions) {
-  if (!PoolValid(kv.k, kv_dim, head_dim) || !PoolValid(kv.v, kv_dim, head_dim) ||
-      kv.page_tokens <= 0 || kv.n_pages < 0 || kv.page_table == nullptr) {
+// Checks the view for positions [0, n_positions) of n_head_kv heads of head_dim values: pools,
+// page size, head split, and every page id used.
+bool ViewValid(const PagedKvView& kv, int64_t n_head_kv, int64_t head_dim, int64_t n_positions) {
+  const int64_t kv_dim = n_head_kv * head_dim;
+  if (kv.n_head_kv != n_head_kv || !PoolValid(kv.k, kv_dim, head_dim) ||
+      !PoolValid(kv.v, kv_dim, head_dim) || kv.page_tokens <= 0 || kv.n_pages < 0 ||
+      kv.page_table == nullptr) {
     return false;
   }
   const int64_t pages_used = (n_positions + kv.page_tokens - 1) / kv.page_tokens;
@@ -458,14 +284,22 @@ KernelStatus StoreKvCpu(const Mat& k, const Mat& v, const PagedKvView& kv, int64
       k.cols == 0) {
     return KernelStatus::kInvalidArgument;
   }
-  // head_dim is not known here: whole rows are checked (PagedAttention checks the head split).
-  if (!ViewValid(kv, k.cols, k.cols, first_pos + k.rows)) return KernelStatus::kInvalidArgument;
+  if (kv.n_head_kv <= 0 || k.cols % kv.n_head_kv != 0 ||
+      !ViewValid(kv, kv.n_head_kv, k.cols / kv.n_head_kv, first_pos + k.rows)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  const int64_t head_dim = k.cols / kv.n_head_kv;
   for (int64_t t = 0; t < k.rows; ++t) {
-    auto* k_row = const_cast<uint8_t*>(RowOf(kv.k, kv, first_pos + t));
-    auto* v_row = const_cast<uint8_t*>(RowOf(kv.v, kv, first_pos + t));
-    KernelStatus s = EncodeRow(kv.k.type, k.data + t * k.stride, k.cols, k_row);
-    if (s == KernelStatus::kOk) s = EncodeRow(kv.v.type, v.data + t * v.stride, v.cols, v_row);
-    if (s != KernelStatus::kOk) return s;
+    for (int64_t h = 0; h < kv.n_head_kv; ++h) {
+      auto* k_row = const_cast<uint8_t*>(HeadRowOf(kv.k, kv, first_pos + t, h));
+      auto* v_row = const_cast<uint8_t*>(HeadRowOf(kv.v, kv, first_pos + t, h));
+      KernelStatus s =
+          EncodeRow(kv.k.type, k.data + t * k.stride + h * head_dim, head_dim, k_row);
+      if (s == KernelStatus::kOk) {
+        s = EncodeRow(kv.v.type, v.data + t * v.stride + h * head_dim, head_dim, v_row);
+      }
+      if (s != KernelStatus::kOk) return s;
+    }
   }
   return KernelStatus::kOk;
 }
@@ -481,23 +315,13 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
   const int64_t n_tokens = q.rows;
   const int64_t n_keys = n_past + n_tokens;
   if (out.rows != n_tokens || out.cols != q.cols ||
-      !ViewValid(kv, n_head_kv * head_dim, head_dim, n_keys)) {
+      !ViewValid(kv, n_head_kv, head_dim, n_keys)) {
     return KernelStatus::kInvalidArgument;
   }
   if (n_tokens == 0) return KernelStatus::kOk;
   const int64_t group = n_head / n_head_kv;
-  const BlockLayout kl = BlockLayoutOf(kv.k.type), vl = BlockLayoutOf(kv.v.type);
-  const Problem p{q,
-                  kv,
-                  out,
-                  n_past,
-                  n_tokens,
-                  group,
-                  head_dim,
-                  RoundUp(head_dim, 16),
-                  static_cast<size_t>(head_dim / kl.block_size * kl.block_bytes),
-                  static_cast<size_t>(head_dim / vl.block_size * vl.block_bytes),
-                  scale};
+  const AttentionProblem p{q, kv, out, n_past, n_tokens, group, head_dim, RoundUp(head_dim, 16),
+                           scale};
 
   // Items: (token block, kv head, key split). Prefill has many token blocks; decode (and short
   // verification batches) split the keys so that every thread gets work.
@@ -513,13 +337,14 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
   const int64_t split_keys = RoundUp((n_keys + n_splits - 1) / n_splits, kKeyTile);
   n_splits = (n_keys + split_keys - 1) / split_keys;
   const int64_t rows_p = RoundUp(block_tokens * group, 4);
+  const KvRead read = PickKvRead(kv, head_dim);
   const int64_t split_stride = rows_p * (2 + p.hdp);
   std::vector<float> partials;
   if (n_splits > 1) partials.resize(static_cast<size_t>(n_tblocks * n_head_kv * n_splits * split_stride));
   const int64_t n_items = n_tblocks * n_head_kv * n_splits;
 
   // The last token blocks see the most keys: they go first so that the tail balances.
-  auto run_item = [&](int64_t item, Scratch& s) {
+  auto run_item = [&](int64_t item, AttentionScratch& s) {
     const int64_t tb = n_tblocks - 1 - item / (n_head_kv * n_splits);
     const int64_t kvh = item / n_splits % n_head_kv;
     const int64_t sp = item % n_splits;
@@ -527,17 +352,24 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
     float* partial = n_splits > 1
                          ? partials.data() + ((tb * n_head_kv + kvh) * n_splits + sp) * split_stride
                          : nullptr;
-    AttendItem(p, t0, std::min(block_tokens, n_tokens - t0), kvh, sp * split_keys,
-               std::min(n_keys, (sp + 1) * split_keys), s, partial);
+    const int64_t nt = std::min(block_tokens, n_tokens - t0);
+    const int64_t key_begin = sp * split_keys, key_end = std::min(n_keys, (sp + 1) * split_keys);
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+    if (read == KvRead::kF16Avx512) {
+      internal::AttendItemF16Avx512(p, t0, nt, kvh, key_begin, key_end, s, partial);
+      return;
+    }
+#endif
+    AttendItem(p, read, t0, nt, kvh, key_begin, key_end, s, partial);
   };
   if (!parallel) {
-    Scratch scratch;
+    AttentionScratch scratch;
     scratch.Reserve(rows_p, p.hdp);
     for (int64_t item = 0; item < n_items; ++item) run_item(item, scratch);
   } else {
     std::atomic<int64_t> next{0};
     pool.Run([&](int, int) {
-      Scratch s;
+      AttentionScratch s;
       s.Reserve(rows_p, p.hdp);
       for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
            item = next.fetch_add(1, std::memory_order_relaxed)) {

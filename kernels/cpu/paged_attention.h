@@ -1,16 +1,20 @@
 // Attention over a paged, typed KV cache for the CPU backend (Backend::StoreKv and
 // Backend::PagedAttention; MODEL_SPEC §2.3 steps 5-6): grouped-query heads, f32 arithmetic on K
-// and V decoded from their cache type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0) tile by tile,
-// never a dequantized copy of the cache.
+// and V read in their cache type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0), never a dequantized
+// copy of the cache. Pages are head-major (backend.h, KvPool): StoreKv writes each head's row
+// into its head's block of the page, and an item streams one head's contiguous keys.
 //
 // The kernel is flash-attention style: a work item is a block of query tokens times the query
-// heads of one kv head (so every K/V row is decoded once for all of them) against a range of
-// keys, walked in tiles of 32 keys with an online softmax (running max and sum per row, the
-// accumulator rescaled when the max grows). Scores come from 4x4 register tiles (4 query rows x
-// 4 keys, dot products over head_dim, reduced with a transposing shuffle tree), and p·V from 4
-// rows x 64 columns tiles, so neither loop reloads an accumulator per key. Decode (one token)
-// has too few items for the threads, so the keys are split into ranges whose partial results
-// (max, sum, accumulator) are merged at the end (flash-decoding).
+// heads of one kv head (so every K/V row is read once for all of them) against a range of keys,
+// walked in tiles of up to 32 keys (ending at page ends) with an online softmax (running max and
+// sum per row, the accumulator rescaled when the max grows). Scores come from 4x4 register tiles
+// (4 query rows x 4 keys, dot products over head_dim, reduced with a transposing shuffle tree),
+// and p·V from 4 rows x 64 columns tiles, so neither loop reloads an accumulator per key. f32
+// K/V are read in place, f16 K/V converted inside those tiles on AVX-512 CPUs
+// (paged_attention_avx512.cc); other types (and f16 without AVX-512) are decoded tile by tile
+// into f32. The next tile's K/V are prefetched while one is computed. Decode
+// (one token) has too few items for the threads, so the keys are split into ranges whose
+// partial results (max, sum, accumulator) are merged at the end (flash-decoding).
 #pragma once
 
 #include <cstdint>

@@ -384,6 +384,7 @@ TEST(CpuBackendLayerTest, AttentionLayerWithDenseFfnMatchesReference) {
   cache.page_tokens = 4;
   cache.page_table = static_cast<const int32_t*>(table.data());
   cache.n_pages = 4;
+  cache.n_head_kv = nkv;
   const DevMat norm_dev = Upload(b, attn_norm, 1, kEmbd), post_dev = Upload(b, post_norm, 1, kEmbd);
   const DevMat qn_dev = Upload(b, q_norm, 1, hd), kn_dev = Upload(b, k_norm, 1, hd);
   int64_t n_past = 0;

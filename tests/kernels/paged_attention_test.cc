@@ -1,8 +1,9 @@
 // Paged attention (StoreKvCpu + PagedAttentionCpu) against a double-precision reference written
 // from MODEL_SPEC §2.3 steps 5-6 (query head h reads kv head h / (n_head / n_head_kv); token t
 // sees positions 0..n_past+t). The reference reads K and V as the cache holds them: each stored
-// row decoded with quants.cc's DequantizeRow, so every K/V type is held to the same tolerance and
-// the quantization itself is checked separately (stored bytes == QuantizeRow's). Tolerance: f32
+// head row (pages are head-major, backend.h) decoded with quants.cc's DequantizeRow, so every K/V
+// type is held to the same tolerance and the quantization itself is checked separately (stored
+// bytes == QuantizeRow's, at offsets written out from the layout). Tolerance: f32
 // dot products over head_dim <= 256 terms, an f32 online softmax over <= 1100 keys whose
 // running sums are rescaled (FastExp, relative error 1e-7): a few 1e-6 of the output scale;
 // 2e-5 absolute + 1e-4 relative.
@@ -40,7 +41,7 @@ struct Case {
 class TestCache {
  public:
   TestCache(const Case& c, int64_t n_positions, uint32_t seed)
-      : kv_dim_(c.n_head_kv * c.head_dim) {
+      : kv_dim_(c.n_head_kv * c.head_dim), head_dim_(c.head_dim) {
     const int64_t pages = (n_positions + c.page_tokens - 1) / c.page_tokens;
     const int64_t pool_pages = pages + 3;
     std::vector<int32_t> ids(pool_pages);
@@ -50,32 +51,42 @@ class TestCache {
     view_.page_tokens = c.page_tokens;
     view_.page_table = table_.data();
     view_.n_pages = pages;
+    view_.n_head_kv = c.n_head_kv;
     InitPool(view_.k, k_bytes_, c.k_type, pool_pages, c.page_tokens);
     InitPool(view_.v, v_bytes_, c.v_type, pool_pages, c.page_tokens);
   }
 
   const PagedKvView& view() const { return view_; }
 
-  // Position pos of the K (or V) pool decoded to f32.
+  // Position pos of the K (or V) pool decoded to f32, heads concatenated.
   std::vector<float> Decoded(bool key, int64_t pos) const {
     const KvPool& pool = key ? view_.k : view_.v;
-    const auto* base = static_cast<const uint8_t*>(pool.data);
-    const int64_t page = table_[pos / view_.page_tokens];
+    const std::vector<uint8_t> bytes = Bytes(key, pos);
+    const size_t head_bytes = pool.row_bytes / view_.n_head_kv;
     std::vector<float> row(kv_dim_);
-    EXPECT_EQ(DequantizeRow(pool.type, base + (page * view_.page_tokens + pos % view_.page_tokens) *
-                                               pool.row_bytes,
-                            row.data(), kv_dim_),
-              KernelStatus::kOk);
+    for (int64_t h = 0; h < view_.n_head_kv; ++h) {
+      EXPECT_EQ(DequantizeRow(pool.type, bytes.data() + h * head_bytes, row.data() + h * head_dim_,
+                              head_dim_),
+                KernelStatus::kOk);
+    }
     return row;
   }
 
-  // The stored bytes of a position (K or V).
+  // The stored bytes of a position (K or V), heads concatenated. The offsets are written out
+  // from backend.h's layout (page, then head, then slot) rather than taken from KvHeadOffset.
   std::vector<uint8_t> Bytes(bool key, int64_t pos) const {
     const KvPool& pool = key ? view_.k : view_.v;
     const auto* base = static_cast<const uint8_t*>(pool.data);
-    const int64_t page = table_[pos / view_.page_tokens];
-    const uint8_t* row = base + (page * view_.page_tokens + pos % view_.page_tokens) * pool.row_bytes;
-    return {row, row + pool.row_bytes};
+    const int64_t pt = view_.page_tokens, page = table_[pos / pt];
+    const size_t head_bytes = pool.row_bytes / view_.n_head_kv;
+    std::vector<uint8_t> row;
+    for (int64_t h = 0; h < view_.n_head_kv; ++h) {
+      const uint8_t* head =
+          base + page * pt * pool.row_bytes + (h * pt + pos % pt) * head_bytes;
+      EXPECT_EQ(head, base + KvHeadOffset(pool, view_, pos, h));
+      row.insert(row.end(), head, head + head_bytes);
+    }
+    return row;
   }
 
  private:
@@ -89,7 +100,7 @@ class TestCache {
     pool.data = bytes.data();
   }
 
-  int64_t kv_dim_;
+  int64_t kv_dim_, head_dim_;
   std::vector<int32_t> table_;
   std::vector<uint8_t> k_bytes_, v_bytes_;
   PagedKvView view_;
@@ -198,6 +209,22 @@ TEST_P(PagedAttentionTest, EveryCacheTypeMatchesReference) {
   Check({3, 50, 4, 2, 64, WeightType::kQ8_0, WeightType::kQ4_0, 16}, seed++);
   Check({1, 600, 8, 2, 256, WeightType::kF16, WeightType::kQ8_0, 256}, seed++);
   Check({1, 600, 8, 2, 256, WeightType::kBF16, WeightType::kF32, 64}, seed++);
+}
+
+TEST_P(PagedAttentionTest, F16InPlaceMatchesReference) {
+  // Decode and short verification batches (at most 8 query rows per item) read f16 K/V in place
+  // and convert inside the tiles on AVX-512 CPUs: pages whose size is not a multiple of the
+  // 32-key tile nor of 4 (tiles end at page ends, the last one with padding keys), groups of 3,
+  // 4 and 8, the Qwen3.5 head size with key splits.
+  uint32_t seed = 80;
+  for (int64_t page : {13, 20, 256}) {
+    Check({1, 300, 8, 2, 64, WeightType::kF16, WeightType::kF16, page}, seed++);
+    Check({2, 130, 8, 2, 64, WeightType::kF16, WeightType::kF16, page}, seed++);
+    Check({1, 77, 6, 2, 32, WeightType::kF16, WeightType::kF16, page}, seed++);
+    Check({1, 45, 8, 1, 32, WeightType::kF16, WeightType::kF16, page}, seed++);
+  }
+  Check({1, 1100, 8, 2, 256, WeightType::kF16, WeightType::kF16, 256}, seed++);
+  Check({1, 3, 4, 2, 256, WeightType::kF16, WeightType::kF16, 256}, seed++);
 }
 
 TEST_P(PagedAttentionTest, PageBoundaries) {
@@ -312,6 +339,34 @@ TEST(StoreKvTest, StoredBytesAreQuantizeRowOutput) {
   }
 }
 
+TEST(StoreKvTest, PagesAreHeadMajor) {
+  // backend.h's layout written out: inside page p, kv head h's slot s starts at float
+  // ((p * n_head_kv + h) * page_tokens + s) * head_dim of the pool.
+  const Case c{0, 0, 6, 3, 16, WeightType::kF32, WeightType::kF32, 4};
+  HostMat k(10, 48), v(10, 48);
+  for (int64_t t = 0; t < 10; ++t) {
+    for (int64_t i = 0; i < 48; ++i) {
+      k.at(t, i) = static_cast<float>(1000 * t + i);
+      v.at(t, i) = -static_cast<float>(1000 * t + i);
+    }
+  }
+  TestCache cache(c, 10, 4);
+  StoreAll(k, v, cache, 3);
+  const PagedKvView& view = cache.view();
+  const auto* kp = static_cast<const float*>(view.k.data);
+  const auto* vp = static_cast<const float*>(view.v.data);
+  for (int64_t t = 0; t < 10; ++t) {
+    const int64_t page = view.page_table[t / 4];
+    for (int64_t h = 0; h < 3; ++h) {
+      for (int64_t d = 0; d < 16; ++d) {
+        const int64_t at = ((page * 3 + h) * 4 + t % 4) * 16 + d;
+        ASSERT_EQ(kp[at], static_cast<float>(1000 * t + 16 * h + d)) << t << " " << h << " " << d;
+        ASSERT_EQ(vp[at], -static_cast<float>(1000 * t + 16 * h + d)) << t << " " << h << " " << d;
+      }
+    }
+  }
+}
+
 TEST(PagedAttentionShapeTest, BadArgumentsAreInvalid) {
   ThreadPool pool(1);
   const Case c{3, 2, 4, 2, 32, WeightType::kQ8_0, WeightType::kF16, 4};
@@ -340,9 +395,19 @@ TEST(PagedAttentionShapeTest, BadArgumentsAreInvalid) {
   v = good;
   v.page_tokens = 0;
   EXPECT_EQ(PagedAttentionCpu(pool, q.mat(), v, 2, 4, 2, 1.0f, om), bad);
+  v = good;
+  v.n_head_kv = 1;  // the pages' head split disagrees with the call's
+  EXPECT_EQ(PagedAttentionCpu(pool, q.mat(), v, 2, 4, 2, 1.0f, om), bad);
   HostMat k(2, 64), vv(2, 64);
   EXPECT_EQ(StoreKvCpu(k.mat(), vv.mat(), good, 7), bad);  // position 8 has no page
   EXPECT_EQ(StoreKvCpu(k.mat(), vv.mat(), good, 6), KernelStatus::kOk);
+  v = good;
+  v.n_head_kv = 0;  // no head split
+  EXPECT_EQ(StoreKvCpu(k.mat(), vv.mat(), v, 0), bad);
+  v.n_head_kv = 3;  // 64 values do not split into 3 heads
+  EXPECT_EQ(StoreKvCpu(k.mat(), vv.mat(), v, 0), bad);
+  v.n_head_kv = 4;  // heads of 16 values cannot hold q8_0 blocks of 32
+  EXPECT_EQ(StoreKvCpu(k.mat(), vv.mat(), v, 0), bad);
 }
 
 }  // namespace

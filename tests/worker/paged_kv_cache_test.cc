@@ -7,6 +7,7 @@
 // (0.8B: 6 attention layers, 2 KV heads of 256; 9B: 8 layers, 4 KV heads of 256).
 #include "worker/cache/paged_kv_cache.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -68,11 +69,12 @@ class PagedKvCacheTest : public ::testing::Test {
     const kernels::PagedKvView view = seq.View(layer, table.data());
     const kernels::KvPool& pool = key ? view.k : view.v;
     EXPECT_EQ(pool.type, WeightType::kF32);
-    const int64_t page = view.page_table[pos / view.page_tokens];
-    const auto* bytes = static_cast<const uint8_t*>(pool.data) +
-                        (page * view.page_tokens + pos % view.page_tokens) * pool.row_bytes;
     std::vector<float> row(kShape.kv_dim);
-    std::memcpy(row.data(), bytes, pool.row_bytes);
+    for (int64_t h = 0; h < view.n_head_kv; ++h) {
+      std::memcpy(row.data() + h * kShape.head_dim,
+                  static_cast<const uint8_t*>(pool.data) + kernels::KvHeadOffset(pool, view, pos, h),
+                  kShape.head_dim * sizeof(float));
+    }
     return row;
   }
 
@@ -144,6 +146,7 @@ TEST_F(PagedKvCacheTest, PrepareAllocatesOnePagePerPageTokensPositions) {
   EXPECT_EQ(view.n_pages, 4);
   EXPECT_EQ(view.page_tokens, 4);
   EXPECT_EQ(view.page_table, table.data());
+  EXPECT_EQ(view.n_head_kv, 2) << "kv_dim 64 / head_dim 32";
   EXPECT_EQ(view.k.n_pages, 8) << "the pool holds every page of the cache";
   EXPECT_EQ(view.k.row_bytes, 64u * 4);
   EXPECT_EQ(view.v.row_bytes, 64u * 4);
@@ -352,10 +355,13 @@ TEST_F(PagedKvCacheTest, CopyPageCopiesEveryLayerKAndV) {
     const kernels::PagedKvView view = cache->View(layer, table, 1);
     const auto* k = static_cast<const float*>(view.k.data) + *page * 4 * kShape.kv_dim;
     const auto* v = static_cast<const float*>(view.v.data) + *page * 4 * kShape.kv_dim;
+    // Head-major inside the page: [head][slot][head_dim].
+    const int64_t hd = kShape.head_dim;
     for (int64_t p = 0; p < 4; ++p) {
       for (int64_t i = 0; i < kShape.kv_dim; ++i) {
-        ASSERT_EQ(k[p * kShape.kv_dim + i], KValue(layer, p, i, 5.0f));
-        ASSERT_EQ(v[p * kShape.kv_dim + i], -KValue(layer, p, i, 5.0f));
+        const int64_t at = (i / hd * 4 + p) * hd + i % hd;
+        ASSERT_EQ(k[at], KValue(layer, p, i, 5.0f));
+        ASSERT_EQ(v[at], -KValue(layer, p, i, 5.0f));
       }
     }
   }
@@ -437,6 +443,53 @@ TEST_F(PagedKvCacheTest, QuantizedPagesAreCopiedOnWriteByteForByte) {
       EXPECT_EQ(page_bytes(copy, layer, key), page_bytes(parent.pages()[0], layer, key))
           << "layer " << layer << (key ? " K" : " V");
     }
+  }
+}
+
+TEST_F(PagedKvCacheTest, AttentionThroughACopiedPageEqualsTheParents) {
+  // Pages are copied whole whatever their inner (head-major) layout: after the child's first
+  // write copies the shared page, attention over the shared positions reads the same keys
+  // through either page table, bit for bit (f32 and f16 read in place, block types decoded).
+  const KvCacheOptions options[] = {{WeightType::kF32, WeightType::kF32, 4},
+                                    {WeightType::kF16, WeightType::kF16, 4},
+                                    {WeightType::kQ8_0, WeightType::kQ4_0, 4}};
+  for (const KvCacheOptions& opt : options) {
+    SCOPED_TRACE(std::string(KvCacheTypeName(opt.k_type)) + "/" +
+                 std::string(KvCacheTypeName(opt.v_type)));
+    auto cache = MakeCache(6, opt);
+    ASSERT_NE(cache, nullptr);
+    PagedSequenceKv parent(cache, 16);
+    ASSERT_TRUE(parent.Prepare(0, 7).ok());
+    std::vector<float> k(8 * 64), v(8 * 64), q(4 * 32);  // 4 query heads on 2 kv heads of 32
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = std::sin(0.37f * static_cast<float>(i));
+      v[i] = std::cos(0.11f * static_cast<float>(i));
+    }
+    for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.23f * static_cast<float>(i) + 1.0f);
+    auto store = [&](const PagedSequenceKv& seq, int64_t first, int64_t n) {
+      const std::vector<int32_t> table(seq.pages().begin(), seq.pages().end());
+      ASSERT_EQ(backend_->StoreKv({k.data() + first * 64, n, 64, 64},
+                                  {v.data() + first * 64, n, 64, 64},
+                                  seq.View(1, table.data()), first),
+                kernels::KernelStatus::kOk);
+    };
+    store(parent, 0, 7);
+    std::unique_ptr<PagedSequenceKv> child = parent.Fork(7);
+    ASSERT_TRUE(child->Prepare(7, 8).ok());  // position 7 is in page 1: copied
+    EXPECT_EQ(child->pages()[0], parent.pages()[0]);
+    ASSERT_NE(child->pages()[1], parent.pages()[1]);
+    for (float& x : k) x = -x;  // the child's own position 7 differs from anything shared
+    store(*child, 7, 1);
+    auto attend = [&](const PagedSequenceKv& seq) {
+      const std::vector<int32_t> table(seq.pages().begin(), seq.pages().end());
+      std::vector<float> out(q.size());
+      kernels::Mat om{out.data(), 1, 128, 128};
+      EXPECT_EQ(backend_->PagedAttention({q.data(), 1, 128, 128}, seq.View(1, table.data()),
+                                         /*n_past=*/6, 4, 2, 0.25f, om),
+                kernels::KernelStatus::kOk);
+      return out;
+    };
+    EXPECT_EQ(attend(*child), attend(parent));
   }
 }
 

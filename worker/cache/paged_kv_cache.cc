@@ -125,6 +125,7 @@ void PagedKvCache::Release(int32_t page) {
 }
 
 absl::Status PagedKvCache::CopyPage(int32_t from, int32_t to) {
+  // A page is one contiguous block per pool whatever its inner (head-major) layout.
   const uint64_t k_bytes = options_.page_tokens * k_row_bytes_;
   const uint64_t v_bytes = options_.page_tokens * v_row_bytes_;
   for (int layer = 0; layer < shape_.n_layers; ++layer) {
@@ -148,6 +149,7 @@ kernels::PagedKvView PagedKvCache::View(int layer, const int32_t* page_table,
   v.page_tokens = options_.page_tokens;
   v.page_table = page_table;
   v.n_pages = n_pages;
+  v.n_head_kv = shape_.kv_dim / shape_.head_dim;
   return v;
 }
 

@@ -1,7 +1,8 @@
 // The attention KV cache of the serving engine: fixed-size pages of `page_tokens` positions in
 // backend memory, only for the full-attention layers (DeltaNet layers keep fixed-size recurrent
 // state instead, see recurrent_state_slots.h). One page id addresses a page in every layer's K
-// pool and V pool at once, so a sequence needs one page table for all layers. K and V each have
+// pool and V pool at once, so a sequence needs one page table for all layers; inside a page the
+// values are head-major ([kv head][token][head_dim], kernels::KvPool). K and V each have
 // their own type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0), read by the attention kernel in that
 // type. Pages are reference-counted: a forked sequence shares its parent's pages until it writes
 // into one (copy-on-write), which is what prefix sharing needs.
