@@ -14,21 +14,17 @@
 #include "absl/strings/str_cat.h"
 #include "router/api/api_error.h"
 #include "router/routing/candidates.h"
+#include "router/routing/internal/generate_request.h"
 #include "router/routing/internal/log.h"
 
 namespace deltaserve::router {
 
 namespace v1 = ::deltaserve::v1;
 using internal::LogRouting;
+using internal::PreparedPrompt;
+using internal::ToApiLogprob;
 
 namespace {
-
-// What one candidate's prompt became for one tokenizer digest.
-struct PreparedPrompt {
-  const common::Tokenizer* tokenizer = nullptr;
-  RenderedPrompt prompt;
-  api::SamplingParams sampling;  // the request's, with the candidate's defaults applied
-};
 
 double Jitter() {
   thread_local std::mt19937_64 rng(std::random_device{}());
@@ -37,20 +33,6 @@ double Jitter() {
 
 std::string StatusText(const grpc::Status& s) {
   return absl::StrCat(s.error_message(), " (gRPC code ", static_cast<int>(s.error_code()), ")");
-}
-
-api::TokenLogprob ToApiLogprob(const v1::TokenLogprobs& lp, const common::Tokenizer* tok) {
-  // Piece() gives an empty text for an id outside the vocabulary (a worker that does not
-  // match its tokenizer) instead of reading out of bounds.
-  auto text = [&](int32_t id) {
-    return tok == nullptr ? std::string() : std::string(tok->Piece(id));
-  };
-  api::TokenLogprob out;
-  out.token = text(lp.chosen().token_id());
-  out.logprob = lp.chosen().logprob();
-  out.top.reserve(lp.top_size());
-  for (const v1::TokenLogprob& t : lp.top()) out.top.push_back({text(t.token_id()), t.logprob()});
-  return out;
 }
 
 }  // namespace
@@ -363,36 +345,8 @@ void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWork
 
   auto call =
       std::make_shared<Call>(shared_from_this(), std::move(ticket), candidate_, prepared.tokenizer);
-  v1::GenerateRequest& r = call->request();
-  r.set_request_id(request_.request_id);
-  r.set_model(candidate.served_name);
-  r.mutable_prompt_token_ids()->Assign(prepared.prompt.token_ids.begin(),
-                                       prepared.prompt.token_ids.end());
-  v1::SamplingParams& sp = *r.mutable_sampling();
-  const api::SamplingParams& s = prepared.sampling;
-  if (s.temperature) sp.set_temperature(static_cast<float>(*s.temperature));
-  if (s.top_k) sp.set_top_k(*s.top_k);
-  if (s.top_p) sp.set_top_p(static_cast<float>(*s.top_p));
-  if (s.min_p) sp.set_min_p(static_cast<float>(*s.min_p));
-  if (s.presence_penalty != 0) sp.set_presence_penalty(static_cast<float>(s.presence_penalty));
-  if (s.frequency_penalty != 0) sp.set_frequency_penalty(static_cast<float>(s.frequency_penalty));
-  if (s.repetition_penalty) sp.set_repetition_penalty(static_cast<float>(*s.repetition_penalty));
-  if (s.seed) sp.set_seed(static_cast<uint64_t>(*s.seed));
-  for (const auto& [id, bias] : s.logit_bias) (*sp.mutable_logit_bias())[id] = bias;
-  // ChooseWorkers kept only workers where the prompt leaves room for at least one token.
-  const int64_t room = static_cast<int64_t>(worker.model->context_length) -
-                       static_cast<int64_t>(prepared.prompt.token_ids.size());
-  int64_t max_tokens = room;
-  if (request_.max_tokens) {
-    max_tokens = *request_.max_tokens;
-  } else if (candidate.defaults.max_tokens) {
-    max_tokens = std::min<int64_t>(*candidate.defaults.max_tokens, room);
-  }
-  sp.set_max_tokens(static_cast<int32_t>(std::max<int64_t>(1, max_tokens)));
-  for (int32_t id : prepared.prompt.stop_token_ids) sp.add_stop_token_ids(id);
-  for (const std::string& stop : request_.stop) sp.add_stop_strings(stop);
-  if (request_.logprobs) sp.set_logprobs(true);
-  if (request_.top_logprobs > 0) sp.set_top_logprobs(request_.top_logprobs);
+  internal::FillGenerateRequest(request_, candidate, worker.model->context_length, prepared,
+                                call->request());
 
   bool cancel_now;
   {

@@ -1,0 +1,37 @@
+#pragma once
+// The translation between the OpenAI-side request and the worker contract for one attempt:
+// CompletionRequest + the candidate's prepared prompt → deltaserve.v1.GenerateRequest, and the
+// worker's logprobs → the API's. Private to router/routing (RouterBackend's attempts).
+
+#include <cstdint>
+
+#include "common/tokenizer.h"
+#include "deltaserve/v1/worker.pb.h"
+#include "router/api/completion_request.h"
+#include "router/api/openai_response.h"
+#include "router/routing/candidates.h"
+#include "router/routing/prompt_renderer.h"
+
+namespace deltaserve::router::internal {
+
+// What one candidate's prompt became for one tokenizer digest.
+struct PreparedPrompt {
+  const common::Tokenizer* tokenizer = nullptr;
+  RenderedPrompt prompt;
+  api::SamplingParams sampling;  // the request's, with the candidate's defaults applied
+};
+
+// Fills `out` for a call to `candidate` on a worker whose context holds `context_length`
+// tokens. max_tokens: the request's; else the candidate's default, capped by the room the
+// prompt leaves; else all that room; at least 1 (the worker was chosen because the prompt
+// leaves room for one token).
+void FillGenerateRequest(const api::CompletionRequest& request, const Candidate& candidate,
+                         int32_t context_length, const PreparedPrompt& prepared,
+                         deltaserve::v1::GenerateRequest& out);
+
+// One token's logprobs with token texts from `tokenizer` (empty texts when it is null, or for
+// an id outside its vocabulary: a worker that does not match its tokenizer).
+api::TokenLogprob ToApiLogprob(const deltaserve::v1::TokenLogprobs& logprobs,
+                               const common::Tokenizer* tokenizer);
+
+}  // namespace deltaserve::router::internal
