@@ -33,7 +33,16 @@ uint64_t RendezvousScore(uint64_t key, std::string_view worker) { return StableH
 
 int64_t EffectiveWaiting(const WorkerOption& w) {
   const int64_t parallel = std::max<int32_t>(1, w.load.max_parallel);
-  return std::max<int64_t>(w.load.waiting, w.router_inflight - parallel);
+  // A worker reports sequences that arrived since its last scheduler step as waiting until the
+  // next step admits them. While it has free sequence slots and free KV pages those are not a
+  // queue: only the part beyond the free slots is. (Counting them all made one poll taken
+  // during a burst refuse every request with 429 until the next poll, a second later.)
+  int64_t polled = w.load.waiting;
+  const bool pages_free = w.load.total_kv_pages == 0 || w.load.free_kv_pages > 0;
+  if (pages_free) {
+    polled = std::max<int64_t>(0, static_cast<int64_t>(w.load.running) + w.load.waiting - parallel);
+  }
+  return std::max<int64_t>(polled, w.router_inflight - parallel);
 }
 
 double LoadScore(const WorkerOption& w) {

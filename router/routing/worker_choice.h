@@ -70,7 +70,8 @@ struct WorkerChoice {
 WorkerChoice ChooseWorkers(const std::vector<WorkerOption>& workers, uint64_t affinity_key,
                            const ChoiceOptions& options);
 
-// Sequences queued on the worker, counting this router's own streams beyond max_parallel.
+// Sequences queued on the worker: polled waiting beyond its free sequence slots (all of it when
+// no KV page is free), or this router's own streams beyond max_parallel, whichever is more.
 int64_t EffectiveWaiting(const WorkerOption& w);
 // (running + waiting) / max_parallel, the router's own streams counted when polled load lags.
 double LoadScore(const WorkerOption& w);

@@ -176,6 +176,30 @@ TEST(ChooseWorkers, SaturatedAndNoWorkerOutcomes) {
   EXPECT_EQ(ChooseWorkers({}, 0, o).outcome, ChoiceOutcome::kNoWorker);
 }
 
+TEST(ChooseWorkers, JustArrivedSequencesThatFitFreeSlotsAreNoQueue) {
+  // A poll taken during a burst: 40 sequences arrived since the worker's last step and count as
+  // waiting, but 86 of its 96 slots are free and so are its pages: not saturated.
+  ChoiceOptions o;  // saturated_waiting 32
+  WorkerOption busy = Option("a", 10, 40);
+  busy.load.max_parallel = 96;
+  EXPECT_EQ(EffectiveWaiting(busy), 0);
+  EXPECT_EQ(ChooseWorkers({busy}, 0, o).outcome, ChoiceOutcome::kChosen);
+  // Beyond the free slots it is a queue: 90 running + 40 waiting on 96 slots = 34 queued.
+  busy.load.running = 90;
+  EXPECT_EQ(EffectiveWaiting(busy), 34);
+  EXPECT_EQ(ChooseWorkers({busy}, 0, o).outcome, ChoiceOutcome::kSaturated);
+  // Without a free KV page every waiting sequence waits, free slots or not.
+  busy.load.running = 10;
+  busy.load.free_kv_pages = 0;
+  EXPECT_EQ(EffectiveWaiting(busy), 40);
+  EXPECT_EQ(ChooseWorkers({busy}, 0, o).outcome, ChoiceOutcome::kSaturated);
+  // The router's own streams beyond the slots count even when the poll saw none waiting.
+  WorkerOption lagging = Option("b", 0, 0);
+  lagging.load.max_parallel = 4;
+  lagging.router_inflight = 40;
+  EXPECT_EQ(EffectiveWaiting(lagging), 36);
+}
+
 TEST(AffinityKey, SameConversationPrefixSameKey) {
   api::CompletionRequest a;
   a.messages = {Msg("system", "be brief"), Msg("user", "hi")};
