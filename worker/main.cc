@@ -52,8 +52,8 @@ int Usage(const std::string& why) {
             << "usage: deltaserve-worker --model NAME=PATH.gguf (repeatable) [--listen HOST:PORT]\n"
                "         [--device cpu] [--threads N] [--ctx N] [--parallel N] [--ram SIZE]\n"
                "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
-               "         [--batch-tokens N] [--speculation] [--ngram-min N] [--draft-max N]\n"
-               "         [--metrics-port P] [--worker-id ID]\n";
+               "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
+               "         [--draft-max N] [--metrics-port P] [--worker-id ID]\n";
   return 2;
 }
 
@@ -115,6 +115,8 @@ std::string Parse(int argc, char** argv, Flags& f) {
       if (!integer(f.serving.page_tokens, 1)) return "--page-tokens needs a count >= 1";
     } else if (a == "--batch-tokens") {
       if (!integer(f.serving.step_tokens, 1)) return "--batch-tokens needs a count >= 1";
+    } else if (a == "--max-waiting") {
+      if (!integer(f.serving.max_waiting, 1)) return "--max-waiting needs a count >= 1";
     } else if (a == "--speculation") {
       f.serving.speculation = true;
     } else if (a == "--ngram-min") {

@@ -217,6 +217,10 @@ TEST(RouterWorkerTest, BadStartsExitNonZero) {
   using ::deltaserve::testing::RunProcess;
   const std::string bin = BinaryPath("router/deltaserve-router");
   EXPECT_EQ(RunProcess({bin, "--bogus"}).exit_code, 2);
+  const auto no_connections = RunProcess({bin, "--max-connections", "0"});
+  EXPECT_EQ(no_connections.exit_code, 2);
+  EXPECT_NE(no_connections.err.find("--max-connections needs a count >= 1"), std::string::npos)
+      << no_connections.err;
   const auto no_workers = RunProcess({bin, "--listen", "127.0.0.1:0"});
   EXPECT_EQ(no_workers.exit_code, 1);
   EXPECT_NE(no_workers.err.find("no workers"), std::string::npos);

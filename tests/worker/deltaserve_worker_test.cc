@@ -287,6 +287,11 @@ TEST(DeltaserveWorkerTest, BadStartsExitNonZeroWithAMessage) {
   const std::string bin = BinaryPath("worker/deltaserve-worker");
   auto bad_flag = RunProcess({bin, "--model", "x=" + GoldenPath("tiny-dense-f32.gguf"), "--wat"});
   EXPECT_EQ(bad_flag.exit_code, 2);
+  auto no_queue =
+      RunProcess({bin, "--model", "x=" + GoldenPath("tiny-dense-f32.gguf"), "--max-waiting", "0"});
+  EXPECT_EQ(no_queue.exit_code, 2);
+  EXPECT_NE(no_queue.err.find("--max-waiting needs a count >= 1"), std::string::npos)
+      << no_queue.err;
   EXPECT_NE(bad_flag.err.find("unknown argument '--wat'"), std::string::npos);
   auto no_model = RunProcess({bin, "--model", "x=/nonexistent.gguf", "--listen", "127.0.0.1:0"});
   EXPECT_EQ(no_model.exit_code, 1);
