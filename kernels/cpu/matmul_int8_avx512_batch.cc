@@ -20,14 +20,14 @@ namespace {
 // One weight row at a time, its blocks decoded in registers once per super-block (block pair
 // for Q8_0) and applied to a block of T <= kBatchTokens activation rows, whose T accumulators
 // (two for the K-quants) stay in registers across the row. Per (row, token) the arithmetic is
-// that of the one-row kernels (matmul_int8_avx512_rows.cc), so each output equals theirs bit for bit: the integer sums
-// are exact whatever the order, and the f32 operations are the same ones in the same order. A
-// row is streamed start to end, as one hardware-prefetched stream, plus the software prefetch of
-// the one-row kernels; it stays in L1 while further token blocks run over it. A (token,
-// super-block) costs 4 vpmaddubsw + 4 vpdpwssd + 3 f32 FMA-pipe operations for Q4_K / Q6_K:
-// Q4_K 1024 x 3584 (weights in L3, 2 threads) took 0.030 / 0.048 / 0.073 / 0.126 / 0.21 ms at
-// 1 / 2 / 4 / 8 / 16 tokens, against 0.030 / 0.056 / 0.225 / 0.222 / 0.229 through the
-// one-row kernel per token (2) and MultiplyInt8 (4 and more) before.
+// that of the one-row kernels (matmul_int8_avx512_rows.cc), so each output equals theirs bit
+// for bit: the integer sums are exact whatever the order, and the f32 operations are the same
+// ones in the same order. A row is streamed start to end, as one hardware-prefetched stream,
+// plus the software prefetch of the one-row kernels; it stays in L1 while further token blocks
+// run over it. A (token, super-block) costs 4 vpmaddubsw + 4 vpdpwssd + 3 f32 FMA-pipe
+// operations for Q4_K / Q6_K: Q4_K 1024 x 3584 (weights in L3, 2 threads) took 0.030 / 0.048 /
+// 0.073 / 0.126 / 0.21 ms at 1 / 2 / 4 / 8 / 16 tokens, against 0.030 / 0.056 / 0.225 / 0.222 /
+// 0.229 through the one-row kernel per token (2) and MultiplyInt8 (4 and more) before.
 
 // Tokens per block: 8 x (zmm + ymm) accumulators for Q4_K and Q5_K, 8 x 2 zmm for Q6_K, beside
 // the 8 registers of the decoded super-block (four weight vectors, four scale vectors; no

@@ -51,9 +51,9 @@ Matrix MakeMatrix(WeightType type, int64_t in, int64_t out, std::mt19937& rng) {
 // Runs the group of `specs` (type, out) on t random rows of `in` values, grouped and one product
 // at a time, outputs side by side in one [t][sum of outs + 3] buffer (column views with a
 // stride), and expects identical bytes.
-void ExpectGroupEqualsSeparate(ThreadPool& pool, const std::vector<std::pair<WeightType, int64_t>>& specs,
-                               int64_t in, int64_t t, CpuIsa isa, MatMulActivations mode,
-                               std::mt19937& rng) {
+void ExpectGroupEqualsSeparate(ThreadPool& pool,
+                               const std::vector<std::pair<WeightType, int64_t>>& specs, int64_t in,
+                               int64_t t, CpuIsa isa, MatMulActivations mode, std::mt19937& rng) {
   std::vector<Matrix> mats;
   int64_t width = 3;
   for (const auto& [type, out] : specs) {
@@ -74,9 +74,9 @@ void ExpectGroupEqualsSeparate(ThreadPool& pool, const std::vector<std::pair<Wei
     ASSERT_EQ(MatMulCpuIsa(pool, m.view, xm, one, isa, mode), KernelStatus::kOk);
     col += m.view.out;
   }
-  ASSERT_EQ(MatMulGroupCpuIsa(pool, ws.data(), static_cast<int>(ws.size()), xm, ys.data(), isa,
-                              mode),
-            KernelStatus::kOk);
+  ASSERT_EQ(
+      MatMulGroupCpuIsa(pool, ws.data(), static_cast<int>(ws.size()), xm, ys.data(), isa, mode),
+      KernelStatus::kOk);
   EXPECT_EQ(std::memcmp(grouped.data(), separate.data(), grouped.size() * sizeof(float)), 0)
       << CpuIsaName(isa) << (mode == MatMulActivations::kInt8 ? " int8" : " f32") << " T=" << t
       << " in=" << in << " first type " << TypeName(specs[0].first);
@@ -136,8 +136,7 @@ TEST(MatMulGroupTest, LargeGroupsRunInPiecesAndThreadCountDoesNotMatter) {
   ThreadPool three(3);
   for (ThreadPool* pool : {&one, &three}) {
     for (int64_t t : {1, 3}) {
-      ExpectGroupEqualsSeparate(*pool, specs, 256, t, ActiveIsa(), MatMulActivations::kInt8,
-                                rng);
+      ExpectGroupEqualsSeparate(*pool, specs, 256, t, ActiveIsa(), MatMulActivations::kInt8, rng);
     }
   }
 }
