@@ -436,22 +436,12 @@ aliases:
       << metrics;
 }
 
-// The SHA-256 hex of `key`, computed with sha256sum (independent of the router's own hashing).
-std::string Sha256Hex(const std::string& key) {
-  const std::string cmd = "printf %s '" + key + "' | sha256sum";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return "";
-  char hex[65] = {};
-  const size_t n = ::fread(hex, 1, 64, p);
-  ::pclose(p);
-  return n == 64 ? std::string(hex, 64) : "";
-}
-
 TEST(RouterFailoverTest, KeyOverItsRequestsPerMinuteGets429WithOpenAiError) {
   std::string address;
   std::unique_ptr<ChildProcess> worker = StartWorker({"tiny"}, "127.0.0.1:0", 256, &address);
   ASSERT_FALSE(address.empty()) << worker->err();
-  const std::string limited = Sha256Hex("sk-limited"), unlimited = Sha256Hex("sk-unlimited");
+  const std::string limited = ::deltaserve::testing::Sha256HexWithTool("sk-limited"),
+                    unlimited = ::deltaserve::testing::Sha256HexWithTool("sk-unlimited");
   ASSERT_EQ(limited.size(), 64u);
   ASSERT_EQ(unlimited.size(), 64u);
   const std::string config = R"(

@@ -64,6 +64,8 @@ class RouterService {
   int port() const { return port_; }
   ChildProcess& router() { return *router_; }
   ChildProcess& worker() { return *worker_; }
+  // The --config file written from `config_text` ("" when none), e.g. to rewrite before SIGHUP.
+  const std::string& config_path() const { return config_path_; }
 
  private:
   std::unique_ptr<ChildProcess> worker_, router_;

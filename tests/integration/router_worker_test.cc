@@ -16,7 +16,6 @@
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -30,55 +29,13 @@ namespace deltaserve {
 namespace {
 
 using ::deltaserve::testing::BinaryPath;
-using ::deltaserve::testing::ChildProcess;
-using ::deltaserve::testing::GoldenPath;
 using std::chrono::seconds;
 
 // The raw client of router_service.h: one request per connection, read to the end.
 using HttpReply = ::deltaserve::testing::RawHttpReply;
 using ::deltaserve::testing::Http;
 
-class Service {
- public:
-  explicit Service(const std::vector<std::string>& router_extra = {},
-                   const std::string& config_text = "") {
-    worker_ = std::make_unique<ChildProcess>(std::vector<std::string>{
-        BinaryPath("worker/deltaserve-worker"), "--model",
-        "tiny=" + GoldenPath("tiny-dense-f32.gguf"), "--listen", "127.0.0.1:0", "--threads", "1",
-        "--ctx", "256", "--parallel", "2", "--ram", "2GiB", "--cache-type-k", "f32",
-        "--cache-type-v", "f32"});
-    auto line = worker_->WaitForLine("listening on ", seconds(60));
-    EXPECT_TRUE(line.has_value()) << worker_->err();
-    if (!line) return;
-    const std::string worker_addr = line->substr(line->find("listening on ") + 13);
-    std::vector<std::string> argv = {BinaryPath("router/deltaserve-router"), "--listen",
-                                     "127.0.0.1:0", "--worker", worker_addr};
-    if (!config_text.empty()) {
-      config_path_ = ::testing::TempDir() + "/router_" + std::to_string(::getpid()) + ".yaml";
-      std::ofstream(config_path_) << config_text;
-      argv.push_back("--config");
-      argv.push_back(config_path_);
-    }
-    argv.insert(argv.end(), router_extra.begin(), router_extra.end());
-    router_ = std::make_unique<ChildProcess>(argv);
-    auto rline = router_->WaitForLine("listening on ", seconds(30));
-    EXPECT_TRUE(rline.has_value()) << router_->err();
-    if (!rline) return;
-    port_ = std::stoi(rline->substr(rline->rfind(':') + 1));
-    for (int i = 0; i < 300 && Http(port_, "GET", "/ready").status != 200; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  int port() const { return port_; }
-  ChildProcess& router() { return *router_; }
-  ChildProcess& worker() { return *worker_; }
-  const std::string& config_path() const { return config_path_; }
-
- private:
-  std::unique_ptr<ChildProcess> worker_, router_;
-  int port_ = 0;
-  std::string config_path_;
-};
+using ::deltaserve::testing::RouterService;
 
 std::string Chat(const std::string& model, int max_tokens, bool stream) {
   nlohmann::json j{{"model", model},
@@ -91,7 +48,7 @@ std::string Chat(const std::string& model, int max_tokens, bool stream) {
 }
 
 TEST(RouterWorkerTest, OpenAiShapesErrorsAndDrain) {
-  Service s;
+  RouterService s;
   ASSERT_GT(s.port(), 0);
   EXPECT_EQ(Http(s.port(), "GET", "/health").status, 200);
   EXPECT_EQ(Http(s.port(), "GET", "/ready").status, 200);
@@ -179,7 +136,7 @@ api_keys:
   const std::string hex = ::deltaserve::testing::Sha256HexWithTool("sk-test");
   ASSERT_EQ(hex.size(), 64u);
   cfg.replace(cfg.find("6ad4a9a0"), 64, hex);
-  Service s({}, cfg);
+  RouterService s(cfg);
   ASSERT_GT(s.port(), 0);
   const std::string key = "Authorization: Bearer sk-test\r\n";
   EXPECT_EQ(Http(s.port(), "POST", "/v1/chat/completions", Chat("fast", 4, false)).status, 401);
