@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -16,17 +15,13 @@
 #include "router/api/api_error.h"
 #include "router/api/request_parser.h"
 #include "router/chat/qwen_chat_template.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
 using deltaserve::router::api::CompletionRequest;
 
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "request_parser_fuzz: violated: %s\n", what);
-    abort();
-  }
-}
+void Check(bool ok, const char* what) { deltaserve::fuzz::Check(ok, "request_parser_fuzz", what); }
 
 void CheckBounds(const CompletionRequest& r) {
   const auto& s = r.sampling;

@@ -7,23 +7,17 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string_view>
 #include <vector>
 
 #include "router/config/api_keys_file.h"
 #include "router/config/router_config_validation.h"
 #include "router/config/router_config_yaml.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "router_config_fuzz: violated: %s\n", what);
-    abort();
-  }
-}
+void Check(bool ok, const char* what) { deltaserve::fuzz::Check(ok, "router_config_fuzz", what); }
 
 }  // namespace
 

@@ -8,8 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,15 +16,11 @@
 
 #include "deltaserve/v1/worker.pb.h"
 #include "router/chat/tokenizer_from_proto.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "tokenizer_proto_fuzz: violated: %s\n", what);
-    abort();
-  }
-}
+void Check(bool ok, const char* what) { deltaserve::fuzz::Check(ok, "tokenizer_proto_fuzz", what); }
 
 }  // namespace
 
