@@ -36,15 +36,29 @@ absl::Status WithErrorDetail(absl::Status status, std::string_view param, std::s
 std::string ErrorParam(const absl::Status& status) { return Payload(status, kParamUrl); }
 std::string ErrorCode(const absl::Status& status) { return Payload(status, kCodeUrl); }
 
+namespace {
+constexpr char kRetryAfterPayloadUrl[] = "deltaserve/retry_after_seconds";
+}  // namespace
+
+absl::Status WithRetryAfter(absl::Status status, int64_t seconds) {
+  status.SetPayload(kRetryAfterPayloadUrl, absl::Cord(std::to_string(seconds)));
+  return status;
+}
+
+std::optional<int64_t> RetryAfterSeconds(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kResourceExhausted) return std::nullopt;
+  auto payload = status.GetPayload(kRetryAfterPayloadUrl);
+  int64_t seconds = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &seconds) || seconds <= 0) {
+    return std::nullopt;
+  }
+  return seconds;
+}
+
 ApiError ApiErrorFromStatus(const absl::Status& status) {
   ApiError e;
   e.message = std::string(status.message());
-  if (auto retry = status.GetPayload(kRetryAfterPayloadUrl)) {
-    int64_t seconds = 0;
-    if (absl::SimpleAtoi(std::string(*retry), &seconds) && seconds > 0) {
-      e.retry_after_seconds = seconds;
-    }
-  }
+  e.retry_after_seconds = RetryAfterSeconds(status).value_or(0);
   e.param = ErrorParam(status);
   e.code = ErrorCode(status);
   switch (status.code()) {

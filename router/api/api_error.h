@@ -7,6 +7,7 @@
 // ResourceExhausted 429, Unavailable 503, ...).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -24,10 +25,11 @@ struct ApiError {
   int64_t retry_after_seconds = 0;  // > 0: sent as the Retry-After header (429)
 };
 
-// The status payload a component attaches to a ResourceExhausted status to ask the client to
-// retry after that many seconds (a decimal string); ApiErrorFromStatus turns it into
-// ApiError::retry_after_seconds. router/auth's rate limits set it.
-inline constexpr char kRetryAfterPayloadUrl[] = "deltaserve/retry_after_seconds";
+// `status` (a ResourceExhausted) asking the client to retry after `seconds`; ApiErrorFromStatus
+// turns the hint into ApiError::retry_after_seconds. router/auth's rate limits set it.
+absl::Status WithRetryAfter(absl::Status status, int64_t seconds);
+// The hint WithRetryAfter attached to a ResourceExhausted status (> 0), or nullopt.
+std::optional<int64_t> RetryAfterSeconds(const absl::Status& status);
 
 // An InvalidArgument status naming `param` (a JSON path such as "stop[2]") and `code`
 // ("invalid_json", "invalid_type", "invalid_value", "missing_required_parameter",

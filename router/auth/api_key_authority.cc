@@ -22,7 +22,6 @@ namespace {
 using common::Sv;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kRetryAfterUrl = api::kRetryAfterPayloadUrl;  // the API layer reads it
 
 std::array<uint8_t, 32> Sha256(std::string_view data) {
   std::array<uint8_t, 32> digest{};
@@ -72,14 +71,6 @@ std::string Sha256Hex(std::string_view key) {
     hex.push_back(kDigits[b & 15]);
   }
   return hex;
-}
-
-std::optional<int64_t> RetryAfterSeconds(const absl::Status& status) {
-  if (status.code() != absl::StatusCode::kResourceExhausted) return std::nullopt;
-  auto payload = status.GetPayload(kRetryAfterUrl);
-  int64_t seconds = 0;
-  if (!payload || !absl::SimpleAtoi(std::string(*payload), &seconds)) return std::nullopt;
-  return seconds;
 }
 
 ApiKeyAuthority::ApiKeyAuthority(const RouterConfig& config, const ApiKeyAuthority* previous,
@@ -212,8 +203,7 @@ absl::Status ApiKeyAuthority::Admit(const ApiKeyIdentity& who, int64_t tokens) {
             ? absl::StrCat(static_cast<int64_t>(s.requests.capacity), " requests per minute")
             : absl::StrCat(static_cast<int64_t>(s.tokens.capacity), " tokens per minute"),
         "); retry after ", retry_after, " s"));
-    status.SetPayload(kRetryAfterUrl, absl::Cord(absl::StrCat(retry_after)));
-    return status;
+    return api::WithRetryAfter(std::move(status), retry_after);
   }
   if (s.requests.capacity > 0) s.requests.level -= 1;
   if (s.tokens.capacity > 0) s.tokens.level -= need_tokens;

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "router/api/api_error.h"
 #include "router/config/router_config.h"
 
 namespace deltaserve::router::auth {
@@ -46,7 +47,7 @@ std::string Sha256Hex(std::string_view key);
 
 // The retry-after hint (whole seconds, >= 1) that Admit attached to a ResourceExhausted status,
 // for the HTTP `Retry-After` header; nullopt when there is none (or another status).
-std::optional<int64_t> RetryAfterSeconds(const absl::Status& status);
+using api::RetryAfterSeconds;
 
 // See the file comment.
 class ApiKeyAuthority {
