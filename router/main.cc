@@ -117,15 +117,17 @@ absl::StatusOr<RouterConfig> LoadConfig(const Flags& f) {
   }
   if (absl::Status s = ValidateRouterConfig(c); !s.ok()) return s;
   if (c.workers.empty()) {
-    return absl::InvalidArgumentError("no workers: give --worker HOST:PORT or workers: in --config");
+    return absl::InvalidArgumentError(
+        "no workers: give --worker HOST:PORT or workers: in --config");
   }
   // Without API keys the router is open: it must not listen beyond this machine.
   const std::string host = c.listen.substr(0, c.listen.rfind(':'));
   if (c.api_keys.empty() && host != "127.0.0.1" && host != "localhost" && host != "::1" &&
       host != "[::1]") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "listen ", c.listen, ": without api_keys the router only binds 127.0.0.1 (configure keys "
-        "to listen on other addresses)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen ", c.listen,
+                     ": without api_keys the router only binds 127.0.0.1 (configure keys "
+                     "to listen on other addresses)"));
   }
   return c;
 }
@@ -190,8 +192,8 @@ int Run(const Flags& f) {
   opts.max_body_bytes = config->max_body_bytes;
   opts.max_connections = static_cast<size_t>(f.max_connections);
   if (fd_limit > 0 && opts.max_connections + kReservedFds > fd_limit) {
-    opts.max_connections = static_cast<size_t>(fd_limit > 2 * kReservedFds ? fd_limit - kReservedFds
-                                                                            : fd_limit / 2);
+    opts.max_connections =
+        static_cast<size_t>(fd_limit > 2 * kReservedFds ? fd_limit - kReservedFds : fd_limit / 2);
     std::cerr << "deltaserve-router: at most " << opts.max_connections
               << " HTTP connections (open-file limit " << fd_limit << ")\n";
   }
@@ -241,10 +243,9 @@ int Run(const Flags& f) {
       pool.SetSettings(fresh->routing);
       std::atomic_store(&authority, fresh_auth);
       std::atomic_store(&config, std::shared_ptr<const RouterConfig>(fresh));
-      std::cerr << "deltaserve-router: config reloaded (" << fresh->workers.size()
-                << " worker(s), " << fresh->models.size() << " model(s), "
-                << fresh->aliases.size() << " alias(es), " << fresh->api_keys.size()
-                << " key(s))\n";
+      std::cerr << "deltaserve-router: config reloaded (" << fresh->workers.size() << " worker(s), "
+                << fresh->models.size() << " model(s), " << fresh->aliases.size() << " alias(es), "
+                << fresh->api_keys.size() << " key(s))\n";
     }
   }
   std::cerr << "deltaserve-router: draining\n";

@@ -124,7 +124,8 @@ std::string Parse(int argc, char** argv, Flags& f) {
     } else if (a == "--draft-max") {
       if (!integer(f.serving.ngram.draft_max, 1)) return "--draft-max needs a count >= 1";
     } else if (a == "--metrics-port") {
-      if (!integer(f.metrics_port, 0) || f.metrics_port > 65535) return "--metrics-port needs a port";
+      if (!integer(f.metrics_port, 0) || f.metrics_port > 65535)
+        return "--metrics-port needs a port";
     } else if (a == "--worker-id") {
       const char* v = value();
       if (v == nullptr) return "--worker-id needs an id";
@@ -217,8 +218,8 @@ int Run(Flags& f, uint64_t baseline) {
     std::cerr << "deltaserve-worker: metrics on 127.0.0.1:" << metrics->port() << "/metrics\n";
   }
   // The line the scripts and tests wait for.
-  std::cerr << "deltaserve-worker: listening on " << f.listen.substr(0, f.listen.rfind(':'))
-            << ":" << port << "\n";
+  std::cerr << "deltaserve-worker: listening on " << f.listen.substr(0, f.listen.rfind(':')) << ":"
+            << port << "\n";
 
   while (g_signal == 0 && !service.exit_requested()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -226,8 +227,7 @@ int Run(Flags& f, uint64_t baseline) {
   std::cerr << "deltaserve-worker: draining\n";
   const auto drain_start = std::chrono::steady_clock::now();
   auto since = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                     drain_start)
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - drain_start)
         .count();
   };
   service.StartDraining();

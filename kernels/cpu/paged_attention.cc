@@ -85,9 +85,12 @@ void HalfToFloatScalar(const uint8_t* src, int64_t n, float* dst) {
 using HalfRowFn = void (*)(const uint8_t*, int64_t, float*);
 HalfRowFn PickHalfToFloat() {
   switch (ActiveIsa()) {
-    case CpuIsa::kAvx512: return &HalfToFloatAvx512;
-    case CpuIsa::kAvx2: return &HalfToFloatF16c;
-    default: return &HalfToFloatScalar;
+    case CpuIsa::kAvx512:
+      return &HalfToFloatAvx512;
+    case CpuIsa::kAvx2:
+      return &HalfToFloatF16c;
+    default:
+      return &HalfToFloatScalar;
   }
 }
 const HalfRowFn g_half_to_float = PickHalfToFloat();
@@ -183,8 +186,8 @@ enum class KvRead {
 };
 
 DELTASERVE_ISA_CLONES void AttendItem(const AttentionProblem& p, KvRead read, int64_t t0,
-                                      int64_t nt, int64_t kvh, int64_t key_begin,
-                                      int64_t key_end, AttentionScratch& s, float* partial) {
+                                      int64_t nt, int64_t kvh, int64_t key_begin, int64_t key_end,
+                                      AttentionScratch& s, float* partial) {
   if (read == KvRead::kF32) {
     AttendItemBody<F32Rows, F32Rows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
   } else {
@@ -194,8 +197,8 @@ DELTASERVE_ISA_CLONES void AttendItem(const AttentionProblem& p, KvRead read, in
 
 // Combines the n_splits partial results of one (token block, kv head): every split's sum and
 // accumulator rescaled to the overall max.
-void MergePartials(const AttentionProblem& p, int64_t t0, int64_t nt, int64_t kvh, const float* partials,
-                   int64_t n_splits, int64_t split_stride) {
+void MergePartials(const AttentionProblem& p, int64_t t0, int64_t nt, int64_t kvh,
+                   const float* partials, int64_t n_splits, int64_t split_stride) {
   const int64_t g = p.group, hd = p.head_dim, hdp = p.hdp;
   for (int64_t r = 0; r < nt * g; ++r) {
     float mx = kNegInf;
@@ -293,8 +296,7 @@ KernelStatus StoreKvCpu(const Mat& k, const Mat& v, const PagedKvView& kv, int64
     for (int64_t h = 0; h < kv.n_head_kv; ++h) {
       auto* k_row = const_cast<uint8_t*>(HeadRowOf(kv.k, kv, first_pos + t, h));
       auto* v_row = const_cast<uint8_t*>(HeadRowOf(kv.v, kv, first_pos + t, h));
-      KernelStatus s =
-          EncodeRow(kv.k.type, k.data + t * k.stride + h * head_dim, head_dim, k_row);
+      KernelStatus s = EncodeRow(kv.k.type, k.data + t * k.stride + h * head_dim, head_dim, k_row);
       if (s == KernelStatus::kOk) {
         s = EncodeRow(kv.v.type, v.data + t * v.stride + h * head_dim, head_dim, v_row);
       }
@@ -314,13 +316,12 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
   const int64_t head_dim = q.cols / n_head;
   const int64_t n_tokens = q.rows;
   const int64_t n_keys = n_past + n_tokens;
-  if (out.rows != n_tokens || out.cols != q.cols ||
-      !ViewValid(kv, n_head_kv, head_dim, n_keys)) {
+  if (out.rows != n_tokens || out.cols != q.cols || !ViewValid(kv, n_head_kv, head_dim, n_keys)) {
     return KernelStatus::kInvalidArgument;
   }
   if (n_tokens == 0) return KernelStatus::kOk;
   const int64_t group = n_head / n_head_kv;
-  const AttentionProblem p{q, kv, out, n_past, n_tokens, group, head_dim, RoundUp(head_dim, 16),
+  const AttentionProblem p{q,    kv, out, n_past, n_tokens, group, head_dim, RoundUp(head_dim, 16),
                            scale};
 
   // Items: (token block, kv head, key split). Prefill has many token blocks; decode (and short
@@ -340,7 +341,8 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
   const KvRead read = PickKvRead(kv, head_dim);
   const int64_t split_stride = rows_p * (2 + p.hdp);
   std::vector<float> partials;
-  if (n_splits > 1) partials.resize(static_cast<size_t>(n_tblocks * n_head_kv * n_splits * split_stride));
+  if (n_splits > 1)
+    partials.resize(static_cast<size_t>(n_tblocks * n_head_kv * n_splits * split_stride));
   const int64_t n_items = n_tblocks * n_head_kv * n_splits;
 
   // The last token blocks see the most keys: they go first so that the tail balances.
@@ -382,8 +384,8 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
       const int64_t t0 = tb * block_tokens;
       for (int64_t kvh = 0; kvh < n_head_kv; ++kvh) {
         MergePartials(p, t0, std::min(block_tokens, n_tokens - t0), kvh,
-                      partials.data() + (tb * n_head_kv + kvh) * n_splits * split_stride,
-                      n_splits, split_stride);
+                      partials.data() + (tb * n_head_kv + kvh) * n_splits * split_stride, n_splits,
+                      split_stride);
       }
     }
   }

@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 // Writes `selector` followed by `text` as seed `dir`/`prefix`-N.
 bool WriteSeed(const fs::path& dir, std::string_view prefix, int n, char selector,
                std::string_view text) {
-  std::ofstream out(dir / absl::StrCat(common::Sv(prefix), "-", n), std::ios::binary | std::ios::trunc);
+  std::ofstream out(dir / absl::StrCat(common::Sv(prefix), "-", n),
+                    std::ios::binary | std::ios::trunc);
   out.put(selector);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   return static_cast<bool>(out);
@@ -101,9 +102,10 @@ routing:
           {kYaml, "models:\n  - name: a\naliases:\n  x: [y]\n  y: [x]\n"},
           {kYaml, "api_keys_file: keys.txt\nlisten: 0.0.0.0:80\n"},
           {kYaml, "{a: [1, 2, {b: &anchor c}], d: *anchor, e: !!binary aGk=}\n"},
-          {kKeys, "# name sha256 models\n"
-                  "ci 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08 a,b\n"
-                  "\n  other e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"},
+          {kKeys,
+           "# name sha256 models\n"
+           "ci 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08 a,b\n"
+           "\n  other e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"},
           {kKeys, "bad line\n"},
       });
 }
@@ -130,7 +132,8 @@ int WriteTokenizerProtoSeeds(const fs::path& golden, const fs::path& dir) {
   for (const char* t : {"a", "b", "ab", "\xC4\xA0", "<|im_start|>", "<|im_end|>"}) {
     small.add_tokens(t);
   }
-  for (int type : {1, 1, 1, 1, 3, 3}) small.add_token_types(static_cast<deltaserve::v1::TokenType>(type));
+  for (int type : {1, 1, 1, 1, 3, 3})
+    small.add_token_types(static_cast<deltaserve::v1::TokenType>(type));
   small.add_merges("a b");
   small.mutable_special()->set_eos_id(5);
   std::ofstream out2(dir / "small-vocab", std::ios::binary | std::ios::trunc);

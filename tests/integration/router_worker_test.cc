@@ -105,7 +105,8 @@ TEST(RouterWorkerTest, OpenAiShapesErrorsAndDrain) {
   EXPECT_EQ(bad_field.status, 400);
   const HttpReply unknown = Http(s.port(), "POST", "/v1/chat/completions", Chat("nope", 4, false));
   EXPECT_EQ(unknown.status, 404) << unknown.body;
-  const HttpReply too_long = Http(s.port(), "POST", "/v1/chat/completions", Chat("tiny", 400, false));
+  const HttpReply too_long =
+      Http(s.port(), "POST", "/v1/chat/completions", Chat("tiny", 400, false));
   EXPECT_EQ(too_long.status, 400) << too_long.body;
   EXPECT_NE(too_long.body.find("256"), std::string::npos) << too_long.body;
   const HttpReply metrics = Http(s.port(), "GET", "/metrics");
@@ -150,8 +151,7 @@ api_keys:
   const HttpReply no_key_models = Http(s.port(), "GET", "/v1/models");
   EXPECT_EQ(no_key_models.status, 401) << no_key_models.body;
   EXPECT_NE(no_key_models.body.find("\"error\""), std::string::npos) << no_key_models.body;
-  EXPECT_EQ(Http(s.port(), "GET", "/v1/models", "", "Authorization: Bearer wrong\r\n").status,
-            401);
+  EXPECT_EQ(Http(s.port(), "GET", "/v1/models", "", "Authorization: Bearer wrong\r\n").status, 401);
   const HttpReply key_models = Http(s.port(), "GET", "/v1/models", "", key);
   ASSERT_EQ(key_models.status, 200) << key_models.body;
   const nlohmann::json listed = nlohmann::json::parse(key_models.body)["data"];
@@ -181,12 +181,11 @@ TEST(RouterWorkerTest, BadStartsExitNonZero) {
   const auto no_workers = RunProcess({bin, "--listen", "127.0.0.1:0"});
   EXPECT_EQ(no_workers.exit_code, 1);
   EXPECT_NE(no_workers.err.find("no workers"), std::string::npos);
-  const auto open_wide =
-      RunProcess({bin, "--listen", "0.0.0.0:0", "--worker", "127.0.0.1:1"});
+  const auto open_wide = RunProcess({bin, "--listen", "0.0.0.0:0", "--worker", "127.0.0.1:1"});
   EXPECT_EQ(open_wide.exit_code, 1);
   EXPECT_NE(open_wide.err.find("only binds 127.0.0.1"), std::string::npos) << open_wide.err;
-  const auto bad_config = RunProcess({bin, "--config", "/nonexistent.yaml", "--worker",
-                                      "127.0.0.1:1"});
+  const auto bad_config =
+      RunProcess({bin, "--config", "/nonexistent.yaml", "--worker", "127.0.0.1:1"});
   EXPECT_EQ(bad_config.exit_code, 1);
   EXPECT_NE(bad_config.err.find("/nonexistent.yaml"), std::string::npos) << bad_config.err;
 }

@@ -42,9 +42,12 @@ absl::StatusOr<pb::Tokenizer> TokenizerProtoFromGguf(const common::GgufFile& fil
     t.add_merges(std::string(*s));
   }
   pb::SpecialTokens* sp = t.mutable_special();
-  if (auto v = file.GetInt("tokenizer.ggml.bos_token_id"); v.ok()) sp->set_bos_id(static_cast<int32_t>(*v));
-  if (auto v = file.GetInt("tokenizer.ggml.eos_token_id"); v.ok()) sp->set_eos_id(static_cast<int32_t>(*v));
-  if (auto v = file.GetInt("tokenizer.ggml.padding_token_id"); v.ok()) sp->set_pad_id(static_cast<int32_t>(*v));
+  if (auto v = file.GetInt("tokenizer.ggml.bos_token_id"); v.ok())
+    sp->set_bos_id(static_cast<int32_t>(*v));
+  if (auto v = file.GetInt("tokenizer.ggml.eos_token_id"); v.ok())
+    sp->set_eos_id(static_cast<int32_t>(*v));
+  if (auto v = file.GetInt("tokenizer.ggml.padding_token_id"); v.ok())
+    sp->set_pad_id(static_cast<int32_t>(*v));
   if (auto v = file.GetBool("tokenizer.ggml.add_bos_token"); v.ok()) sp->set_add_bos(*v);
   return t;
 }

@@ -71,9 +71,10 @@ class PagedKvCacheTest : public ::testing::Test {
     EXPECT_EQ(pool.type, WeightType::kF32);
     std::vector<float> row(kShape.kv_dim);
     for (int64_t h = 0; h < view.n_head_kv; ++h) {
-      std::memcpy(row.data() + h * kShape.head_dim,
-                  static_cast<const uint8_t*>(pool.data) + kernels::KvHeadOffset(pool, view, pos, h),
-                  kShape.head_dim * sizeof(float));
+      std::memcpy(
+          row.data() + h * kShape.head_dim,
+          static_cast<const uint8_t*>(pool.data) + kernels::KvHeadOffset(pool, view, pos, h),
+          kShape.head_dim * sizeof(float));
     }
     return row;
   }
@@ -468,10 +469,10 @@ TEST_F(PagedKvCacheTest, AttentionThroughACopiedPageEqualsTheParents) {
     for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.23f * static_cast<float>(i) + 1.0f);
     auto store = [&](const PagedSequenceKv& seq, int64_t first, int64_t n) {
       const std::vector<int32_t> table(seq.pages().begin(), seq.pages().end());
-      ASSERT_EQ(backend_->StoreKv({k.data() + first * 64, n, 64, 64},
-                                  {v.data() + first * 64, n, 64, 64},
-                                  seq.View(1, table.data()), first),
-                kernels::KernelStatus::kOk);
+      ASSERT_EQ(
+          backend_->StoreKv({k.data() + first * 64, n, 64, 64}, {v.data() + first * 64, n, 64, 64},
+                            seq.View(1, table.data()), first),
+          kernels::KernelStatus::kOk);
     };
     store(parent, 0, 7);
     std::unique_ptr<PagedSequenceKv> child = parent.Fork(7);

@@ -19,15 +19,14 @@ uint64_t RowBytes(WeightType type, int64_t n) {
 
 absl::Status CheckType(WeightType type, const KvCacheShape& shape, const char* which) {
   if (!kernels::IsKvCacheType(type)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        which, " cache type ", static_cast<int>(type),
-        " (GGML id) is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(which, " cache type ", static_cast<int>(type),
+                     " (GGML id) is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0"));
   }
   const int64_t block = BlockLayoutOf(type).block_size;
   if (shape.head_dim % block != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(which, " cache type needs head_dim (",
-                                                   shape.head_dim, ") to be a multiple of ",
-                                                   block));
+    return absl::InvalidArgumentError(absl::StrCat(
+        which, " cache type needs head_dim (", shape.head_dim, ") to be a multiple of ", block));
   }
   return absl::OkStatus();
 }
@@ -44,8 +43,9 @@ absl::StatusOr<WeightType> ParseKvCacheType(std::string_view name) {
   for (const auto& [n, t] : kCacheTypes) {
     if (n == name) return t;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown KV cache type '", common::Sv(name),
-                                                 "' (use f32, f16, bf16, q8_0, q4_0, q4_1 or q5_0)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KV cache type '", common::Sv(name),
+                   "' (use f32, f16, bf16, q8_0, q4_0, q4_1 or q5_0)"));
 }
 
 std::string_view KvCacheTypeName(WeightType type) {
@@ -60,14 +60,15 @@ uint64_t KvBytesPerToken(const KvCacheShape& shape, WeightType k_type, WeightTyp
          (RowBytes(k_type, shape.kv_dim) + RowBytes(v_type, shape.kv_dim));
 }
 
-absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(
-    kernels::Backend& backend, const KvCacheShape& shape, const KvCacheOptions& options,
-    int64_t n_pages) {
+absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(kernels::Backend& backend,
+                                                                   const KvCacheShape& shape,
+                                                                   const KvCacheOptions& options,
+                                                                   int64_t n_pages) {
   if (shape.n_layers < 0 || shape.head_dim <= 0 || shape.kv_dim <= 0 ||
       shape.kv_dim % shape.head_dim != 0) {
     return absl::InvalidArgumentError(absl::StrCat("bad KV cache shape: ", shape.n_layers,
-                                                   " layers, kv_dim ", shape.kv_dim,
-                                                   ", head_dim ", shape.head_dim));
+                                                   " layers, kv_dim ", shape.kv_dim, ", head_dim ",
+                                                   shape.head_dim));
   }
   if (auto s = CheckType(options.k_type, shape, "K"); !s.ok()) return s;
   if (auto s = CheckType(options.v_type, shape, "V"); !s.ok()) return s;
@@ -90,9 +91,9 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(
     c->k_pools_.push_back(backend.Allocate(rows * c->k_row_bytes_));
     c->v_pools_.push_back(backend.Allocate(rows * c->v_row_bytes_));
     if (c->k_pools_.back().data() == nullptr || c->v_pools_.back().data() == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "no memory for a KV cache of ", n_pages, " pages (", c->page_bytes() * n_pages,
-          " bytes)"));
+      return absl::ResourceExhaustedError(absl::StrCat("no memory for a KV cache of ", n_pages,
+                                                       " pages (", c->page_bytes() * n_pages,
+                                                       " bytes)"));
     }
   }
   c->refs_.assign(n_pages, 0);
@@ -108,9 +109,8 @@ uint64_t PagedKvCache::page_bytes() const {
 
 absl::StatusOr<int32_t> PagedKvCache::AllocatePage() {
   if (free_.empty()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("KV cache full: all ", n_pages_, " pages of ", options_.page_tokens,
-                     " tokens are in use"));
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: all ", n_pages_, " pages of ",
+                                                     options_.page_tokens, " tokens are in use"));
   }
   const int32_t page = free_.back();
   free_.pop_back();

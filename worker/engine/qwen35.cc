@@ -23,8 +23,8 @@ absl::Status Check(KernelStatus s, const char* op) {
       absl::StrCat("kernel ", op, " failed: ", common::Sv(kernels::KernelStatusName(s))));
 }
 
-#define DS_RUN(op, ...)                                                 \
-  do {                                                                  \
+#define DS_RUN(op, ...)                                                               \
+  do {                                                                                \
     if (absl::Status s_ = Check(backend_->op(__VA_ARGS__), #op); !s_.ok()) return s_; \
   } while (0)
 
@@ -35,7 +35,7 @@ Mat Contiguous(const kernels::DeviceBuffer& b, int64_t rows, int64_t cols) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(const std::string& path,
-                                                              kernels::Backend& backend) {
+                                                               kernels::Backend& backend) {
   std::unique_ptr<Qwen35Model> m(new Qwen35Model());
   absl::StatusOr<std::unique_ptr<common::GgufFile>> file = common::GgufFile::Open(path);
   if (!file.ok()) return file.status();
@@ -99,8 +99,8 @@ ModelMemory Qwen35Model::Memory(const KvCacheOptions& kv) const {
   return mem;
 }
 
-absl::StatusOr<std::unique_ptr<SequenceState>> Qwen35Model::NewSequence(
-    int64_t max_tokens, const KvCacheOptions& kv) {
+absl::StatusOr<std::unique_ptr<SequenceState>> Qwen35Model::NewSequence(int64_t max_tokens,
+                                                                        const KvCacheOptions& kv) {
   if (max_tokens <= 0) return absl::InvalidArgumentError("max_tokens must be positive");
   KvCacheOptions options = kv;
   // A short private sequence does not need a full page of the default size.
@@ -218,8 +218,7 @@ absl::Status Qwen35Model::ReserveWorkspace(int64_t tokens, int64_t out_rows) {
   return absl::OkStatus();
 }
 
-absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
-                                  std::vector<float>& logits) {
+absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vector<float>& logits) {
   int64_t total = 0, out_rows = 0;
   std::vector<int32_t> ids, positions;
   for (const BatchEntry& e : batch) {
@@ -261,7 +260,8 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
     tables.insert(tables.end(), kv.pages().begin(), kv.pages().end());
   }
   if (static_cast<int64_t>(tables.size()) > page_table_capacity_) {
-    page_table_capacity_ = std::max<int64_t>(static_cast<int64_t>(tables.size()), 2 * page_table_capacity_);
+    page_table_capacity_ =
+        std::max<int64_t>(static_cast<int64_t>(tables.size()), 2 * page_table_capacity_);
     page_table_buf_ = backend_->Allocate(page_table_capacity_ * sizeof(int32_t));
     if (page_table_buf_.data() == nullptr) {
       page_table_capacity_ = 0;
@@ -287,9 +287,8 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
   for (size_t i = 0; i < weights_.layers.size() && status.ok(); ++i) {
     const LayerWeights& l = weights_.layers[i];
     DS_RUN(RmsNorm, ws_.x, l.attn_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
-    status = l.kind == common::LayerKind::kDeltaNet
-                 ? RunDeltaNet(l, deltanet_index_[i], batch)
-                 : RunAttention(l, attention_index_[i], batch);
+    status = l.kind == common::LayerKind::kDeltaNet ? RunDeltaNet(l, deltanet_index_[i], batch)
+                                                    : RunAttention(l, attention_index_[i], batch);
     if (!status.ok()) break;
     DS_RUN(Add, ws_.x, ws_.mix);
     DS_RUN(RmsNorm, ws_.x, l.post_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
@@ -315,8 +314,7 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch,
     }
     logits.resize(static_cast<size_t>(out_rows * hp_.n_vocab));
     if (out_rows > 0) {
-      DS_RUN(RmsNorm, ws_.out_x, weights_.output_norm, static_cast<float>(hp_.rms_eps),
-             ws_.out_x);
+      DS_RUN(RmsNorm, ws_.out_x, weights_.output_norm, static_cast<float>(hp_.rms_eps), ws_.out_x);
       DS_RUN(MatMul, weights_.output, ws_.out_x, ws_.logits);
       DS_RUN(CopyToHost, logits.data(), ws_.logits.data, logits.size() * sizeof(float));
     }

@@ -20,10 +20,14 @@ double Ms(Clock::time_point from, Clock::time_point to) {
 
 std::string_view EndReasonName(EndReason reason) {
   switch (reason) {
-    case EndReason::kStop: return "stop";
-    case EndReason::kLength: return "length";
-    case EndReason::kCancelled: return "cancelled";
-    case EndReason::kError: return "error";
+    case EndReason::kStop:
+      return "stop";
+    case EndReason::kLength:
+      return "length";
+    case EndReason::kCancelled:
+      return "cancelled";
+    case EndReason::kError:
+      return "error";
   }
   return "error";
 }
@@ -86,21 +90,20 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   for (int32_t id : request.prompt) {
     if (id < 0 || id >= model_->n_vocab()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt token id ", id, " outside the vocabulary (", model_->n_vocab(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt token id ", id, " outside the vocabulary (", model_->n_vocab(), ")"));
     }
   }
   const int64_t max_new = request.sampling.max_tokens.value_or(1);
   if (static_cast<int64_t>(request.prompt.size()) + max_new > options_.max_context) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "prompt (", request.prompt.size(), " tokens) + max_tokens (", max_new,
-        ") exceeds the context of ", options_.max_context, " tokens"));
+    return absl::OutOfRangeError(
+        absl::StrCat("prompt (", request.prompt.size(), " tokens) + max_tokens (", max_new,
+                     ") exceeds the context of ", options_.max_context, " tokens"));
   }
   absl::StatusOr<Sampler> sampler = Sampler::Create(request.sampling, n_valid_);
   if (!sampler.ok()) return sampler.status();
   sampler->AcceptPrompt(request.prompt);
-  auto seq = std::make_unique<Sequence>(std::move(*sampler),
-                                        StopCondition(request.sampling, eos_));
+  auto seq = std::make_unique<Sequence>(std::move(*sampler), StopCondition(request.sampling, eos_));
   seq->id = std::move(request.id);
   seq->sink = std::move(sink);
   seq->want_logprobs = request.sampling.top_logprobs > 0 || request.logprobs;
@@ -197,9 +200,9 @@ void Scheduler::Admit() {
     const int64_t need = pages_for(static_cast<int64_t>(seq.tokens.size()) + 1);
     if (need > cache_->total_pages()) {
       Finish(seq, EndReason::kError,
-             absl::ResourceExhaustedError(absl::StrCat(
-                 "the request needs ", need, " KV pages of ", pt, " tokens; the cache has ",
-                 cache_->total_pages())));
+             absl::ResourceExhaustedError(absl::StrCat("the request needs ", need, " KV pages of ",
+                                                       pt, " tokens; the cache has ",
+                                                       cache_->total_pages())));
       waiting_.pop_front();
       continue;
     }
@@ -376,9 +379,8 @@ bool Scheduler::RunBatch() {
         const int64_t rows = e.LogitsRows();
         if (rows > 0) {
           const int64_t n_vocab = model_->n_vocab();
-          Consume(*live[i],
-                  absl::Span<const float>(logits_).subspan(row * n_vocab, rows * n_vocab), rows,
-                  fed_before[i]);
+          Consume(*live[i], absl::Span<const float>(logits_).subspan(row * n_vocab, rows * n_vocab),
+                  rows, fed_before[i]);
         }
         row += rows;
       }

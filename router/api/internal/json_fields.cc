@@ -156,8 +156,8 @@ std::optional<int64_t> AsInt(const nlohmann::ordered_json& v) {
   return std::nullopt;
 }
 
-absl::Status ReadInt(const nlohmann::ordered_json& obj, const char* name, std::string_view path, int64_t lo,
-                     int64_t hi, std::optional<int64_t>* out) {
+absl::Status ReadInt(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
+                     int64_t lo, int64_t hi, std::optional<int64_t>* out) {
   const nlohmann::ordered_json* v = Member(obj, name);
   if (v == nullptr) return absl::OkStatus();
   std::optional<int64_t> x = AsInt(*v);

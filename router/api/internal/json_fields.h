@@ -23,7 +23,8 @@ const nlohmann::ordered_json* Member(const nlohmann::ordered_json& obj, const ch
 // JSON type names for messages ("string", "number", "object", ...).
 std::string_view TypeName(const nlohmann::ordered_json& v);
 
-absl::Status TypeError(std::string_view path, std::string_view expected, const nlohmann::ordered_json& got);
+absl::Status TypeError(std::string_view path, std::string_view expected,
+                       const nlohmann::ordered_json& got);
 
 // Each reads obj[name] (path names it in errors); absent/null leaves *out unchanged.
 absl::Status ReadString(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
@@ -34,8 +35,8 @@ absl::Status ReadBool(const nlohmann::ordered_json& obj, const char* name, std::
 absl::Status ReadNumber(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                         double lo, double hi, bool lo_open, std::optional<double>* out);
 // An integer in [lo, hi] (an integral float such as 5.0 is accepted).
-absl::Status ReadInt(const nlohmann::ordered_json& obj, const char* name, std::string_view path, int64_t lo,
-                     int64_t hi, std::optional<int64_t>* out);
+absl::Status ReadInt(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
+                     int64_t lo, int64_t hi, std::optional<int64_t>* out);
 
 // `v` as an integer, or nullopt when it is not an integral number within int64.
 std::optional<int64_t> AsInt(const nlohmann::ordered_json& v);
