@@ -26,9 +26,7 @@ peak RSS (ru_maxrss), the interpreter's RSS before the model was loaded and the 
 """
 
 import argparse
-import ctypes
 import json
-import resource
 import statistics
 import sys
 import time
@@ -37,41 +35,8 @@ import numpy as np
 
 import llama_cpp as ll
 
-MASK64 = (1 << 64) - 1
-FNV_OFFSET = 0xCBF29CE484222325
-
-
-def splitmix64(state):
-    state = (state + 0x9E3779B97F4A7C15) & MASK64
-    z = state
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return state, z ^ (z >> 31)
-
-
-def prompt_ids(n, seed, n_vocab):
-    limit = min(2000, n_vocab)
-    ids, state = [], seed & MASK64
-    for _ in range(n):
-        state, value = splitmix64(state)
-        ids.append(value % limit)
-    return ids
-
-
-def fnv1a_ids(ids, h=FNV_OFFSET):
-    for token in ids:
-        for byte in (token & 0xFFFFFFFF).to_bytes(4, "little"):
-            h = ((h ^ byte) * 0x100000001B3) & MASK64
-    return h
-
-
-def peak_rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-
-
-def cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+from llama_cpp_common import (FNV_OFFSET, QuietModel, cpu_seconds, fnv1a_ids, peak_rss_mb,
+                              prompt_ids)
 
 
 class Runner:
@@ -79,22 +44,10 @@ class Runner:
 
     def __init__(self, args):
         self.args = args
-        self.log_lines = []
-
-        def log_callback(level, text, user_data):
-            line = " ".join(text.decode("utf-8", "replace").split())
-            if ("Flash Attention" in line or "buffer size" in line) and line not in self.log_lines:
-                self.log_lines.append(line)
-        self._log_cb = ll.llama_log_callback(log_callback)  # kept alive on self
-        ll.llama_log_set(self._log_cb, ctypes.c_void_p(0))
-        ll.llama_backend_init()
-
-        mparams = ll.llama_model_default_params()
-        self.model = ll.llama_model_load_from_file(args.model.encode(), mparams)
-        if not self.model:
-            raise SystemExit(f"llama.cpp could not load {args.model}")
-        self.vocab = ll.llama_model_get_vocab(self.model)
-        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        self.loaded = QuietModel(args.model)
+        self.log_lines = self.loaded.log_lines
+        self.model, self.vocab, self.n_vocab = (self.loaded.model, self.loaded.vocab,
+                                                self.loaded.n_vocab)
 
         n = args.sequences
         per_seq = max(256, (args.prompt + args.max_tokens + 255) // 256 * 256)
