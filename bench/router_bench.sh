@@ -31,6 +31,7 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "${repo}/bench/lock.sh"
 build="${repo}/build/release"
 model="${repo}/../shared/golden/tiny-dense-q8_0.gguf"
 out_dir="${repo}/build/bench/router"
@@ -97,11 +98,7 @@ for c in "${real_client_list[@]}"; do (( c > max_clients )) && max_clients="${c}
 log() { echo "== $*" >&2; }
 
 mkdir -p "${repo}/build/bench" "${out_dir}"
-exec 9>"${repo}/build/bench/engine-bench.lock"
-if ! flock -n 9; then
-  log "another benchmark holds build/bench/engine-bench.lock; waiting for it to finish"
-  flock 9
-fi
+bench_lock "${repo}"
 started=$(date +%s)
 
 # --- 1. binaries --------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=bench/venv.sh
 source "${repo}/bench/venv.sh"
+source "${repo}/bench/lock.sh"
 python="${PYTHON:-python3}"
 venv="${DELTASERVE_BENCH_VENV:-${repo}/build/bench-venv}"
 golden="${repo}/../shared/golden"
@@ -240,12 +241,7 @@ if [[ -n "${report_only}" ]]; then
   exit
 fi
 
-mkdir -p "${repo}/build/bench"
-exec 9>"${repo}/build/bench/engine-bench.lock"
-if ! flock -n 9; then
-  log "another benchmark holds build/bench/engine-bench.lock; waiting for it to finish"
-  flock 9
-fi
+bench_lock "${repo}"
 started=$(date +%s)
 
 # --- 1. venv ------------------------------------------------------------------------------------
