@@ -31,9 +31,9 @@ size_t QIndex(int64_t n, int64_t panel, int64_t k, int lane) {
 }
 
 // Quantizes x (n values, n a multiple of the block) into q_out (signed) and the per-G-block
-// d / dsum, `stride` floats apart.
+// d / dsum / integer sum (sum_out may be null), `stride` values apart.
 void QuantizeValues(bool k_quant, const float* x, int64_t n, int g, int8_t* q_out, float* d_out,
-                    float* s_out, int64_t stride) {
+                    float* s_out, int64_t stride, int32_t* sum_out = nullptr) {
   const int super = k_quant ? kQkK : kQk;
   for (int64_t k0 = 0; k0 < n; k0 += super) {
     int8_t* q = q_out + k0;
@@ -71,6 +71,7 @@ void QuantizeValues(bool k_quant, const float* x, int64_t n, int g, int8_t* q_ou
       const int64_t b = (k0 + b0) / g;
       d_out[b * stride] = d;
       s_out[b * stride] = d * static_cast<float>(sum);
+      if (sum_out != nullptr) sum_out[b * stride] = sum;
     }
   }
 }
@@ -166,6 +167,7 @@ void PrepareInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts) {
   acts.q.resize(static_cast<size_t>(x.rows * x.cols));
   acts.d.resize(static_cast<size_t>(x.rows * nb));
   acts.dsum.resize(static_cast<size_t>(x.rows * nb));
+  acts.qsum.resize(static_cast<size_t>(x.rows * nb));
 }
 
 void QuantizeInt8FlatScalar(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
@@ -173,7 +175,7 @@ void QuantizeInt8FlatScalar(bool k_quant, const Mat& x, const Int8FlatOut& a, in
   const int64_t nb = a.n / a.group;
   for (int64_t t = t0; t < t1; ++t) {
     QuantizeValues(k_quant, x.data + t * x.stride, a.n, a.group, a.q + t * a.n, a.d + t * nb,
-                   a.dsum + t * nb, 1);
+                   a.dsum + t * nb, 1, a.qsum + t * nb);
   }
 }
 
@@ -192,7 +194,8 @@ bool QuantizeInt8FlatSimd(bool k_quant, const Mat& x, const Int8FlatOut& a, int6
 
 void QuantizeInt8FlatRows(WeightType type, const Mat& x, Int8FlatActivations& acts, int64_t t0,
                           int64_t t1) {
-  const Int8FlatOut out{acts.n, acts.group, acts.q.data(), acts.d.data(), acts.dsum.data()};
+  const Int8FlatOut out{acts.n,        acts.group,       acts.q.data(),
+                        acts.d.data(), acts.dsum.data(), acts.qsum.data()};
   if (!QuantizeInt8FlatSimd(IsKQuant(type), x, out, t0, t1)) {
     QuantizeInt8FlatScalar(IsKQuant(type), x, out, t0, t1);
   }
@@ -214,7 +217,8 @@ Int8FlatBatch OrderInt8FlatForBatch(WeightType type, Int8FlatActivations& acts, 
       std::memcpy(q + 64, tmp, 32);
     }
   }
-  return {acts.q.data(), acts.d.data(), acts.dsum.data(), acts.n, acts.group, rows};
+  return {acts.q.data(), acts.d.data(), acts.dsum.data(), acts.n,
+          acts.group,    rows,          acts.qsum.data()};
 }
 
 bool DecodeInt8RowsBaseline(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,

@@ -135,25 +135,28 @@ Int8WeightRows DecodeInt8Rows(WeightType type, const uint8_t* w, size_t row_byte
                               int64_t n, Int8WeightBuffer& buf, Int8DecodeFn decode = nullptr);
 
 // One activation row quantized as above but not packed, for the fused few-row products:
-// q [n] int8 (no offset), d and dsum [n / G].
+// q [n] int8 (no offset), d and dsum [n / G], qsum [n / G] the integer sums of q per G-block
+// (the Q8_0 kernels multiply x by w + 128 and take 128 * qsum off; see DotQ8_0).
 struct Int8FlatRow {
   const int8_t* q = nullptr;
   const float* d = nullptr;
   const float* dsum = nullptr;
   int64_t n = 0;
+  const int32_t* qsum = nullptr;
 };
 
-// Storage of the flat rows of one call: row t at q + t * n, d / dsum + t * (n / G).
+// Storage of the flat rows of one call: row t at q + t * n, d / dsum / qsum + t * (n / G).
 struct Int8FlatActivations {
   int64_t n = 0;
   int group = 0;
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<float> dsum;
+  std::vector<int32_t> qsum;
 
   Int8FlatRow Row(int64_t t) const {
     const int64_t nb = n / group;
-    return {q.data() + t * n, d.data() + t * nb, dsum.data() + t * nb, n};
+    return {q.data() + t * n, d.data() + t * nb, dsum.data() + t * nb, n, qsum.data() + t * nb};
   }
 };
 
@@ -165,13 +168,15 @@ void PrepareInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts);
 void QuantizeInt8FlatRows(WeightType type, const Mat& x, Int8FlatActivations& acts, int64_t t0,
                           int64_t t1);
 
-// Writable storage of flat rows, for the ISA files: row t at q + t * n, d / dsum + t * (n / group).
+// Writable storage of flat rows, for the ISA files: row t at q + t * n, d / dsum / qsum +
+// t * (n / group).
 struct Int8FlatOut {
   int64_t n = 0;
   int group = 0;
   int8_t* q = nullptr;
   float* d = nullptr;
   float* dsum = nullptr;
+  int32_t* qsum = nullptr;
 };
 // The two implementations of QuantizeInt8FlatRows (rows [t0, t1) of x), plain C++ and AVX-512
 // F/BW (the same bytes and floats, bit for bit); k_quant selects the Q8_K-style blocks of 256.
@@ -198,10 +203,11 @@ bool Int8FusedAvx512Vnni(WeightType type, const uint8_t* w, size_t row_bytes, in
 bool Int8FusedAvx512VnniHas(WeightType type);
 #endif
 
-// The activation rows of a fused batch product: row t at q + t * n, d / dsum + t * (n / group),
-// as Int8FlatActivations, but for Q4_K with the four 32-value sub-blocks of every 128 values in
-// the order 0, 2, 1, 3 (the order a 64-byte load of Q4_K qs holds them: low nibbles of two
-// groups, then high nibbles), which OrderInt8FlatForBatch makes.
+// The activation rows of a fused batch product: row t at q + t * n, d / dsum / qsum +
+// t * (n / group), as Int8FlatActivations, but for Q4_K with the four 32-value sub-blocks of
+// every 128 values in the order 0, 2, 1, 3 (the order a 64-byte load of Q4_K qs holds them: low
+// nibbles of two groups, then high nibbles), which OrderInt8FlatForBatch makes (qsum, which
+// only Q8_0 reads, stays in the original order).
 struct Int8FlatBatch {
   const int8_t* q = nullptr;
   const float* d = nullptr;
@@ -209,6 +215,7 @@ struct Int8FlatBatch {
   int64_t n = 0;
   int group = 0;
   int64_t rows = 0;
+  const int32_t* qsum = nullptr;
 };
 
 // Reorders acts (quantized by QuantizeInt8Flat for `type`) in place for the fused batch kernel

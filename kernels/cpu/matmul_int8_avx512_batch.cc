@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/matmul_int8_avx512_common.h"
+#include "kernels/cpu/matmul_int8_avx512_q8_0.h"
 #include "kernels/cpu/quants.h"
 
 namespace deltaserve::kernels::internal {
@@ -40,6 +41,7 @@ struct TokenBlock {
   const int8_t* q[T];
   const float* d[T];
   const float* dsum[T];
+  const int32_t* qsum[T];
 };
 
 template <int T>
@@ -50,6 +52,7 @@ inline TokenBlock<T> TokensOf(const Int8FlatBatch& x, int64_t t0) {
     tb.q[t] = x.q + (t0 + t) * x.n;
     tb.d[t] = x.d + (t0 + t) * nb;
     tb.dsum[t] = x.dsum + (t0 + t) * nb;
+    tb.qsum[t] = x.qsum + (t0 + t) * nb;
   }
   return tb;
 }
@@ -197,49 +200,34 @@ void BatchQ6KRow(const BlockQ6_K* b, int64_t nsb, size_t ahead, const TokenBlock
   StoreTokens<T>(acc, y, y_stride);
 }
 
-// One Q8_0 row times T tokens, as DotQ8_0 (whose reduction and odd last block it repeats).
+// One Q8_0 row times T tokens, as DotQ8_0 (matmul_int8_avx512_q8_0.h): each group's weights
+// and scales are loaded once for all T tokens.
 template <int T>
-void BatchQ8_0Row(const BlockQ8_0* b, int64_t nb, size_t /*ahead*/, const TokenBlock<T>& x,
-                  float* y, int64_t y_stride) {
+void BatchQ8_0Row(const BlockQ8_0* b, int64_t nb, size_t ahead, const TokenBlock<T>& x, float* y,
+                  int64_t y_stride) {
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const __m512i zero = _mm512_setzero_si512();
   int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m512i wv = Join(Load256(reinterpret_cast<const uint8_t*>(b[i].qs)),
-                            Load256(reinterpret_cast<const uint8_t*>(b[i + 1].qs)));
-    const __mmask64 neg = _mm512_movepi8_mask(wv);
-    const __m512i aw = _mm512_abs_epi8(wv);
-    // The lanes of x.d * w.d, as DotQ8_0's scalar products.
-    const __m512 wd = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(b[i].d)),
-                                           _mm512_set1_ps(_cvtsh_ss(b[i + 1].d)));
+  for (; i + kQ8Group <= nb; i += kQ8Group) {
+    PrefetchAhead<kQ8Group * sizeof(BlockQ8_0)>(b + i, ahead);
+    __m512i wu[8];
+    for (int j = 0; j < 8; ++j) wu[j] = Q8PairUnsigned(b + i + 2 * j);
+    const __m512 dw = Q8Scales16(b + i);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      const __m512i av = _mm512_loadu_si512(x.q[t] + i * kQk);
-      const __m512i sa = _mm512_mask_sub_epi8(av, neg, zero, av);
-      const __m512i s = _mm512_dpbusd_epi32(zero, aw, sa);
-      const __m512 sc = _mm512_mul_ps(
-          _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(x.d[t][i]), _mm512_set1_ps(x.d[t][i + 1])),
-          wd);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[t]);
+      __m512i s[8];
+      for (int j = 0; j < 8; ++j) {
+        s[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu[j],
+                                   _mm512_loadu_si512(x.q[t] + (i + 2 * j) * kQk));
+      }
+      acc[t] = Q8GroupFma(s, dw, x.d[t] + i, x.qsum[t] + i, acc[t]);
     }
   }
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
-    float sum = _mm512_reduce_add_ps(acc[t]);
-    if (i < nb) {
-      const __m256i wv = Load256(reinterpret_cast<const uint8_t*>(b[i].qs));
-      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[t] + i * kQk));
-      const __m256i sa = _mm256_sign_epi8(av, wv);
-      const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), sa);
-      alignas(32) int32_t v[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(v), s);
-      int32_t si = 0;
-      for (int k = 0; k < 8; ++k) si += v[k];
-      sum += static_cast<float>(si) * (x.d[t][i] * _cvtsh_ss(b[i].d));
-    }
-    y[t * y_stride] = sum;
+    y[t * y_stride] =
+        _mm512_reduce_add_ps(acc[t]) + Q8_0Tail(b + i, nb - i, x.q[t] + i * kQk, x.d[t] + i);
   }
 }
 

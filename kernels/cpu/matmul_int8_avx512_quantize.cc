@@ -147,6 +147,7 @@ void QuantizeInt8FlatAvx512(bool k_quant, const Mat& x, const Int8FlatOut& a, in
       for (int i = 0; i < super / g; ++i) {
         a.d[t * nb + k0 / g + i] = d;
         a.dsum[t * nb + k0 / g + i] = d * static_cast<float>(sums[i]);
+        a.qsum[t * nb + k0 / g + i] = sums[i];
       }
     }
   }

@@ -1,8 +1,8 @@
 // AVX-512 VNNI one-activation-row products of the int8 path (Int8FusedAvx512Vnni,
 // matmul_int8.h): the decode step's matrix-vector products. Q4_K and Q6_K run four weight rows
 // at a time (shared activation loads, integer sums per super-block, software prefetch), Q8_0
-// and Q5_K one row at a time. Built with the AVX-512 flags of quants.cmake; called only when
-// the CPU has AVX-512 F/BW/VL and VNNI.
+// (in groups of 16 blocks, matmul_int8_avx512_q8_0.h) and Q5_K one row at a time. Built with the
+// AVX-512 flags of quants.cmake; called only when the CPU has AVX-512 F/BW/VL and VNNI.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -13,39 +13,26 @@
 
 #include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/matmul_int8_avx512_common.h"
+#include "kernels/cpu/matmul_int8_avx512_q8_0.h"
 #include "kernels/cpu/quants.h"
 
 namespace deltaserve::kernels::internal {
 namespace {
 
-// One Q8_0 row times x: |w| (unsigned) times x with w's sign, two blocks per vpdpbusd.
+// One Q8_0 row times x, in groups of 16 blocks (matmul_int8_avx512_q8_0.h).
 float DotQ8_0(const BlockQ8_0* b, int64_t nb, const Int8FlatRow& x) {
   __m512 acc = _mm512_setzero_ps();
-  const __m512i zero = _mm512_setzero_si512();
   int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m512i wv = Join(Load256(reinterpret_cast<const uint8_t*>(b[i].qs)),
-                            Load256(reinterpret_cast<const uint8_t*>(b[i + 1].qs)));
-    const __m512i av = _mm512_loadu_si512(x.q + i * kQk);
-    const __m512i sa = _mm512_mask_sub_epi8(av, _mm512_movepi8_mask(wv), zero, av);
-    const __m512i s = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(wv), sa);
-    const __m512 sc = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(x.d[i] * _cvtsh_ss(b[i].d)),
-                                           _mm512_set1_ps(x.d[i + 1] * _cvtsh_ss(b[i + 1].d)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc);
+  for (; i + kQ8Group <= nb; i += kQ8Group) {
+    PrefetchAhead<kQ8Group * sizeof(BlockQ8_0)>(b + i, kQ8PrefetchBytes);
+    __m512i s[8];
+    for (int j = 0; j < 8; ++j) {
+      s[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Q8PairUnsigned(b + i + 2 * j),
+                                 _mm512_loadu_si512(x.q + (i + 2 * j) * kQk));
+    }
+    acc = Q8GroupFma(s, Q8Scales16(b + i), x.d + i, x.qsum + i, acc);
   }
-  float sum = _mm512_reduce_add_ps(acc);
-  if (i < nb) {
-    const __m256i wv = Load256(reinterpret_cast<const uint8_t*>(b[i].qs));
-    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + i * kQk));
-    const __m256i sa = _mm256_sign_epi8(av, wv);
-    const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), sa);
-    alignas(32) int32_t t[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(t), s);
-    int32_t si = 0;
-    for (int k = 0; k < 8; ++k) si += t[k];
-    sum += static_cast<float>(si) * (x.d[i] * _cvtsh_ss(b[i].d));
-  }
-  return sum;
+  return _mm512_reduce_add_ps(acc) + Q8_0Tail(b + i, nb - i, x.q + i * kQk, x.d + i);
 }
 
 // One Q5_K row times x (Q4_K goes through DotQ4KRows below): unsigned weights times signed x,

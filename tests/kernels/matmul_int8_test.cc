@@ -394,11 +394,14 @@ TEST(MatMulInt8QuantizeTest, FlatAvx512EqualsScalarBitForBit) {
       std::vector<int8_t> q[2];
       std::vector<float> d[2];
       std::vector<float> dsum[2];
+      std::vector<int32_t> qsum[2];
       for (int i = 0; i < 2; ++i) {
         q[i].assign(static_cast<size_t>(rows * c.n), 0x55);
         d[i].assign(blocks, NAN);
         dsum[i].assign(blocks, NAN);
-        const internal::Int8FlatOut out{c.n, c.group, q[i].data(), d[i].data(), dsum[i].data()};
+        qsum[i].assign(blocks, INT32_MIN);
+        const internal::Int8FlatOut out{c.n,         c.group,        q[i].data(),
+                                        d[i].data(), dsum[i].data(), qsum[i].data()};
         if (i == 0) {
           internal::QuantizeInt8FlatScalar(c.k_quant, xm, out, 0, rows);
         } else {
@@ -415,6 +418,13 @@ TEST(MatMulInt8QuantizeTest, FlatAvx512EqualsScalarBitForBit) {
       EXPECT_EQ(q[0], q[1]) << what;
       EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
       EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
+      EXPECT_EQ(qsum[0], qsum[1]) << what;
+      // qsum is the integer sum of each block's q (what the Q8_0 kernels take off).
+      for (size_t b = 0; b < blocks; ++b) {
+        int32_t sum = 0;
+        for (int k = 0; k < c.group; ++k) sum += q[0][b * c.group + k];
+        ASSERT_EQ(qsum[0][b], sum) << what << " block " << b;
+      }
     }
   }
 }
