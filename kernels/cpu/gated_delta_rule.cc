@@ -100,6 +100,9 @@ DELTASERVE_ALWAYS_INLINE void RecurrentRows(float* __restrict m, int64_t d, int6
   }
 }
 
+// State rows (of d floats) that RecurrentHead prefetches ahead of the four it updates.
+constexpr int64_t kPrefetchRows = 8;
+
 // Head h over all T tokens, one token at a time. o_buf holds d floats.
 DELTASERVE_ISA_CLONES void RecurrentHead(const Problem& p, int64_t h, float* o_buf) {
   const int64_t d = p.d;
@@ -113,7 +116,17 @@ DELTASERVE_ISA_CLONES void RecurrentHead(const Problem& p, int64_t h, float* o_b
     const float decay = std::exp(p.g.data[t * p.g.stride + h]);
     const float b = p.beta.data[t * p.beta.stride + h];
     int64_t i = 0;
-    for (; i + 4 <= d; i += 4) RecurrentRows<4>(m, d, i, kt, qt, vt, decay, b, scale, o_buf);
+    for (; i + 4 <= d; i += 4) {
+      // The state comes from DRAM (the layer's weights went through the caches since it was
+      // last touched) and is written back: prefetched for writing kPrefetchRows ahead.
+      if (i + kPrefetchRows + 4 <= d) {
+        const char* ahead = reinterpret_cast<const char*>(m + (i + kPrefetchRows) * d);
+        for (int64_t o = 0; o < 4 * d * static_cast<int64_t>(sizeof(float)); o += 64) {
+          __builtin_prefetch(ahead + o, 1, 3);
+        }
+      }
+      RecurrentRows<4>(m, d, i, kt, qt, vt, decay, b, scale, o_buf);
+    }
     for (; i < d; ++i) RecurrentRows<1>(m, d, i, kt, qt, vt, decay, b, scale, o_buf);
     // Written after the whole head is read, so out may alias v.
     std::copy_n(o_buf, d, p.out.data + t * p.out.stride + h * d);
