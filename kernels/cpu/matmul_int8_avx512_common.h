@@ -47,11 +47,13 @@ inline __m512i Join(__m256i lo, __m256i hi) {
 // The multi-row kernels read R rows side by side, R streams advancing 144 / 210 bytes a step,
 // which the hardware prefetchers follow poorly: without help, Q6_K 1024 x 151936 on one thread
 // took 11.4 ms against 4.4 ms for the single-row kernel (bench/matmul_bench.cc). So each block
-// read also prefetches the block kPrefetchBytes ahead (rounded up to whole rows). A/B on one
-// thread, weights from DRAM, p10 of 300 calls: Q4_K 1024 x 6144 0.104 ms at 8 KiB, 0.110 at
-// 6 KiB, 0.098 at 10 KiB, 0.099 at 16 rows (9 KiB); Q6_K 0.162 / 0.155 / 0.176 / 0.176; T1 and
-// NTA hints no better than T0.
-constexpr size_t kPrefetchBytes = 8192;
+// read also prefetches the block kPrefetchBytes ahead (rounded up to whole rows). It was 8 KiB,
+// chosen on one thread; with two threads streaming a whole model the loads still stalled on the
+// Q6_K scales and qh (perf annotate), and decode of synth-0.8b-q4_k_m at depth 0 measured, in
+// alternating runs of one binary (medians of 4-5 runs of 3 x 64 tokens): 2 KiB 85.4 tok/s,
+// 3 KiB 93.0, 4 KiB 85.3-85.4, 6 KiB 81.0, 8 KiB 78.3, 16 KiB 80.7, 24 KiB 78.6; 4 KiB was
+// ahead of 8 KiB in each of 5 paired rounds (+7.7%). T1 and NTA hints were no better than T0.
+constexpr size_t kPrefetchBytes = 4096;
 
 // Bytes from a block to the one to prefetch: whole rows, at least the four being read.
 inline size_t PrefetchDistance(size_t row_bytes) {
