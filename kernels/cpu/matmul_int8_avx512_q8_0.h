@@ -32,7 +32,7 @@ constexpr int kQ8Group = 16;
 
 // The one-row kernel prefetches each group's bytes this far ahead (the rows of a range are
 // contiguous, so this runs into the next rows). The hardware prefetchers alone left the
-// 1024 x 248320 output head of synth-0.8b-q8_0 at 34.7 GB/s on two threads; 4, 8 and 16 KiB
+// 1024 x 248320 Q8_0 matrix (an output head's shape) at 34.7 GB/s on two threads; 4, 8 and 16 KiB
 // ahead gave 40.5, 40.2 and 40.3 (medians of 60 calls, interleaved in one process), and on a
 // 1024 x 6144 matrix that stays in cache they cost 2, 5 and 10%.
 constexpr size_t kQ8PrefetchBytes = 4096;
