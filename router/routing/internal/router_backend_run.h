@@ -1,0 +1,147 @@
+// The state machine of one generation inside RouterBackend (router_backend.h): Run (its
+// candidates, attempts, retries and the observer it reports to), Call (one Generate stream to
+// one worker) and Handle (the client's cancel). Defined here so that RouterBackend's own file
+// (the registry of live runs) and the state machine's (router_backend_run.cc) share them; not
+// for use outside RouterBackend.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "router/routing/internal/generate_request.h"
+#include "router/routing/router_backend.h"
+#include "router/routing/worker_pool.h"
+
+namespace deltaserve::router {
+
+// One Generate call to one worker. Owns its ClientContext; keeps itself alive (self_) from
+// Start until gRPC's OnDone, and the Run keeps a reference while it may cancel it.
+class RouterBackend::Call : public grpc::ClientReadReactor<::deltaserve::v1::GenerateEvent>,
+                            public std::enable_shared_from_this<Call> {
+ public:
+  Call(std::shared_ptr<Run> run, std::unique_ptr<WorkerPool::CallTicket> ticket, size_t candidate,
+       const common::Tokenizer* tokenizer)
+      : run_(std::move(run)),
+        ticket_(std::move(ticket)),
+        candidate_(candidate),
+        tokenizer_(tokenizer) {}
+
+  void Start(int64_t deadline_ms) {
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(deadline_ms));
+    if (!request_.request_id().empty()) context_.AddMetadata("x-request-id", request_.request_id());
+    self_ = shared_from_this();
+    ticket_->stub->async()->Generate(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  void TryCancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+  ::deltaserve::v1::GenerateRequest& request() { return request_; }
+  const WorkerPool::CallTicket& ticket() const { return *ticket_; }
+  size_t candidate() const { return candidate_; }
+  const common::Tokenizer* tokenizer() const { return tokenizer_; }
+
+  bool final_seen = false;     // a FinalEvent arrived (later events are ignored)
+  absl::Status early_failure;  // a FinalEvent ERROR/CANCELLED before any token
+
+ private:
+  std::shared_ptr<Run> run_;
+  std::unique_ptr<WorkerPool::CallTicket> ticket_;
+  size_t candidate_;
+  const common::Tokenizer* tokenizer_;
+  grpc::ClientContext context_;
+  ::deltaserve::v1::GenerateRequest request_;
+  ::deltaserve::v1::GenerateEvent event_;
+  std::shared_ptr<Call> self_;
+};
+
+// One generation: its candidates, the attempts made, the observer. Steps (Begin, Step, the
+// event and done callbacks of its calls) run one at a time: one call is active at most, and
+// the next step is started only by the previous one. Cancel() may come from any thread.
+class RouterBackend::Run : public std::enable_shared_from_this<Run> {
+ public:
+  Run(RouterBackend* backend, const api::CompletionRequest& request,
+      std::shared_ptr<api::GenerationObserver> observer, std::shared_ptr<const RouterConfig> config)
+      : backend_(backend),
+        request_(request),
+        observer_(std::move(observer)),
+        config_(std::move(config)) {}
+  ~Run() { backend_->Unregister(this); }
+
+  void Begin();
+  void Step();
+  void Cancel();
+  void OnEvent(Call& call, const ::deltaserve::v1::GenerateEvent& event);
+  void OnCallDone(Call& call, const grpc::Status& status);
+
+ private:
+  absl::StatusOr<const internal::PreparedPrompt*> Prepare(const Candidate& candidate,
+                                                          const ModelState& model);
+  void StartCall(const Candidate& candidate, const ServingWorker& worker,
+                 std::unique_ptr<WorkerPool::CallTicket> ticket,
+                 const internal::PreparedPrompt& prepared);
+  void NextCandidate();
+  void Retry();
+  void FinishExhausted();
+  void Finish(const absl::Status& status);
+  void FinishEnd(const api::GenerationEnd& end);
+  void StartOnce(const Candidate& candidate);
+  int MaxAttempts() const { return std::max(1, config_->routing.max_attempts); }
+
+  RouterBackend* const backend_;
+  const api::CompletionRequest request_;
+  std::shared_ptr<api::GenerationObserver> observer_;  // dropped once the last event is sent
+  const std::shared_ptr<const RouterConfig> config_;
+  std::vector<Candidate> candidates_;
+  uint64_t affinity_ = 0;
+
+  size_t candidate_ = 0;            // the candidate being tried
+  std::vector<std::string> tried_;  // workers of that candidate already tried
+  absl::flat_hash_map<std::string, internal::PreparedPrompt> prepared_;  // by candidate + digest
+  int attempts_ = 0;                                                     // Generate calls started
+  bool started_ = false;                                                 // OnStart sent
+  // A non-streaming request holds its deltas until the final event: the client sees nothing
+  // before then, so a worker that fails mid-generation is retried from scratch elsewhere.
+  const bool buffered_ = !request_.stream;
+  std::vector<api::GenerationDelta> held_;  // the current call's deltas, when buffered_
+  bool done_ = false;                       // OnEnd or OnError sent
+  size_t fallback_logged_ = 0;              // highest candidate whose first try was logged
+
+  // Why candidates were passed over, for the final status.
+  bool saw_no_worker_ = false;
+  bool saw_saturated_ = false;
+  std::string context_error_;  // the numbers, when a candidate's context was too small
+  int32_t largest_context_ = 0;
+  int exhausted_failures_ = 0;  // attempts refused with RESOURCE_EXHAUSTED
+  int other_failures_ = 0;      // attempts that failed otherwise
+  std::string last_error_;
+
+  std::mutex mu_;  // guards call_ and cancelled_ against Cancel()
+  std::shared_ptr<Call> call_;
+  std::atomic<bool> cancelled_{false};
+};
+
+class RouterBackend::Handle : public api::GenerationHandle {
+ public:
+  explicit Handle(std::weak_ptr<Run> run) : run_(std::move(run)) {}
+  void Cancel() override {
+    if (auto run = run_.lock()) run->Cancel();
+  }
+
+ private:
+  std::weak_ptr<Run> run_;
+};
+
+}  // namespace deltaserve::router

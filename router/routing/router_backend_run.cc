@@ -1,0 +1,478 @@
+// RouterBackend's per-generation state machine (internal/router_backend_run.h): candidates,
+// attempts with backoff, the Generate stream's events, and what an early failure leads to
+// (internal/early_failure.h).
+#include "router/routing/internal/router_backend_run.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "router/api/api_error.h"
+#include "router/routing/candidates.h"
+#include "router/routing/internal/early_failure.h"
+#include "router/routing/internal/generate_request.h"
+#include "router/routing/internal/log.h"
+
+namespace deltaserve::router {
+
+namespace v1 = ::deltaserve::v1;
+using internal::LogRouting;
+using internal::PreparedPrompt;
+using internal::ToApiLogprob;
+
+namespace {
+
+double Jitter() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return std::uniform_real_distribution<double>(0.5, 1.5)(rng);
+}
+
+std::string StatusText(const grpc::Status& s) {
+  return absl::StrCat(s.error_message(), " (gRPC code ", static_cast<int>(s.error_code()), ")");
+}
+
+}  // namespace
+
+void RouterBackend::Call::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream ended; OnDone follows
+  run_->OnEvent(*this, event_);
+  event_.Clear();
+  StartRead(&event_);
+}
+
+void RouterBackend::Call::OnDone(const grpc::Status& status) {
+  std::shared_ptr<Run> run = std::move(run_);
+  run->OnCallDone(*this, status);
+  self_.reset();  // last: may destroy this
+}
+
+void RouterBackend::Run::Begin() {
+  absl::StatusOr<std::vector<Candidate>> resolved = ResolveCandidates(request_.model, *config_);
+  if (resolved.ok() && config_->models.empty()) {
+    // Without configured models every name passes resolution; a name no worker has ever
+    // reported is unknown (404), one that some worker served and none serves now is 503.
+    std::erase_if(*resolved,
+                  [&](const Candidate& c) { return !backend_->pool_->EverServed(c.served_name); });
+    if (resolved->empty()) {
+      resolved = api::WithErrorDetail(
+          absl::NotFoundError(absl::StrCat("The model '", request_.model, "' does not exist")),
+          "model", "model_not_found");
+    }
+  }
+  if (!resolved.ok()) {
+    backend_->pool_->metrics().CountRejection(kRejectUnknownModel);
+    Finish(resolved.status());
+    return;
+  }
+  candidates_ = std::move(*resolved);
+  affinity_ = backend_->options_.affinity_key ? backend_->options_.affinity_key(request_) : 0;
+  Step();
+}
+
+void RouterBackend::Run::Cancel() {
+  std::shared_ptr<Call> call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_.exchange(true)) return;
+    call = call_;
+  }
+  // Outside the lock: gRPC may run the call's callbacks inline.
+  if (call) call->TryCancel();
+}
+
+absl::StatusOr<const PreparedPrompt*> RouterBackend::Run::Prepare(const Candidate& candidate,
+                                                                  const ModelState& model) {
+  const std::string key = absl::StrCat(candidate_, "\n", model.tokenizer_digest);
+  if (auto it = prepared_.find(key); it != prepared_.end()) return &it->second;
+  absl::StatusOr<const common::Tokenizer*> tok =
+      backend_->tokenizers_->Get(*model.tokenizer, model.tokenizer_digest);
+  if (!tok.ok()) {
+    return absl::InternalError(
+        absl::StrCat("tokenizer of model '", model.name,
+                     "' from its worker is unusable: ", tok.status().message()));
+  }
+  api::CompletionRequest request = request_;
+  ApplyModelDefaults(candidate.defaults, request);
+  absl::StatusOr<RenderedPrompt> rendered = backend_->renderer_->Render(request, model, **tok);
+  if (!rendered.ok()) return rendered.status();
+  const std::string_view prompt_param =
+      request_.endpoint == api::Endpoint::kChatCompletions ? "messages" : "prompt";
+  if (rendered->token_ids.empty()) {
+    return api::InvalidRequestError(prompt_param, "invalid_value", "The prompt has no tokens");
+  }
+  const int32_t n_vocab = model.n_vocab > 0 ? model.n_vocab : (*tok)->vocab_size();
+  for (int32_t id : rendered->token_ids) {
+    if (id < 0 || id >= n_vocab) {
+      return api::InvalidRequestError(
+          prompt_param, "invalid_value",
+          absl::StrCat("Token id ", id, " is outside the vocabulary of model '", candidate.name,
+                       "' (", n_vocab, " tokens)"));
+    }
+  }
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id < 0 || id >= n_vocab) {
+      return api::InvalidRequestError(
+          absl::StrCat("logit_bias.", id), "invalid_value",
+          absl::StrCat("Token id ", id, " is outside the vocabulary of model '", candidate.name,
+                       "' (", n_vocab, " tokens)"));
+    }
+  }
+  PreparedPrompt& p = prepared_[key];
+  p.tokenizer = *tok;
+  p.prompt = std::move(*rendered);
+  p.sampling = std::move(request.sampling);
+  return &p;
+}
+
+void RouterBackend::Run::Step() {
+  WorkerPool& pool = *backend_->pool_;
+  for (;;) {
+    if (cancelled_.load()) {
+      Finish(absl::CancelledError("generation cancelled"));
+      return;
+    }
+    if (attempts_ >= MaxAttempts() || candidate_ >= candidates_.size()) {
+      FinishExhausted();
+      return;
+    }
+    const Candidate& candidate = candidates_[candidate_];
+    const std::vector<ServingWorker> serving = pool.ModelsServing(candidate.served_name);
+    std::vector<WorkerOption> options(serving.size());
+    std::vector<const PreparedPrompt*> prompts(serving.size(), nullptr);
+    for (size_t i = 0; i < serving.size(); ++i) {
+      const ServingWorker& s = serving[i];
+      WorkerOption& o = options[i];
+      o.worker = s.address;
+      o.available =
+          s.available && std::find(tried_.begin(), tried_.end(), s.address) == tried_.end();
+      o.context_length = s.model->context_length;
+      o.load = s.model->load;
+      o.router_inflight = s.router_inflight;
+      if (!o.available) continue;
+      absl::StatusOr<const PreparedPrompt*> p = Prepare(candidate, *s.model);
+      if (!p.ok()) {
+        Finish(p.status());
+        return;
+      }
+      prompts[i] = *p;
+      o.tokens_needed = static_cast<int64_t>((*p)->prompt.token_ids.size()) +
+                        (request_.max_tokens ? *request_.max_tokens : 1);
+    }
+    const WorkerChoice choice = ChooseWorkers(options, affinity_, backend_->options_.choice);
+    switch (choice.outcome) {
+      case ChoiceOutcome::kNoWorker:
+        if (tried_.empty()) saw_no_worker_ = true;
+        NextCandidate();
+        continue;
+      case ChoiceOutcome::kContextTooSmall: {
+        // The numbers of the candidate that came closest: the largest context among them.
+        if (context_error_.empty() || choice.largest_context > largest_context_) {
+          largest_context_ = choice.largest_context;
+          const int64_t max_tokens = request_.max_tokens ? *request_.max_tokens : 0;
+          const int64_t prompt_tokens = choice.tokens_needed - (max_tokens > 0 ? max_tokens : 1);
+          context_error_ = absl::StrCat(
+              "This model's maximum context length is ", choice.largest_context,
+              " tokens. However, you requested ", prompt_tokens + max_tokens, " tokens (",
+              prompt_tokens, " in the prompt, ", max_tokens,
+              " for the completion). Please reduce the prompt or the completion length.");
+        }
+        NextCandidate();
+        continue;
+      }
+      case ChoiceOutcome::kSaturated:
+        saw_saturated_ = true;
+        NextCandidate();
+        continue;
+      case ChoiceOutcome::kChosen:
+        break;
+    }
+    for (size_t index : choice.order) {
+      std::unique_ptr<WorkerPool::CallTicket> ticket =
+          pool.BeginCall(serving[index].address, candidate.served_name);
+      if (ticket == nullptr) continue;  // its circuit opened since the snapshot
+      StartCall(candidate, serving[index], std::move(ticket), *prompts[index]);
+      return;
+    }
+    if (tried_.empty()) saw_no_worker_ = true;
+    NextCandidate();
+  }
+}
+
+void RouterBackend::Run::NextCandidate() {
+  ++candidate_;
+  tried_.clear();
+}
+
+void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWorker& worker,
+                                   std::unique_ptr<WorkerPool::CallTicket> ticket,
+                                   const PreparedPrompt& prepared) {
+  ++attempts_;
+  WorkerPool& pool = *backend_->pool_;
+  if (attempts_ > 1) pool.metrics().CountRetry();
+  if (candidate_ > 0 && candidate_ > fallback_logged_) {
+    fallback_logged_ = candidate_;
+    pool.metrics().CountFallback(candidates_[0].name, candidate.name);
+    LogRouting(absl::StrCat("request ", request_.request_id, ": fallback from '",
+                            candidates_[0].name, "' to '", candidate.name, "'",
+                            last_error_.empty() ? "" : absl::StrCat(" after: ", last_error_)));
+  }
+  tried_.push_back(worker.address);
+
+  auto call =
+      std::make_shared<Call>(shared_from_this(), std::move(ticket), candidate_, prepared.tokenizer);
+  internal::FillGenerateRequest(request_, candidate, worker.model->context_length, prepared,
+                                call->request());
+
+  bool cancel_now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_ = call;
+    cancel_now = cancelled_.load();
+  }
+  call->Start(backend_->options_.generate_deadline_ms);
+  if (cancel_now) call->TryCancel();
+}
+
+void RouterBackend::Run::StartOnce(const Candidate& candidate) {
+  if (started_) return;
+  started_ = true;
+  observer_->OnStart(api::GenerationStart{candidate.name});
+}
+
+void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
+  if (call.final_seen || done_) return;  // nothing after the final event counts
+  const Candidate& candidate = candidates_[call.candidate()];
+  switch (event.event_case()) {
+    case v1::GenerateEvent::kTokenEvent: {
+      const v1::TokenEvent& t = event.token_event();
+      api::GenerationDelta delta;
+      delta.text = t.text();
+      delta.tokens = t.token_ids_size();
+      if (request_.logprobs) {
+        delta.logprobs.reserve(t.logprobs_size());
+        for (const v1::TokenLogprobs& lp : t.logprobs()) {
+          delta.logprobs.push_back(ToApiLogprob(lp, call.tokenizer()));
+        }
+      }
+      if (buffered_) {
+        held_.push_back(std::move(delta));
+        return;
+      }
+      StartOnce(candidate);
+      observer_->OnDelta(std::move(delta));
+      return;
+    }
+    case v1::GenerateEvent::kFinalEvent: {
+      call.final_seen = true;
+      const v1::FinalEvent& f = event.final_event();
+      if (f.finish_reason() == v1::FINISH_REASON_STOP ||
+          f.finish_reason() == v1::FINISH_REASON_LENGTH) {
+        StartOnce(candidate);
+        for (api::GenerationDelta& held : held_) observer_->OnDelta(std::move(held));
+        held_.clear();
+        api::GenerationEnd end;
+        end.finish_reason = f.finish_reason() == v1::FINISH_REASON_STOP
+                                ? api::FinishReason::kStop
+                                : api::FinishReason::kLength;
+        end.usage.prompt_tokens = f.usage().prompt_tokens();
+        end.usage.completion_tokens = f.usage().completion_tokens();
+        end.usage.cached_tokens = f.usage().cached_prompt_tokens();
+        FinishEnd(end);
+        return;
+      }
+      // ERROR, CANCELLED (a worker shutting down) or a reason this build does not know.
+      const std::string why = absl::StrCat(
+          "worker ", call.ticket().address, " ended the sequence with ",
+          v1::FinishReason_IsValid(f.finish_reason()) ? v1::FinishReason_Name(f.finish_reason())
+                                                      : absl::StrCat(f.finish_reason()),
+          f.message().empty() ? "" : absl::StrCat(": ", f.message()));
+      const absl::Status status = f.finish_reason() == v1::FINISH_REASON_CANCELLED
+                                      ? absl::UnavailableError(why)
+                                      : absl::InternalError(why);
+      if (!started_) {
+        call.early_failure = status;  // retried when the call is done
+      } else {
+        backend_->pool_->metrics().CountErrorAfterStart();
+        LogRouting(
+            absl::StrCat("request ", request_.request_id, ": error after the first token: ", why));
+        Finish(status);
+      }
+      return;
+    }
+    default:
+      return;  // a newer kind of event: skipped (proto/README.md)
+  }
+}
+
+void RouterBackend::Run::OnCallDone(Call& call, const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (call_.get() == &call) call_.reset();
+  }
+  WorkerPool& pool = *backend_->pool_;
+  const WorkerPool::CallTicket& ticket = call.ticket();
+  const bool cancelled = cancelled_.load();
+  const std::string where =
+      absl::StrCat("worker ", ticket.address, " (model '", ticket.model, "')");
+
+  if (done_) {
+    // The final event was delivered (or an error after it was reported).
+    const bool clean = status.ok() && call.final_seen && call.early_failure.ok();
+    pool.EndCall(ticket,
+                 clean       ? CallOutcome::kSuccess
+                 : cancelled ? CallOutcome::kNeutral
+                             : CallOutcome::kFailure,
+                 StatusText(status));
+    return;
+  }
+  if (started_) {
+    if (cancelled) {
+      pool.EndCall(ticket, CallOutcome::kNeutral);
+      Finish(absl::CancelledError("generation cancelled"));
+      return;
+    }
+    const std::string why = status.ok() ? "the stream ended without a final event"
+                                        : absl::StrCat("the stream broke: ", StatusText(status));
+    pool.EndCall(ticket, CallOutcome::kFailure, why);
+    pool.metrics().CountErrorAfterStart();
+    LogRouting(absl::StrCat("request ", request_.request_id, ": error after the first token on ",
+                            where, ": ", why));
+    Finish(absl::UnavailableError(absl::StrCat(where, " failed during generation: ", why)));
+    return;
+  }
+  if (cancelled) {
+    pool.EndCall(ticket, CallOutcome::kNeutral);
+    Finish(absl::CancelledError("generation cancelled"));
+    return;
+  }
+
+  // Before the first token reached the client: decide between passing the error on and trying
+  // elsewhere. A buffered generation's partial output is dropped; the retry starts over.
+  if (!held_.empty()) {
+    pool.metrics().CountDiscardedPartial();
+    LogRouting(absl::StrCat("request ", request_.request_id, ": dropping ", held_.size(),
+                            " undelivered event(s) of a failed call on ", where));
+    held_.clear();
+  }
+  absl::Status failure;
+  if (!status.ok()) {
+    failure =
+        absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  } else if (!call.early_failure.ok()) {
+    failure = call.early_failure;
+  } else {
+    failure = absl::InternalError("the stream ended without a final event");
+  }
+  last_error_ = absl::StrCat(where, ": ", failure.ToString());
+  const internal::EarlyFailureVerdict verdict = internal::ClassifyEarlyFailure(failure.code());
+  pool.EndCall(ticket, verdict.outcome,
+               verdict.outcome == CallOutcome::kFailure ? failure.ToString() : std::string());
+  switch (verdict.step) {
+    case internal::EarlyFailureStep::kPassOn:
+      if (failure.code() == absl::StatusCode::kInvalidArgument) {
+        LogRouting(
+            absl::StrCat("request ", request_.request_id, ": ", where,
+                         " refused the request as invalid (version skew?): ", failure.message()));
+      }
+      Finish(failure);
+      return;
+    case internal::EarlyFailureStep::kDeadline:
+      Finish(absl::DeadlineExceededError(absl::StrCat(where, " did not start in time")));
+      return;
+    case internal::EarlyFailureStep::kRefused:
+      Finish(
+          absl::InternalError(absl::StrCat(where, " refused the request: ", failure.ToString())));
+      return;
+    case internal::EarlyFailureStep::kNextCandidate:
+      pool.PollSoon();
+      LogRouting(absl::StrCat("request ", request_.request_id, ": ", where,
+                              " does not serve the model (NOT_FOUND); next candidate"));
+      ++other_failures_;
+      NextCandidate();
+      Retry();
+      return;
+    case internal::EarlyFailureStep::kRetrySaturated:
+      ++exhausted_failures_;
+      Retry();
+      return;
+    case internal::EarlyFailureStep::kRetryFailed:
+      ++other_failures_;
+      LogRouting(absl::StrCat("request ", request_.request_id, ": attempt ", attempts_, " on ",
+                              where, " failed before the first token: ", failure.ToString()));
+      Retry();
+      return;
+  }
+}
+
+void RouterBackend::Run::Retry() {
+  if (attempts_ >= MaxAttempts()) {
+    FinishExhausted();
+    return;
+  }
+  const int64_t base = std::max<int64_t>(0, config_->routing.retry_backoff_ms);
+  const int shift = std::min(attempts_ - 1, 16);
+  const double ms = std::min<double>(static_cast<double>(base) * (int64_t{1} << shift) * Jitter(),
+                                     static_cast<double>(backend_->options_.max_backoff_ms));
+  std::shared_ptr<Run> self = shared_from_this();
+  backend_->timer_.RunAfter(absl::Milliseconds(ms), [self] { self->Step(); });
+}
+
+void RouterBackend::Run::FinishExhausted() {
+  RoutingMetrics& metrics = backend_->pool_->metrics();
+  const std::string& model = request_.model;
+  absl::Status status;
+  if (exhausted_failures_ + other_failures_ > 0) {
+    if (other_failures_ == 0) {
+      metrics.CountRejection(kRejectSaturated);
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "Every worker for model '", model, "' is at capacity; retry later (", last_error_, ")"));
+    } else {
+      metrics.CountRejection(kRejectExhausted);
+      status =
+          absl::UnavailableError(absl::StrCat("No worker could serve model '", model, "' after ",
+                                              attempts_, " attempt(s); last: ", last_error_));
+    }
+  } else if (saw_saturated_) {
+    metrics.CountRejection(kRejectSaturated);
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("Every worker for model '", model, "' is saturated; retry later"));
+  } else if (saw_no_worker_) {
+    metrics.CountRejection(kRejectNoWorker);
+    status = absl::UnavailableError(absl::StrCat("No worker is available for model '", model, "'"));
+  } else if (!context_error_.empty()) {
+    metrics.CountRejection(kRejectContext);
+    status = api::WithErrorDetail(
+        absl::InvalidArgumentError(context_error_),
+        request_.endpoint == api::Endpoint::kChatCompletions ? "messages" : "prompt",
+        "context_length_exceeded");
+  } else {
+    metrics.CountRejection(kRejectNoWorker);
+    status = absl::UnavailableError(absl::StrCat("No worker is available for model '", model, "'"));
+  }
+  LogRouting(absl::StrCat("request ", request_.request_id, ": refused: ", status.ToString()));
+  Finish(status);
+}
+
+void RouterBackend::Run::Finish(const absl::Status& status) {
+  if (done_) return;
+  done_ = true;
+  std::shared_ptr<api::GenerationObserver> observer = std::move(observer_);
+  observer->OnError(status);
+}
+
+void RouterBackend::Run::FinishEnd(const api::GenerationEnd& end) {
+  if (done_) return;
+  done_ = true;
+  std::shared_ptr<api::GenerationObserver> observer = std::move(observer_);
+  observer->OnEnd(end);
+}
+
+}  // namespace deltaserve::router
