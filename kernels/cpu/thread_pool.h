@@ -2,6 +2,13 @@
 // job. Between the jobs of one forward pass workers spin briefly (a job usually follows within
 // microseconds); after ~50 us without work they sleep on a condition variable, so an idle
 // worker uses no CPU.
+//
+// A decode step hands ~100 jobs to the pool, so the hand-off is lock-free while the other side
+// spins: the job is published with the generation counter and picked up without the mutex, and
+// the mutex and condition variables are touched only when a worker (or the caller, waiting for
+// the end of a job) has gone to sleep. An empty job on 2 threads went from 1.7-2.1 us (mutex
+// on both sides of every hand-off) to 0.12 us; in a decode step that is ~0.2 ms of ~13 ms,
+// below what engine runs on this guest resolve (alternating runs: within +-2%).
 #pragma once
 
 #include <atomic>
@@ -38,13 +45,20 @@ class ThreadPool {
 
   const int n_threads_;
   std::vector<std::thread> workers_;
+  // Job hand-off: job_ and remaining_ are written before generation_ is bumped (release), and
+  // read after a worker sees the new generation (acquire).
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<const std::function<void(int, int)>*> job_{nullptr};
+  std::atomic<int> remaining_{0};
+  std::atomic<bool> stop_{false};
+  // Sleeping: workers_asleep_ counts workers that are (about to be) waiting on wake_, and
+  // caller_asleep_ says the caller waits on done_; both are set under mu_ and read by the other
+  // side after its own store (sequentially consistent), so a wake-up is never lost.
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> remaining_{0};
-  const std::function<void(int, int)>* job_ = nullptr;
-  bool stop_ = false;
+  std::atomic<int> workers_asleep_{0};
+  std::atomic<bool> caller_asleep_{false};
 };
 
 }  // namespace deltaserve::kernels
