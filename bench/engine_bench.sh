@@ -5,7 +5,8 @@
 #      a model has to be synthesized);
 #   3. synthesizes build/bench/synth-0.8b-{q8_0,q4_k_m}.gguf if missing (deltaserve-synth
 #      --preset 0.8b, vocabulary of ../shared/golden/qwen3-vocab-qwen35pre.gguf);
-#   4. measures the read bandwidth (deltaserve-bench-bandwidth, best of 5) before and after;
+#   4. measures the read bandwidth (deltaserve-bench-bandwidth, best of 5) before and after, and
+#      briefly before each round of a decode scenario (the decode rows' fractions);
 #   5. per model and scenario runs deltaserve-bench-engine and
 #      bench/llama_cpp_engine_throughput.py (same ids, same threads, medians of --reps);
 #   6. prints a markdown table on stdout (progress on stderr); raw JSON lines are kept in
@@ -137,6 +138,12 @@ probe_bandwidth() {
 }
 bw_start=""
 [[ "${bandwidth}" == 1 ]] && bw_start="$(probe_bandwidth)"
+# Before each round of a decode scenario, a shorter probe (1 GiB, best of 3, ~2 s): the phase
+# can change between rounds, and a decode row's fraction is taken against its own round's probe.
+probe_round() {
+  "${build}/bench/deltaserve-bench-bandwidth" --threads "${threads}" --mib 1024 --reps 3 \
+    2>/dev/null | sed -n 's/.*best_gb_s=\([^ ]*\).*/\1/p'
+}
 
 # --- 5. runs ------------------------------------------------------------------------------------
 # CPU seconds all processes used so far (/proc/stat busy jiffies; USER_HZ = 100 on Linux).
@@ -166,9 +173,11 @@ wall = float(sys.argv[6]) - float(sys.argv[5])
 others = (float(sys.argv[8]) - float(sys.argv[7]) - r["cpu_seconds"]) / wall
 print(json.dumps({"model": sys.argv[2], "case": sys.argv[3], "round": int(sys.argv[4]),
                   "others_cpu": round(max(others, 0), 2),
+                  "round_bw_gb_s": float(sys.argv[9]) if sys.argv[9] else None,
                   "rep_tok_s": [l["tok_s"] for l in lines if "rep" in l], **r},
                  separators=(",", ":")))' \
-    "${raw}" "${name}" "${s}" "${round}" "${t0}" "${t1}" "${busy0}" "${busy1}" >>"${results}"
+    "${raw}" "${name}" "${s}" "${round}" "${t0}" "${t1}" "${busy0}" "${busy1}" "${round_bw}" \
+    >>"${results}"
 }
 
 results="${out_dir}/results.jsonl"
@@ -183,6 +192,11 @@ for m in "${models[@]}"; do
     fi
     common=(-m "${m}" --threads "${threads}" --reps "${reps}" --batch 512 "${args[@]}")
     for ((round = 1; round <= rounds; ++round)); do
+      round_bw=""
+      if [[ "${bandwidth}" == 1 && "${s}" == decode* ]]; then
+        round_bw="$(probe_round)"
+        log "read bandwidth before round ${round}: ${round_bw} GB/s"
+      fi
       run_engine DeltaServe deltaserve "${build}/bench/deltaserve-bench-engine" "${common[@]}" --json
       # numpy's OpenBLAS would otherwise start spinning threads that compete with llama.cpp's.
       run_engine llama.cpp llama env OPENBLAS_NUM_THREADS=1 "${venv}/bin/python" \
@@ -202,7 +216,8 @@ echo "Machine: ${cpu}, $(nproc) cores ($(uname -m), $(uname -r)); ${threads} thr
      "load average at start ${load_start}, at end ${load_end}; $(date -u +%Y-%m-%d)"
 [[ -n "${bw_best}" ]] &&
   echo "Read bandwidth (${threads} threads, 2 GiB, best of 5): ${bw_start} GB/s before the runs," \
-       "${bw_end} GB/s after; the weights GB/s column is a fraction of ${bw_best}"
+       "${bw_end} GB/s after; the weights GB/s column gives, in brackets, the median over the" \
+       "rounds of each round's rate as a fraction of a probe taken just before it (1 GiB, best of 3)"
 echo "Took $(( ($(date +%s) - started) / 60 )) min; raw results in ${out_dir}"
 echo
 "${python}" - "${results}" "${bw_best}" <<'PY'
@@ -267,7 +282,11 @@ for (model, case), e in merged.items():
         for r in (ds, lc):
             if r:
                 gbs = per_token * r["median_tok_s"] / 1e9
-                parts.append(f"{gbs:.1f}" + (f" ({100 * gbs / bw:.0f}%)" if bw else ""))
+                # Each round against the probe taken just before it; else the run's best probe.
+                fr = [per_token * x["median_tok_s"] / 1e9 / x["round_bw_gb_s"]
+                      for x in r["rounds"].values() if x.get("round_bw_gb_s")]
+                pct = median(fr) if fr else (gbs / bw if bw else None)
+                parts.append(f"{gbs:.1f}" + (f" ({100 * pct:.0f}%)" if pct else ""))
         wbw = " / ".join(parts)
     print(f"| {model} | {scenario} | {cell(ds, 'median_tok_s', '{:.2f}')} "
           f"| {cell(lc, 'median_tok_s', '{:.2f}')} | {ratio} | {cell(ds, 'peak_rss_mb', '{:.0f}')} "
