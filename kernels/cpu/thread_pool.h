@@ -7,8 +7,10 @@
 // spins: the job is published with the generation counter and picked up without the mutex, and
 // the mutex and condition variables are touched only when a worker (or the caller, waiting for
 // the end of a job) has gone to sleep. An empty job on 2 threads went from 1.7-2.1 us (mutex
-// on both sides of every hand-off) to 0.12 us; in a decode step that is ~0.2 ms of ~13 ms,
-// below what engine runs on this guest resolve (alternating runs: within +-2%).
+// on both sides of every hand-off) to 0.12 us, or from 1.9 to 0.74-0.81 us at another time of
+// the same day (the guest's two cores are not always equally close); an OpenMP parallel region
+// took 1.3 us then (bench/thread_pool_bench.cc). In a decode step that is ~0.1-0.2 ms of
+// ~13 ms, below what engine runs on this guest resolve (alternating runs: within +-2%).
 #pragma once
 
 #include <atomic>
