@@ -129,21 +129,19 @@ mkdir -p "${out_dir}"
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- 4. bandwidth -------------------------------------------------------------------------------
-# Measured before and after the runs (the best of both counts): on a VM the host's other guests
-# share the memory bus, and one probe can catch a busy moment.
+# Measured before and after the runs (2 GiB, best of 5), and before each round of a decode
+# scenario (1 GiB, best of 3, ~2 s): on a VM the host's other guests share the memory bus, the
+# phase can change between rounds, and a decode row's fraction is taken against its own round's
+# probe. probe_bandwidth MIB REPS prints the best GB/s.
 probe_bandwidth() {
-  log "read bandwidth, ${threads} threads, 2 GiB, best of 5"
-  "${build}/bench/deltaserve-bench-bandwidth" --threads "${threads}" --mib 2048 --reps 5 |
-    sed -n 's/.*best_gb_s=\([^ ]*\).*/\1/p'
-}
-bw_start=""
-[[ "${bandwidth}" == 1 ]] && bw_start="$(probe_bandwidth)"
-# Before each round of a decode scenario, a shorter probe (1 GiB, best of 3, ~2 s): the phase
-# can change between rounds, and a decode row's fraction is taken against its own round's probe.
-probe_round() {
-  "${build}/bench/deltaserve-bench-bandwidth" --threads "${threads}" --mib 1024 --reps 3 \
+  "${build}/bench/deltaserve-bench-bandwidth" --threads "${threads}" --mib "$1" --reps "$2" \
     2>/dev/null | sed -n 's/.*best_gb_s=\([^ ]*\).*/\1/p'
 }
+bw_start=""
+if [[ "${bandwidth}" == 1 ]]; then
+  log "read bandwidth, ${threads} threads, 2 GiB, best of 5"
+  bw_start="$(probe_bandwidth 2048 5)"
+fi
 
 # --- 5. runs ------------------------------------------------------------------------------------
 # CPU seconds all processes used so far (/proc/stat busy jiffies; USER_HZ = 100 on Linux).
@@ -194,7 +192,7 @@ for m in "${models[@]}"; do
     for ((round = 1; round <= rounds; ++round)); do
       round_bw=""
       if [[ "${bandwidth}" == 1 && "${s}" == decode* ]]; then
-        round_bw="$(probe_round)"
+        round_bw="$(probe_bandwidth 1024 3)"
         log "read bandwidth before round ${round}: ${round_bw} GB/s"
       fi
       run_engine DeltaServe deltaserve "${build}/bench/deltaserve-bench-engine" "${common[@]}" --json
@@ -206,7 +204,10 @@ for m in "${models[@]}"; do
 done
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 bw_end=""
-[[ "${bandwidth}" == 1 ]] && bw_end="$(probe_bandwidth)"
+if [[ "${bandwidth}" == 1 ]]; then
+  log "read bandwidth, ${threads} threads, 2 GiB, best of 5"
+  bw_end="$(probe_bandwidth 2048 5)"
+fi
 bw_best="$(printf '%s\n%s\n' "${bw_start}" "${bw_end}" | sort -g | tail -1)"
 
 # --- 6. report ----------------------------------------------------------------------------------
