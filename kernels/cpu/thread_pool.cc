@@ -43,6 +43,8 @@ ThreadPool::ThreadPool(int n_threads)
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   generation_.fetch_add(1);
+  // Empty on purpose: a worker between its check of the generation and its wait holds mu_, so
+  // after this it is either waiting (and gets the notify) or will see the new generation.
   { std::lock_guard<std::mutex> lock(mu_); }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
