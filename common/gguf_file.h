@@ -67,6 +67,8 @@ class GgufFile {
   // Byte offset where the tensor data section starts.
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return bytes_.size(); }
+  // Bytes [0, data_offset): header, metadata and tensor infos (what a model fingerprint hashes).
+  absl::Span<const uint8_t> header_bytes() const { return bytes_.subspan(0, data_offset_); }
 
   // Metadata in file order.
   const std::vector<GgufKeyValue>& metadata() const { return metadata_; }

@@ -14,6 +14,8 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # base libraries (prometheus-cpp is not packaged in Debian 12: metrics use our own text exposition)
   libabsl-dev libhiredis-dev libboost-dev
+  # session snapshots: optional zstd compression of Redis blobs (common/snapshot_format)
+  libzstd-dev
   nlohmann-json3-dev
   # the router's YAML config (router/config); OpenSSL's libcrypto for API-key SHA-256 (router/auth)
   libyaml-cpp-dev libssl-dev
