@@ -1,6 +1,7 @@
 #include "router/chat/qwen_prompt_renderer.h"
 
 #include "absl/strings/str_cat.h"
+#include "router/chat/message_boundaries.h"
 #include "router/chat/qwen_chat_template.h"
 
 namespace deltaserve::router::chat {
@@ -35,6 +36,13 @@ absl::StatusOr<RenderedPrompt> QwenPromptRenderer::Render(const api::CompletionR
     // Text completions: control-token text in the prompt is ordinary text (as OpenAI does).
     const std::vector<int32_t> ids = tokenizer.Encode(request.prompt, /*parse_special=*/false);
     out.token_ids.insert(out.token_ids.end(), ids.begin(), ids.end());
+  }
+  // Boundaries for completions too: a raw prompt given as ids can carry ChatML markup.
+  const TurnEndTokens turn_end = FindTurnEndTokens(tokenizer, model.tokenizer.get());
+  out.message_boundaries = MessageBoundaries(out.token_ids, turn_end.eot_id, turn_end.newline_id);
+  if (request.endpoint == api::Endpoint::kChatCompletions && turn_end.eot_id >= 0) {
+    out.turn_end_token_ids.push_back(turn_end.eot_id);
+    if (turn_end.newline_id >= 0) out.turn_end_token_ids.push_back(turn_end.newline_id);
   }
   if (out.token_ids.empty()) {
     return absl::InvalidArgumentError(request.endpoint == api::Endpoint::kChatCompletions

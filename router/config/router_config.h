@@ -61,7 +61,7 @@ struct WorkerEndpoint {
   std::string address;
 };
 
-// Timeouts, retries and health checking of workers.
+// Timeouts, retries and health checking of workers, and the routing-by-prefix knobs.
 struct RoutingSettings {
   int max_attempts = 3;                 // tries before the first token, over workers/candidates
   int64_t retry_backoff_ms = 50;        // base of the jittered backoff between tries
@@ -69,6 +69,11 @@ struct RoutingSettings {
   int circuit_failures = 3;             // consecutive failures that open a worker's circuit
   int64_t circuit_open_ms = 5000;       // how long an open circuit keeps the worker out
   int64_t connect_timeout_ms = 2000;
+  // Routing by prefix (docs/router.md): a request goes first to the worker holding a snapshot
+  // of its longest prefix while that worker has fewer than `prefix_max_waiting` sequences
+  // queued beyond its free slots; off: the session-affinity / least-loaded rule alone.
+  bool prefix_affinity = true;
+  int prefix_max_waiting = 4;
 };
 
 // See the file comment.

@@ -272,6 +272,10 @@ absl::Status ValidateRouterConfig(const RouterConfig& config, const Locate& loca
       !s.ok()) {
     return s;
   }
+  if (auto s = c.IntRange("routing.prefix_max_waiting", r.prefix_max_waiting, 1, 1024);
+      !s.ok()) {
+    return s;
+  }
   if (config.max_body_bytes < kMinBodyBytes || config.max_body_bytes > kMaxBodyBytes) {
     return c.Error("max_body_bytes", absl::StrCat("must be in [", kMinBodyBytes, ", ",
                                                   kMaxBodyBytes, "], got ", config.max_body_bytes));

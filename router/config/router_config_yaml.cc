@@ -313,9 +313,18 @@ absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
           RoutingSettings& r = out.routing;
           return ForEachField(v, p,
                               {"max_attempts", "retry_backoff_ms", "health_interval_ms",
-                               "circuit_failures", "circuit_open_ms", "connect_timeout_ms"},
+                               "circuit_failures", "circuit_open_ms", "connect_timeout_ms",
+                               "prefix_affinity", "prefix_max_waiting"},
                               [&](std::string_view k, const YAML::Node& rv, const std::string& rp) {
                                 if (k == "max_attempts") return Integer(rv, rp, r.max_attempts);
+                                if (k == "prefix_affinity") {
+                                  std::optional<bool> on;
+                                  if (auto st = Bool(rv, rp, on); !st.ok()) return st;
+                                  r.prefix_affinity = *on;
+                                  return absl::OkStatus();
+                                }
+                                if (k == "prefix_max_waiting")
+                                  return Integer(rv, rp, r.prefix_max_waiting);
                                 if (k == "retry_backoff_ms")
                                   return Integer(rv, rp, r.retry_backoff_ms);
                                 if (k == "health_interval_ms")

@@ -18,6 +18,13 @@ namespace deltaserve::router {
 struct RenderedPrompt {
   std::vector<int32_t> token_ids;       // BOS included when the tokenizer's add_bos says so
   std::vector<int32_t> stop_token_ids;  // extra ids that end generation (a template's end of turn)
+  // Token positions where a message of the prompt ends (ascending, each in [1, token_ids.size()];
+  // GenerateRequest.message_boundaries): where workers snapshot, and what routing by prefix
+  // matches against the workers' snapshot keys. Empty: none known.
+  std::vector<int32_t> message_boundaries;
+  // What the template writes after an assistant message (GenerateRequest.turn_end_token_ids);
+  // empty for completions.
+  std::vector<int32_t> turn_end_token_ids;
 };
 
 class PromptRenderer {

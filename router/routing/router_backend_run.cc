@@ -88,8 +88,8 @@ void RouterBackend::Run::Cancel() {
   if (call) call->TryCancel();
 }
 
-absl::StatusOr<const PreparedPrompt*> RouterBackend::Run::Prepare(const Candidate& candidate,
-                                                                  const ModelState& model) {
+absl::StatusOr<PreparedPrompt*> RouterBackend::Run::Prepare(const Candidate& candidate,
+                                                            const ModelState& model) {
   const std::string key = absl::StrCat(candidate_, "\n", model.tokenizer_digest);
   if (auto it = prepared_.find(key); it != prepared_.end()) return &it->second;
   absl::StatusOr<const common::Tokenizer*> tok =
@@ -129,6 +129,7 @@ absl::StatusOr<const PreparedPrompt*> RouterBackend::Run::Prepare(const Candidat
   p.tokenizer = *tok;
   p.prompt = std::move(*rendered);
   p.sampling = std::move(request.sampling);
+  p.prefix_matcher.emplace(p.prompt.token_ids, p.prompt.message_boundaries);
   return &p;
 }
 
@@ -146,7 +147,10 @@ void RouterBackend::Run::Step() {
     const Candidate& candidate = candidates_[candidate_];
     const std::vector<ServingWorker> serving = pool.ModelsServing(candidate.served_name);
     std::vector<WorkerOption> options(serving.size());
-    std::vector<const PreparedPrompt*> prompts(serving.size(), nullptr);
+    std::vector<PreparedPrompt*> prompts(serving.size(), nullptr);
+    ChoiceOptions choice_options = backend_->options_.choice;
+    choice_options.prefix_affinity = config_->routing.prefix_affinity;
+    choice_options.prefix_max_waiting = config_->routing.prefix_max_waiting;
     for (size_t i = 0; i < serving.size(); ++i) {
       const ServingWorker& s = serving[i];
       WorkerOption& o = options[i];
@@ -157,7 +161,7 @@ void RouterBackend::Run::Step() {
       o.load = s.model->load;
       o.router_inflight = s.router_inflight;
       if (!o.available) continue;
-      absl::StatusOr<const PreparedPrompt*> p = Prepare(candidate, *s.model);
+      absl::StatusOr<PreparedPrompt*> p = Prepare(candidate, *s.model);
       if (!p.ok()) {
         Finish(p.status());
         return;
@@ -165,8 +169,15 @@ void RouterBackend::Run::Step() {
       prompts[i] = *p;
       o.tokens_needed = static_cast<int64_t>((*p)->prompt.token_ids.size()) +
                         (request_.max_tokens ? *request_.max_tokens : 1);
+      if (choice_options.prefix_affinity && s.model->snapshot_root.has_value()) {
+        o.reports_snapshots = true;
+        if (s.model->snapshot_prefixes != nullptr) {
+          o.held_prefix_tokens = (*p)->prefix_matcher->HeldPrefixTokens(
+              (*p)->prompt.token_ids, *s.model->snapshot_root, *s.model->snapshot_prefixes);
+        }
+      }
     }
-    const WorkerChoice choice = ChooseWorkers(options, affinity_, backend_->options_.choice);
+    const WorkerChoice choice = ChooseWorkers(options, affinity_, choice_options);
     switch (choice.outcome) {
       case ChoiceOutcome::kNoWorker:
         if (tried_.empty()) saw_no_worker_ = true;
@@ -192,6 +203,7 @@ void RouterBackend::Run::Step() {
         NextCandidate();
         continue;
       case ChoiceOutcome::kChosen:
+        pool.metrics().CountPrefixRouting(PrefixOutcomeLabel(choice.prefix));
         break;
     }
     for (size_t index : choice.order) {

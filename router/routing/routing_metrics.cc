@@ -18,6 +18,14 @@ void RoutingMetrics::CountCircuitOpen(std::string_view worker) {
   std::lock_guard<std::mutex> lock(mu_);
   ++workers_[std::string(worker)].circuit_opens;
 }
+void RoutingMetrics::CountBadSnapshotRoot(std::string_view worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++workers_[std::string(worker)].bad_snapshot_roots;
+}
+void RoutingMetrics::CountPrefixRouting(std::string_view outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++prefix_routing_[std::string(outcome)];
+}
 void RoutingMetrics::CountRetry() {
   std::lock_guard<std::mutex> lock(mu_);
   ++retries_;
@@ -75,6 +83,11 @@ int64_t RoutingMetrics::discarded_partials() const {
   std::lock_guard<std::mutex> lock(mu_);
   return discarded_partials_;
 }
+int64_t RoutingMetrics::prefix_routing(std::string_view outcome) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = prefix_routing_.find(outcome);
+  return it == prefix_routing_.end() ? 0 : it->second;
+}
 
 void RoutingMetrics::Write(api::PrometheusText& out) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -94,6 +107,9 @@ void RoutingMetrics::Write(api::PrometheusText& out) const {
        &WorkerCounters::poll_failures},
       {"deltaserve_router_worker_circuit_opens_total", "Times a worker's circuit breaker opened.",
        &WorkerCounters::circuit_opens},
+      {"deltaserve_router_worker_bad_snapshot_roots_total",
+       "Models whose snapshot_key_root was malformed (not 16 bytes): not routed to by prefix.",
+       &WorkerCounters::bad_snapshot_roots},
   };
   for (const Family& f : kFamilies) {
     for (const auto& [worker, counters] : workers_) {
@@ -129,6 +145,15 @@ void RoutingMetrics::Write(api::PrometheusText& out) const {
   out.Counter("deltaserve_router_partial_retries_total",
               "Non-streaming generations whose worker failed mid-way, retried from scratch.", {},
               static_cast<double>(discarded_partials_));
+  for (std::string_view outcome : {kPrefixHit, kPrefixOverloaded, kPrefixMiss, kPrefixOff}) {
+    auto it = prefix_routing_.find(outcome);
+    out.Counter("deltaserve_router_prefix_routing_total",
+                "Worker choices by what routing by prefix did: hit (the worker holding the "
+                "longest snapshot prefix went first), overloaded (it was busy; least loaded "
+                "went first), miss (no worker holds one), off.",
+                {{"outcome", std::string(outcome)}},
+                it == prefix_routing_.end() ? 0.0 : static_cast<double>(it->second));
+  }
 }
 
 }  // namespace deltaserve::router

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "router/routing/internal/prefix_policy.h"
+#include "router/routing/routing_metrics.h"
+
 namespace deltaserve::router {
 namespace {
 
@@ -77,17 +80,9 @@ WorkerChoice ChooseWorkers(const std::vector<WorkerOption>& workers, uint64_t af
     choice.outcome = ChoiceOutcome::kContextTooSmall;
     return choice;
   }
-  for (size_t i : fitting) {
-    if (EffectiveWaiting(workers[i]) < options.saturated_waiting) choice.order.push_back(i);
-  }
-  if (choice.order.empty()) {
-    choice.outcome = ChoiceOutcome::kSaturated;
-    return choice;
-  }
-  choice.outcome = ChoiceOutcome::kChosen;
   // Ties (e.g. all idle) break by the rendezvous score, so equal workers share sessions
   // evenly instead of all going to the first configured one.
-  std::stable_sort(choice.order.begin(), choice.order.end(), [&](size_t a, size_t b) {
+  std::stable_sort(fitting.begin(), fitting.end(), [&](size_t a, size_t b) {
     const double la = LoadScore(workers[a]), lb = LoadScore(workers[b]);
     if (la != lb) return la < lb;
     const double fa = FreePageFraction(workers[a].load), fb = FreePageFraction(workers[b].load);
@@ -95,6 +90,29 @@ WorkerChoice ChooseWorkers(const std::vector<WorkerOption>& workers, uint64_t af
     return RendezvousScore(affinity_key, workers[a].worker) >
            RendezvousScore(affinity_key, workers[b].worker);
   });
+  // Saturated holders stay in the policy's view, so that a busy holder reads "overloaded".
+  std::vector<internal::PrefixCandidate> prefix(fitting.size());
+  for (size_t k = 0; k < fitting.size(); ++k) {
+    const WorkerOption& w = workers[fitting[k]];
+    const int64_t waiting = EffectiveWaiting(w);
+    prefix[k] = {w.reports_snapshots, w.held_prefix_tokens, waiting,
+                 waiting >= options.saturated_waiting};
+    if (!prefix[k].saturated) choice.order.push_back(fitting[k]);
+  }
+  if (choice.order.empty()) {
+    choice.outcome = ChoiceOutcome::kSaturated;
+    return choice;
+  }
+  choice.outcome = ChoiceOutcome::kChosen;
+  const internal::PrefixVerdict verdict =
+      internal::ChooseByPrefix(prefix, options.prefix_affinity, options.prefix_max_waiting);
+  choice.prefix = verdict.outcome;
+  if (verdict.outcome == PrefixOutcome::kHit) {
+    auto it = std::find(choice.order.begin(), choice.order.end(), fitting[verdict.first]);
+    std::rotate(choice.order.begin(), it, it + 1);
+    return choice;
+  }
+  if (verdict.outcome == PrefixOutcome::kOverloaded) return choice;  // least loaded first
   if (affinity_key != 0) {
     // The winner among the workers affinity may use; fitting and unsaturated ones only, so the
     // choice moves only when the favourite cannot take the request (rendezvous property).
@@ -116,6 +134,20 @@ WorkerChoice ChooseWorkers(const std::vector<WorkerOption>& workers, uint64_t af
     }
   }
   return choice;
+}
+
+std::string_view PrefixOutcomeLabel(PrefixOutcome outcome) {
+  switch (outcome) {
+    case PrefixOutcome::kOff:
+      return kPrefixOff;
+    case PrefixOutcome::kMiss:
+      return kPrefixMiss;
+    case PrefixOutcome::kHit:
+      return kPrefixHit;
+    case PrefixOutcome::kOverloaded:
+      return kPrefixOverloaded;
+  }
+  return kPrefixOff;
 }
 
 uint64_t AffinityKey(const api::CompletionRequest& request) {

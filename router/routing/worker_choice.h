@@ -1,10 +1,11 @@
 #pragma once
 // Which worker serves one candidate model: a pure function over the workers' last known
 // state. Workers that cannot take the request are dropped (unavailable, context too small for
-// prompt + max_tokens, saturated); the rest are ordered least loaded first, except that a
-// request with a session-affinity key goes first to its rendezvous-hash winner (the same
-// conversation prefix lands on the same worker, where its cached prefix lives) while that
-// worker's queue is short.
+// prompt + max_tokens, saturated); the rest are ordered least loaded first, except that the
+// worker holding a snapshot of the longest prefix of the prompt goes first while its queue is
+// short (routing by prefix, internal/prefix_policy.h), and otherwise a request with a
+// session-affinity key goes first to its rendezvous-hash winner (the same conversation lands
+// on the same worker, where its cached prefix lives) while that worker's queue is short.
 //
 //   WorkerChoice c = ChooseWorkers(workers, AffinityKey(request), options);
 //   if (c.outcome == ChoiceOutcome::kChosen) try workers[c.order[0]], then c.order[1], ...
@@ -39,6 +40,11 @@ struct WorkerOption {
   // Streams this router has open on the worker for the model. Polled load is up to one poll
   // interval old; the router's own count keeps a burst from all landing on one worker.
   int64_t router_inflight = 0;
+  // Routing by prefix: the worker reports snapshot keys for the model (it sent a
+  // snapshot_key_root), and of those keys the longest prefix of this request's prompt, in
+  // tokens, that it holds a snapshot of (a message boundary; 0: none).
+  bool reports_snapshots = false;
+  int64_t held_prefix_tokens = 0;
 };
 
 struct ChoiceOptions {
@@ -49,7 +55,25 @@ struct ChoiceOptions {
   // Session affinity holds while the affinity worker has fewer waiting sequences than this;
   // beyond it a cached prefix is worth less than the queue, and the least loaded one wins.
   int32_t affinity_max_waiting = 4;
+  // Routing by prefix (docs/router.md, "Routing by prefix"): the worker holding the longest
+  // snapshot prefix goes first while its effective waiting is below prefix_max_waiting; beyond
+  // it the least loaded worker goes first and fetches the snapshot from Redis. RouterBackend
+  // takes both from the RoutingSettings in force (routing.prefix_affinity,
+  // routing.prefix_max_waiting), so a SIGHUP reload changes them.
+  bool prefix_affinity = true;
+  int32_t prefix_max_waiting = 4;
 };
+
+// What routing by prefix did for one choice (the metric's `outcome` label).
+enum class PrefixOutcome {
+  kOff,         // prefix_affinity off, or no fitting worker reports snapshot keys
+  kMiss,        // no fitting worker holds a prefix of the prompt: the rule without it applied
+  kHit,         // the worker holding the longest prefix goes first
+  kOverloaded,  // every worker holding the longest prefix is busy: least loaded first
+};
+
+// "off", "miss", "hit", "overloaded" (routing_metrics.h).
+std::string_view PrefixOutcomeLabel(PrefixOutcome outcome);
 
 enum class ChoiceOutcome {
   kChosen,           // `order` lists the workers to try
@@ -61,12 +85,14 @@ enum class ChoiceOutcome {
 struct WorkerChoice {
   ChoiceOutcome outcome = ChoiceOutcome::kNoWorker;
   std::vector<size_t> order;      // indices into the input, best first
-  bool affinity_applied = false;  // order[0] is the affinity worker
-  int32_t largest_context = 0;    // kContextTooSmall: the largest available context
-  int64_t tokens_needed = 0;      // kContextTooSmall: what the largest-context worker needed
+  bool affinity_applied = false;  // order[0] is the session-affinity worker
+  // What routing by prefix did; kHit: order[0] holds the longest prefix.
+  PrefixOutcome prefix = PrefixOutcome::kOff;
+  int32_t largest_context = 0;  // kContextTooSmall: the largest available context
+  int64_t tokens_needed = 0;    // kContextTooSmall: what the largest-context worker needed
 };
 
-// See the file comment. `affinity_key` 0: no affinity.
+// See the file comment. `affinity_key` 0: no session affinity.
 WorkerChoice ChooseWorkers(const std::vector<WorkerOption>& workers, uint64_t affinity_key,
                            const ChoiceOptions& options);
 

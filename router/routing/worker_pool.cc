@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/str_util.h"
@@ -34,7 +35,8 @@ struct WorkerPool::Worker {
   std::string device;
   std::string last_error;
   std::vector<std::shared_ptr<const ModelState>> models;
-  absl::flat_hash_map<std::string, int64_t> inflight;  // by model
+  absl::flat_hash_map<std::string, int64_t> inflight;         // by model
+  absl::flat_hash_set<std::string> bad_snapshot_root_logged;  // models whose root was malformed
   bool poll_in_flight = false;
   bool fetch_in_flight = false;
   int64_t rounds = 0;  // polls finished, with the tokenizer fetch they started
@@ -360,10 +362,31 @@ void WorkerPool::PublishModelsLocked(Worker& worker, const v1::WorkerInfo& info)
       s->tokenizer = it->second;
     }
     s->chat_template = m.chat_template();
+    PublishSnapshotKeysLocked(worker, m, *s);
     ever_served_[s->name] = true;
     models.push_back(std::move(s));
   }
   worker.models = std::move(models);
+}
+
+void WorkerPool::PublishSnapshotKeysLocked(Worker& worker, const v1::ModelInfo& m, ModelState& s) {
+  auto prefixes = std::make_shared<std::vector<uint64_t>>(m.load().snapshot_key_prefixes().begin(),
+                                                          m.load().snapshot_key_prefixes().end());
+  std::sort(prefixes->begin(), prefixes->end());
+  s.snapshot_prefixes = std::move(prefixes);
+  if (m.snapshot_key_root().empty()) return;  // snapshots off on the worker
+  absl::StatusOr<common::SnapshotKey> root = common::SnapshotKeyFromBytes(m.snapshot_key_root());
+  if (root.ok()) {
+    s.snapshot_root = *root;
+    return;
+  }
+  // A worker of another protocol version: its snapshots are not routed to, said once.
+  if (worker.bad_snapshot_root_logged.insert(m.name()).second) {
+    metrics_.CountBadSnapshotRoot(worker.address);
+    LogRouting(absl::StrCat(
+        "worker ", worker.address, " model '", m.name(),
+        "': snapshot_key_root ignored (no routing by prefix there): ", root.status().message()));
+  }
 }
 
 void WorkerPool::DropUnusedTokenizersLocked() {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -28,6 +29,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "common/snapshot_key.h"
 #include "deltaserve/v1/worker.grpc.pb.h"
 #include "router/api/prometheus_text.h"
 #include "router/config/router_config.h"
@@ -50,6 +52,11 @@ struct ModelState {
   // reports the same digest.
   std::shared_ptr<const deltaserve::v1::Tokenizer> tokenizer;
   std::string chat_template;  // Jinja text; empty if none
+  // Root of the worker's snapshot key chain (ModelInfo.snapshot_key_root); unset when the
+  // worker has snapshots off or sent a root that is not 16 bytes.
+  std::optional<common::SnapshotKey> snapshot_root;
+  // ModelLoad.snapshot_key_prefixes of the last poll, sorted for binary search; null: none.
+  std::shared_ptr<const std::vector<uint64_t>> snapshot_prefixes;
 };
 
 // One worker as of now.
@@ -147,6 +154,8 @@ class WorkerPool {
                     const grpc::Status& status);
   // Publishes the models of `info` for `worker` (mu_ held).
   void PublishModelsLocked(Worker& worker, const deltaserve::v1::WorkerInfo& info);
+  // Fills `s`'s snapshot root and key prefixes from `m` (mu_ held).
+  void PublishSnapshotKeysLocked(Worker& worker, const deltaserve::v1::ModelInfo& m, ModelState& s);
   void DropUnusedTokenizersLocked();
   bool AvailableLocked(const Worker& worker, const ModelState& model, absl::Time now) const;
   void FinishRpc();

@@ -108,6 +108,10 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
       mi->mutable_load()->set_waiting_sequences(m.waiting);
       mi->mutable_load()->set_free_kv_pages(m.free_kv_pages);
       mi->mutable_load()->set_total_kv_pages(m.total_kv_pages);
+      mi->set_snapshot_key_root(m.snapshot_key_root);
+      for (uint64_t prefix : m.snapshot_key_prefixes) {
+        mi->mutable_load()->add_snapshot_key_prefixes(prefix);
+      }
       if (request->include_tokenizer()) *mi->mutable_tokenizer() = ByteTokenizer();
     }
     return grpc::Status::OK;

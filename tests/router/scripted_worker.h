@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,10 @@ struct ScriptedModel {
   int64_t free_kv_pages = 100;
   int64_t total_kv_pages = 100;
   std::string tokenizer_digest = "bytes-v1";
+  // ModelInfo.snapshot_key_root (raw bytes; empty: snapshots off) and
+  // ModelLoad.snapshot_key_prefixes, sent as scripted.
+  std::string snapshot_key_root;
+  std::vector<uint64_t> snapshot_key_prefixes;
 };
 
 struct GenerateScript {

@@ -14,6 +14,10 @@ void FillGenerateRequest(const api::CompletionRequest& request, const Candidate&
   r.set_model(candidate.served_name);
   r.mutable_prompt_token_ids()->Assign(prepared.prompt.token_ids.begin(),
                                        prepared.prompt.token_ids.end());
+  r.mutable_message_boundaries()->Assign(prepared.prompt.message_boundaries.begin(),
+                                         prepared.prompt.message_boundaries.end());
+  r.mutable_turn_end_token_ids()->Assign(prepared.prompt.turn_end_token_ids.begin(),
+                                         prepared.prompt.turn_end_token_ids.end());
   v1::SamplingParams& sp = *r.mutable_sampling();
   const api::SamplingParams& s = prepared.sampling;
   if (s.temperature) sp.set_temperature(static_cast<float>(*s.temperature));

@@ -4,12 +4,14 @@
 // worker's logprobs → the API's. Private to router/routing (RouterBackend's attempts).
 
 #include <cstdint>
+#include <optional>
 
 #include "common/tokenizer.h"
 #include "deltaserve/v1/worker.pb.h"
 #include "router/api/completion_request.h"
 #include "router/api/openai_response.h"
 #include "router/routing/candidates.h"
+#include "router/routing/internal/prefix_match.h"
 #include "router/routing/prompt_renderer.h"
 
 namespace deltaserve::router::internal {
@@ -19,6 +21,8 @@ struct PreparedPrompt {
   const common::Tokenizer* tokenizer = nullptr;
   RenderedPrompt prompt;
   api::SamplingParams sampling;  // the request's, with the candidate's defaults applied
+  // The prompt's snapshot keys at its message boundaries, per chain root (routing by prefix).
+  std::optional<PromptPrefixMatcher> prefix_matcher;
 };
 
 // Fills `out` for a call to `candidate` on a worker whose context holds `context_length`

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "router/routing/internal/generate_request.h"
@@ -87,8 +87,8 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   void OnCallDone(Call& call, const grpc::Status& status);
 
  private:
-  absl::StatusOr<const internal::PreparedPrompt*> Prepare(const Candidate& candidate,
-                                                          const ModelState& model);
+  absl::StatusOr<internal::PreparedPrompt*> Prepare(const Candidate& candidate,
+                                                    const ModelState& model);
   void StartCall(const Candidate& candidate, const ServingWorker& worker,
                  std::unique_ptr<WorkerPool::CallTicket> ticket,
                  const internal::PreparedPrompt& prepared);
@@ -109,7 +109,8 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
 
   size_t candidate_ = 0;            // the candidate being tried
   std::vector<std::string> tried_;  // workers of that candidate already tried
-  absl::flat_hash_map<std::string, internal::PreparedPrompt> prepared_;  // by candidate + digest
+  // By candidate + digest; node-based: Step holds pointers to several while adding others.
+  absl::node_hash_map<std::string, internal::PreparedPrompt> prepared_;
   int attempts_ = 0;                                                     // Generate calls started
   bool started_ = false;                                                 // OnStart sent
   // A non-streaming request holds its deltas until the final event: the client sees nothing
