@@ -16,6 +16,8 @@ namespace {
 class KeyHasher {
  public:
   void Bytes(const void* data, size_t n) { buf_.append(static_cast<const char*>(data), n); }
+  // Separates the kinds of hash input (the file comment of snapshot_key.h says why).
+  void Tag(char kind) { buf_.push_back(kind); }
   void Key(const SnapshotKey& k) { Bytes(k.bytes.data(), k.bytes.size()); }
   void U64(uint64_t v) {
     uint8_t b[8];
@@ -108,6 +110,7 @@ absl::StatusOr<std::vector<SnapshotKey>> SnapshotKeysAt(const SnapshotKey& root,
   for (int64_t p : positions) {
     while (block_end + B <= p) {
       KeyHasher h;
+      h.Tag('B');
       h.Key(block);
       h.Tokens(tokens.subspan(block_end, B));
       block = h.Finish();
@@ -118,6 +121,7 @@ absl::StatusOr<std::vector<SnapshotKey>> SnapshotKeysAt(const SnapshotKey& root,
       continue;
     }
     KeyHasher h;
+    h.Tag('T');
     h.Key(block);
     h.Tokens(tokens.subspan(block_end, p - block_end));
     h.U64(static_cast<uint64_t>(p));
@@ -137,7 +141,11 @@ std::vector<int64_t> SnapshotPositions(absl::Span<const int32_t> message_boundar
     const int64_t begin = starts[i];
     const int64_t end = i + 1 < starts.size() ? starts[i + 1] : n_tokens;
     if (interval > 0) {
-      for (int64_t p = begin + interval; p < end; p += interval) out.push_back(p);
+      // Written as a distance so that a huge interval cannot overflow begin + interval.
+      for (int64_t p = begin; end - p > interval;) {
+        p += interval;
+        out.push_back(p);
+      }
     }
     if (i + 1 < starts.size()) out.push_back(end);
   }

@@ -4,14 +4,17 @@
 //
 //   root      = H("deltaserve-snapshot-v1", model fingerprint, K type, V type, state type,
 //                 page tokens)
-//   block_i   = H(block_{i-1}, tokens of span i)          spans of kSnapshotBlockTokens tokens,
-//                                                          block_0 = root
-//   key(p)    = block_{p/B}                     when p is a multiple of B
-//             = H(block_{floor(p/B)}, tail tokens, p)    otherwise
+//   block_i   = H("B", block_{i-1}, tokens of span i)   spans of kSnapshotBlockTokens tokens,
+//                                                       block_0 = root
+//   key(p)    = block_{p/B}                             when p is a multiple of B
+//             = H("T", block_{floor(p/B)}, tail tokens, p)                  otherwise
 //
-// H is SHA-256 truncated to 16 bytes; tokens are hashed as int32 little-endian. Fixed spans make
-// key(p) independent of where earlier snapshots were taken, so the router and every worker
-// compute the same keys from a prompt alone (no per-process seed), in one pass over the tokens.
+// H is SHA-256 truncated to 16 bytes; tokens are hashed as int32 little-endian, p as u64. The
+// one-byte tags keep a block's input and a tail's apart (without them a 62-token tail and its
+// p, 272 bytes, read as a full block whose last two tokens are p: two prefixes, one key). Fixed
+// spans make key(p) independent of where earlier snapshots were taken, so the router and every
+// worker compute the same keys from a prompt alone (no per-process seed), in one pass over the
+// tokens.
 //
 //   SnapshotKey root = SnapshotRootKey(domain);
 //   std::vector<SnapshotKey> keys = SnapshotKeysAt(root, prompt, {512, 1031, 2048});
