@@ -1,0 +1,921 @@
+#include "common/redis_client.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/internal/redis_protocol.h"
+#include "common/str_util.h"
+
+namespace deltaserve::common {
+namespace {
+
+// Arguments at least this long are written from the caller's memory (writev / one SSL_write
+// each) instead of being copied into the command buffer: snapshot values are 1-150 MiB.
+constexpr size_t kInlineArgLimit = 64 << 10;
+// Bytes read from the socket per read call.
+constexpr size_t kReadChunk = 256 << 10;
+
+bool IsDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decodes `in`; false on a malformed escape.
+bool PercentDecode(std::string_view in, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out.push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    const int hi = HexValue(in[i + 1]);
+    const int lo = HexValue(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return true;
+}
+
+// Percent-encodes what would end or split the userinfo of a URL.
+std::string PercentEncodeUserinfo(std::string_view in) {
+  std::string out;
+  for (const char c : in) {
+    const auto u = static_cast<unsigned char>(c);
+    if (absl::ascii_isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(c);
+    } else {
+      absl::StrAppend(&out, "%", absl::StrFormat("%02X", u));
+    }
+  }
+  return out;
+}
+
+bool ParseBool(std::string_view v, bool& out) {
+  if (v == "1" || v == "true" || v == "yes") {
+    out = true;
+    return true;
+  }
+  if (v == "0" || v == "false" || v == "no") {
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+absl::Status BadUrl(std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("redis URL: ", Sv(what)));
+}
+
+std::string HostPort(const RedisOptions& o) {
+  if (o.host.find(':') != std::string::npos) return absl::StrCat("[", o.host, "]:", o.port);
+  return absl::StrCat(o.host, ":", o.port);
+}
+
+std::string Errno(int err) { return std::strerror(err); }
+
+// The OpenSSL error queue as text (emptied).
+std::string SslErrors() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {  // NOLINT(runtime/int): OpenSSL's type
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "unknown TLS error" : out;
+}
+
+bool IsIpLiteral(const std::string& host) {
+  in6_addr a6;
+  in_addr a4;
+  return inet_pton(AF_INET, host.c_str(), &a4) == 1 || inet_pton(AF_INET6, host.c_str(), &a6) == 1;
+}
+
+// A BIO over our non-blocking socket that sends with MSG_NOSIGNAL: OpenSSL's own socket BIO
+// uses write(), which raises SIGPIPE on a connection the server has closed.
+int BioWrite(BIO* bio, const char* data, int len) {
+  const int fd = *static_cast<int*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  const ssize_t n = ::send(fd, data, static_cast<size_t>(len), MSG_NOSIGNAL);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    BIO_set_retry_write(bio);
+  }
+  return static_cast<int>(n);
+}
+
+int BioRead(BIO* bio, char* data, int len) {
+  const int fd = *static_cast<int*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  const ssize_t n = ::recv(fd, data, static_cast<size_t>(len), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    BIO_set_retry_read(bio);
+  }
+  return static_cast<int>(n);
+}
+
+long BioCtrl(BIO*, int cmd, long, void*) {  // NOLINT(runtime/int): OpenSSL's signature
+  return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+BIO_METHOD* SocketBioMethod() {
+  static BIO_METHOD* const method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "deltaserve_redis");
+    BIO_meth_set_write(m, BioWrite);
+    BIO_meth_set_read(m, BioRead);
+    BIO_meth_set_ctrl(m, BioCtrl);
+    return m;
+  }();
+  return method;
+}
+
+}  // namespace
+
+std::string RedisOptions::RedactedUrl() const {
+  std::string url = tls ? "rediss://" : "redis://";
+  if (!user.empty() || !password.empty()) {
+    absl::StrAppend(&url, PercentEncodeUserinfo(user), password.empty() ? "" : ":***", "@");
+  }
+  absl::StrAppend(&url, HostPort(*this));
+  if (db != 0) absl::StrAppend(&url, "/", db);
+  std::vector<std::string> params;
+  if (!tls_ca_cert.empty()) params.push_back(absl::StrCat("tls_ca_cert=", tls_ca_cert));
+  if (tls_insecure) params.push_back("tls_insecure=true");
+  if (!tls_cert.empty()) params.push_back(absl::StrCat("tls_cert=", tls_cert));
+  if (!tls_key.empty()) params.push_back(absl::StrCat("tls_key=", tls_key));
+  if (!params.empty()) absl::StrAppend(&url, "?", absl::StrJoin(params, "&"));
+  return url;
+}
+
+absl::StatusOr<RedisOptions> ParseRedisUrl(std::string_view url) {
+  RedisOptions o;
+  const size_t scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) {
+    return BadUrl("missing scheme: expected redis://host:port or rediss://host:port");
+  }
+  const std::string scheme = absl::AsciiStrToLower(Sv(url.substr(0, scheme_end)));
+  if (scheme == "rediss") {
+    o.tls = true;
+  } else if (scheme != "redis") {
+    return BadUrl(absl::StrCat("unsupported scheme \"", scheme,
+                               "\": expected redis:// or rediss://"));
+  }
+  std::string_view rest = url.substr(scheme_end + 3);
+  if (rest.find('#') != std::string_view::npos) return BadUrl("a fragment (#...) is not allowed");
+
+  std::string_view query;
+  if (const size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  std::string_view path;
+  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    path = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+  }
+  // rest is the authority: [userinfo@]host[:port]. The last '@' ends the userinfo, so that an
+  // unencoded '@' in a password still parses.
+  if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    const size_t colon = userinfo.find(':');
+    if (colon == std::string_view::npos) {
+      return BadUrl(
+          "the part before '@' has no ':': write user:password@ or :password@ (a password alone)");
+    }
+    if (!PercentDecode(userinfo.substr(0, colon), o.user)) {
+      return BadUrl("malformed percent-escape in the user name");
+    }
+    if (!PercentDecode(userinfo.substr(colon + 1), o.password)) {
+      return BadUrl("malformed percent-escape in the password");
+    }
+    if (o.password.empty()) return BadUrl("empty password after ':'");
+  }
+  std::string_view port_text;
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return BadUrl("unterminated '[' in an IPv6 host");
+    o.host = std::string(rest.substr(1, close - 1));
+    in6_addr a6;
+    if (inet_pton(AF_INET6, o.host.c_str(), &a6) != 1) {
+      return BadUrl(absl::StrCat("\"", o.host, "\" in [] is not an IPv6 address"));
+    }
+    const std::string_view after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return BadUrl("expected ':port' after the IPv6 host's ']'");
+      port_text = after.substr(1);
+      if (port_text.empty()) return BadUrl("empty port after ':'");
+    }
+  } else {
+    if (rest.find(':') != rest.rfind(':')) {
+      return BadUrl("more than one ':' in host:port (an IPv6 address is written in brackets: "
+                    "[::1]:6379)");
+    }
+    const size_t colon = rest.find(':');
+    o.host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = rest.substr(colon + 1);
+      if (port_text.empty()) return BadUrl("empty port after ':'");
+    }
+    if (o.host.find_first_of(" \t[]") != std::string::npos) {
+      return BadUrl(absl::StrCat("invalid host \"", o.host,
+                                 "\" (an IPv6 address is written in brackets: [::1]:6379)"));
+    }
+  }
+  if (o.host.empty()) return BadUrl("missing host");
+  if (!port_text.empty()) {
+    int port = 0;
+    if (!IsDigits(port_text) || port_text.size() > 5 || !absl::SimpleAtoi(Sv(port_text), &port) ||
+        port < 1 || port > 65535) {
+      return BadUrl(absl::StrCat("invalid port \"", Sv(port_text), "\": expected 1..65535"));
+    }
+    o.port = port;
+  }
+  if (!path.empty()) {
+    int db = 0;
+    if (!IsDigits(path) || path.size() > 9 || !absl::SimpleAtoi(Sv(path), &db)) {
+      return BadUrl(absl::StrCat("invalid database \"", Sv(path),
+                                 "\": expected a number 0..999999999 after '/'"));
+    }
+    o.db = db;
+  }
+  if (!query.empty()) {
+    for (const absl::string_view piece : absl::StrSplit(Sv(query), '&')) {
+      const std::string_view param(piece.data(), piece.size());
+      const size_t eq = param.find('=');
+      const std::string_view name = param.substr(0, eq);
+      std::string value;
+      if (eq == std::string_view::npos ||
+          !PercentDecode(param.substr(eq + 1), value)) {
+        return BadUrl(absl::StrCat("query parameter \"", Sv(name), "\" needs name=value"));
+      }
+      if (name != "tls_ca_cert" && name != "tls_insecure" && name != "tls_cert" &&
+          name != "tls_key") {
+        return BadUrl(absl::StrCat("unknown query parameter \"", Sv(name),
+                                   "\" (known: tls_ca_cert, tls_insecure, tls_cert, tls_key)"));
+      }
+      if (!o.tls) return BadUrl(absl::StrCat("\"", Sv(name), "\" needs rediss:// (TLS)"));
+      if (name == "tls_insecure") {
+        if (!ParseBool(value, o.tls_insecure)) {
+          return BadUrl(absl::StrCat("tls_insecure=\"", value, "\": expected true or false"));
+        }
+      } else if (value.empty()) {
+        return BadUrl(absl::StrCat("empty ", Sv(name)));
+      } else if (name == "tls_ca_cert") {
+        o.tls_ca_cert = value;
+      } else if (name == "tls_cert") {
+        o.tls_cert = value;
+      } else {
+        o.tls_key = value;
+      }
+    }
+  }
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return BadUrl("tls_cert and tls_key go together");
+  }
+  return o;
+}
+
+absl::Status RedisErrorToStatus(std::string_view context, std::string_view message) {
+  const std::string_view code = message.substr(0, message.find(' '));
+  const std::string text = absl::StrCat(Sv(context), context.empty() ? "" : ": ", "redis: ", Sv(message));
+  if (code == "WRONGPASS" || code == "NOAUTH" || code == "NOPERM") {
+    return absl::PermissionDeniedError(text);
+  }
+  if (code == "OOM") return absl::ResourceExhaustedError(text);
+  if (code == "LOADING" || code == "BUSY" || code == "MASTERDOWN" || code == "READONLY" ||
+      code == "TRYAGAIN" || absl::StartsWith(Sv(message), "ERR max number of clients")) {
+    return absl::UnavailableError(text);
+  }
+  if (code == "WRONGTYPE") return absl::FailedPreconditionError(text);
+  return absl::InvalidArgumentError(text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The client.
+
+using Clock = std::chrono::steady_clock;
+
+struct RedisClient::Call {
+  Clock::time_point deadline;
+  absl::Duration timeout;
+  std::string_view op;  // "GET", "pipeline of 12", ... (static or caller-owned)
+};
+
+struct RedisClient::TlsContext {
+  SSL_CTX* ctx = nullptr;
+  ~TlsContext() { SSL_CTX_free(ctx); }
+};
+
+namespace {
+
+// Milliseconds to wait in poll() before `deadline`, rounded up so that a wait never ends just
+// short of it; -1 when the deadline has passed.
+int PollMillisUntil(Clock::time_point deadline) {
+  const auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return -1;
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
+}
+
+}  // namespace
+
+// One TCP (or TLS over TCP) connection with its reply decoder. Every operation honours the
+// call's deadline: it tries the socket first and waits in poll() only when it would block.
+class RedisClient::Connection {
+ public:
+  Connection(int fd, const std::string& server, int64_t max_reply_bytes)
+      : fd_(fd), server_(server), reader_(max_reply_bytes), buf_(new char[kReadChunk]) {}
+  ~Connection() {
+    if (ssl_ != nullptr) SSL_free(ssl_);  // frees the BIO too
+    ::close(fd_);
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Waits until the socket is ready for `events` or the deadline passes.
+  absl::Status Wait(int16_t events, const Call& call) {
+    for (;;) {
+      const int ms = PollMillisUntil(call.deadline);
+      if (ms < 0) return TimedOut(call);
+      pollfd p{fd_, events, 0};
+      const int r = ::poll(&p, 1, ms);
+      if (r > 0) return absl::OkStatus();  // ready, or an error the next I/O call will report
+      if (r < 0 && errno != EINTR) return IoError(call, "poll", errno);
+    }
+  }
+
+  absl::Status TimedOut(const Call& call) const {
+    return absl::DeadlineExceededError(absl::StrCat("redis ", server_, ": ", Sv(call.op),
+                                                    " timed out after ",
+                                                    absl::FormatDuration(call.timeout)));
+  }
+  absl::Status IoError(const Call& call, std::string_view what, int err) const {
+    return absl::UnavailableError(
+        absl::StrCat("redis ", server_, ": ", Sv(call.op), ": ", Sv(what), ": ", Errno(err)));
+  }
+  absl::Status Closed(const Call& call) const {
+    return absl::UnavailableError(
+        absl::StrCat("redis ", server_, ": ", Sv(call.op), ": connection closed by the server"));
+  }
+
+  // TLS client handshake over the connected socket.
+  absl::Status StartTls(SSL_CTX* ctx, const RedisOptions& o, const Call& call) {
+    ssl_ = SSL_new(ctx);
+    BIO* bio = ssl_ == nullptr ? nullptr : BIO_new(SocketBioMethod());
+    if (bio == nullptr) return absl::InternalError(absl::StrCat("redis TLS: ", SslErrors()));
+    BIO_set_data(bio, &fd_);
+    BIO_set_init(bio, 1);
+    SSL_set_bio(ssl_, bio, bio);
+    SSL_set_connect_state(ssl_);
+    const bool ip = IsIpLiteral(o.host);
+    if (!ip) SSL_set_tlsext_host_name(ssl_, o.host.c_str());
+    if (!o.tls_insecure) {
+      X509_VERIFY_PARAM* param = SSL_get0_param(ssl_);
+      const int set = ip ? X509_VERIFY_PARAM_set1_ip_asc(param, o.host.c_str())
+                         : X509_VERIFY_PARAM_set1_host(param, o.host.c_str(), 0);
+      if (set != 1) return absl::InternalError(absl::StrCat("redis TLS: ", SslErrors()));
+    }
+    for (;;) {
+      ERR_clear_error();
+      const int r = SSL_do_handshake(ssl_);
+      if (r == 1) return absl::OkStatus();
+      const int err = SSL_get_error(ssl_, r);
+      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        if (absl::Status s = Wait(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, call); !s.ok()) {
+          return s;
+        }
+        continue;
+      }
+      const long verify = SSL_get_verify_result(ssl_);  // NOLINT(runtime/int): OpenSSL's type
+      if (verify != X509_V_OK) {
+        ERR_clear_error();
+        return absl::UnavailableError(absl::StrCat(
+            "redis ", server_, ": TLS handshake failed: certificate verify failed: ",
+            X509_verify_cert_error_string(verify),
+            " (set tls_ca_cert to the CA that signed the server's certificate, or "
+            "tls_insecure=true to skip verification)"));
+      }
+      if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+        return errno == 0 ? Closed(call) : IoError(call, "TLS handshake", errno);
+      }
+      return absl::UnavailableError(
+          absl::StrCat("redis ", server_, ": TLS handshake failed: ", SslErrors()));
+    }
+  }
+
+  // Sends `pieces` in order.
+  absl::Status WriteAll(absl::Span<const std::string_view> pieces, const Call& call) {
+    return ssl_ != nullptr ? WriteTls(pieces, call) : WritePlain(pieces, call);
+  }
+
+  // Sends the commands and reads one reply per command.
+  absl::StatusOr<std::vector<RedisReply>> Exchange(
+      absl::Span<const std::vector<std::string_view>> commands, const Call& call) {
+    std::string small;
+    std::vector<internal::RespGap> gaps;
+    std::vector<std::string_view> large;  // the arguments not copied into `small`
+    for (const std::vector<std::string_view>& argv : commands) {
+      const size_t first = gaps.size();
+      internal::AppendRespCommand(argv, small, kInlineArgLimit, &gaps);
+      for (size_t i = first; i < gaps.size(); ++i) large.push_back(argv[gaps[i].arg_index]);
+    }
+    std::vector<std::string_view> pieces;
+    size_t at = 0;
+    for (size_t i = 0; i < gaps.size(); ++i) {
+      pieces.emplace_back(small.data() + at, gaps[i].offset - at);
+      pieces.push_back(large[i]);
+      at = gaps[i].offset;
+    }
+    pieces.emplace_back(small.data() + at, small.size() - at);
+    if (absl::Status s = WriteAll(pieces, call); !s.ok()) return s;
+
+    std::vector<RedisReply> replies;
+    replies.reserve(commands.size());
+    while (replies.size() < commands.size()) {
+      absl::StatusOr<std::optional<RedisReply>> next = reader_.Next();
+      if (!next.ok()) return WithServer(next.status(), call);
+      if (next->has_value()) {
+        replies.push_back(std::move(**next));
+        continue;
+      }
+      absl::StatusOr<size_t> n = ReadSome(call);
+      if (!n.ok()) return n.status();
+      if (absl::Status s = reader_.Feed(std::string_view(buf_.get(), *n)); !s.ok()) {
+        return WithServer(s, call);
+      }
+    }
+    return replies;
+  }
+
+ private:
+  absl::Status WithServer(const absl::Status& s, const Call& call) const {
+    return absl::Status(s.code(), absl::StrCat("redis ", server_, ": ", Sv(call.op), ": ",
+                                               s.message()));
+  }
+
+  absl::Status WritePlain(absl::Span<const std::string_view> pieces, const Call& call) {
+    size_t index = 0;   // first piece not completely sent
+    size_t offset = 0;  // bytes of it already sent
+    while (index < pieces.size()) {
+      iovec iov[64];
+      int count = 0;
+      for (size_t i = index; i < pieces.size() && count < 64; ++i) {
+        const size_t skip = i == index ? offset : 0;
+        if (pieces[i].size() == skip) continue;
+        iov[count].iov_base = const_cast<char*>(pieces[i].data() + skip);
+        iov[count].iov_len = pieces[i].size() - skip;
+        ++count;
+      }
+      if (count == 0) return absl::OkStatus();
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(count);
+      const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          if (absl::Status s = Wait(POLLOUT, call); !s.ok()) return s;
+          continue;
+        }
+        return IoError(call, "write", errno);
+      }
+      size_t sent = static_cast<size_t>(n);
+      while (index < pieces.size() && sent >= pieces[index].size() - offset) {
+        sent -= pieces[index].size() - offset;
+        ++index;
+        offset = 0;
+      }
+      offset += sent;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteTls(absl::Span<const std::string_view> pieces, const Call& call) {
+    for (const std::string_view piece : pieces) {
+      size_t done = 0;
+      while (done < piece.size()) {
+        ERR_clear_error();
+        size_t written = 0;
+        const int r = SSL_write_ex(ssl_, piece.data() + done,
+                                   std::min<size_t>(piece.size() - done, 1 << 30), &written);
+        if (r == 1) {
+          done += written;
+          continue;
+        }
+        if (absl::Status s = TlsRetry(r, "TLS write", call); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // After a failed SSL call: waits when OpenSSL asks to, else the error.
+  absl::Status TlsRetry(int r, std::string_view what, const Call& call) {
+    const int err = SSL_get_error(ssl_, r);
+    if (err == SSL_ERROR_WANT_READ) return Wait(POLLIN, call);
+    if (err == SSL_ERROR_WANT_WRITE) return Wait(POLLOUT, call);
+    if (err == SSL_ERROR_ZERO_RETURN) return Closed(call);
+    if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+      return errno == 0 ? Closed(call) : IoError(call, what, errno);
+    }
+    return absl::UnavailableError(
+        absl::StrCat("redis ", server_, ": ", Sv(call.op), ": ", Sv(what), ": ", SslErrors()));
+  }
+
+  // Reads at least one byte into buf_.
+  absl::StatusOr<size_t> ReadSome(const Call& call) {
+    for (;;) {
+      if (ssl_ != nullptr) {
+        ERR_clear_error();
+        errno = 0;
+        size_t n = 0;
+        const int r = SSL_read_ex(ssl_, buf_.get(), kReadChunk, &n);
+        if (r == 1) return n;
+        if (absl::Status s = TlsRetry(r, "TLS read", call); !s.ok()) return s;
+        continue;
+      }
+      const ssize_t n = ::recv(fd_, buf_.get(), kReadChunk, MSG_DONTWAIT);
+      if (n > 0) return static_cast<size_t>(n);
+      if (n == 0) return Closed(call);
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return IoError(call, "read", errno);
+      if (absl::Status s = Wait(POLLIN, call); !s.ok()) return s;
+    }
+  }
+
+  int fd_;
+  const std::string& server_;
+  SSL* ssl_ = nullptr;
+  internal::RespReplyReader reader_;
+  std::unique_ptr<char[]> buf_;
+};
+
+namespace {
+
+// A finished or abandoned getaddrinfo_a() lookup.
+struct Lookup {
+  std::string host, port;
+  addrinfo hints{};
+  gaicb cb{};
+};
+
+// Resolves host:port before the deadline. IP literals never touch the resolver; names go through
+// getaddrinfo_a(), because getaddrinfo() can block for seconds on a slow DNS server.
+absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, Clock::time_point deadline,
+                                  const std::string& server) {
+  auto lookup = std::make_unique<Lookup>();
+  lookup->host = host;
+  lookup->port = std::to_string(port);
+  lookup->hints.ai_socktype = SOCK_STREAM;
+  lookup->hints.ai_family = AF_UNSPEC;
+  if (IsIpLiteral(host)) {
+    lookup->hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    addrinfo* result = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), lookup->port.c_str(), &lookup->hints, &result);
+    if (rc != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("redis ", server, ": bad address: ", gai_strerror(rc)));
+    }
+    return result;
+  }
+  lookup->hints.ai_flags = AI_NUMERICSERV;
+  lookup->cb.ar_name = lookup->host.c_str();
+  lookup->cb.ar_service = lookup->port.c_str();
+  lookup->cb.ar_request = &lookup->hints;
+  gaicb* list[1] = {&lookup->cb};
+  if (const int rc = ::getaddrinfo_a(GAI_NOWAIT, list, 1, nullptr); rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("redis ", server, ": cannot resolve: ", gai_strerror(rc)));
+  }
+  for (;;) {
+    const int rc = ::gai_error(&lookup->cb);
+    if (rc == 0) return lookup->cb.ar_result;
+    if (rc != EAI_INPROGRESS) {
+      return absl::UnavailableError(
+          absl::StrCat("redis ", server, ": cannot resolve ", host, ": ", gai_strerror(rc)));
+    }
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) break;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    ::gai_suspend(list, 1, &ts);
+  }
+  const int cancel = ::gai_cancel(&lookup->cb);
+  if (cancel == EAI_ALLDONE && ::gai_error(&lookup->cb) == 0) {
+    ::freeaddrinfo(lookup->cb.ar_result);
+  } else if (cancel == EAI_NOTCANCELED) {
+    // glibc's resolver thread still writes into `lookup` when it finishes: it must outlive the
+    // lookup, so it is leaked (a few hundred bytes, once per timed-out lookup of a name).
+    (void)lookup.release();
+  }
+  return absl::DeadlineExceededError(absl::StrCat("redis ", server, ": resolving ", host,
+                                                  " timed out"));
+}
+
+}  // namespace
+
+RedisClient::RedisClient(RedisOptions options, absl::Duration default_timeout)
+    : options_(std::move(options)),
+      default_timeout_(default_timeout),
+      server_(HostPort(options_)) {}
+
+RedisClient::~RedisClient() = default;
+
+absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(RedisOptions options,
+                                                                 absl::Duration default_timeout) {
+  if (options.host.empty()) return absl::InvalidArgumentError("redis: empty host");
+  if (options.port < 1 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("redis: invalid port ", options.port));
+  }
+  if (options.db < 0) return absl::InvalidArgumentError(absl::StrCat("redis: invalid db ", options.db));
+  if (options.max_reply_bytes <= 0) {
+    return absl::InvalidArgumentError("redis: max_reply_bytes must be positive");
+  }
+  if (default_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("redis: the default timeout must be positive");
+  }
+  std::unique_ptr<RedisClient> client(new RedisClient(std::move(options), default_timeout));
+  const RedisOptions& o = client->options_;
+  if (!o.tls) return client;
+  auto tls = std::make_unique<TlsContext>();
+  tls->ctx = SSL_CTX_new(TLS_client_method());
+  if (tls->ctx == nullptr) return absl::InternalError(absl::StrCat("redis TLS: ", SslErrors()));
+  SSL_CTX_set_min_proto_version(tls->ctx, TLS1_2_VERSION);
+  // Partial writes let WriteTls resume after WANT_WRITE from where the socket stopped.
+  SSL_CTX_set_mode(tls->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (o.tls_insecure) {
+    SSL_CTX_set_verify(tls->ctx, SSL_VERIFY_NONE, nullptr);
+  } else {
+    SSL_CTX_set_verify(tls->ctx, SSL_VERIFY_PEER, nullptr);
+    const int loaded = o.tls_ca_cert.empty()
+                           ? SSL_CTX_set_default_verify_paths(tls->ctx)
+                           : SSL_CTX_load_verify_locations(tls->ctx, o.tls_ca_cert.c_str(), nullptr);
+    if (loaded != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("redis TLS: cannot load CA certificates from ",
+                       o.tls_ca_cert.empty() ? "the system store" : o.tls_ca_cert, ": ",
+                       SslErrors()));
+    }
+  }
+  if (!o.tls_cert.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(tls->ctx, o.tls_cert.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(tls->ctx, o.tls_key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(tls->ctx) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("redis TLS: client certificate ", o.tls_cert,
+                                                     " / key ", o.tls_key, ": ", SslErrors()));
+    }
+  }
+  client->tls_ = std::move(tls);
+  return client;
+}
+
+bool RedisClient::connected() const { return conn_ != nullptr; }
+
+RedisClient::Call RedisClient::Start(std::string_view op, Timeout timeout) const {
+  // A timeout of years is "no timeout"; capping it keeps the time_point arithmetic finite.
+  const absl::Duration t =
+      std::clamp(timeout.value_or(default_timeout_), absl::ZeroDuration(), absl::Hours(24 * 365));
+  return Call{Clock::now() + absl::ToChronoNanoseconds(t), t, op};
+}
+
+absl::StatusOr<std::unique_ptr<RedisClient::Connection>> RedisClient::Connect(const Call& call) {
+  absl::StatusOr<addrinfo*> addrs = Resolve(options_.host, options_.port, call.deadline, server_);
+  if (!addrs.ok()) return addrs.status();
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owner(*addrs, ::freeaddrinfo);
+  absl::Status last = absl::UnavailableError(absl::StrCat("redis ", server_, ": no address"));
+  for (addrinfo* ai = *addrs; ai != nullptr; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      last = absl::UnavailableError(absl::StrCat("redis ", server_, ": socket: ", Errno(errno)));
+      continue;
+    }
+    auto conn = std::make_unique<Connection>(fd, server_, options_.max_reply_bytes);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last = conn->IoError(call, "connect", errno);
+        continue;
+      }
+      if (absl::Status s = conn->Wait(POLLOUT, call); !s.ok()) return s;
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last = conn->IoError(call, "connect", err);
+        continue;
+      }
+    }
+    if (tls_ != nullptr) {
+      if (absl::Status s = conn->StartTls(tls_->ctx, options_, call); !s.ok()) return s;
+    }
+    std::vector<std::vector<std::string_view>> hello;
+    const std::string db = std::to_string(options_.db);
+    if (!options_.password.empty()) {
+      if (options_.user.empty()) {
+        hello.push_back({"AUTH", options_.password});
+      } else {
+        hello.push_back({"AUTH", options_.user, options_.password});
+      }
+    }
+    if (options_.db != 0) hello.push_back({"SELECT", db});
+    if (!hello.empty()) {
+      absl::StatusOr<std::vector<RedisReply>> replies = conn->Exchange(hello, call);
+      if (!replies.ok()) return replies.status();
+      for (size_t i = 0; i < replies->size(); ++i) {
+        const RedisReply& r = (*replies)[i];
+        if (r.type == RedisReply::Type::kError) {
+          return RedisErrorToStatus(absl::StrCat("redis ", server_, ": ", Sv(hello[i][0])), r.str);
+        }
+      }
+    }
+    return conn;
+  }
+  return last;
+}
+
+absl::Status RedisClient::EnsureConnected(const Call& call) {
+  if (conn_ != nullptr) return absl::OkStatus();
+  const Clock::time_point now = Clock::now();
+  if (now < retry_after_) {
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(retry_after_ - now);
+    return absl::UnavailableError(absl::StrCat("redis ", server_, ": ", Sv(call.op),
+                                               ": not connecting for another ", wait.count(),
+                                               " ms after the last attempt failed: ",
+                                               last_connect_error_.message()));
+  }
+  absl::StatusOr<std::unique_ptr<Connection>> conn = Connect(call);
+  if (!conn.ok()) {
+    retry_after_ = Clock::now() + absl::ToChronoNanoseconds(options_.reconnect_backoff);
+    last_connect_error_ = conn.status();
+    return conn.status();
+  }
+  conn_ = *std::move(conn);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<RedisReply>> RedisClient::RoundTrip(
+    absl::Span<const std::vector<std::string_view>> commands, const Call& call) {
+  if (commands.empty()) return std::vector<RedisReply>{};
+  if (absl::Status s = EnsureConnected(call); !s.ok()) return s;
+  absl::StatusOr<std::vector<RedisReply>> replies = conn_->Exchange(commands, call);
+  // Whatever failed (timeout, I/O, protocol, size cap), replies may still be in flight: the
+  // stream is out of step with our requests, so the connection cannot be used again.
+  if (!replies.ok()) conn_.reset();
+  return replies;
+}
+
+absl::StatusOr<RedisReply> RedisClient::One(absl::Span<const std::string_view> argv,
+                                            const Call& call) {
+  const std::vector<std::string_view> command(argv.begin(), argv.end());
+  absl::StatusOr<std::vector<RedisReply>> replies = RoundTrip({&command, 1}, call);
+  if (!replies.ok()) return replies.status();
+  RedisReply reply = std::move(replies->front());
+  if (reply.type == RedisReply::Type::kError) {
+    return RedisErrorToStatus(absl::StrCat("redis ", server_, ": ", Sv(call.op)), reply.str);
+  }
+  return reply;
+}
+
+namespace {
+
+absl::Status Unexpected(std::string_view server, std::string_view op, const RedisReply& r) {
+  return absl::InternalError(absl::StrCat("redis ", Sv(server), ": ", Sv(op),
+                                          ": unexpected reply type ", static_cast<int>(r.type)));
+}
+
+}  // namespace
+
+absl::Status RedisClient::Ping(Timeout timeout) {
+  const std::string_view argv[] = {"PING"};
+  absl::StatusOr<RedisReply> r = One(argv, Start("PING", timeout));
+  if (!r.ok()) return r.status();
+  if (r->type != RedisReply::Type::kStatus) return Unexpected(server_, "PING", *r);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> RedisClient::Get(std::string_view key,
+                                                            Timeout timeout) {
+  const std::string_view argv[] = {"GET", key};
+  absl::StatusOr<RedisReply> r = One(argv, Start("GET", timeout));
+  if (!r.ok()) return r.status();
+  if (r->type == RedisReply::Type::kNil) return std::nullopt;
+  if (r->type != RedisReply::Type::kString) return Unexpected(server_, "GET", *r);
+  return std::optional<std::string>(std::move(r->str));
+}
+
+absl::Status RedisClient::Set(std::string_view key, std::string_view value, absl::Duration ttl,
+                              Timeout timeout) {
+  if (ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("redis SET: negative ttl");
+  }
+  std::string ms;
+  std::vector<std::string_view> argv = {"SET", key, value};
+  if (ttl > absl::ZeroDuration()) {
+    ms = std::to_string(absl::ToInt64Milliseconds(absl::Ceil(ttl, absl::Milliseconds(1))));
+    argv.push_back("PX");
+    argv.push_back(ms);
+  }
+  absl::StatusOr<RedisReply> r = One(argv, Start("SET", timeout));
+  if (!r.ok()) return r.status();
+  if (r->type != RedisReply::Type::kStatus) return Unexpected(server_, "SET", *r);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> RedisClient::StrLens(absl::Span<const std::string> keys,
+                                                          Timeout timeout) {
+  std::vector<std::vector<std::string_view>> commands;
+  commands.reserve(keys.size());
+  for (const std::string& key : keys) commands.push_back({"STRLEN", key});
+  absl::StatusOr<std::vector<RedisReply>> replies =
+      RoundTrip(commands, Start("pipelined STRLEN", timeout));
+  if (!replies.ok()) return replies.status();
+  std::vector<int64_t> lens;
+  lens.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const RedisReply& r = (*replies)[i];
+    const std::string op = absl::StrCat("STRLEN \"", absl::CHexEscape(keys[i]), "\"");
+    if (r.type == RedisReply::Type::kError) {
+      return RedisErrorToStatus(absl::StrCat("redis ", server_, ": ", op), r.str);
+    }
+    if (r.type != RedisReply::Type::kInteger) return Unexpected(server_, op, r);
+    lens.push_back(r.integer);
+  }
+  return lens;
+}
+
+absl::StatusOr<bool> RedisClient::Del(std::string_view key, Timeout timeout) {
+  const std::string_view argv[] = {"DEL", key};
+  absl::StatusOr<RedisReply> r = One(argv, Start("DEL", timeout));
+  if (!r.ok()) return r.status();
+  if (r->type != RedisReply::Type::kInteger) return Unexpected(server_, "DEL", *r);
+  return r->integer > 0;
+}
+
+absl::StatusOr<std::string> RedisClient::Info(std::string_view section, Timeout timeout) {
+  std::vector<std::string_view> argv = {"INFO"};
+  if (!section.empty()) argv.push_back(section);
+  absl::StatusOr<RedisReply> r = One(argv, Start("INFO", timeout));
+  if (!r.ok()) return r.status();
+  if (r->type != RedisReply::Type::kString) return Unexpected(server_, "INFO", *r);
+  return std::move(r->str);
+}
+
+absl::StatusOr<std::optional<absl::Duration>> RedisClient::Ttl(std::string_view key,
+                                                               Timeout timeout) {
+  const std::string_view argv[] = {"PTTL", key};
+  absl::StatusOr<RedisReply> r = One(argv, Start("PTTL", timeout));
+  if (!r.ok()) return r.status();
+  if (r->type != RedisReply::Type::kInteger) return Unexpected(server_, "PTTL", *r);
+  if (r->integer == -2) return std::nullopt;
+  if (r->integer == -1) return absl::InfiniteDuration();
+  return absl::Milliseconds(r->integer);
+}
+
+absl::StatusOr<RedisReply> RedisClient::Command(absl::Span<const std::string_view> argv,
+                                                Timeout timeout) {
+  if (argv.empty()) return absl::InvalidArgumentError("redis: empty command");
+  return One(argv, Start(argv[0], timeout));
+}
+
+absl::StatusOr<std::vector<RedisReply>> RedisClient::Pipeline(
+    absl::Span<const std::vector<std::string_view>> commands, Timeout timeout) {
+  for (const std::vector<std::string_view>& argv : commands) {
+    if (argv.empty()) return absl::InvalidArgumentError("redis: empty command in a pipeline");
+  }
+  return RoundTrip(commands, Start("pipeline", timeout));
+}
+
+}  // namespace deltaserve::common
