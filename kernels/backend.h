@@ -196,6 +196,9 @@ class Backend {
 
   // "cpu" or "cuda:0".
   virtual std::string_view name() const = 0;
+  // True when backend memory is ordinary host memory that any thread may read (the CPU
+  // backend): a session snapshot's pages are then serialized in place, off the engine thread.
+  virtual bool host_memory() const { return false; }
 
   // --- memory ---------------------------------------------------------------------------
   // Allocates `bytes` (64-byte aligned, zero-filled). An empty handle means out of memory.

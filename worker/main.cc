@@ -7,6 +7,7 @@
 //                     [--ctx 4096] [--parallel 4] [--ram 8GiB] [--cache-type-k f16]
 //                     [--cache-type-v f16] [--page-tokens 256] [--batch-tokens 512]
 //                     [--speculation] [--ngram-min 3] [--draft-max 8] [--metrics-port P]
+//                     [--snapshot-ram 4GiB] [--snapshot-interval 1024]
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
@@ -42,6 +43,7 @@ struct Flags {
   std::string listen = "127.0.0.1:50051";
   std::string device = "cpu";
   std::string ram;  // empty: physical memory
+  std::string snapshot_ram;  // empty: the default (a quarter of the RAM left after the plan)
   std::string worker_id;
   int metrics_port = -1;
   ServingOptions serving;
@@ -53,7 +55,8 @@ int Usage(const std::string& why) {
                "         [--device cpu] [--threads N] [--ctx N] [--parallel N] [--ram SIZE]\n"
                "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
                "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
-               "         [--draft-max N] [--metrics-port P] [--worker-id ID]\n";
+               "         [--draft-max N] [--metrics-port P] [--worker-id ID]\n"
+               "         [--snapshot-ram SIZE] [--snapshot-interval N]\n";
   return 2;
 }
 
@@ -105,6 +108,14 @@ std::string Parse(int argc, char** argv, Flags& f) {
       const char* v = value();
       if (v == nullptr) return "--ram needs a size (8GiB)";
       f.ram = v;
+    } else if (a == "--snapshot-ram") {
+      const char* v = value();
+      if (v == nullptr) return "--snapshot-ram needs a size (4GiB, or 0 for no snapshots)";
+      f.snapshot_ram = v;
+    } else if (a == "--snapshot-interval") {
+      if (!integer(f.serving.snapshot_interval, 1)) {
+        return "--snapshot-interval needs a token count >= 1";
+      }
     } else if (a == "--cache-type-k" || a == "-ctk" || a == "--cache-type-v" || a == "-ctv") {
       const char* v = value();
       if (v == nullptr) return absl::StrCat(a, " needs a type");
@@ -160,6 +171,11 @@ int Run(Flags& f, uint64_t baseline) {
     f.serving.budget_bytes = *ram;
   }
   f.serving.budget_name = "RAM";
+  if (!f.snapshot_ram.empty()) {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(f.snapshot_ram);
+    if (!bytes.ok()) return Usage(absl::StrCat("--snapshot-ram: ", bytes.status().message()));
+    f.serving.snapshot_ram_bytes = *bytes;
+  }
   std::unique_ptr<kernels::Backend> backend = kernels::MakeCpuBackend(f.serving.n_threads);
   std::vector<std::unique_ptr<ServedModel>> served;
   std::map<std::string, ServedModel*> by_name;
@@ -180,6 +196,16 @@ int Run(Flags& f, uint64_t baseline) {
     }
     used += (*m)->planned_bytes();
     std::cerr << RenderMemoryPlan((*m)->plan());
+    const SnapshotCacheStats snap = (*m)->snapshots().stats();
+    std::cerr << "  session snapshots: "
+              << (snap.ram_budget == 0
+                      ? std::string("off (--snapshot-ram 0)")
+                      : absl::StrCat(snap.ram_budget >> 20, " MiB of RAM for state copies (",
+                                     (*m)->plan().recurrent.total() >> 20,
+                                     " MiB each), a snapshot every ",
+                                     f.serving.snapshot_interval,
+                                     " tokens of a long message and at message ends"))
+              << "\n";
     by_name[f.models[i].first] = m->get();
     served.push_back(std::move(*m));
   }

@@ -20,6 +20,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int n_threads);
 
   std::string_view name() const override { return "cpu"; }
+  bool host_memory() const override { return true; }
   int n_threads() const { return pool_.size(); }
 
   DeviceBuffer Allocate(size_t bytes) override;

@@ -141,6 +141,48 @@ absl::Status PagedKvCache::CopyPage(int32_t from, int32_t to) {
   return absl::OkStatus();
 }
 
+absl::Status PagedKvCache::ReadPage(int layer, int32_t page, uint8_t* k_dst,
+                                    uint8_t* v_dst) const {
+  if (layer < 0 || layer >= shape_.n_layers || page < 0 || page >= n_pages_) {
+    return absl::InvalidArgumentError(absl::StrCat("no KV page ", page, " in layer ", layer));
+  }
+  const auto* k = static_cast<const uint8_t*>(k_pools_[layer].data());
+  const auto* v = static_cast<const uint8_t*>(v_pools_[layer].data());
+  if (backend_->CopyToHost(k_dst, k + page * k_page_bytes(), k_page_bytes()) !=
+          kernels::KernelStatus::kOk ||
+      backend_->CopyToHost(v_dst, v + page * v_page_bytes(), v_page_bytes()) !=
+          kernels::KernelStatus::kOk) {
+    return absl::InternalError(absl::StrCat("reading KV page ", page, " failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PagedKvCache::WritePage(int layer, int32_t page, const uint8_t* k_src,
+                                     const uint8_t* v_src) {
+  if (layer < 0 || layer >= shape_.n_layers || page < 0 || page >= n_pages_) {
+    return absl::InvalidArgumentError(absl::StrCat("no KV page ", page, " in layer ", layer));
+  }
+  auto* k = static_cast<uint8_t*>(k_pools_[layer].data());
+  auto* v = static_cast<uint8_t*>(v_pools_[layer].data());
+  if (backend_->CopyToDevice(k + page * k_page_bytes(), k_src, k_page_bytes()) !=
+          kernels::KernelStatus::kOk ||
+      backend_->CopyToDevice(v + page * v_page_bytes(), v_src, v_page_bytes()) !=
+          kernels::KernelStatus::kOk) {
+    return absl::InternalError(absl::StrCat("writing KV page ", page, " failed"));
+  }
+  return absl::OkStatus();
+}
+
+const uint8_t* PagedKvCache::HostKPage(int layer, int32_t page) const {
+  if (!backend_->host_memory()) return nullptr;
+  return static_cast<const uint8_t*>(k_pools_[layer].data()) + page * k_page_bytes();
+}
+
+const uint8_t* PagedKvCache::HostVPage(int layer, int32_t page) const {
+  if (!backend_->host_memory()) return nullptr;
+  return static_cast<const uint8_t*>(v_pools_[layer].data()) + page * v_page_bytes();
+}
+
 kernels::PagedKvView PagedKvCache::View(int layer, const int32_t* page_table,
                                         int64_t n_pages) const {
   kernels::PagedKvView v;
@@ -208,6 +250,14 @@ std::unique_ptr<PagedSequenceKv> PagedSequenceKv::Fork(int64_t n) const {
     fork->pages_.push_back(pages_[i]);
   }
   return fork;
+}
+
+void PagedSequenceKv::AdoptShared(absl::Span<const int32_t> pages) {
+  Truncate(0);
+  for (int32_t page : pages) {
+    cache_->Retain(page);
+    pages_.push_back(page);
+  }
 }
 
 void PagedSequenceKv::Truncate(int64_t n) {

@@ -79,6 +79,19 @@ class PagedKvCache {
   // Layer `layer`'s pools for a page table in backend memory.
   kernels::PagedKvView View(int layer, const int32_t* page_table, int64_t n_pages) const;
 
+  // Bytes of one page of one layer's K pool / V pool (page_tokens rows, head-major inside).
+  uint64_t k_page_bytes() const { return options_.page_tokens * k_row_bytes_; }
+  uint64_t v_page_bytes() const { return options_.page_tokens * v_row_bytes_; }
+  // Copies page `page` of layer `layer` (K then V, k_page_bytes() + v_page_bytes()) to host
+  // memory / from host memory: how a session snapshot leaves the process and comes back.
+  absl::Status ReadPage(int layer, int32_t page, uint8_t* k_dst, uint8_t* v_dst) const;
+  absl::Status WritePage(int layer, int32_t page, const uint8_t* k_src, const uint8_t* v_src);
+  // The page's bytes in place when backend memory is host memory (the CPU backend), else
+  // nullptr: lets a snapshot be serialized from another thread without a staging copy, which is
+  // safe because a page held by a snapshot is never written (writers copy shared pages first).
+  const uint8_t* HostKPage(int layer, int32_t page) const;
+  const uint8_t* HostVPage(int layer, int32_t page) const;
+
  private:
   PagedKvCache() = default;
 
@@ -113,6 +126,9 @@ class PagedSequenceKv : public SequenceKv {
   std::unique_ptr<PagedSequenceKv> Fork(int64_t n) const;
   // Drops the pages past those needed for positions [0, n).
   void Truncate(int64_t n);
+  // Makes an empty sequence share `pages` (a snapshot's, from the same cache): each is retained,
+  // and the first write into one copies it.
+  void AdoptShared(absl::Span<const int32_t> pages);
   const PagedKvCache& cache() const { return *cache_; }
 
  private:

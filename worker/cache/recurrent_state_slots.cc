@@ -83,6 +83,24 @@ absl::Status RecurrentStateSlots::Zero(int slot) {
   return absl::OkStatus();
 }
 
+absl::Status RecurrentStateSlots::CopyToHost(int slot, void* dst) const {
+  if (slot < 0 || slot >= n_slots_) return absl::InvalidArgumentError(absl::StrCat("no slot ", slot));
+  if (layout_.bytes() == 0) return absl::OkStatus();
+  if (backend_->CopyToHost(dst, SlotBase(slot), layout_.bytes()) != kernels::KernelStatus::kOk) {
+    return absl::InternalError("copying a recurrent state slot to the host failed");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecurrentStateSlots::CopyFromHost(int slot, const void* src) {
+  if (slot < 0 || slot >= n_slots_) return absl::InvalidArgumentError(absl::StrCat("no slot ", slot));
+  if (layout_.bytes() == 0) return absl::OkStatus();
+  if (backend_->CopyToDevice(SlotBase(slot), src, layout_.bytes()) != kernels::KernelStatus::kOk) {
+    return absl::InternalError("copying a recurrent state slot from the host failed");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<RecurrentSlot>> RecurrentSlot::Acquire(
     std::shared_ptr<RecurrentStateSlots> slots) {
   absl::StatusOr<int> slot = slots->Acquire();

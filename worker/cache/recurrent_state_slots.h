@@ -52,6 +52,10 @@ class RecurrentStateSlots {
   absl::Status Copy(int from, int to);
   // Sets a slot's state to zero (a fresh sequence).
   absl::Status Zero(int slot);
+  // Copies the whole state of `slot` (layout().bytes(), [layer][conv | delta] f32) to host memory
+  // and back: what a session snapshot keeps and restores.
+  absl::Status CopyToHost(int slot, void* dst) const;
+  absl::Status CopyFromHost(int slot, const void* src);
 
  private:
   RecurrentStateSlots() = default;
@@ -79,6 +83,7 @@ class RecurrentSlot : public RecurrentState {
   float* conv(int layer) const override { return slots_->conv(slot_, layer); }
   float* delta(int layer) const override { return slots_->delta(slot_, layer); }
   int index() const { return slot_; }
+  RecurrentStateSlots& pool() const { return *slots_; }
   // Copies this state into `dst` (a snapshot) / from `src` (a restore).
   absl::Status CopyTo(RecurrentSlot& dst) const { return slots_->Copy(slot_, dst.slot_); }
   absl::Status CopyFrom(const RecurrentSlot& src) { return slots_->Copy(src.slot_, slot_); }

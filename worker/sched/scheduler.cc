@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +54,19 @@ struct Scheduler::Sequence {
   std::vector<int32_t> draft;
   int64_t pending = 0;  // of feed, the tokens from `tokens`
 
+  // Session snapshots. Lookup candidates: the prompt's snapshot positions below its length
+  // with their keys; capture_at: positions still to snapshot (ascending), next_capture indexes
+  // it; captured: what this sequence took, for restoring after preemption and for publishing.
+  std::vector<int64_t> lookup_positions;
+  std::vector<common::SnapshotKey> lookup_keys;
+  std::vector<int64_t> capture_at;
+  size_t next_capture = 0;
+  std::vector<int32_t> turn_end;
+  std::shared_ptr<const SnapshotImage> remote;
+  std::vector<std::shared_ptr<const LocalSnapshot>> captured;
+  // Finished for the client; feeding the turn-end tokens (feed) for the end-of-output snapshot.
+  bool closing = false;
+
   int64_t n_past() const { return state == nullptr ? 0 : state->n_past; }
   RecurrentSlot& slot() const { return static_cast<RecurrentSlot&>(*state->state); }
 };
@@ -60,7 +74,8 @@ struct Scheduler::Sequence {
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     Qwen35Model& model, std::shared_ptr<PagedKvCache> cache,
     std::shared_ptr<RecurrentStateSlots> slots, const SchedulerOptions& options,
-    std::vector<int32_t> eos_token_ids, int32_t n_valid_tokens) {
+    std::vector<int32_t> eos_token_ids, int32_t n_valid_tokens,
+    std::shared_ptr<SnapshotCache> snapshots) {
   if (options.max_sequences <= 0 || options.step_tokens <= 0 || options.max_context <= 0 ||
       options.max_waiting < 0) {
     return absl::InvalidArgumentError("scheduler options must be positive");
@@ -80,6 +95,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
       std::max<int64_t>(options.step_tokens, options.max_sequences * (1 + options.ngram.draft_max));
   s->eos_ = std::move(eos_token_ids);
   s->n_valid_ = n_valid_tokens;
+  if (snapshots != nullptr && snapshots->enabled()) s->snapshots_ = std::move(snapshots);
   return s;
 }
 
@@ -108,6 +124,26 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
   seq->sink = std::move(sink);
   seq->want_logprobs = request.sampling.top_logprobs > 0 || request.logprobs;
   seq->prompt_len = static_cast<int64_t>(request.prompt.size());
+  if (snapshots_ != nullptr) {
+    // Hashing the prompt (SHA-256, ~0.1 ms for 8K tokens) happens here, on the caller's thread.
+    const std::vector<int64_t> positions = common::SnapshotPositions(
+        request.message_boundaries, options_.max_context, options_.snapshot_interval);
+    for (int64_t p : positions) {
+      if (p < seq->prompt_len) seq->lookup_positions.push_back(p);
+    }
+    if (!seq->lookup_positions.empty()) {
+      absl::StatusOr<std::vector<common::SnapshotKey>> keys =
+          common::SnapshotKeysAt(snapshots_->root(), request.prompt, seq->lookup_positions);
+      if (keys.ok()) {
+        seq->lookup_keys = std::move(*keys);
+      } else {
+        seq->lookup_positions.clear();
+      }
+    }
+    seq->capture_at = positions;
+    seq->turn_end = std::move(request.turn_end_tokens);
+    seq->remote = std::move(request.remote_snapshot);
+  }
   seq->tokens = std::move(request.prompt);
   seq->submitted = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -149,6 +185,30 @@ void Scheduler::TakeInbox() {
   }
 }
 
+void Scheduler::Release(Sequence& seq) {
+  seq.snapshot.reset();
+  seq.state.reset();  // pages and slot back to their pools now
+  seq.closing = false;
+  if (publisher_ && !seq.captured.empty()) publisher_(std::move(seq.captured), seq.prompt_len);
+  seq.captured.clear();
+}
+
+bool Scheduler::BeginClosing(Sequence& seq) {
+  if (snapshots_ == nullptr || seq.turn_end.empty() || seq.state == nullptr) return false;
+  // Only when the state holds exactly tokens[0, n_past) with the last sampled token unfed (not
+  // after a speculative step that ended mid-way).
+  const int64_t n_past = seq.n_past();
+  if (n_past != static_cast<int64_t>(seq.tokens.size()) - 1) return false;
+  std::vector<int32_t> tail = {seq.tokens.back()};
+  const size_t skip = seq.tokens.back() == seq.turn_end.front() ? 1 : 0;
+  tail.insert(tail.end(), seq.turn_end.begin() + skip, seq.turn_end.end());
+  if (n_past + static_cast<int64_t>(tail.size()) > options_.max_context) return false;
+  seq.tokens.insert(seq.tokens.end(), tail.begin() + 1, tail.end());
+  seq.feed = std::move(tail);
+  seq.closing = true;
+  return true;
+}
+
 void Scheduler::Finish(Sequence& seq, EndReason reason, absl::Status error) {
   const Clock::time_point now = Clock::now();
   GenerationResult& r = seq.result;
@@ -165,10 +225,13 @@ void Scheduler::Finish(Sequence& seq, EndReason reason, absl::Status error) {
     r.queue_ms = Ms(seq.submitted, now);
   }
   r.first_token_ms = seq.has_token ? Ms(seq.submitted, seq.first_token) : 0.0;
+  r.snapshots_taken = static_cast<int>(seq.captured.size());
   seq.snapshot.reset();
-  seq.state.reset();  // pages and slot back to their pools now
+  const bool ok_end = reason == EndReason::kStop || reason == EndReason::kLength;
+  if (!ok_end || !BeginClosing(seq)) Release(seq);
   seq.finished = true;
   if (seq.sink != nullptr) seq.sink->OnFinish(r);
+  seq.sink.reset();
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.completed;
 }
@@ -197,7 +260,7 @@ void Scheduler::Admit() {
       waiting_.pop_front();
       continue;
     }
-    const int64_t need = pages_for(static_cast<int64_t>(seq.tokens.size()) + 1);
+    int64_t need = pages_for(static_cast<int64_t>(seq.tokens.size()) + 1);
     if (need > cache_->total_pages()) {
       Finish(seq, EndReason::kError,
              absl::ResourceExhaustedError(absl::StrCat("the request needs ", need, " KV pages of ",
@@ -206,19 +269,123 @@ void Scheduler::Admit() {
       waiting_.pop_front();
       continue;
     }
+    if (cache_->free_pages() - reserved < need && snapshots_ != nullptr) {
+      snapshots_->EvictForPages(reserved + need);  // RAM snapshots give their pages back first
+    }
     if (cache_->free_pages() - reserved < need) break;  // FIFO: the head waits for memory
     absl::StatusOr<std::unique_ptr<SequenceState>> state =
         model_->NewSequence(cache_, slots_, options_.max_context);
     if (!state.ok()) break;  // no free slot: wait
     seq.state = std::move(*state);
+    const bool first_admission = !seq.was_admitted;
     if (!seq.was_admitted) {
       seq.was_admitted = true;
       seq.admitted = Clock::now();
     }
+    if (snapshots_ != nullptr) RestoreAtAdmission(seq, first_admission);
     reserved += need;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+}
+
+void Scheduler::RestoreAtAdmission(Sequence& seq, bool first_admission) {
+  // At least the last token is computed: its logits give the first new token.
+  const int64_t max_pos = static_cast<int64_t>(seq.tokens.size()) - 1;
+  std::shared_ptr<const LocalSnapshot> best =
+      snapshots_->FindLongest(seq.lookup_keys, seq.lookup_positions, max_pos, seq.tokens);
+  // After a preemption the sequence's own latest snapshot may be the longest (its tokens are a
+  // prefix of seq.tokens by construction; captured is in position order).
+  for (auto it = seq.captured.rbegin(); it != seq.captured.rend(); ++it) {
+    if ((*it)->n_tokens() > max_pos) continue;
+    if (best == nullptr || (*it)->n_tokens() > best->n_tokens()) best = *it;
+    break;
+  }
+  const SnapshotImage* remote = seq.remote.get();
+  if (remote != nullptr) {
+    const int64_t n = static_cast<int64_t>(remote->tokens.size());
+    if (n > max_pos || (best != nullptr && n <= best->n_tokens()) ||
+        !std::equal(remote->tokens.begin(), remote->tokens.end(), seq.tokens.begin())) {
+      remote = nullptr;
+    }
+  }
+  SnapshotSource source = SnapshotSource::kNone;
+  absl::Status st;
+  if (remote != nullptr) {
+    st = snapshots_->RestoreImage(*remote, *seq.state);
+    if (st.ok()) source = SnapshotSource::kRemote;
+  }
+  if (source == SnapshotSource::kNone && best != nullptr) {
+    st = snapshots_->Restore(*best, *seq.state);
+    if (st.ok()) source = SnapshotSource::kRam;
+  }
+  if (!st.ok()) {
+    // Whatever was half restored is undone: the sequence runs cold.
+    static_cast<PagedSequenceKv&>(*seq.state->kv).Truncate(0);
+    seq.state->n_past = 0;
+    RecurrentSlot& slot = seq.slot();
+    if (!slot.pool().Zero(slot.index()).ok()) source = SnapshotSource::kNone;
+  }
+  seq.remote.reset();  // its memory is not needed any longer
+  if (!first_admission) return;
+  const int64_t reused = source == SnapshotSource::kNone ? 0 : seq.state->n_past;
+  seq.result.cached_prompt_tokens = std::min(reused, seq.prompt_len);
+  seq.result.cached_from = source;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.snapshot_lookups;
+  if (!st.ok()) ++stats_.snapshot_restore_failures;
+  switch (source) {
+    case SnapshotSource::kRam:
+      ++stats_.snapshot_hits_ram;
+      break;
+    case SnapshotSource::kRemote:
+      ++stats_.snapshot_hits_remote;
+      break;
+    case SnapshotSource::kNone:
+      ++stats_.snapshot_misses;
+      break;
+  }
+  stats_.snapshot_tokens_reused += seq.result.cached_prompt_tokens;
+}
+
+void Scheduler::CaptureIfDue(Sequence& seq) {
+  const int64_t n = seq.n_past();
+  while (seq.next_capture < seq.capture_at.size() && seq.capture_at[seq.next_capture] < n) {
+    ++seq.next_capture;
+  }
+  const bool at_position =
+      seq.next_capture < seq.capture_at.size() && seq.capture_at[seq.next_capture] == n;
+  if (!seq.closing && !at_position) return;
+  if (at_position) ++seq.next_capture;
+  const int max_taken = options_.max_snapshots_per_sequence;
+  if (!seq.closing) {
+    if (n <= seq.prompt_len) {
+      // Of the prompt's positions only the last max_taken are worth a snapshot: a later request
+      // resumes from the deepest one it shares.
+      int64_t later = 0;
+      for (size_t i = seq.next_capture; i < seq.capture_at.size(); ++i) {
+        if (seq.capture_at[i] <= seq.prompt_len) ++later;
+      }
+      if (later >= max_taken) return;
+    } else if (static_cast<int>(seq.captured.size()) >= 2 * max_taken) {
+      return;
+    }
+  }
+  const absl::Span<const int32_t> prefix = absl::Span<const int32_t>(seq.tokens).first(n);
+  common::SnapshotKey key;
+  auto it = std::lower_bound(seq.lookup_positions.begin(), seq.lookup_positions.end(), n);
+  if (it != seq.lookup_positions.end() && *it == n) {
+    key = seq.lookup_keys[it - seq.lookup_positions.begin()];
+  } else {
+    const int64_t at[] = {n};
+    absl::StatusOr<std::vector<common::SnapshotKey>> keys =
+        common::SnapshotKeysAt(snapshots_->root(), prefix, at);
+    if (!keys.ok()) return;
+    key = keys->front();
+  }
+  absl::StatusOr<std::shared_ptr<const LocalSnapshot>> snap =
+      snapshots_->Capture(*seq.state, prefix, key);
+  if (snap.ok() && *snap != nullptr) seq.captured.push_back(std::move(*snap));
 }
 
 void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows,
@@ -296,13 +463,23 @@ bool Scheduler::RunBatch() {
     for (auto& sp : running_) {
       Sequence& s = *sp;
       if (s.finished || s.state == nullptr || budget <= 0) continue;
+      if (s.closing) continue;
       const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.n_past();
       if ((pending <= small) != (pass == 0)) continue;
-      const int64_t take = std::min(pending, budget);
+      int64_t take = std::min(pending, budget);
+      // Chunked prefill stops at the next snapshot position.
+      while (s.next_capture < s.capture_at.size() && s.capture_at[s.next_capture] <= s.n_past()) {
+        ++s.next_capture;
+      }
+      const int64_t next_capture = s.next_capture < s.capture_at.size()
+                                       ? s.capture_at[s.next_capture]
+                                       : std::numeric_limits<int64_t>::max();
+      take = std::min(take, next_capture - s.n_past());
       s.pending = take;
       s.feed.assign(s.tokens.begin() + s.n_past(), s.tokens.begin() + s.n_past() + take);
       s.draft.clear();
-      if (options_.speculation && take == pending) {
+      if (options_.speculation && take == pending &&
+          next_capture > s.n_past() + take + options_.ngram.draft_max) {
         NgramDraftOptions o = options_.ngram;
         const int64_t room = options_.max_context - static_cast<int64_t>(s.tokens.size());
         o.draft_max = static_cast<int>(std::min<int64_t>({o.draft_max, room, budget - take}));
@@ -321,7 +498,12 @@ bool Scheduler::RunBatch() {
       batch.push_back(&s);
     }
   }
-  if (batch.empty()) return false;
+  // Sequences finished for their client that feed their turn-end tokens (a token or two each).
+  std::vector<Sequence*> closing;
+  for (auto& sp : running_) {
+    if (sp->closing && sp->state != nullptr) closing.push_back(sp.get());
+  }
+  if (batch.empty() && closing.empty()) return false;
 
   // Pages for every entry; when the cache is full, preempt the latest admitted sequence.
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -333,6 +515,9 @@ bool Scheduler::RunBatch() {
       if (!absl::IsResourceExhausted(st)) {
         Finish(s, EndReason::kError, st);
         break;
+      }
+      if (snapshots_ != nullptr && snapshots_->EvictForPages(cache_->free_pages() + 1) > 0) {
+        continue;  // a RAM snapshot gave its pages back
       }
       Sequence* victim = nullptr;
       for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
@@ -357,6 +542,17 @@ bool Scheduler::RunBatch() {
   }
   std::vector<BatchEntry> entries;
   std::vector<Sequence*> live;
+  for (Sequence* s : closing) {
+    // No preemption for these: without pages the end-of-output snapshot is simply not taken.
+    if (!s->state->kv->Prepare(s->n_past(), s->n_past() + s->feed.size()).ok()) {
+      Release(*s);
+      continue;
+    }
+    BatchEntry e{s->state.get(), s->feed, /*all_logits=*/false};
+    e.no_logits = true;
+    entries.push_back(e);
+    live.push_back(s);
+  }
   for (Sequence* s : batch) {
     if (s->finished || s->state == nullptr) continue;
     const bool last = s->pending == static_cast<int64_t>(s->tokens.size()) - s->n_past();
@@ -371,18 +567,32 @@ bool Scheduler::RunBatch() {
     std::vector<int64_t> fed_before;
     for (Sequence* s : live) fed_before.push_back(s->n_past());
     if (absl::Status st = model_->Forward(entries, logits_); !st.ok()) {
-      for (Sequence* s : live) Finish(*s, EndReason::kError, st);
+      for (Sequence* s : live) {
+        if (s->closing) {
+          Release(*s);
+        } else {
+          Finish(*s, EndReason::kError, st);
+        }
+      }
     } else {
       int64_t row = 0;
       for (size_t i = 0; i < live.size(); ++i) {
+        Sequence& s = *live[i];
+        if (s.closing) {
+          // The end-of-output snapshot, then the sequence's memory goes back.
+          CaptureIfDue(s);
+          Release(s);
+          continue;
+        }
         const BatchEntry& e = entries[i];
         const int64_t rows = e.LogitsRows();
         if (rows > 0) {
           const int64_t n_vocab = model_->n_vocab();
-          Consume(*live[i], absl::Span<const float>(logits_).subspan(row * n_vocab, rows * n_vocab),
+          Consume(s, absl::Span<const float>(logits_).subspan(row * n_vocab, rows * n_vocab),
                   rows, fed_before[i]);
         }
         row += rows;
+        if (!s.finished && s.state != nullptr) CaptureIfDue(s);
       }
     }
   }
@@ -390,6 +600,7 @@ bool Scheduler::RunBatch() {
 }
 
 bool Scheduler::Step() {
+  if (snapshots_ != nullptr) snapshots_->ReleaseUnreferenced();
   TakeInbox();
   Admit();
   const bool worked = RunBatch();
@@ -397,7 +608,7 @@ bool Scheduler::Step() {
   std::vector<std::unique_ptr<Sequence>> kept;
   std::vector<std::unique_ptr<Sequence>> requeue;
   for (auto& s : running_) {
-    if (s->finished) continue;
+    if (s->finished && !s->closing) continue;
     (s->state == nullptr ? requeue : kept).push_back(std::move(s));
   }
   running_ = std::move(kept);

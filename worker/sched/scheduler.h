@@ -19,6 +19,16 @@
 // tokens are fed again with the next step. Sampling consumes the RNG exactly as without
 // speculation, so the same seed gives the same tokens either way.
 //
+// Session snapshots (docs/snapshots.md), when a SnapshotCache is given: Submit hashes the
+// prompt at its snapshot positions (the message boundaries the request carries, every
+// snapshot_interval tokens inside long messages); admission restores the longest prefix held in
+// RAM (or the request's snapshot fetched from Redis, when longer) instead of prefilling it;
+// chunked prefill stops at each position past the restored one to snapshot the sequence there
+// (at most max_snapshots_per_sequence, the last ones); and when the output ends, the turn-end
+// tokens the request names are fed without logits and the sequence is snapshotted where the
+// next turn's prompt will end this reply's message. The client's stream is finished before that
+// last step. Snapshots taken go to the publisher (the Redis tier) when the sequence is done.
+//
 // Threading: Submit, Cancel and stats() may be called from any thread; the steps run on the
 // scheduler's own thread (Start) or on the caller's (Step, for tests), never both. Sinks are
 // called on the stepping thread.
@@ -28,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,6 +51,7 @@
 #include "absl/types/span.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/recurrent_state_slots.h"
+#include "worker/cache/snapshot_cache.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/sampler.h"
 #include "worker/sampling/ngram_draft.h"
@@ -54,6 +66,8 @@ struct SchedulerOptions {
   int64_t max_context = 4096;     // positions per sequence (prompt + generated)
   bool speculation = false;       // n-gram drafting
   NgramDraftOptions ngram;
+  int64_t snapshot_interval = 1024;   // tokens between snapshots inside one long message
+  int max_snapshots_per_sequence = 8;  // snapshots one sequence takes at most (the last ones)
 };
 
 // One generation request.
@@ -62,6 +76,13 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;    // token ids, at least one
   SamplingParams sampling;
   bool logprobs = false;          // the chosen token's logprob (top_logprobs adds alternatives)
+  // Session snapshots: where the prompt's messages end (token positions, ascending), and the
+  // tokens the template writes after an assistant message (proto GenerateRequest fields 7, 8).
+  std::vector<int32_t> message_boundaries;
+  std::vector<int32_t> turn_end_tokens;
+  // A snapshot of a prefix of `prompt` fetched from another tier (Redis); restored at admission
+  // when the RAM tier holds no longer prefix.
+  std::shared_ptr<const SnapshotImage> remote_snapshot;
 };
 
 // One generated token as streamed.
@@ -69,6 +90,9 @@ struct GeneratedToken {
   int32_t token = 0;
   std::optional<TokenLogprobs> logprobs;  // when sampling.top_logprobs > 0 or asked
 };
+
+// Where a sequence's restored prefix came from.
+enum class SnapshotSource { kNone, kRam, kRemote };
 
 // Why a generation ended.
 enum class EndReason { kStop, kLength, kCancelled, kError };
@@ -80,7 +104,9 @@ struct GenerationResult {
   EndReason reason = EndReason::kStop;
   absl::Status error;                // set for kError
   int64_t prompt_tokens = 0;
-  int64_t cached_prompt_tokens = 0;  // prompt tokens not computed (prefix reuse; 0 for now)
+  int64_t cached_prompt_tokens = 0;  // prompt tokens restored from a snapshot, not computed
+  SnapshotSource cached_from = SnapshotSource::kNone;
+  int snapshots_taken = 0;
   int64_t completion_tokens = 0;     // generated, the stop token included
   double queue_ms = 0, prefill_ms = 0, decode_ms = 0, first_token_ms = 0;  // from submission
   int preemptions = 0;
@@ -103,7 +129,17 @@ struct SchedulerStats {
   int64_t steps = 0, preemptions = 0;
   int64_t drafted_tokens = 0, accepted_tokens = 0;
   int64_t completed = 0;
+  // Session snapshots, counted at first admission: lookups made, hits by tier, misses, and
+  // prompt tokens restored instead of computed.
+  int64_t snapshot_lookups = 0, snapshot_hits_ram = 0, snapshot_hits_remote = 0;
+  int64_t snapshot_misses = 0, snapshot_tokens_reused = 0;
+  int64_t snapshot_restore_failures = 0;  // a restore failed; the sequence ran cold
 };
+
+// Receives the snapshots a finished sequence took, in position order, and its prompt's length
+// in tokens (on the stepping thread; must not block).
+using SnapshotPublisher = std::function<void(
+    std::vector<std::shared_ptr<const LocalSnapshot>> snapshots, int64_t prompt_tokens)>;
 
 // See the file comment.
 class Scheduler {
@@ -113,8 +149,14 @@ class Scheduler {
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       Qwen35Model& model, std::shared_ptr<PagedKvCache> cache,
       std::shared_ptr<RecurrentStateSlots> slots, const SchedulerOptions& options,
-      std::vector<int32_t> eos_token_ids, int32_t n_valid_tokens);
+      std::vector<int32_t> eos_token_ids, int32_t n_valid_tokens,
+      std::shared_ptr<SnapshotCache> snapshots = nullptr);
   ~Scheduler();
+
+  // Where the snapshots of finished sequences go (set before Start).
+  void SetSnapshotPublisher(SnapshotPublisher publisher) { publisher_ = std::move(publisher); }
+  // The RAM tier, or null when snapshots are off.
+  SnapshotCache* snapshots() const { return snapshots_.get(); }
 
   // Queues a request; its output goes to `sink`. Returns the handle for Cancel. Fails, without
   // calling the sink, on bad input (empty prompt, ids outside the vocabulary, bad sampling
@@ -150,6 +192,11 @@ class Scheduler {
   // Samples the last token's row and those of its drafts in `logits` ([n_rows][n_vocab]), emits
   // the tokens, and rewinds the state to `fed_before` positions when a draft was rejected.
   void Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows, int64_t fed_before);
+  // Snapshots: restore at admission, capture at a snapshot position, end-of-output capture.
+  void RestoreAtAdmission(Sequence& seq, bool first_admission);
+  void CaptureIfDue(Sequence& seq);
+  bool BeginClosing(Sequence& seq);
+  void Release(Sequence& seq);
 
   Qwen35Model* model_ = nullptr;
   std::shared_ptr<PagedKvCache> cache_;
@@ -157,6 +204,8 @@ class Scheduler {
   SchedulerOptions options_;
   std::vector<int32_t> eos_;
   int32_t n_valid_ = 0;
+  std::shared_ptr<SnapshotCache> snapshots_;
+  SnapshotPublisher publisher_;
 
   // Shared with other threads.
   mutable std::mutex mu_;

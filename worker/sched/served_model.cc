@@ -42,9 +42,9 @@ uint64_t SwissTableBytes(uint64_t n, uint64_t slot_bytes, uint64_t slot_align) {
   return HeapBlockBytes(ctrl + capacity * slot_bytes);
 }
 
-// "VmRSS:    1234 kB" -> bytes.
-uint64_t StatusField(const char* field) {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
+// "VmRSS:    1234 kB" -> bytes, from /proc/self/status (or another /proc file of that shape).
+uint64_t StatusField(const char* field, const char* path = "/proc/self/status") {
+  std::FILE* f = std::fopen(path, "r");
   if (f == nullptr) return 0;
   char line[256];
   uint64_t kib = 0;
@@ -106,6 +106,14 @@ std::string Commas(uint64_t v) {
     out += digits[i];
   }
   return out;
+}
+
+// --snapshot-ram's default: a quarter of the RAM still free once the plan's bytes are taken
+// (MemAvailable now, less the plan; what the plan already made resident is counted twice, which
+// errs on the small side).
+uint64_t DefaultSnapshotRam(uint64_t planned_bytes) {
+  const uint64_t available = StatusField("MemAvailable", "/proc/meminfo");
+  return available > planned_bytes ? (available - planned_bytes) / 4 : 0;
 }
 
 std::string BaseName(const std::string& path) {
@@ -347,8 +355,18 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
   so.max_context = options.ctx;
   so.speculation = options.speculation;
   so.ngram = options.ngram;
-  absl::StatusOr<std::unique_ptr<Scheduler>> sched =
-      Scheduler::Create(*m->model_, m->cache_, m->slots_, so, m->eos_, m->n_valid_);
+  so.snapshot_interval = options.snapshot_interval;
+  common::SnapshotDomain domain;
+  domain.model_fingerprint = common::ModelFingerprint(m->model_->file());
+  domain.k_type = std::string(KvCacheTypeName(options.k_type));
+  domain.v_type = std::string(KvCacheTypeName(options.v_type));
+  domain.state_type = "f32";
+  domain.page_tokens = options.page_tokens;
+  const uint64_t snapshot_ram =
+      options.snapshot_ram_bytes.value_or(DefaultSnapshotRam(m->planned_bytes()));
+  m->snapshots_ = std::make_shared<SnapshotCache>(m->cache_, m->slots_, domain, snapshot_ram);
+  absl::StatusOr<std::unique_ptr<Scheduler>> sched = Scheduler::Create(
+      *m->model_, m->cache_, m->slots_, so, m->eos_, m->n_valid_, m->snapshots_);
   if (!sched.ok()) return sched.status();
   m->scheduler_ = std::move(*sched);
   m->model_->Prefetch([](double) {});

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/recurrent_state_slots.h"
+#include "worker/cache/snapshot_cache.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/ngram_draft.h"
 #include "worker/sched/scheduler.h"
@@ -50,6 +52,11 @@ struct ServingOptions {
   // only when the budget is host memory (CPU backend).
   uint64_t process_baseline_bytes = 0;
   int n_threads = 1;  // threads of the backend's pool (attention kernel scratch)
+  // Session snapshots (docs/snapshots.md): RAM for snapshot state copies (--snapshot-ram; unset:
+  // a quarter of the RAM left free once the plan's memory is taken; 0: snapshots off) and the
+  // tokens between snapshots inside one long message (--snapshot-interval).
+  std::optional<uint64_t> snapshot_ram_bytes;
+  int64_t snapshot_interval = 1024;
 };
 
 // What serving needs beyond the figures of MemoryPlan, bytes; the plan carries the total as its
@@ -145,6 +152,9 @@ class ServedModel {
   int32_t n_valid_tokens() const { return n_valid_; }
   const PagedKvCache& kv_cache() const { return *cache_; }
   const RecurrentStateSlots& state_slots() const { return *slots_; }
+  // The RAM tier of session snapshots (enabled() false when --snapshot-ram is 0).
+  SnapshotCache& snapshots() { return *snapshots_; }
+  const SnapshotCache& snapshots() const { return *snapshots_; }
 
  private:
   ServedModel() = default;
@@ -161,6 +171,7 @@ class ServedModel {
   std::unique_ptr<common::Tokenizer> tokenizer_;
   std::shared_ptr<PagedKvCache> cache_;
   std::shared_ptr<RecurrentStateSlots> slots_;
+  std::shared_ptr<SnapshotCache> snapshots_;
   std::unique_ptr<Scheduler> scheduler_;
 };
 

@@ -140,12 +140,74 @@ std::string RenderWorkerMetrics(const WorkerService& service) {
        &SchedulerStats::drafted_tokens},
       {"deltaserve_model_accepted_tokens_total", "counter", "n-gram drafted tokens accepted.",
        &SchedulerStats::accepted_tokens},
+      {"deltaserve_model_snapshot_lookups_total", "counter",
+       "Requests that looked for a snapshot of their prompt's prefix.",
+       &SchedulerStats::snapshot_lookups},
+      {"deltaserve_model_snapshot_misses_total", "counter",
+       "Snapshot lookups that found no usable prefix (the prompt ran cold).",
+       &SchedulerStats::snapshot_misses},
+      {"deltaserve_model_snapshot_tokens_reused_total", "counter",
+       "Prompt tokens restored from snapshots instead of computed.",
+       &SchedulerStats::snapshot_tokens_reused},
+      {"deltaserve_model_snapshot_restore_failures_total", "counter",
+       "Snapshot restores that failed; the sequence ran cold.",
+       &SchedulerStats::snapshot_restore_failures},
   };
   for (const Series& s : series) {
     absl::StrAppend(&out, "# HELP ", s.name, " ", s.help, "\n# TYPE ", s.name, " ", s.type, "\n");
     for (const auto& [name, model] : service.models()) {
       const SchedulerStats st = model->scheduler().stats();
       absl::StrAppend(&out, s.name, "{model=\"", name, "\"} ", st.*(s.field), "\n");
+    }
+  }
+  absl::StrAppend(&out,
+                  "# HELP deltaserve_model_snapshot_hits_total Snapshot lookups that restored a "
+                  "prefix, by the tier it came from.\n"
+                  "# TYPE deltaserve_model_snapshot_hits_total counter\n");
+  for (const auto& [name, model] : service.models()) {
+    const SchedulerStats st = model->scheduler().stats();
+    absl::StrAppend(&out, "deltaserve_model_snapshot_hits_total{model=\"", name,
+                    "\",tier=\"ram\"} ", st.snapshot_hits_ram, "\n",
+                    "deltaserve_model_snapshot_hits_total{model=\"", name,
+                    "\",tier=\"redis\"} ", st.snapshot_hits_remote, "\n");
+  }
+  struct CacheSeries {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const SnapshotCacheStats&);
+  };
+  const CacheSeries cache_series[] = {
+      {"deltaserve_model_snapshot_entries", "gauge", "Snapshots held in RAM.",
+       [](const SnapshotCacheStats& c) { return static_cast<double>(c.entries); }},
+      {"deltaserve_model_snapshot_ram_bytes", "gauge",
+       "RAM held by snapshots (state copies and token ids).",
+       [](const SnapshotCacheStats& c) { return static_cast<double>(c.ram_bytes); }},
+      {"deltaserve_model_snapshot_ram_budget_bytes", "gauge", "--snapshot-ram.",
+       [](const SnapshotCacheStats& c) { return static_cast<double>(c.ram_budget); }},
+      {"deltaserve_model_snapshot_pinned_kv_pages", "gauge",
+       "KV pages referenced by RAM snapshots (given back when serving needs them).",
+       [](const SnapshotCacheStats& c) { return static_cast<double>(c.pinned_pages); }},
+      {"deltaserve_model_snapshot_captures_total", "counter", "Snapshots taken.",
+       [](const SnapshotCacheStats& c) { return static_cast<double>(c.captures); }},
+      {"deltaserve_model_snapshot_capture_seconds_total", "counter",
+       "Time spent taking snapshots.",
+       [](const SnapshotCacheStats& c) { return c.capture_us * 1e-6; }},
+      {"deltaserve_model_snapshot_captures_skipped_total", "counter",
+       "Snapshots not taken: larger than the whole RAM budget, or a copy failed.",
+       [](const SnapshotCacheStats& c) { return static_cast<double>(c.capture_skipped); }},
+      {"deltaserve_model_snapshot_restore_seconds_total", "counter",
+       "Time spent restoring snapshots (RAM and Redis).",
+       [](const SnapshotCacheStats& c) { return c.restore_us * 1e-6; }},
+      {"deltaserve_model_snapshot_evictions_total", "counter",
+       "Snapshots dropped from RAM (budget, or KV pages needed by serving).",
+       [](const SnapshotCacheStats& c) { return static_cast<double>(c.evictions); }},
+  };
+  for (const CacheSeries& s : cache_series) {
+    absl::StrAppend(&out, "# HELP ", s.name, " ", s.help, "\n# TYPE ", s.name, " ", s.type, "\n");
+    for (const auto& [name, model] : service.models()) {
+      absl::StrAppend(&out, s.name, "{model=\"", name, "\"} ", s.value(model->snapshots().stats()),
+                      "\n");
     }
   }
   return out;

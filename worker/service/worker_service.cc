@@ -14,6 +14,9 @@
 namespace deltaserve::worker {
 namespace {
 
+// Snapshot keys a load report carries at most (proto ModelLoad.snapshot_key_prefixes): 8 KiB.
+constexpr size_t kMaxReportedSnapshotKeys = 1024;
+
 namespace pb = ::deltaserve::v1;
 
 grpc::StatusCode GrpcCode(const absl::Status& s) {
@@ -315,6 +318,18 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
   g.prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
   g.sampling = SamplingFromProto(request->sampling());
   g.logprobs = request->sampling().logprobs();
+  g.message_boundaries.assign(request->message_boundaries().begin(),
+                              request->message_boundaries().end());
+  g.turn_end_tokens.assign(request->turn_end_token_ids().begin(),
+                           request->turn_end_token_ids().end());
+  for (int32_t t : g.turn_end_tokens) {
+    // Fed to the model after the output: ids outside the vocabulary would be refused there, so
+    // such a list is dropped here (it only steers caching).
+    if (t < 0 || t >= model.model().n_vocab()) {
+      g.turn_end_tokens.clear();
+      break;
+    }
+  }
   if (!g.sampling.seed.has_value()) {
     // Drawn here so the final event can report it (the sampler would draw its own otherwise).
     static std::atomic<uint64_t> counter{0x9E3779B97F4A7C15ull};
@@ -434,6 +449,13 @@ void DescribeModel(const std::string& name, ServedModel& model, bool with_tokeni
   load->set_total_kv_pages(model.kv_cache().total_pages());
   load->set_free_state_slots(model.state_slots().free_slots());
   load->set_total_state_slots(model.state_slots().total_slots());
+  if (model.snapshots().enabled()) {
+    const common::SnapshotKey& root = model.snapshots().root();
+    info.set_snapshot_key_root(std::string(root.bytes.begin(), root.bytes.end()));
+    for (uint64_t prefix : model.snapshots().KeyPrefixes(kMaxReportedSnapshotKeys)) {
+      load->add_snapshot_key_prefixes(prefix);
+    }
+  }
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerContext* context,
