@@ -60,6 +60,8 @@ routing:
   circuit_failures: 5
   circuit_open_ms: 10000
   connect_timeout_ms: 1500
+  prefix_affinity: false
+  prefix_max_waiting: 8
 max_body_bytes: 4194304
 )yaml";
 
@@ -114,6 +116,8 @@ TEST(RouterConfigYamlTest, FullExampleParses) {
   EXPECT_EQ(c->routing.circuit_failures, 5);
   EXPECT_EQ(c->routing.circuit_open_ms, 10000);
   EXPECT_EQ(c->routing.connect_timeout_ms, 1500);
+  EXPECT_FALSE(c->routing.prefix_affinity);
+  EXPECT_EQ(c->routing.prefix_max_waiting, 8);
   EXPECT_EQ(c->max_body_bytes, 4194304u);
 }
 
@@ -127,6 +131,28 @@ TEST(RouterConfigYamlTest, EmptyDocumentGivesDefaults) {
     EXPECT_EQ(c->routing.max_attempts, defaults.routing.max_attempts);
     EXPECT_EQ(c->max_body_bytes, defaults.max_body_bytes);
   }
+}
+
+// Routing by prefix is on by default (it does nothing until workers report snapshot keys), with
+// the session-affinity threshold; the knobs are type- and range-checked.
+TEST(RouterConfigYamlTest, PrefixRoutingKnobs) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->routing.prefix_affinity);
+  EXPECT_EQ(c->routing.prefix_max_waiting, 4);
+  c = ParseRouterConfigYaml("routing: {prefix_affinity: true, prefix_max_waiting: 1}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->routing.prefix_affinity);
+  EXPECT_EQ(c->routing.prefix_max_waiting, 1);
+  EXPECT_THAT(ErrorMessage("routing: {prefix_affinity: sometimes}\n"),
+              HasSubstr("routing.prefix_affinity (line 1, column 28): must be true or false"));
+  EXPECT_THAT(ErrorMessage("routing:\n  prefix_max_waiting: 0\n"),
+              HasSubstr("routing.prefix_max_waiting (line 2, column 23): must be in [1, 1024], "
+                        "got 0"));
+  EXPECT_THAT(ErrorMessage("routing: {prefix_max_waiting: 5000}\n"),
+              HasSubstr("routing.prefix_max_waiting"));
+  EXPECT_THAT(ErrorMessage("routing: {prefix_max_wait: 2}\n"),
+              HasSubstr("unknown key 'prefix_max_wait' in routing"));
 }
 
 TEST(RouterConfigYamlTest, MalformedYamlNamesLineAndColumn) {
