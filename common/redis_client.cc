@@ -68,12 +68,14 @@ bool PercentDecode(std::string_view in, std::string& out) {
   return true;
 }
 
-// Percent-encodes what would end or split the userinfo of a URL.
-std::string PercentEncodeUserinfo(std::string_view in) {
+// Percent-encodes all but unreserved characters (and '/' when `keep_slash`), so that the text
+// reads back unchanged as a URL's userinfo or query value.
+std::string PercentEncode(std::string_view in, bool keep_slash = false) {
   std::string out;
   for (const char c : in) {
     const auto u = static_cast<unsigned char>(c);
-    if (absl::ascii_isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~') {
+    if (absl::ascii_isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~' ||
+        (keep_slash && c == '/')) {
       out.push_back(c);
     } else {
       absl::StrAppend(&out, "%", absl::StrFormat("%02X", u));
@@ -165,15 +167,16 @@ BIO_METHOD* SocketBioMethod() {
 std::string RedisOptions::RedactedUrl() const {
   std::string url = tls ? "rediss://" : "redis://";
   if (!user.empty() || !password.empty()) {
-    absl::StrAppend(&url, PercentEncodeUserinfo(user), password.empty() ? "" : ":***", "@");
+    absl::StrAppend(&url, PercentEncode(user), password.empty() ? "" : ":***", "@");
   }
   absl::StrAppend(&url, HostPort(*this));
   if (db != 0) absl::StrAppend(&url, "/", db);
   std::vector<std::string> params;
-  if (!tls_ca_cert.empty()) params.push_back(absl::StrCat("tls_ca_cert=", tls_ca_cert));
+  if (!tls_ca_cert.empty())
+    params.push_back(absl::StrCat("tls_ca_cert=", PercentEncode(tls_ca_cert, true)));
   if (tls_insecure) params.push_back("tls_insecure=true");
-  if (!tls_cert.empty()) params.push_back(absl::StrCat("tls_cert=", tls_cert));
-  if (!tls_key.empty()) params.push_back(absl::StrCat("tls_key=", tls_key));
+  if (!tls_cert.empty()) params.push_back(absl::StrCat("tls_cert=", PercentEncode(tls_cert, true)));
+  if (!tls_key.empty()) params.push_back(absl::StrCat("tls_key=", PercentEncode(tls_key, true)));
   if (!params.empty()) absl::StrAppend(&url, "?", absl::StrJoin(params, "&"));
   return url;
 }
@@ -188,8 +191,8 @@ absl::StatusOr<RedisOptions> ParseRedisUrl(std::string_view url) {
   if (scheme == "rediss") {
     o.tls = true;
   } else if (scheme != "redis") {
-    return BadUrl(absl::StrCat("unsupported scheme \"", scheme,
-                               "\": expected redis:// or rediss://"));
+    return BadUrl(
+        absl::StrCat("unsupported scheme \"", scheme, "\": expected redis:// or rediss://"));
   }
   std::string_view rest = url.substr(scheme_end + 3);
   if (rest.find('#') != std::string_view::npos) return BadUrl("a fragment (#...) is not allowed");
@@ -239,8 +242,9 @@ absl::StatusOr<RedisOptions> ParseRedisUrl(std::string_view url) {
     }
   } else {
     if (rest.find(':') != rest.rfind(':')) {
-      return BadUrl("more than one ':' in host:port (an IPv6 address is written in brackets: "
-                    "[::1]:6379)");
+      return BadUrl(
+          "more than one ':' in host:port (an IPv6 address is written in brackets: "
+          "[::1]:6379)");
     }
     const size_t colon = rest.find(':');
     o.host = std::string(rest.substr(0, colon));
@@ -276,8 +280,7 @@ absl::StatusOr<RedisOptions> ParseRedisUrl(std::string_view url) {
       const size_t eq = param.find('=');
       const std::string_view name = param.substr(0, eq);
       std::string value;
-      if (eq == std::string_view::npos ||
-          !PercentDecode(param.substr(eq + 1), value)) {
+      if (eq == std::string_view::npos || !PercentDecode(param.substr(eq + 1), value)) {
         return BadUrl(absl::StrCat("query parameter \"", Sv(name), "\" needs name=value"));
       }
       if (name != "tls_ca_cert" && name != "tls_insecure" && name != "tls_cert" &&
@@ -309,7 +312,7 @@ absl::StatusOr<RedisOptions> ParseRedisUrl(std::string_view url) {
 
 absl::Status RedisErrorToStatus(std::string_view context, std::string_view message) {
   const std::string_view code = message.substr(0, message.find(' '));
-  const std::string text = absl::StrCat(Sv(context), context.empty() ? "" : ": ", "redis: ", Sv(message));
+  const std::string text = absl::StrCat(context.empty() ? "redis" : Sv(context), ": ", Sv(message));
   if (code == "WRONGPASS" || code == "NOAUTH" || code == "NOPERM") {
     return absl::PermissionDeniedError(text);
   }
@@ -421,11 +424,11 @@ class RedisClient::Connection {
       const long verify = SSL_get_verify_result(ssl_);  // NOLINT(runtime/int): OpenSSL's type
       if (verify != X509_V_OK) {
         ERR_clear_error();
-        return absl::UnavailableError(absl::StrCat(
-            "redis ", server_, ": TLS handshake failed: certificate verify failed: ",
-            X509_verify_cert_error_string(verify),
-            " (set tls_ca_cert to the CA that signed the server's certificate, or "
-            "tls_insecure=true to skip verification)"));
+        return absl::UnavailableError(
+            absl::StrCat("redis ", server_, ": TLS handshake failed: certificate verify failed: ",
+                         X509_verify_cert_error_string(verify),
+                         " (set tls_ca_cert to the CA that signed the server's certificate, or "
+                         "tls_insecure=true to skip verification)"));
       }
       if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
         return errno == 0 ? Closed(call) : IoError(call, "TLS handshake", errno);
@@ -481,8 +484,8 @@ class RedisClient::Connection {
 
  private:
   absl::Status WithServer(const absl::Status& s, const Call& call) const {
-    return absl::Status(s.code(), absl::StrCat("redis ", server_, ": ", Sv(call.op), ": ",
-                                               s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("redis ", server_, ": ", Sv(call.op), ": ", s.message()));
   }
 
   absl::Status WritePlain(absl::Span<const std::string_view> pieces, const Call& call) {
@@ -639,8 +642,8 @@ absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, Clock::time
     // lookup, so it is leaked (a few hundred bytes, once per timed-out lookup of a name).
     (void)lookup.release();
   }
-  return absl::DeadlineExceededError(absl::StrCat("redis ", server, ": resolving ", host,
-                                                  " timed out"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("redis ", server, ": resolving ", host, " timed out"));
 }
 
 }  // namespace
@@ -658,7 +661,8 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(RedisOptions op
   if (options.port < 1 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("redis: invalid port ", options.port));
   }
-  if (options.db < 0) return absl::InvalidArgumentError(absl::StrCat("redis: invalid db ", options.db));
+  if (options.db < 0)
+    return absl::InvalidArgumentError(absl::StrCat("redis: invalid db ", options.db));
   if (options.max_reply_bytes <= 0) {
     return absl::InvalidArgumentError("redis: max_reply_bytes must be positive");
   }
@@ -678,14 +682,13 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(RedisOptions op
     SSL_CTX_set_verify(tls->ctx, SSL_VERIFY_NONE, nullptr);
   } else {
     SSL_CTX_set_verify(tls->ctx, SSL_VERIFY_PEER, nullptr);
-    const int loaded = o.tls_ca_cert.empty()
-                           ? SSL_CTX_set_default_verify_paths(tls->ctx)
-                           : SSL_CTX_load_verify_locations(tls->ctx, o.tls_ca_cert.c_str(), nullptr);
+    const int loaded = o.tls_ca_cert.empty() ? SSL_CTX_set_default_verify_paths(tls->ctx)
+                                             : SSL_CTX_load_verify_locations(
+                                                   tls->ctx, o.tls_ca_cert.c_str(), nullptr);
     if (loaded != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("redis TLS: cannot load CA certificates from ",
-                       o.tls_ca_cert.empty() ? "the system store" : o.tls_ca_cert, ": ",
-                       SslErrors()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "redis TLS: cannot load CA certificates from ",
+          o.tls_ca_cert.empty() ? "the system store" : o.tls_ca_cert, ": ", SslErrors()));
     }
   }
   if (!o.tls_cert.empty()) {
@@ -771,10 +774,9 @@ absl::Status RedisClient::EnsureConnected(const Call& call) {
   const Clock::time_point now = Clock::now();
   if (now < retry_after_) {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(retry_after_ - now);
-    return absl::UnavailableError(absl::StrCat("redis ", server_, ": ", Sv(call.op),
-                                               ": not connecting for another ", wait.count(),
-                                               " ms after the last attempt failed: ",
-                                               last_connect_error_.message()));
+    return absl::UnavailableError(absl::StrCat(
+        "redis ", server_, ": ", Sv(call.op), ": not connecting for another ", wait.count(),
+        " ms after the last attempt failed: ", last_connect_error_.message()));
   }
   absl::StatusOr<std::unique_ptr<Connection>> conn = Connect(call);
   if (!conn.ok()) {
@@ -826,8 +828,7 @@ absl::Status RedisClient::Ping(Timeout timeout) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<std::string>> RedisClient::Get(std::string_view key,
-                                                            Timeout timeout) {
+absl::StatusOr<std::optional<std::string>> RedisClient::Get(std::string_view key, Timeout timeout) {
   const std::string_view argv[] = {"GET", key};
   absl::StatusOr<RedisReply> r = One(argv, Start("GET", timeout));
   if (!r.ok()) return r.status();

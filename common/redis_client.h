@@ -66,8 +66,8 @@ absl::StatusOr<RedisOptions> ParseRedisUrl(std::string_view url);
 struct RedisReply {
   enum class Type { kNil, kString, kStatus, kError, kInteger, kArray };
   Type type = Type::kNil;
-  int64_t integer = 0;        // kInteger
-  std::string str;            // kString (bulk), kStatus (+OK), kError (the message, no '-')
+  int64_t integer = 0;               // kInteger
+  std::string str;                   // kString (bulk), kStatus (+OK), kError (the message, no '-')
   std::vector<RedisReply> elements;  // kArray
 };
 
@@ -143,7 +143,7 @@ class RedisClient {
 // The Status of a server error reply, by its first word: WRONGPASS/NOAUTH/NOPERM ->
 // PermissionDenied, OOM -> ResourceExhausted, LOADING/BUSY/MASTERDOWN/READONLY/TRYAGAIN ->
 // Unavailable, WRONGTYPE -> FailedPrecondition, anything else (ERR ...) -> InvalidArgument.
-// `context` (e.g. "GET") is prefixed to the message.
+// The message is "<context>: <server's message>" ("redis: ..." without a context).
 absl::Status RedisErrorToStatus(std::string_view context, std::string_view message);
 
 }  // namespace deltaserve::common

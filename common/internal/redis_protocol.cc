@@ -132,9 +132,9 @@ size_t RespReplyReader::buffered_bytes() const {
 
 absl::Status RespReplyReader::CheckBuffered() const {
   if (static_cast<int64_t>(buffered_bytes()) > budget_.limit + kFramingSlack) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("redis: reply larger than max_reply_bytes (", budget_.limit,
-                     " bytes): ", buffered_bytes(), " bytes buffered and not complete"));
+    return absl::ResourceExhaustedError(absl::StrCat("redis: reply larger than max_reply_bytes (",
+                                                     budget_.limit, " bytes): ", buffered_bytes(),
+                                                     " bytes buffered and not complete"));
   }
   return absl::OkStatus();
 }
@@ -154,11 +154,11 @@ absl::StatusOr<std::optional<RedisReply>> RespReplyReader::Next() {
   void* obj = nullptr;
   if (redisReaderGetReply(reader_, &obj) != REDIS_OK) {
     if (budget_.exceeded) {
-      error_ = absl::ResourceExhaustedError(absl::StrCat(
-          "redis: reply larger than max_reply_bytes (", budget_.limit, " bytes)"));
+      error_ = absl::ResourceExhaustedError(
+          absl::StrCat("redis: reply larger than max_reply_bytes (", budget_.limit, " bytes)"));
     } else {
-      error_ = absl::InternalError(
-          absl::StrCat("redis: protocol error in reply: ", reader_->errstr));
+      error_ =
+          absl::InternalError(absl::StrCat("redis: protocol error in reply: ", reader_->errstr));
     }
     return error_;
   }

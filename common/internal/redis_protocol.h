@@ -27,7 +27,7 @@ namespace deltaserve::common::internal {
 // recorded in `gaps` as (offset in `out`, argument index), so that a writer can send large
 // values from the caller's memory (writev) instead of copying them.
 struct RespGap {
-  size_t offset = 0;    // where in `out` the argument's bytes belong
+  size_t offset = 0;     // where in `out` the argument's bytes belong
   size_t arg_index = 0;  // which argument of `argv`
 };
 void AppendRespCommand(absl::Span<const std::string_view> argv, std::string& out,

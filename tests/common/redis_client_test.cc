@@ -124,9 +124,9 @@ TEST(ParseRedisUrlTest, BadUrlsNameTheProblem) {
 }
 
 TEST(ParseRedisUrlTest, ErrorsNeverQuoteThePassword) {
-  for (const char* url : {"redis://u:topsecret@h:99999", "redis://u:topsecret@h/x",
-                          "redis://u:topsecret@[::1", "redis://topsecret@h",
-                          "redis://u:topsecret@h?x=1"}) {
+  for (const char* url :
+       {"redis://u:topsecret@h:99999", "redis://u:topsecret@h/x", "redis://u:topsecret@[::1",
+        "redis://topsecret@h", "redis://u:topsecret@h?x=1"}) {
     absl::StatusOr<RedisOptions> o = ParseRedisUrl(url);
     ASSERT_FALSE(o.ok()) << url;
     EXPECT_THAT(o.status().message(), Not(HasSubstr("topsecret"))) << url;
@@ -166,7 +166,8 @@ TEST(RespEncoderTest, LargeArgumentsAreLeftAsGaps) {
 
 TEST(RespReplyReaderTest, DecodesEveryTypeAcrossSplitFeeds) {
   internal::RespReplyReader reader(1 << 20);
-  const std::string wire = "+OK\r\n-ERR bad\r\n:-42\r\n$-1\r\n$5\r\nab\r\nc\r\n*3\r\n:1\r\n*-1\r\n*1\r\n$0\r\n\r\n";
+  const std::string wire =
+      "+OK\r\n-ERR bad\r\n:-42\r\n$-1\r\n$5\r\nab\r\nc\r\n*3\r\n:1\r\n*-1\r\n*1\r\n$0\r\n\r\n";
   std::vector<RedisReply> replies;
   for (const char c : wire) {  // one byte at a time: every split point
     ASSERT_TRUE(reader.Feed(std::string_view(&c, 1)).ok());
@@ -253,7 +254,8 @@ TEST(RedisErrorToStatusTest, MapsByFirstWord) {
             absl::StatusCode::kFailedPrecondition);
   const absl::Status s = RedisErrorToStatus("SELECT", "ERR DB index is out of range");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "SELECT: redis: ERR DB index is out of range");
+  EXPECT_EQ(s.message(), "SELECT: ERR DB index is out of range");
+  EXPECT_EQ(RedisErrorToStatus("", "ERR x").message(), "redis: ERR x");
 }
 
 TEST(RedisClientCreateTest, RefusesBadOptionsAndMissingCaFile) {

@@ -109,14 +109,30 @@ std::optional<TestTlsFiles> MakeTestTlsFiles(const std::string& dir) {
   }
   // P-256 keys: generated in milliseconds, unlike RSA.
   const std::vector<std::vector<std::string>> steps = {
-      {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-       "-nodes", "-keyout", ca_key, "-out", f.ca_cert, "-days", "2", "-subj",
-       "/CN=deltaserve test CA", "-addext", "basicConstraints=critical,CA:TRUE", "-addext",
+      {"openssl",
+       "req",
+       "-x509",
+       "-newkey",
+       "ec",
+       "-pkeyopt",
+       "ec_paramgen_curve:prime256v1",
+       "-nodes",
+       "-keyout",
+       ca_key,
+       "-out",
+       f.ca_cert,
+       "-days",
+       "2",
+       "-subj",
+       "/CN=deltaserve test CA",
+       "-addext",
+       "basicConstraints=critical,CA:TRUE",
+       "-addext",
        "keyUsage=critical,keyCertSign,cRLSign"},
       {"openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
        "-keyout", f.server_key, "-out", csr, "-subj", "/CN=localhost"},
-      {"openssl", "x509", "-req", "-in", csr, "-CA", f.ca_cert, "-CAkey", ca_key,
-       "-CAcreateserial", "-out", f.server_cert, "-days", "2", "-extfile", ext},
+      {"openssl", "x509", "-req", "-in", csr, "-CA", f.ca_cert, "-CAkey", ca_key, "-CAcreateserial",
+       "-out", f.server_cert, "-days", "2", "-extfile", ext},
   };
   for (std::vector<std::string> step : steps) {
     step[0] = "/usr/bin/openssl";
@@ -195,8 +211,8 @@ bool RedisServerProcess::Launch() {
     }
     if (!options_.password.empty()) out << "requirepass " << Quote(options_.password) << "\n";
     if (!options_.acl_user.empty()) {
-      out << "user " << options_.acl_user << " on " << Quote(std::string(">").append(options_.acl_password))
-          << " ~* &* +@all\n";
+      out << "user " << options_.acl_user << " on "
+          << Quote(std::string(">").append(options_.acl_password)) << " ~* &* +@all\n";
     }
     if (options_.maxmemory > 0) out << "maxmemory " << options_.maxmemory << "\n";
     if (!options_.maxmemory_policy.empty()) {

@@ -39,11 +39,11 @@ bool RedisServerHasTls();
 
 // How to configure the server. Everything off by default: no password, no eviction, plain TCP.
 struct RedisServerOptions {
-  std::string password;       // requirepass (the default user's password)
-  std::string acl_user;       // an extra ACL user with every permission ...
-  std::string acl_password;   // ... and this password
-  int64_t maxmemory = 0;      // bytes; 0: no limit
-  std::string maxmemory_policy;  // e.g. "allkeys-lru"; empty: Redis's default (noeviction)
+  std::string password;             // requirepass (the default user's password)
+  std::string acl_user;             // an extra ACL user with every permission ...
+  std::string acl_password;         // ... and this password
+  int64_t maxmemory = 0;            // bytes; 0: no limit
+  std::string maxmemory_policy;     // e.g. "allkeys-lru"; empty: Redis's default (noeviction)
   std::optional<TestTlsFiles> tls;  // set: TLS-only listener (port 0, tls-port), no client certs
   std::vector<std::string> extra_config;  // more redis.conf lines, verbatim
 };
