@@ -6,7 +6,8 @@
 //   <out>/tokenizer-seeds/  the corpus strings of the golden tokenizer-*.json files, plus a few
 //                           edge cases (special-token text, invalid UTF-8);
 //   <out>/request_parser-seeds/, router_config-seeds/, tokenizer_proto-seeds/: the router's
-//                           targets (router_fuzz_seeds.h).
+//                           targets (router_fuzz_seeds.h);
+//   <out>/snapshot_format-seeds/  valid session-snapshot blobs (snapshot_fuzz_seeds.h).
 // An empty <out>/<name>-corpus/ beside each is created for what the fuzzers find.
 //
 //   fuzz_seed_corpus <golden_dir> <out_dir>     ($DELTASERVE_GOLDEN_DIR, when set, wins)
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/gguf_writer.h"
 #include "tests/fuzz/router_fuzz_seeds.h"
+#include "tests/fuzz/snapshot_fuzz_seeds.h"
 #include "nlohmann/json.hpp"
 
 namespace deltaserve::common {
@@ -175,7 +177,8 @@ int main(int argc, char** argv) {
   const fs::path out = argv[2];
   std::error_code ec;
   for (const char* target :
-       {"gguf", "tokenizer", "request_parser", "router_config", "tokenizer_proto"}) {
+       {"gguf", "tokenizer", "request_parser", "router_config", "tokenizer_proto",
+        "snapshot_format"}) {
     const std::string seeds = std::string(target) + "-seeds";
     fs::remove_all(out / seeds, ec);
     fs::create_directories(out / seeds, ec);
@@ -187,10 +190,11 @@ int main(int argc, char** argv) {
   const int configs = deltaserve::testing::WriteRouterConfigSeeds(out / "router_config-seeds");
   const int protos =
       deltaserve::testing::WriteTokenizerProtoSeeds(golden, out / "tokenizer_proto-seeds");
-  if (gguf < 0 || text < 0 || bodies < 0 || configs < 0 || protos < 0) return 1;
+  const int snapshots = deltaserve::testing::WriteSnapshotSeeds(out / "snapshot_format-seeds");
+  if (gguf < 0 || text < 0 || bodies < 0 || configs < 0 || protos < 0 || snapshots < 0) return 1;
   std::printf(
-      "fuzz_seed_corpus: %d GGUF, %d tokenizer, %d request, %d config, %d tokenizer-proto seeds "
-      "in %s\n",
-      gguf, text, bodies, configs, protos, out.c_str());
+      "fuzz_seed_corpus: %d GGUF, %d tokenizer, %d request, %d config, %d tokenizer-proto, %d "
+      "snapshot seeds in %s\n",
+      gguf, text, bodies, configs, protos, snapshots, out.c_str());
   return 0;
 }
