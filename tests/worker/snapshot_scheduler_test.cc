@@ -312,6 +312,22 @@ TEST_P(SnapshotSchedulerTest, TheRamBudgetHoldsOverManyConversations) {
   EXPECT_GT(h.snapshots->stats().evictions, 0);
 }
 
+TEST_P(SnapshotSchedulerTest, ALongPromptSnapshotsOnlyItsLastMessages) {
+  Harness h(GetParam(), 256, 256ull << 20);
+  Conversation conv(11);
+  for (int m = 0; m < 20; ++m) conv.AddMessage(conv.RandomUserMessage(10));
+  const std::vector<int32_t> prompt = conv.Prompt();
+  auto sink = h.Run(prompt, conv.boundaries, 3);
+  ExpectEqualsCold(*h.model, prompt, 3, *sink, "20 messages");
+  // The last 8 message boundaries (SchedulerOptions::max_snapshots_per_sequence) and the end of
+  // the output.
+  ASSERT_EQ(h.published.size(), 9u);
+  EXPECT_EQ(h.published[0]->n_tokens(), conv.boundaries[12]);
+  EXPECT_EQ(h.published[7]->n_tokens(), conv.boundaries[19]);
+  EXPECT_EQ(h.published[8]->n_tokens(),
+            static_cast<int64_t>(prompt.size() + 3 + kTurnEnd.size()));
+}
+
 TEST_P(SnapshotSchedulerTest, ZeroRamRunsEverythingCold) {
   Harness h(GetParam(), 256, /*snapshot_ram=*/0);
   Conversation conv(3);

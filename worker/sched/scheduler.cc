@@ -140,7 +140,18 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
         seq->lookup_positions.clear();
       }
     }
-    seq->capture_at = positions;
+    // Of the prompt's positions only the last max_snapshots_per_sequence are snapshotted (the
+    // deepest a later request can share); the others need not split prefill chunks either.
+    int64_t in_prompt = 0;
+    for (int64_t p : positions) in_prompt += p <= seq->prompt_len ? 1 : 0;
+    int64_t skip = std::max<int64_t>(0, in_prompt - options_.max_snapshots_per_sequence);
+    for (int64_t p : positions) {
+      if (p <= seq->prompt_len && skip > 0) {
+        --skip;
+        continue;
+      }
+      seq->capture_at.push_back(p);
+    }
     seq->turn_end = std::move(request.turn_end_tokens);
     seq->remote = std::move(request.remote_snapshot);
   }
