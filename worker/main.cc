@@ -8,6 +8,8 @@
 //                     [--cache-type-v f16] [--page-tokens 256] [--batch-tokens 512]
 //                     [--speculation] [--ngram-min 3] [--draft-max 8] [--metrics-port P]
 //                     [--snapshot-ram 4GiB] [--snapshot-interval 1024]
+//                     [--redis redis://[user:pass@]host:port[/db]] [--redis-timeout 50]
+//                     [--redis-ttl 3600] [--redis-max-bytes 512MiB] [--redis-compression none]
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@
 #include "kernels/backend.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
+#include "worker/cache/redis_snapshot_tier.h"
 #include "worker/sched/served_model.h"
 #include "worker/service/metrics_endpoint.h"
 #include "worker/service/worker_service.h"
@@ -47,6 +50,10 @@ struct Flags {
   std::string worker_id;
   int metrics_port = -1;
   ServingOptions serving;
+  // Session snapshots in Redis (docs/snapshots.md, "Redis tier"); empty URL: the RAM tier alone.
+  std::string redis_url;
+  std::string redis_max_bytes;  // empty: the default
+  RedisTierOptions redis;
 };
 
 int Usage(const std::string& why) {
@@ -56,7 +63,9 @@ int Usage(const std::string& why) {
                "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
                "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
                "         [--draft-max N] [--metrics-port P] [--worker-id ID]\n"
-               "         [--snapshot-ram SIZE] [--snapshot-interval N]\n";
+               "         [--snapshot-ram SIZE] [--snapshot-interval N]\n"
+               "         [--redis URL] [--redis-timeout MS] [--redis-ttl SECONDS]\n"
+               "         [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n";
   return 2;
 }
 
@@ -115,6 +124,42 @@ std::string Parse(int argc, char** argv, Flags& f) {
     } else if (a == "--snapshot-interval") {
       if (!integer(f.serving.snapshot_interval, 1)) {
         return "--snapshot-interval needs a token count >= 1";
+      }
+    } else if (a == "--redis") {
+      const char* v = value();
+      if (v == nullptr) return "--redis needs a URL (redis://[user:pass@]host:port[/db])";
+      absl::StatusOr<common::RedisOptions> o = common::ParseRedisUrl(v);
+      // ParseRedisUrl's messages never quote the password.
+      if (!o.ok()) return absl::StrCat("--redis: ", o.status().message());
+      f.redis_url = v;
+      f.redis.redis = *o;
+    } else if (a == "--redis-timeout") {
+      int64_t ms = 0;
+      if (!integer(ms, 1) || ms > 60000) return "--redis-timeout needs milliseconds in 1..60000";
+      f.redis.timeout = absl::Milliseconds(ms);
+    } else if (a == "--redis-ttl") {
+      int64_t sec = 0;
+      if (!integer(sec, 1) || sec > 365ll * 86400) {
+        return "--redis-ttl needs seconds in 1..31536000";
+      }
+      f.redis.ttl = absl::Seconds(sec);
+    } else if (a == "--redis-max-bytes") {
+      const char* v = value();
+      if (v == nullptr) return "--redis-max-bytes needs a size (512MiB)";
+      absl::StatusOr<uint64_t> bytes = ParseByteSize(v);
+      if (!bytes.ok()) return absl::StrCat("--redis-max-bytes: ", bytes.status().message());
+      // Below a header and one token nothing could ever be written.
+      if (*bytes < 4096) return "--redis-max-bytes must be at least 4KiB";
+      f.redis.max_bytes = *bytes;
+    } else if (a == "--redis-compression") {
+      const char* v = value();
+      const std::string c = v == nullptr ? "" : v;
+      if (c == "none") {
+        f.redis.compression = common::SnapshotCompression::kNone;
+      } else if (c == "zstd") {
+        f.redis.compression = common::SnapshotCompression::kZstd;
+      } else {
+        return "--redis-compression needs none or zstd";
       }
     } else if (a == "--cache-type-k" || a == "-ctk" || a == "--cache-type-v" || a == "-ctv") {
       const char* v = value();
@@ -209,10 +254,43 @@ int Run(Flags& f, uint64_t baseline) {
     by_name[f.models[i].first] = m->get();
     served.push_back(std::move(*m));
   }
+  // The Redis tier per model, its publisher hooked in before the schedulers start. Declared
+  // after the models: its fetch callbacks submit to their schedulers.
+  std::map<std::string, std::unique_ptr<RedisSnapshotTier>> tiers;
+  if (!f.redis_url.empty()) {
+    for (auto& [name, m] : by_name) {
+      if (!m->snapshots().enabled()) {
+        std::cerr << "deltaserve-worker: " << name
+                  << ": --redis ignored, snapshots are off (--snapshot-ram 0)\n";
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<RedisSnapshotTier>> t = RedisSnapshotTier::Create(
+          f.redis, m->shared_snapshots(), m->shared_kv_cache(),
+          SnapshotLayoutOf(m->kv_cache(), m->model().state_layout()), f.serving.ctx,
+          f.serving.snapshot_interval, name);
+      if (!t.ok()) {
+        std::cerr << "deltaserve-worker: --redis: " << t.status().message() << "\n";
+        return 2;
+      }
+      RedisSnapshotTier* tier = t->get();
+      m->scheduler().SetSnapshotPublisher(
+          [tier](std::vector<std::shared_ptr<const LocalSnapshot>> s, int64_t prompt_tokens) {
+            tier->Publish(std::move(s), prompt_tokens);
+          });
+      std::cerr << "  session snapshots in Redis: " << f.redis.redis.RedactedUrl() << ", timeout "
+                << absl::ToInt64Milliseconds(f.redis.timeout) << " ms, TTL "
+                << absl::ToInt64Seconds(f.redis.ttl) << " s, at most " << f.redis.max_bytes
+                << " bytes a blob, compression "
+                << (f.redis.compression == common::SnapshotCompression::kZstd ? "zstd" : "none")
+                << "\n";
+      tiers[name] = std::move(*t);
+    }
+  }
   for (auto& m : served) m->scheduler().Start();
 
   const std::string id = f.worker_id.empty() ? f.listen : f.worker_id;
   WorkerService service(id, f.device, by_name);
+  for (auto& [name, tier] : tiers) service.SetRedisTier(name, tier.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -270,6 +348,9 @@ int Run(Flags& f, uint64_t baseline) {
   // rather than after a grace period.
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::seconds(service.active_streams() > 0 ? 5 : 0));
+  // The tiers go before the service: queued fetches end (refused by the stopped schedulers)
+  // while the service's counters still exist.
+  tiers.clear();
   std::cerr << "deltaserve-worker: stopped after " << since() << " ms\n";
   return 0;
 }

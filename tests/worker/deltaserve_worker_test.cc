@@ -8,7 +8,8 @@
 // - a client cancel frees the sequence's pages at once (the load in GetWorkerInfo);
 // - errors: unknown model NOT_FOUND, bad sampling INVALID_ARGUMENT, too long OUT_OF_RANGE;
 // - SIGTERM drains: the running stream still completes, then the process exits 0;
-// - bad flags, an unreadable model and a port in use exit non-zero with a message;
+// - bad flags (the --redis* ones included), an unreadable model and a port in use exit non-zero
+//   with a message;
 // - /metrics answers with the counters.
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -293,6 +294,27 @@ TEST(DeltaserveWorkerTest, BadStartsExitNonZeroWithAMessage) {
   EXPECT_NE(no_queue.err.find("--max-waiting needs a count >= 1"), std::string::npos)
       << no_queue.err;
   EXPECT_NE(bad_flag.err.find("unknown argument '--wat'"), std::string::npos);
+  // The Redis tier's flags: each bad value is refused before anything loads, with a message that
+  // names the flag and never echoes a password.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> redis_cases = {
+      {{"--redis", "http://127.0.0.1:6379"}, "--redis: "},
+      {{"--redis", "redis://:s3cret@127.0.0.1:notaport"}, "--redis: "},
+      {{"--redis"}, "--redis needs a URL"},
+      {{"--redis-timeout", "0"}, "--redis-timeout needs milliseconds"},
+      {{"--redis-timeout", "abc"}, "--redis-timeout needs milliseconds"},
+      {{"--redis-ttl", "0"}, "--redis-ttl needs seconds"},
+      {{"--redis-max-bytes", "12XB"}, "--redis-max-bytes: "},
+      {{"--redis-max-bytes", "100"}, "--redis-max-bytes must be at least 4KiB"},
+      {{"--redis-compression", "lz4"}, "--redis-compression needs none or zstd"},
+  };
+  for (const auto& [flags, message] : redis_cases) {
+    std::vector<std::string> argv = {bin, "--model", "x=" + GoldenPath("tiny-dense-f32.gguf")};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto r = RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 2) << flags[0] << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("s3cret"), std::string::npos) << r.err;
+  }
   auto no_model = RunProcess({bin, "--model", "x=/nonexistent.gguf", "--listen", "127.0.0.1:0"});
   EXPECT_EQ(no_model.exit_code, 1);
   EXPECT_NE(no_model.err.find("/nonexistent.gguf"), std::string::npos) << no_model.err;

@@ -155,6 +155,9 @@ class ServedModel {
   // The RAM tier of session snapshots (enabled() false when --snapshot-ram is 0).
   SnapshotCache& snapshots() { return *snapshots_; }
   const SnapshotCache& snapshots() const { return *snapshots_; }
+  // The same caches as shared owners, for the Redis tier (redis_snapshot_tier.h).
+  std::shared_ptr<SnapshotCache> shared_snapshots() const { return snapshots_; }
+  std::shared_ptr<const PagedKvCache> shared_kv_cache() const { return cache_; }
 
  private:
   ServedModel() = default;

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/str_util.h"
@@ -31,6 +33,91 @@ std::string Response(int code, std::string_view reason, std::string_view type,
   return absl::StrCat("HTTP/1.1 ", code, " ", common::Sv(reason), "\r\nContent-Type: ",
                       common::Sv(type), "\r\nContent-Length: ", body.size(),
                       "\r\nConnection: close\r\n\r\n", common::Sv(body));
+}
+
+// The Redis tier's series (docs/snapshots.md, "Faults"), for the models that have one.
+void AppendRedisTierMetrics(const WorkerService& service, std::string& out) {
+  std::vector<std::pair<std::string, RedisTierStats>> tiers;
+  for (const auto& [name, model] : service.models()) {
+    if (const RedisSnapshotTier* t = service.redis_tier(name)) tiers.emplace_back(name, t->stats());
+  }
+  if (tiers.empty()) return;
+  struct Series {
+    const char* name;
+    const char* help;
+    int64_t RedisTierStats::*field;
+  };
+  const Series series[] = {
+      {"deltaserve_model_snapshot_redis_lookups_total",
+       "Requests that asked Redis (one pipelined STRLEN) for a longer prefix than RAM holds.",
+       &RedisTierStats::lookups},
+      {"deltaserve_model_snapshot_redis_hits_total",
+       "Snapshots fetched from Redis, verified and handed to a request.", &RedisTierStats::hits},
+      {"deltaserve_model_snapshot_redis_fetched_bytes_total", "Blob bytes of those snapshots.",
+       &RedisTierStats::fetched_bytes},
+      {"deltaserve_model_snapshot_redis_fetch_skipped_total",
+       "Requests that waited for a fetch thread past --redis-timeout and ran without Redis.",
+       &RedisTierStats::fetch_skipped},
+      {"deltaserve_model_snapshot_redis_written_total", "Snapshot blobs written to Redis.",
+       &RedisTierStats::written},
+      {"deltaserve_model_snapshot_redis_written_bytes_total", "Bytes of those blobs.",
+       &RedisTierStats::written_bytes},
+      {"deltaserve_model_snapshot_redis_publish_dropped_total",
+       "Snapshots not written because the write queue was full.",
+       &RedisTierStats::publish_dropped},
+  };
+  for (const Series& s : series) {
+    absl::StrAppend(&out, "# HELP ", s.name, " ", s.help, "\n# TYPE ", s.name, " counter\n");
+    for (const auto& [name, st] : tiers) {
+      absl::StrAppend(&out, s.name, "{model=\"", name, "\"} ", st.*(s.field), "\n");
+    }
+  }
+  absl::StrAppend(&out,
+                  "# HELP deltaserve_model_snapshot_redis_errors_total Redis calls that failed or "
+                  "timed out, by operation (the request ran without Redis).\n"
+                  "# TYPE deltaserve_model_snapshot_redis_errors_total counter\n");
+  for (const auto& [name, st] : tiers) {
+    const std::pair<const char*, int64_t> ops[] = {
+        {"lookup", st.lookup_errors}, {"get", st.get_errors}, {"set", st.set_errors}};
+    for (const auto& [op, v] : ops) {
+      absl::StrAppend(&out, "deltaserve_model_snapshot_redis_errors_total{model=\"", name,
+                      "\",op=\"", op, "\"} ", v, "\n");
+    }
+  }
+  absl::StrAppend(&out,
+                  "# HELP deltaserve_model_snapshot_redis_write_skipped_total Snapshots not "
+                  "written: written by this worker within half the TTL, or over "
+                  "--redis-max-bytes.\n"
+                  "# TYPE deltaserve_model_snapshot_redis_write_skipped_total counter\n");
+  for (const auto& [name, st] : tiers) {
+    absl::StrAppend(&out, "deltaserve_model_snapshot_redis_write_skipped_total{model=\"", name,
+                    "\",reason=\"recent\"} ", st.write_skipped_recent, "\n",
+                    "deltaserve_model_snapshot_redis_write_skipped_total{model=\"", name,
+                    "\",reason=\"too_large\"} ", st.write_skipped_too_large, "\n");
+  }
+  absl::StrAppend(&out,
+                  "# HELP deltaserve_model_snapshot_rejected_total Snapshot blobs refused on "
+                  "fetch, by reason (the request recomputed).\n"
+                  "# TYPE deltaserve_model_snapshot_rejected_total counter\n");
+  for (const auto& [name, st] : tiers) {
+    for (int r = 1; r <= static_cast<int>(common::SnapshotRejectReason::kTooLarge); ++r) {
+      absl::StrAppend(
+          &out, "deltaserve_model_snapshot_rejected_total{model=\"", name, "\",reason=\"",
+          common::Sv(common::SnapshotRejectReasonName(static_cast<common::SnapshotRejectReason>(r))),
+          "\"} ",
+          st.rejected[r], "\n");
+    }
+  }
+  absl::StrAppend(&out,
+                  "# HELP deltaserve_model_snapshot_redis_publish_seconds From a sequence's end "
+                  "to its snapshot's SET reply, per blob written.\n"
+                  "# TYPE deltaserve_model_snapshot_redis_publish_seconds summary\n");
+  for (const auto& [name, st] : tiers) {
+    absl::StrAppend(&out, "deltaserve_model_snapshot_redis_publish_seconds_sum{model=\"", name,
+                    "\"} ", st.publish_seconds_sum, "\n",
+                    "deltaserve_model_snapshot_redis_publish_seconds_count{model=\"", name,
+                    "\"} ", st.publish_seconds_count, "\n");
+  }
 }
 
 }  // namespace
@@ -210,6 +297,7 @@ std::string RenderWorkerMetrics(const WorkerService& service) {
                       "\n");
     }
   }
+  AppendRedisTierMetrics(service, out);
   return out;
 }
 

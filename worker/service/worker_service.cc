@@ -233,11 +233,13 @@ class StreamSink : public GenerationSink {
     if (reason == pb::FINISH_REASON_CANCELLED) ++counters_->requests_cancelled;
     // One log line per request (stderr; the id comes from the router).
     std::fprintf(stderr,
-                 "request id=%s model=%s finish=%s prompt=%lld completion=%lld queue_ms=%.1f "
-                 "ttft_ms=%.1f decode_ms=%.1f preemptions=%d%s%s\n",
+                 "request id=%s model=%s finish=%s prompt=%lld cached=%lld%s completion=%lld "
+                 "queue_ms=%.1f ttft_ms=%.1f decode_ms=%.1f preemptions=%d%s%s\n",
                  request_id_.c_str(), model_.c_str(),
                  std::string(pb::FinishReason_Name(reason)).c_str(),
                  static_cast<long long>(r.prompt_tokens),
+                 static_cast<long long>(r.cached_prompt_tokens),
+                 r.cached_from == SnapshotSource::kRemote ? "(redis)" : "",
                  static_cast<long long>(r.completion_tokens), r.queue_ms, r.first_token_ms,
                  r.decode_ms, r.preemptions, r.error.ok() ? "" : " error=",
                  r.error.ok() ? "" : std::string(r.error.message()).c_str());
@@ -272,6 +274,37 @@ class RefusedReactor : public grpc::ServerWriteReactor<pb::GenerateEvent> {
   explicit RefusedReactor(grpc::Status s) { Finish(std::move(s)); }
   void OnDone() override { delete this; }
 };
+
+// Submits `g` and ties the call to the sequence; when the scheduler refuses, ends the call with
+// the refusal's status (unless the client already ended it). Runs on a gRPC thread or, after a
+// Redis lookup, on a fetch thread.
+void SubmitGeneration(ServedModel& model, GenerationRequest g,
+                      const std::shared_ptr<EventQueue>& queue,
+                      std::shared_ptr<GenerationSink> sink, const std::string& model_name,
+                      WorkerCounters& counters) {
+  const std::string id = g.id;
+  absl::StatusOr<uint64_t> handle = model.scheduler().Submit(std::move(g), std::move(sink));
+  if (!handle.ok()) {
+    ++counters.requests_failed;
+    std::fprintf(stderr, "request id=%s model=%s refused: %s\n", id.c_str(), model_name.c_str(),
+                 std::string(handle.status().message()).c_str());
+    GenerateReactor* reactor = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(queue->mu);
+      queue->events.clear();
+      // Nothing was submitted, so no write is in flight; whoever sets `finished` calls Finish.
+      if (!queue->finished && queue->reactor != nullptr) reactor = queue->reactor;
+      queue->finished = true;
+    }
+    if (reactor != nullptr) {
+      reactor->Finish(grpc::Status(GrpcCode(handle.status()),
+                                   std::string(handle.status().message())));
+    }
+    return;
+  }
+  queue->cancel.Set(&model.scheduler(), *handle);
+  GenerateReactor::Kick(queue);  // events may already be queued
+}
 
 }  // namespace
 
@@ -346,25 +379,24 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
     std::lock_guard<std::mutex> lock(queue->mu);
     queue->reactor = reactor;
   }
-  absl::StatusOr<uint64_t> handle = model.scheduler().Submit(std::move(g), sink);
-  if (!handle.ok()) {
-    ++counters_.requests_failed;
-    std::fprintf(stderr, "request id=%s model=%s refused: %s\n", id.c_str(),
-                 request->model().c_str(), std::string(handle.status().message()).c_str());
-    {
-      std::lock_guard<std::mutex> lock(queue->mu);
-      queue->events.clear();
+  if (RedisSnapshotTier* tier_ptr = redis_tier(request->model()); tier_ptr != nullptr) {
+    RedisSnapshotTier& tier = *tier_ptr;
+    if (std::optional<RedisLookupPlan> plan = tier.PlanLookup(g.prompt, g.message_boundaries)) {
+      // Redis may hold a longer prefix than RAM: the lookup runs on the tier's fetch threads,
+      // which then submit, so a slow Redis never holds a gRPC thread. The reactor is returned
+      // now; an early cancel is kept by the CancelHandle until Submit returns.
+      auto pending = std::make_shared<GenerationRequest>(std::move(g));
+      tier.FetchAsync(std::move(*plan),
+                      [&model, pending, queue, sink, counters = &counters_,
+                       model_name = request->model()](std::shared_ptr<const SnapshotImage> image) {
+                        pending->remote_snapshot = std::move(image);
+                        SubmitGeneration(model, std::move(*pending), queue, sink, model_name,
+                                         *counters);
+                      });
+      return reactor;
     }
-    {
-      std::lock_guard<std::mutex> lock(queue->mu);
-      queue->finished = true;
-    }
-    reactor->Finish(grpc::Status(GrpcCode(handle.status()),
-                                 std::string(handle.status().message())));
-    return reactor;
   }
-  queue->cancel.Set(&model.scheduler(), *handle);
-  GenerateReactor::Kick(queue);  // events may already be queued
+  SubmitGeneration(model, std::move(g), queue, sink, request->model(), counters_);
   return reactor;
 }
 

@@ -6,6 +6,9 @@
 // router receives text deltas) and ends a stream at a stop string by cancelling the sequence.
 // Every call carries the router's request id in the `x-request-id` metadata; the service logs
 // one line per finished request with it.
+// With a Redis tier (--redis), a request whose prompt may have a longer snapshot in Redis than in
+// RAM is submitted from the tier's fetch threads once the lookup is done (bounded by
+// --redis-timeout), never from the gRPC thread; everything else is submitted at once.
 #pragma once
 
 #include <atomic>
@@ -15,6 +18,7 @@
 #include <string>
 
 #include "deltaserve/v1/worker.grpc.pb.h"
+#include "worker/cache/redis_snapshot_tier.h"
 #include "worker/sched/served_model.h"
 
 namespace deltaserve::worker {
@@ -54,11 +58,19 @@ class WorkerService final : public deltaserve::v1::Worker::CallbackService {
   bool exit_requested() const { return exit_requested_; }
   const WorkerCounters& counters() const { return counters_; }
   const std::map<std::string, ServedModel*>& models() const { return models_; }
+  // The Redis tier of a model's snapshots (--redis), set before serving starts; Generate looks
+  // up prefixes there that the RAM tier lacks. Null when the model has none.
+  void SetRedisTier(const std::string& model, RedisSnapshotTier* tier) { tiers_[model] = tier; }
+  RedisSnapshotTier* redis_tier(const std::string& model) const {
+    auto it = tiers_.find(model);
+    return it == tiers_.end() ? nullptr : it->second;
+  }
 
  private:
   std::string worker_id_;
   std::string device_;
   std::map<std::string, ServedModel*> models_;
+  std::map<std::string, RedisSnapshotTier*> tiers_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> exit_requested_{false};
   std::atomic<int64_t> active_streams_{0};
