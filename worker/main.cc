@@ -336,6 +336,9 @@ int Run(Flags& f, uint64_t baseline) {
   };
   service.StartDraining();
   health->SetServingStatus("deltaserve.v1.Worker", false);
+  // Requests accepted while draining began may still be in a Redis lookup: let them reach their
+  // scheduler (a lookup is bounded by its deadlines) before it stops taking work.
+  for (auto& [name, tier] : tiers) tier->WaitForFetches(absl::Seconds(5));
   for (auto& m : served) m->scheduler().Stop(/*drain=*/true);
   std::cerr << "deltaserve-worker: requests finished after " << since() << " ms\n";
   // Every stream has its final event queued; give the writes a moment to reach the clients.

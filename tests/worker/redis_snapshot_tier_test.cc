@@ -12,6 +12,7 @@
 //   by another model (model) or with other cache types (cache_types) under the key looked up;
 //   Redis SIGSTOPped (errors{op="lookup"}, latency bounded), killed (errors) and restarted empty
 //   (misses, then hits again); AUTH with the right password works, a wrong one is counted;
+//   blobs over --redis-max-bytes are neither written nor fetched;
 // - 1,000 distinct conversations: the RAM tier stays within --snapshot-ram, Redis within its
 //   maxmemory (allkeys-lru), and the keys carry a TTL.
 #include <arpa/inet.h>
@@ -312,6 +313,7 @@ TEST(RedisSnapshotTierTest, TwoWorkersShareRedisAndResumeEachOthersTurnsExactly)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     zstd = (*client->StrLens(names))[0];
   }
+  EXPECT_NE(zstd, raw) << "b did not write the snapshot again";
   std::printf("zstd level 1 on that snapshot: %lld -> %lld bytes (ratio %.3f)\n",
               static_cast<long long>(raw), static_cast<long long>(zstd),
               static_cast<double>(raw) / static_cast<double>(zstd));
@@ -517,6 +519,39 @@ TEST(RedisSnapshotTierTest, AThousandConversationsStayWithinTheRamBudgetAndRedis
     ++sampled;
   }
   EXPECT_GT(sampled, 0);
+}
+
+TEST(RedisSnapshotTierTest, SnapshotsOverTheSizeCapAreNeitherWrittenNorRead) {
+  RedisServerProcess redis;
+  ASSERT_TRUE(redis.Start());
+  // A 70-token snapshot of tiny-dense-f32 is ~180 KB; 64 KiB lets none through.
+  Worker small = StartWorker("tiny-dense-f32.gguf",
+                             {"--redis", redis.url(), "--redis-max-bytes", "64KiB"});
+  Worker big = StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url()});
+  Worker cold = StartWorker("tiny-dense-f32.gguf", {"--snapshot-ram", "0"});
+  ASSERT_TRUE(small.stub && big.stub && cold.stub);
+  auto client = Client(redis.url());
+  Conversation conv(500);
+  conv.AddUser(60);
+  Turn(small, cold, conv, "small writes");
+  const std::string skipped =
+      Series("deltaserve_model_snapshot_redis_write_skipped_total", "reason=\"too_large\"");
+  for (int i = 0; i < 2000 && Metric(small, skipped) < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(Metric(small, skipped), 2);  // the prompt's snapshot and the end of the output
+  EXPECT_EQ(Metric(small, Series("deltaserve_model_snapshot_redis_written_total")), 0);
+
+  Conversation other(501);
+  other.AddUser(60);
+  Turn(big, cold, other, "big writes");
+  ASSERT_GE(WaitForKey(*client, RedisKey(big.root, other.history)), 0);
+  other.AddUser(10);
+  const Streamed got = Turn(small, cold, other, "small reads");
+  EXPECT_EQ(got.cached, 0);
+  // STRLEN shows both of big's blobs too large: neither is fetched.
+  EXPECT_EQ(Metric(small, Rejected("too_large")), 2);
+  EXPECT_EQ(Metric(small, Errors("get")), 0);
 }
 
 }  // namespace

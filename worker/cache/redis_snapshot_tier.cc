@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<RedisSnapshotTier>> RedisSnapshotTier::Create(
           if (p->fetch_queue_.empty()) return;  // stopping, nothing left
           job = std::move(p->fetch_queue_.front());
           p->fetch_queue_.pop_front();
+          ++p->fetching_;
         }
         std::shared_ptr<const SnapshotImage> image;
         bool stopping;
@@ -128,6 +129,11 @@ absl::StatusOr<std::unique_ptr<RedisSnapshotTier>> RedisSnapshotTier::Create(
         }
         if (!stopping) image = p->Fetch(*c, job.plan);
         job.done(std::move(image));
+        {
+          std::lock_guard<std::mutex> lock(p->mu_);
+          --p->fetching_;
+        }
+        p->cv_.notify_all();
       }
     });
   }
@@ -418,6 +424,12 @@ std::shared_ptr<const SnapshotImage> RedisSnapshotTier::Fetch(common::RedisClien
     return image;
   }
   return nullptr;
+}
+
+bool RedisSnapshotTier::WaitForFetches(absl::Duration max) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, absl::ToChronoNanoseconds(max),
+                      [this] { return fetch_queue_.empty() && fetching_ == 0; });
 }
 
 RedisTierStats RedisSnapshotTier::stats() const {

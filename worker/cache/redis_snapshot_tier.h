@@ -144,6 +144,10 @@ class RedisSnapshotTier {
   std::shared_ptr<const SnapshotImage> Fetch(common::RedisClient& client,
                                              const RedisLookupPlan& plan);
 
+  // Waits (at most `max`) until no lookup is queued or running, so a draining worker submits
+  // the requests it accepted before its scheduler stops; false on timeout.
+  bool WaitForFetches(absl::Duration max);
+
   RedisTierStats stats() const;
   const RedisTierOptions& options() const { return options_; }
 
@@ -170,6 +174,7 @@ class RedisSnapshotTier {
   bool stop_ = false;
   std::deque<PublishJob> publish_queue_;
   std::deque<FetchJob> fetch_queue_;
+  int fetching_ = 0;  // lookups popped from fetch_queue_ whose callback has not returned
   absl::flat_hash_map<common::SnapshotKey, std::chrono::steady_clock::time_point> written_;
   std::deque<common::SnapshotKey> written_order_;
   RedisTierStats stats_;
