@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
 
+#include <algorithm>
 #include <climits>
 #include <new>
 #include <utility>
@@ -112,7 +113,8 @@ void AppendRespCommand(absl::Span<const std::string_view> argv, std::string& out
   }
 }
 
-RespReplyReader::RespReplyReader(int64_t max_reply_bytes) {
+RespReplyReader::RespReplyReader(int64_t max_reply_bytes, size_t direct_bulk_bytes)
+    : direct_bulk_bytes_(direct_bulk_bytes) {
   budget_.limit = max_reply_bytes;
   reader_ = redisReaderCreateWithFunctions(&kFunctions);
   if (reader_ == nullptr) {
@@ -127,20 +129,72 @@ RespReplyReader::~RespReplyReader() {
 }
 
 size_t RespReplyReader::buffered_bytes() const {
-  return reader_ == nullptr ? 0 : reader_->len - reader_->pos;
+  return (reader_ == nullptr ? 0 : reader_->len - reader_->pos) + direct_value_.size();
 }
 
 absl::Status RespReplyReader::CheckBuffered() const {
-  if (static_cast<int64_t>(buffered_bytes()) > budget_.limit + kFramingSlack) {
+  const size_t buffered = reader_->len - reader_->pos;
+  if (static_cast<int64_t>(buffered) > budget_.limit + kFramingSlack) {
     return absl::ResourceExhaustedError(absl::StrCat("redis: reply larger than max_reply_bytes (",
-                                                     budget_.limit, " bytes): ", buffered_bytes(),
+                                                     budget_.limit, " bytes): ", buffered,
                                                      " bytes buffered and not complete"));
   }
   return absl::OkStatus();
 }
 
+bool RespReplyReader::StartDirect(std::string_view& bytes) {
+  // Only at a reply boundary with nothing left in hiredis: then every reply before this one has
+  // been returned by Next(), and the order of replies is kept.
+  if (direct_bulk_bytes_ == 0 || reader_->ridx != -1 || reader_->len != reader_->pos ||
+      bytes.empty() || bytes[0] != '$') {
+    return false;
+  }
+  const size_t eol = bytes.substr(0, 24).find("\r\n");
+  if (eol == std::string_view::npos || eol < 2 || eol > 19) return false;
+  uint64_t len = 0;
+  for (const char c : bytes.substr(1, eol - 1)) {
+    if (c < '0' || c > '9') return false;  // "$-1" and anything odd: hiredis decides
+    len = len * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (len < direct_bulk_bytes_ || len > static_cast<uint64_t>(budget_.limit)) return false;
+  direct_active_ = true;
+  direct_need_ = static_cast<size_t>(len);
+  direct_trailer_ = 0;
+  direct_value_.clear();
+  direct_value_.reserve(direct_need_);
+  bytes.remove_prefix(eol + 2);
+  return true;
+}
+
 absl::Status RespReplyReader::Feed(std::string_view bytes) {
   if (!error_.ok()) return error_;
+  while (!bytes.empty()) {
+    if (!direct_active_ && !StartDirect(bytes)) return FeedHiredis(bytes);
+    const size_t take = std::min(bytes.size(), direct_need_);
+    direct_value_.append(bytes.data(), take);
+    direct_need_ -= take;
+    bytes.remove_prefix(take);
+    while (direct_need_ == 0 && direct_trailer_ < 2 && !bytes.empty()) {
+      if (bytes[0] != "\r\n"[direct_trailer_]) {
+        error_ = absl::InternalError("redis: protocol error in reply: bulk string without CRLF");
+        return error_;
+      }
+      ++direct_trailer_;
+      bytes.remove_prefix(1);
+    }
+    if (direct_need_ == 0 && direct_trailer_ == 2) {
+      RedisReply r;
+      r.type = RedisReply::Type::kString;
+      r.str = std::move(direct_value_);
+      ready_.push_back(std::move(r));
+      direct_value_ = std::string();
+      direct_active_ = false;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RespReplyReader::FeedHiredis(std::string_view bytes) {
   if (redisReaderFeed(reader_, bytes.data(), bytes.size()) != REDIS_OK) {
     error_ = absl::ResourceExhaustedError("redis: cannot buffer the reply");
     return error_;
@@ -151,6 +205,11 @@ absl::Status RespReplyReader::Feed(std::string_view bytes) {
 
 absl::StatusOr<std::optional<RedisReply>> RespReplyReader::Next() {
   if (!error_.ok()) return error_;
+  if (!ready_.empty()) {
+    RedisReply r = std::move(ready_.front());
+    ready_.pop_front();
+    return std::optional<RedisReply>(std::move(r));
+  }
   void* obj = nullptr;
   if (redisReaderGetReply(reader_, &obj) != REDIS_OK) {
     if (budget_.exceeded) {

@@ -239,6 +239,53 @@ TEST(RespReplyReaderTest, MalformedInputIsAProtocolErrorAndSticks) {
   EXPECT_FALSE(reader.Feed("+OK\r\n").ok());
 }
 
+// Large bulk strings bypass hiredis (direct_bulk_bytes, 3 here); replies keep their order
+// whichever path decodes them.
+TEST(RespReplyReaderTest, DirectBulkStringsKeepTheOrderOfReplies) {
+  internal::RespReplyReader reader(1 << 20, /*direct_bulk_bytes=*/3);
+  std::vector<RedisReply> replies;
+  auto drain = [&] {
+    for (;;) {
+      absl::StatusOr<std::optional<RedisReply>> r = reader.Next();
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (!r->has_value()) return;
+      replies.push_back(std::move(**r));
+    }
+  };
+  // A direct string split inside its payload and inside its CRLF, then a second direct one and
+  // an integer (hiredis) in the same chunk.
+  for (const char* chunk : {"$5\r\nhel", "lo\r", "\n$3\r\nabc\r\n:7\r\n"}) {
+    ASSERT_TRUE(reader.Feed(chunk).ok());
+    drain();
+  }
+  // hiredis holds an undelivered reply: the next large string must queue behind it.
+  ASSERT_TRUE(reader.Feed(":1\r\n").ok());
+  ASSERT_TRUE(reader.Feed("$4\r\nwxyz\r\n").ok());
+  drain();
+  ASSERT_EQ(replies.size(), 5u);
+  EXPECT_EQ(replies[0].str, "hello");
+  EXPECT_EQ(replies[1].str, "abc");
+  EXPECT_EQ(replies[2].integer, 7);
+  EXPECT_EQ(replies[3].integer, 1);
+  EXPECT_EQ(replies[4].str, "wxyz");
+  EXPECT_EQ(reader.buffered_bytes(), 0u);
+}
+
+TEST(RespReplyReaderTest, DirectBulkStringWithoutCrlfIsAProtocolError) {
+  internal::RespReplyReader reader(1 << 20, /*direct_bulk_bytes=*/3);
+  const absl::Status s = reader.Feed("$3\r\nabcXY");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_FALSE(reader.Next().ok());
+}
+
+TEST(RespReplyReaderTest, DirectPathNeverAllocatesOverTheCap) {
+  internal::RespReplyReader reader(10, /*direct_bulk_bytes=*/1);
+  // Over the cap: left to hiredis, which refuses once the buffered bytes pass it.
+  ASSERT_TRUE(reader.Feed("$1000000000000\r\n").ok());
+  EXPECT_EQ(reader.buffered_bytes(), 16u);
+  EXPECT_EQ(reader.Feed(std::string(100, 'x')).code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST(RedisErrorToStatusTest, MapsByFirstWord) {
   EXPECT_EQ(RedisErrorToStatus("AUTH", "WRONGPASS invalid username-password pair").code(),
             absl::StatusCode::kPermissionDenied);

@@ -48,7 +48,8 @@ int64_t DecodedSize(const RedisReply& r) {
 }
 
 void CheckReplies(std::string_view bytes) {
-  internal::RespReplyReader reader(kCap);
+  // Strings of 16 bytes and more take the reader's direct path (1 MiB and more in the client).
+  internal::RespReplyReader reader(kCap, /*direct_bulk_bytes=*/16);
   size_t at = 0;
   while (at < bytes.size()) {
     // Chunk size from the next byte (1..256): exercises every split point over the corpus.
