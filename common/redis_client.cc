@@ -333,7 +333,7 @@ using Clock = std::chrono::steady_clock;
 struct RedisClient::Call {
   Clock::time_point deadline;
   absl::Duration timeout;
-  std::string_view op;  // "GET", "pipeline of 12", ... (static or caller-owned)
+  std::string_view op;  // "GET", "pipelined STRLEN", ... (static or caller-owned)
 };
 
 struct RedisClient::TlsContext {
@@ -412,6 +412,7 @@ class RedisClient::Connection {
     }
     for (;;) {
       ERR_clear_error();
+      errno = 0;  // SSL_ERROR_SYSCALL with errno 0 means the peer closed
       const int r = SSL_do_handshake(ssl_);
       if (r == 1) return absl::OkStatus();
       const int err = SSL_get_error(ssl_, r);
@@ -530,6 +531,7 @@ class RedisClient::Connection {
       size_t done = 0;
       while (done < piece.size()) {
         ERR_clear_error();
+        errno = 0;
         size_t written = 0;
         const int r = SSL_write_ex(ssl_, piece.data() + done,
                                    std::min<size_t>(piece.size() - done, 1 << 30), &written);

@@ -4,7 +4,9 @@
 // call times out), killed, restarted empty on the same port.
 //
 //   RedisServerProcess redis;
-//   ASSERT_TRUE(redis.Start({.password = "secret"}));
+//   RedisServerOptions options;  // (designated initializers trip g++'s -Wextra here)
+//   options.password = "secret";
+//   ASSERT_TRUE(redis.Start(options));
 //   ... RedisClient::Create(*ParseRedisUrl(redis.url())) ...
 //   redis.Pause();  redis.Resume();  redis.Kill();  ASSERT_TRUE(redis.Restart());
 //
