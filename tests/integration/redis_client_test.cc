@@ -1,7 +1,7 @@
 // common/redis_client against a real redis-server (tests/support/redis_server.h): values up to
-// 100 MiB and arbitrary bytes, AUTH (requirepass and an ACL user), SELECT, the per-call deadline
-// while the server is SIGSTOPped, fast failure while it is dead and reconnection after it comes
-// back, the reply cap, server error replies, and TLS with a CA made by the test.
+// 100 MiB and arbitrary bytes, AUTH (requirepass and an ACL user), SELECT, IPv6, the per-call
+// deadline while the server is SIGSTOPped, fast failure while it is dead and reconnection after it
+// comes back, the reply cap, server error replies, and TLS with a CA made by the test.
 //
 // Time bounds: a call must end within its timeout plus scheduling slack. The bound asserted is
 // 1 s for a 50 ms timeout: a loaded 2-core CI machine can leave a woken thread unscheduled for
@@ -206,6 +206,24 @@ TEST(RedisClientIntegrationTest, SelectDb) {
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("SELECT"));
   EXPECT_THAT(s.message(), HasSubstr("DB index is out of range"));
+}
+
+TEST(RedisClientIntegrationTest, Ipv6Loopback) {
+  RedisServerProcess redis;
+  RedisServerOptions options;
+  options.extra_config = {"bind 127.0.0.1 -::1"};  // "-": no error where IPv6 is off
+  ASSERT_TRUE(redis.Start(options));
+  std::unique_ptr<RedisClient> client =
+      Connect("redis://[::1]:" + std::to_string(redis.port()) + "/1");
+  ASSERT_NE(client, nullptr);
+  const absl::Status s = client->Set("k6", "v6");
+  if (!s.ok() && redis.log().find("::1") != std::string::npos) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << s;
+  }
+  ASSERT_TRUE(s.ok()) << s;
+  absl::StatusOr<std::optional<std::string>> got = client->Get("k6");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_EQ(**got, "v6");
 }
 
 TEST(RedisClientIntegrationTest, StoppedServerTimesOutEveryCallThenRecovers) {
