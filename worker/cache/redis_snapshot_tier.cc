@@ -62,6 +62,18 @@ common::SnapshotLayout SnapshotLayoutOf(const PagedKvCache& kv,
   return l;
 }
 
+std::vector<size_t> SnapshotsToPublish(absl::Span<const int64_t> n_tokens, int64_t prompt_tokens) {
+  std::optional<size_t> in_prompt, beyond;
+  for (size_t i = 0; i < n_tokens.size(); ++i) {
+    std::optional<size_t>& best = n_tokens[i] <= prompt_tokens ? in_prompt : beyond;
+    if (!best || n_tokens[i] >= n_tokens[*best]) best = i;
+  }
+  std::vector<size_t> picked;
+  if (in_prompt) picked.push_back(*in_prompt);
+  if (beyond) picked.push_back(*beyond);
+  return picked;
+}
+
 std::vector<size_t> RedisFetchOrder(absl::Span<const int64_t> lengths, size_t max_gets) {
   std::vector<size_t> order;
   for (size_t i = lengths.size(); i-- > 0 && order.size() < max_gets;) {
@@ -174,21 +186,14 @@ void RedisSnapshotTier::LogDegraded(absl::string_view kind, absl::string_view me
 
 void RedisSnapshotTier::Publish(std::vector<std::shared_ptr<const LocalSnapshot>> snapshots,
                                 int64_t prompt_tokens) {
-  // snapshots are in position order: the last at or below the prompt, and the last of all when
-  // it lies beyond the prompt (the end of the output).
   PublishJob job;
   job.published = Clock::now();
-  std::shared_ptr<const LocalSnapshot> in_prompt, beyond;
-  for (auto& s : snapshots) {
-    if (s == nullptr) continue;
-    if (s->n_tokens() <= prompt_tokens) {
-      if (in_prompt == nullptr || s->n_tokens() > in_prompt->n_tokens()) in_prompt = s;
-    } else if (beyond == nullptr || s->n_tokens() > beyond->n_tokens()) {
-      beyond = s;
-    }
+  std::erase(snapshots, nullptr);
+  std::vector<int64_t> lengths;
+  for (const auto& snap : snapshots) lengths.push_back(snap->n_tokens());
+  for (size_t i : SnapshotsToPublish(lengths, prompt_tokens)) {
+    job.snapshots.push_back(std::move(snapshots[i]));
   }
-  if (in_prompt != nullptr) job.snapshots.push_back(std::move(in_prompt));
-  if (beyond != nullptr) job.snapshots.push_back(std::move(beyond));
   snapshots.clear();
   if (job.snapshots.empty()) return;
   {

@@ -112,6 +112,11 @@ struct RedisLookupPlan {
 // STRLEN's answers, one per plan position (0: no such key).
 std::vector<size_t> RedisFetchOrder(absl::Span<const int64_t> lengths, size_t max_gets);
 
+// Which of a finished sequence's snapshots to write (the publish policy as one pure function):
+// indexes into `n_tokens` (the snapshots' lengths) of the longest at or below `prompt_tokens`,
+// then of the longest beyond it; either may be missing. Ties go to the later index.
+std::vector<size_t> SnapshotsToPublish(absl::Span<const int64_t> n_tokens, int64_t prompt_tokens);
+
 // See the file comment.
 class RedisSnapshotTier {
  public:
