@@ -37,7 +37,9 @@ auto WithOneReconnect(common::RedisClient& client, absl::Duration deadline, Call
 }  // namespace
 
 struct RedisSnapshotTier::PublishJob {
-  std::vector<std::shared_ptr<const LocalSnapshot>> snapshots;
+  // Weak: a queued snapshot must not keep the RAM tier from giving its KV pages back; one
+  // evicted before its turn is not written.
+  std::vector<std::weak_ptr<const LocalSnapshot>> snapshots;
   Clock::time_point published;
 };
 
@@ -191,9 +193,7 @@ void RedisSnapshotTier::Publish(std::vector<std::shared_ptr<const LocalSnapshot>
   std::erase(snapshots, nullptr);
   std::vector<int64_t> lengths;
   for (const auto& snap : snapshots) lengths.push_back(snap->n_tokens());
-  for (size_t i : SnapshotsToPublish(lengths, prompt_tokens)) {
-    job.snapshots.push_back(std::move(snapshots[i]));
-  }
+  for (size_t i : SnapshotsToPublish(lengths, prompt_tokens)) job.snapshots.push_back(snapshots[i]);
   snapshots.clear();
   if (job.snapshots.empty()) return;
   {
@@ -220,9 +220,16 @@ void RedisSnapshotTier::WriterLoop() {
       job = std::move(publish_queue_.front());
       publish_queue_.pop_front();
     }
-    for (auto& snap : job.snapshots) {
+    for (const std::weak_ptr<const LocalSnapshot>& queued : job.snapshots) {
+      std::shared_ptr<const LocalSnapshot> snap = queued.lock();
+      if (snap == nullptr) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.publish_dropped;
+        continue;
+      }
       Write(*writer_client_, *snap, job.published);
-      snap.reset();  // it pins KV pages: let them go as soon as the blob is out
+      // `snap` pins KV pages (and, once evicted, keeps them from the pool): it goes as soon as
+      // the blob is out.
     }
   }
 }

@@ -7,11 +7,13 @@
 // longest at or below the prompt's length (the deepest point the next turn of a client that
 // rewrites the reply still shares) and the longest beyond it (the end of the output, for clients
 // that send the reply back verbatim). The queue is bounded; when the writer falls behind, whole
-// sequences are dropped and counted, never waited for. One writer thread encodes each snapshot
+// sequences are dropped and counted, never waited for. The queue holds weak references, so
+// snapshots waiting there never keep the RAM tier from giving their KV pages back to serving (one
+// evicted before its turn is dropped and counted). One writer thread encodes each snapshot
 // (common/snapshot_format.h) straight from the RAM tier's buffers — the state copy and, on host
 // memory, the KV pages in place (PagedKvCache::HostKPage: a page held by a snapshot is never
-// written) — and SETs it with a TTL under `ds:snap:v1:<key hex>`. It drops its LocalSnapshot
-// references right after, since they pin KV pages (the engine thread gives evicted pages back in
+// written) — and SETs it with a TTL under `ds:snap:v1:<key hex>`, holding the one snapshot it
+// writes only while it writes it (the engine thread gives evicted pages back in
 // SnapshotCache::ReleaseUnreferenced). Keys this worker wrote within the last half TTL are not
 // written again, and blobs over max_bytes are not written at all.
 //
@@ -94,7 +96,7 @@ struct RedisTierStats {
   int64_t written = 0, written_bytes = 0;
   int64_t write_skipped_recent = 0;     // written by this worker within half the TTL
   int64_t write_skipped_too_large = 0;  // over max_bytes
-  int64_t publish_dropped = 0;          // snapshots dropped because the queue was full
+  int64_t publish_dropped = 0;  // not written: the queue was full, or evicted from RAM first
   double publish_seconds_sum = 0;       // from Publish to the SET's reply, per written blob
   int64_t publish_seconds_count = 0;
   // Blobs refused by DecodeSnapshot (or over max_bytes by their STRLEN), by reason.

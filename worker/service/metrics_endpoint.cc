@@ -63,7 +63,7 @@ void AppendRedisTierMetrics(const WorkerService& service, std::string& out) {
       {"deltaserve_model_snapshot_redis_written_bytes_total", "Bytes of those blobs.",
        &RedisTierStats::written_bytes},
       {"deltaserve_model_snapshot_redis_publish_dropped_total",
-       "Snapshots not written because the write queue was full.",
+       "Snapshots not written: the write queue was full, or RAM evicted them before their turn.",
        &RedisTierStats::publish_dropped},
   };
   for (const Series& s : series) {
