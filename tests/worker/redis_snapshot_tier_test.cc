@@ -6,7 +6,8 @@
 // - two workers sharing one Redis, a 6-turn conversation alternating between them: every turn
 //   equals the cold run, and from turn 2 on the other worker restores the whole previous turn
 //   (cached_prompt_tokens = its length: the end-of-output snapshot, found in Redis); the publish
-//   latency of a ~1K-token snapshot and zstd's ratio on it, printed;
+//   latency of a ~1K-token snapshot and zstd's ratio on it, printed; a request refused after its
+//   lookup ends with the scheduler's status;
 // - faults, each recomputed with output equal to the cold run and counted by its metric: blobs
 //   with flipped bits (checksum), truncated (format), of another format version (version), made
 //   by another model (model) or with other cache types (cache_types) under the key looked up;
@@ -314,6 +315,17 @@ TEST(RedisSnapshotTierTest, TwoWorkersShareRedisAndResumeEachOthersTurnsExactly)
     zstd = (*client->StrLens(names))[0];
   }
   EXPECT_NE(zstd, raw) << "b did not write the snapshot again";
+
+  // A request refused by the scheduler after its Redis lookup (submitted from a fetch thread)
+  // still ends with the scheduler's status: 1,200 prompt tokens + 200 over the context of 1,280.
+  Conversation too_long(8);
+  too_long.AddUser(600);
+  too_long.AddUser(596);
+  const double lookups = Metric(b, kLookups);
+  const Streamed refused = Call(b, too_long.Next(200));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::OUT_OF_RANGE)
+      << refused.status.error_message();
+  EXPECT_EQ(Metric(b, kLookups), lookups + 1);
   std::printf("zstd level 1 on that snapshot: %lld -> %lld bytes (ratio %.3f)\n",
               static_cast<long long>(raw), static_cast<long long>(zstd),
               static_cast<double>(raw) / static_cast<double>(zstd));
