@@ -13,7 +13,7 @@
 //   by another model (model) or with other cache types (cache_types) under the key looked up;
 //   Redis SIGSTOPped (errors{op="lookup"}, latency bounded), killed (errors) and restarted empty
 //   (misses, then hits again); AUTH with the right password works, a wrong one is counted;
-//   blobs over --redis-max-bytes are neither written nor fetched;
+//   blobs over --redis-max-bytes are neither written nor fetched; rediss:// (TLS) works;
 // - 1,000 distinct conversations: the RAM tier stays within --snapshot-ram, Redis within its
 //   maxmemory (allkeys-lru), and the keys carry a TTL.
 #include <arpa/inet.h>
@@ -463,6 +463,28 @@ TEST(RedisSnapshotTierTest, AuthWorksAndAWrongPasswordIsCountedNotFatal) {
     EXPECT_EQ(w->proc->err().find("wr0ng"), std::string::npos);
   }
   EXPECT_NE(w2.proc->err().find("lookup_error"), std::string::npos) << w2.proc->err();
+}
+
+TEST(RedisSnapshotTierTest, TlsRedisCarriesSnapshotsBetweenWorkers) {
+  if (!::deltaserve::testing::RedisServerHasTls()) GTEST_SKIP() << "redis-server without TLS";
+  RedisServerProcess redis;
+  RedisServerOptions options;
+  options.tls = ::deltaserve::testing::MakeTestTlsFiles(redis.dir());
+  ASSERT_TRUE(options.tls.has_value());
+  ASSERT_TRUE(redis.Start(options));
+  ASSERT_EQ(redis.url().rfind("rediss://", 0), 0u) << redis.url();
+  Worker w1 = StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url()});
+  Worker w2 = StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url()});
+  Worker cold = StartWorker("tiny-dense-f32.gguf", {"--snapshot-ram", "0"});
+  ASSERT_TRUE(w1.stub && w2.stub && cold.stub);
+  auto client = Client(redis.url());
+  Conversation conv(600);
+  conv.AddUser(30);
+  Turn(w1, cold, conv, "tls turn 1");
+  const int64_t end = static_cast<int64_t>(conv.history.size());
+  ASSERT_GE(WaitForKey(*client, RedisKey(w1.root, conv.history)), 0);
+  conv.AddUser(12);
+  EXPECT_EQ(Turn(w2, cold, conv, "tls turn 2").cached, end);
 }
 
 TEST(RedisSnapshotTierTest, AThousandConversationsStayWithinTheRamBudgetAndRedisCap) {
