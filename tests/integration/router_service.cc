@@ -138,12 +138,14 @@ std::string Sha256HexWithTool(const std::string& text) {
   return n == 64 ? std::string(hex, 64) : "";
 }
 
-RouterService::RouterService(const std::string& config_text) {
-  worker_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{BinaryPath("worker/deltaserve-worker"), "--model",
-                               "tiny=" + GoldenPath("tiny-dense-f32.gguf"), "--listen",
-                               "127.0.0.1:0", "--threads", "1", "--ctx", "256", "--parallel", "2",
-                               "--ram", "2GiB", "--cache-type-k", "f32", "--cache-type-v", "f32"});
+RouterService::RouterService(const std::string& config_text,
+                             const std::vector<std::string>& worker_args) {
+  std::vector<std::string> worker_argv = {
+      BinaryPath("worker/deltaserve-worker"), "--model", "tiny=" + GoldenPath("tiny-dense-f32.gguf"),
+      "--listen", "127.0.0.1:0", "--threads", "1", "--ctx", "256", "--parallel", "2", "--ram",
+      "2GiB", "--cache-type-k", "f32", "--cache-type-v", "f32"};
+  worker_argv.insert(worker_argv.end(), worker_args.begin(), worker_args.end());
+  worker_ = std::make_unique<ChildProcess>(worker_argv);
   auto line = worker_->WaitForLine("listening on ", seconds(60));
   EXPECT_TRUE(line.has_value()) << worker_->err();
   if (!line) return;

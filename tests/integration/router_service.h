@@ -59,8 +59,10 @@ std::string Sha256HexWithTool(const std::string& text);
 // (GET /ready answered 200) when the constructor returns, or port() == 0 with a test failure.
 class RouterService {
  public:
-  // `config_text`: YAML for the router's --config (empty: none).
-  explicit RouterService(const std::string& config_text = "");
+  // `config_text`: YAML for the router's --config (empty: none). `worker_args` are appended to
+  // the worker's command line (a later flag overrides the default one, e.g. "--ctx", "2048").
+  explicit RouterService(const std::string& config_text = "",
+                         const std::vector<std::string>& worker_args = {});
   int port() const { return port_; }
   ChildProcess& router() { return *router_; }
   ChildProcess& worker() { return *worker_; }

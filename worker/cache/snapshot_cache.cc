@@ -241,6 +241,13 @@ int64_t SnapshotCache::EvictForPages(int64_t free_pages) {
   return kv_->free_pages() - before;
 }
 
+bool SnapshotCache::EvictOne() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!EvictOneLocked()) return false;
+  ++stats_.evictions_for_pages;
+  return true;
+}
+
 void SnapshotCache::ReleaseUnreferenced() {
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(evicted_in_use_, [this](const Entry& e) {

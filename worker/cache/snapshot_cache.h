@@ -141,6 +141,10 @@ class SnapshotCache {
   // Drops least recently used snapshots until the KV cache has `free_pages` free pages or no
   // snapshot is left that could give any back. Returns the pages freed.
   int64_t EvictForPages(int64_t free_pages);
+  // Drops the least recently used snapshot; false when none is left. A sequence that cannot get
+  // a page calls it until it can: dropping a snapshot frees its pages or unshares one the
+  // sequence would have to copy.
+  bool EvictOne();
   // Gives back the pages of evicted snapshots nobody else holds any longer.
   void ReleaseUnreferenced();
 

@@ -63,7 +63,10 @@ struct Scheduler::Sequence {
   size_t next_capture = 0;
   std::vector<int32_t> turn_end;
   std::shared_ptr<const SnapshotImage> remote;
-  std::vector<std::shared_ptr<const LocalSnapshot>> captured;
+  // Weak: a sequence must not keep its own snapshots from giving their pages back (its next
+  // write into a page a snapshot shares needs a copy, which a full cache can only make by
+  // dropping the snapshot).
+  std::vector<std::weak_ptr<const LocalSnapshot>> captured;
   // Finished for the client; feeding the turn-end tokens (feed) for the end-of-output snapshot.
   bool closing = false;
 
@@ -200,7 +203,13 @@ void Scheduler::Release(Sequence& seq) {
   seq.snapshot.reset();
   seq.state.reset();  // pages and slot back to their pools now
   seq.closing = false;
-  if (publisher_ && !seq.captured.empty()) publisher_(std::move(seq.captured), seq.prompt_len);
+  if (publisher_ && !seq.captured.empty()) {
+    std::vector<std::shared_ptr<const LocalSnapshot>> alive;
+    for (const auto& w : seq.captured) {
+      if (auto snap = w.lock()) alive.push_back(std::move(snap));
+    }
+    if (!alive.empty()) publisher_(std::move(alive), seq.prompt_len);
+  }
   seq.captured.clear();
 }
 
@@ -271,7 +280,7 @@ void Scheduler::Admit() {
       waiting_.pop_front();
       continue;
     }
-    int64_t need = pages_for(static_cast<int64_t>(seq.tokens.size()) + 1);
+    const int64_t need = pages_for(static_cast<int64_t>(seq.tokens.size()) + 1);
     if (need > cache_->total_pages()) {
       Finish(seq, EndReason::kError,
              absl::ResourceExhaustedError(absl::StrCat("the request needs ", need, " KV pages of ",
@@ -280,10 +289,15 @@ void Scheduler::Admit() {
       waiting_.pop_front();
       continue;
     }
-    if (cache_->free_pages() - reserved < need && snapshots_ != nullptr) {
-      snapshots_->EvictForPages(reserved + need);  // RAM snapshots give their pages back first
+    // The prefix to restore is chosen first: the pages it shares are not needed anew (and the
+    // reference held here keeps them while other snapshots give theirs back).
+    RestorePoint point;
+    if (snapshots_ != nullptr) point = ChooseRestore(seq);
+    const int64_t need_new = need - SharedPages(point);
+    if (cache_->free_pages() - reserved < need_new && snapshots_ != nullptr) {
+      snapshots_->EvictForPages(reserved + need_new);  // RAM snapshots give pages back first
     }
-    if (cache_->free_pages() - reserved < need) break;  // FIFO: the head waits for memory
+    if (cache_->free_pages() - reserved < need_new) break;  // FIFO: the head waits for memory
     absl::StatusOr<std::unique_ptr<SequenceState>> state =
         model_->NewSequence(cache_, slots_, options_.max_context);
     if (!state.ok()) break;  // no free slot: wait
@@ -293,14 +307,15 @@ void Scheduler::Admit() {
       seq.was_admitted = true;
       seq.admitted = Clock::now();
     }
-    if (snapshots_ != nullptr) RestoreAtAdmission(seq, first_admission);
-    reserved += need;
+    if (snapshots_ != nullptr) RestoreAtAdmission(seq, point, first_admission);
+    reserved += need_new;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
 }
 
-void Scheduler::RestoreAtAdmission(Sequence& seq, bool first_admission) {
+Scheduler::RestorePoint Scheduler::ChooseRestore(Sequence& seq) {
+  RestorePoint point;
   // At least the last token is computed: its logits give the first new token.
   const int64_t max_pos = static_cast<int64_t>(seq.tokens.size()) - 1;
   std::shared_ptr<const LocalSnapshot> best =
@@ -308,8 +323,9 @@ void Scheduler::RestoreAtAdmission(Sequence& seq, bool first_admission) {
   // After a preemption the sequence's own latest snapshot may be the longest (its tokens are a
   // prefix of seq.tokens by construction; captured is in position order).
   for (auto it = seq.captured.rbegin(); it != seq.captured.rend(); ++it) {
-    if ((*it)->n_tokens() > max_pos) continue;
-    if (best == nullptr || (*it)->n_tokens() > best->n_tokens()) best = *it;
+    std::shared_ptr<const LocalSnapshot> own = it->lock();
+    if (own == nullptr || own->n_tokens() > max_pos) continue;
+    if (best == nullptr || own->n_tokens() > best->n_tokens()) best = std::move(own);
     break;
   }
   const SnapshotImage* remote = seq.remote.get();
@@ -320,6 +336,25 @@ void Scheduler::RestoreAtAdmission(Sequence& seq, bool first_admission) {
       remote = nullptr;
     }
   }
+  point.local = std::move(best);
+  point.remote = remote;
+  return point;
+}
+
+int64_t Scheduler::SharedPages(const RestorePoint& point) const {
+  // Every page of a RAM snapshot is shared. Its partial last page is copied on the first write
+  // when the snapshot still holds it; a cache too full for that copy drops the snapshot instead
+  // (RunBatch), so the sequence needs no page for it.
+  const int64_t pt = cache_->page_tokens();
+  return point.remote == nullptr && point.local != nullptr
+             ? (point.local->n_tokens() + pt - 1) / pt
+             : 0;
+}
+
+void Scheduler::RestoreAtAdmission(Sequence& seq, const RestorePoint& point,
+                                   bool first_admission) {
+  const SnapshotImage* remote = point.remote;
+  const std::shared_ptr<const LocalSnapshot>& best = point.local;
   SnapshotSource source = SnapshotSource::kNone;
   absl::Status st;
   if (remote != nullptr) {
@@ -527,9 +562,9 @@ bool Scheduler::RunBatch() {
         Finish(s, EndReason::kError, st);
         break;
       }
-      if (snapshots_ != nullptr && snapshots_->EvictForPages(cache_->free_pages() + 1) > 0) {
-        continue;  // a RAM snapshot gave its pages back
-      }
+      // The least recently used RAM snapshot gives its pages back (or stops sharing one this
+      // sequence must otherwise copy); then try again.
+      if (snapshots_ != nullptr && snapshots_->EvictOne()) continue;
       Sequence* victim = nullptr;
       for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
         if (!(*it)->finished && (*it)->state != nullptr) {

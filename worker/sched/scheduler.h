@@ -193,7 +193,13 @@ class Scheduler {
   // the tokens, and rewinds the state to `fed_before` positions when a draft was rejected.
   void Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows, int64_t fed_before);
   // Snapshots: restore at admission, capture at a snapshot position, end-of-output capture.
-  void RestoreAtAdmission(Sequence& seq, bool first_admission);
+  struct RestorePoint {
+    std::shared_ptr<const LocalSnapshot> local;  // the longest RAM snapshot usable
+    const SnapshotImage* remote = nullptr;       // the request's Redis image, when longer
+  };
+  RestorePoint ChooseRestore(Sequence& seq);
+  int64_t SharedPages(const RestorePoint& point) const;
+  void RestoreAtAdmission(Sequence& seq, const RestorePoint& point, bool first_admission);
   void CaptureIfDue(Sequence& seq);
   bool BeginClosing(Sequence& seq);
   void Release(Sequence& seq);
