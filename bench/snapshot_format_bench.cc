@@ -92,16 +92,14 @@ int main(int argc, char** argv) {
   });
   std::printf("tokens %lld: state %.1f MiB, kv %.1f MiB; CRC-32C of the kv %.1f ms (%s)\n",
               static_cast<long long>(n_tokens), state.size() / 1048576.0, kv.size() / 1048576.0,
-              crc_ms,
-              common::internal::Crc32cUsesHardware() ? "SSE4.2, 3 chains" : "table");
+              crc_ms, common::internal::Crc32cUsesHardware() ? "SSE4.2, 3 chains" : "table");
   for (SnapshotCompression compression : {SnapshotCompression::kNone, SnapshotCompression::kZstd}) {
     std::string blob;
     const double encode_ms =
         MedianMs(reps, [&] { blob = common::EncodeSnapshot(c, compression).value(); });
     bool ok = true;
-    const double decode_ms = MedianMs(reps, [&] {
-      ok = ok && common::DecodeSnapshot(blob, expect, nullptr).ok();
-    });
+    const double decode_ms =
+        MedianMs(reps, [&] { ok = ok && common::DecodeSnapshot(blob, expect, nullptr).ok(); });
     std::printf("%-5s blob %.1f MiB: encode %.1f ms, decode %.1f ms%s\n",
                 compression == SnapshotCompression::kNone ? "raw" : "zstd1",
                 blob.size() / 1048576.0, encode_ms, decode_ms, ok ? "" : "  DECODE FAILED");

@@ -60,7 +60,7 @@ uint32_t ExtendPortableRaw(uint32_t crc, const uint8_t* p, size_t n) {
 constexpr size_t kStripeBytes = 4096;
 
 __attribute__((target("sse4.2"))) uint32_t ExtendOneChain(uint32_t crc, const uint8_t* p,
-                                                           size_t n) {
+                                                          size_t n) {
   uint64_t c = crc;
   while (n >= 8) {
     uint64_t v;
@@ -95,13 +95,12 @@ struct ShiftTable {
     }
   }
   uint32_t Shift(uint32_t reg) const {
-    return t[0][reg & 0xFF] ^ t[1][(reg >> 8) & 0xFF] ^ t[2][(reg >> 16) & 0xFF] ^
-           t[3][reg >> 24];
+    return t[0][reg & 0xFF] ^ t[1][(reg >> 8) & 0xFF] ^ t[2][(reg >> 16) & 0xFF] ^ t[3][reg >> 24];
   }
 };
 
 __attribute__((target("sse4.2"))) uint32_t ExtendSse42Raw(uint32_t crc, const uint8_t* p,
-                                                           size_t n) {
+                                                          size_t n) {
   if (n >= 3 * kStripeBytes) {
     static const ShiftTable shift;
     while (n >= 3 * kStripeBytes) {

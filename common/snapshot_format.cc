@@ -184,10 +184,10 @@ absl::StatusOr<ParsedHeader> ParseHeader(std::string_view blob, SnapshotRejectRe
   const char* h = blob.data();
   const uint32_t version = GetU32(h + kOffVersion);
   if (version != kSnapshotFormatVersion) {
-    return Reject(reason, SnapshotRejectReason::kVersion,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "snapshot blob: format version ", version, ", this build reads ",
-                      kSnapshotFormatVersion)));
+    return Reject(
+        reason, SnapshotRejectReason::kVersion,
+        absl::FailedPreconditionError(absl::StrCat("snapshot blob: format version ", version,
+                                                   ", this build reads ", kSnapshotFormatVersion)));
   }
   if (blob.size() < kSnapshotHeaderBytes) {
     return RejectFormat(reason, absl::StrCat("truncated header: ", blob.size(), " of ",
@@ -253,8 +253,7 @@ absl::StatusOr<ParsedHeader> ParseHeader(std::string_view blob, SnapshotRejectRe
     const char* name = kSectionNames[i];
     if (sec.raw != want_raw[i]) {
       return RejectFormat(reason, absl::StrCat(name, " section holds ", sec.raw,
-                                               " bytes, the header's layout needs ",
-                                               want_raw[i]));
+                                               " bytes, the header's layout needs ", want_raw[i]));
     }
     if (sec.encoding == kEncodingRaw) {
       if (sec.stored != sec.raw) {
@@ -263,25 +262,24 @@ absl::StatusOr<ParsedHeader> ParseHeader(std::string_view blob, SnapshotRejectRe
       }
     } else if (sec.encoding == kEncodingZstd) {
       if (sec.stored == 0 || sec.raw / kZstdMaxRatio > sec.stored) {
-        return RejectFormat(reason, absl::StrCat(name, " section claims ", sec.raw,
-                                                 " bytes from ", sec.stored,
-                                                 " zstd bytes, beyond zstd's ratio"));
+        return RejectFormat(reason, absl::StrCat(name, " section claims ", sec.raw, " bytes from ",
+                                                 sec.stored, " zstd bytes, beyond zstd's ratio"));
       }
     } else {
       return RejectFormat(reason, absl::StrCat(name, " section encoding ", sec.encoding));
     }
     if (sec.stored > blob.size() - std::min<uint64_t>(stored_total, blob.size())) {
-      return RejectFormat(reason, absl::StrCat("truncated: ", name, " section needs ",
-                                               sec.stored, " bytes at offset ", stored_total,
-                                               " of a ", blob.size(), "-byte blob"));
+      return RejectFormat(reason, absl::StrCat("truncated: ", name, " section needs ", sec.stored,
+                                               " bytes at offset ", stored_total, " of a ",
+                                               blob.size(), "-byte blob"));
     }
     stored_total += sec.stored;
     // Saturates rather than wraps: the cap check refuses the sum either way.
     raw_total = sec.raw > UINT64_MAX - raw_total ? UINT64_MAX : raw_total + sec.raw;
   }
   if (stored_total != blob.size()) {
-    return RejectFormat(reason, absl::StrCat(blob.size() - stored_total,
-                                             " bytes after the last section"));
+    return RejectFormat(reason,
+                        absl::StrCat(blob.size() - stored_total, " bytes after the last section"));
   }
   s.stored_bytes = stored_total;
   s.raw_bytes = raw_total;
@@ -298,10 +296,10 @@ absl::Status DecodeSection(std::string_view stored, const SectionDesc& d, const 
   }
   const size_t n = ZSTD_decompressDCtx(dctx, dst, d.raw, stored.data(), stored.size());
   if (ZSTD_isError(n) || n != d.raw) {
-    return RejectFormat(reason, absl::StrCat(name, " section: zstd gave ",
-                                             ZSTD_isError(n) ? ZSTD_getErrorName(n)
-                                                             : absl::StrCat(n, " bytes"),
-                                             ", the header says ", d.raw, " bytes"));
+    return RejectFormat(
+        reason, absl::StrCat(name, " section: zstd gave ",
+                             ZSTD_isError(n) ? ZSTD_getErrorName(n) : absl::StrCat(n, " bytes"),
+                             ", the header says ", d.raw, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -386,16 +384,15 @@ absl::StatusOr<std::string> EncodeSnapshot(const SnapshotContents& c,
   const std::optional<uint64_t> kv_bytes = SnapshotKvBytes(c.layout, n_pages);
   if (!kv_bytes.has_value()) return absl::InvalidArgumentError("snapshot kv size overflows");
   if (SumSizes(c.state_parts) != c.layout.state_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("snapshot state parts hold ",
-                                                   SumSizes(c.state_parts),
-                                                   " bytes, the layout says ",
-                                                   c.layout.state_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot state parts hold ", SumSizes(c.state_parts),
+                     " bytes, the layout says ", c.layout.state_bytes));
   }
   if (SumSizes(c.kv_parts) != *kv_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "snapshot kv parts hold ", SumSizes(c.kv_parts), " bytes; ", c.layout.n_attention_layers,
-        " layers x ", n_pages, " pages x (", c.layout.k_page_bytes, " + ", c.layout.v_page_bytes,
-        ") = ", *kv_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot kv parts hold ", SumSizes(c.kv_parts), " bytes; ",
+                     c.layout.n_attention_layers, " layers x ", n_pages, " pages x (",
+                     c.layout.k_page_bytes, " + ", c.layout.v_page_bytes, ") = ", *kv_bytes));
   }
 
   std::unique_ptr<ZSTD_CCtx, ZstdCCtxDeleter> cctx;
@@ -473,13 +470,13 @@ absl::StatusOr<DecodedSnapshot> DecodeSnapshot(std::string_view blob,
                   absl::FailedPreconditionError("snapshot blob: another model's fingerprint"));
   }
   if (h.domain != expect.domain) {
-    return Reject(reason, SnapshotRejectReason::kCacheTypes,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "snapshot blob: cache K/V/state types ", h.domain.k_type, "/",
-                      h.domain.v_type, "/", h.domain.state_type, " with ", h.domain.page_tokens,
-                      " tokens a page; this worker has ", expect.domain.k_type, "/",
-                      expect.domain.v_type, "/", expect.domain.state_type, " with ",
-                      expect.domain.page_tokens)));
+    return Reject(
+        reason, SnapshotRejectReason::kCacheTypes,
+        absl::FailedPreconditionError(absl::StrCat(
+            "snapshot blob: cache K/V/state types ", h.domain.k_type, "/", h.domain.v_type, "/",
+            h.domain.state_type, " with ", h.domain.page_tokens, " tokens a page; this worker has ",
+            expect.domain.k_type, "/", expect.domain.v_type, "/", expect.domain.state_type,
+            " with ", expect.domain.page_tokens)));
   }
   if (h.layout != expect.layout) {
     const SnapshotLayout& a = h.layout;
@@ -490,21 +487,20 @@ absl::StatusOr<DecodedSnapshot> DecodeSnapshot(std::string_view blob,
             "snapshot blob: layout (deltanet layers, attention layers, state bytes, K page "
             "bytes, V page bytes) = (",
             a.n_deltanet_layers, ", ", a.n_attention_layers, ", ", a.state_bytes, ", ",
-            a.k_page_bytes, ", ", a.v_page_bytes, "); this worker has (", b.n_deltanet_layers,
-            ", ", b.n_attention_layers, ", ", b.state_bytes, ", ", b.k_page_bytes, ", ",
-            b.v_page_bytes, ")")));
+            a.k_page_bytes, ", ", a.v_page_bytes, "); this worker has (", b.n_deltanet_layers, ", ",
+            b.n_attention_layers, ", ", b.state_bytes, ", ", b.k_page_bytes, ", ", b.v_page_bytes,
+            ")")));
   }
   if (expect.key.has_value() && *expect.key != h.key) {
     return Reject(reason, SnapshotRejectReason::kKey,
                   absl::FailedPreconditionError(absl::StrCat("snapshot blob: key ", h.key.Hex(),
-                                                             ", asked for ",
-                                                             expect.key->Hex())));
+                                                             ", asked for ", expect.key->Hex())));
   }
   if (h.raw_bytes > expect.max_decoded_bytes) {
     return Reject(reason, SnapshotRejectReason::kTooLarge,
-                  absl::ResourceExhaustedError(absl::StrCat(
-                      "snapshot blob: decodes to ", h.raw_bytes, " bytes, the cap is ",
-                      expect.max_decoded_bytes)));
+                  absl::ResourceExhaustedError(absl::StrCat("snapshot blob: decodes to ",
+                                                            h.raw_bytes, " bytes, the cap is ",
+                                                            expect.max_decoded_bytes)));
   }
 
   std::string_view stored[kSectionCount];
@@ -522,9 +518,9 @@ absl::StatusOr<DecodedSnapshot> DecodeSnapshot(std::string_view blob,
       const unsigned long long declared =
           ZSTD_getFrameContentSize(stored[i].data(), stored[i].size());
       if (declared != sections[i].raw) {
-        return RejectFormat(reason, absl::StrCat(kSectionNames[i],
-                                                 " section: the zstd frame does not declare ",
-                                                 sections[i].raw, " bytes"));
+        return RejectFormat(
+            reason, absl::StrCat(kSectionNames[i], " section: the zstd frame does not declare ",
+                                 sections[i].raw, " bytes"));
       }
     }
   }
@@ -540,9 +536,9 @@ absl::StatusOr<DecodedSnapshot> DecodeSnapshot(std::string_view blob,
   DecodedSnapshot out;
   out.header = h;
   out.tokens.resize(static_cast<size_t>(h.n_tokens));
-  if (absl::Status s = DecodeSection(stored[kTokens], sections[kTokens], "tokens",
-                                     reinterpret_cast<uint8_t*>(out.tokens.data()), dctx.get(),
-                                     reason);
+  if (absl::Status s =
+          DecodeSection(stored[kTokens], sections[kTokens], "tokens",
+                        reinterpret_cast<uint8_t*>(out.tokens.data()), dctx.get(), reason);
       !s.ok()) {
     return s;
   }
@@ -565,8 +561,8 @@ absl::StatusOr<DecodedSnapshot> DecodeSnapshot(std::string_view blob,
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = DecodeSection(stored[kKv], sections[kKv], "kv", base + state_bytes,
-                                     dctx.get(), reason);
+  if (absl::Status s =
+          DecodeSection(stored[kKv], sections[kKv], "kv", base + state_bytes, dctx.get(), reason);
       !s.ok()) {
     return s;
   }

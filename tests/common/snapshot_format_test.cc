@@ -233,8 +233,8 @@ TEST(SnapshotFormatTest, PureAttentionAndPureRecurrentLayouts) {
 TEST(SnapshotFormatTest, ParseSnapshotHeaderReadsTheFields) {
   TestSnapshot s(10, Fill::kPattern);
   SnapshotRejectReason reason;
-  absl::StatusOr<SnapshotHeader> h = ParseSnapshotHeader(Encode(s, SnapshotCompression::kZstd),
-                                                         &reason);
+  absl::StatusOr<SnapshotHeader> h =
+      ParseSnapshotHeader(Encode(s, SnapshotCompression::kZstd), &reason);
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->domain, s.domain);
   EXPECT_EQ(h->layout, s.layout);
@@ -313,8 +313,7 @@ TEST(SnapshotFormatTest, OtherModelIsModel) {
   TestSnapshot mine(10, Fill::kPattern);
   SnapshotExpectation e = mine.Expectation();
   e.key.reset();
-  EXPECT_EQ(ReasonOf(Encode(foreign, SnapshotCompression::kNone), e),
-            SnapshotRejectReason::kModel);
+  EXPECT_EQ(ReasonOf(Encode(foreign, SnapshotCompression::kNone), e), SnapshotRejectReason::kModel);
 }
 
 TEST(SnapshotFormatTest, OtherCacheTypesOrPageSizeIsCacheTypes) {
@@ -383,11 +382,21 @@ TEST(SnapshotFormatTest, OtherLayoutIsLayout) {
   for (int field = 0; field < 5; ++field) {
     SnapshotExpectation e = s.Expectation();
     switch (field) {
-      case 0: e.layout.n_deltanet_layers += 1; break;
-      case 1: e.layout.n_attention_layers -= 1; break;
-      case 2: e.layout.state_bytes += 4; break;
-      case 3: e.layout.k_page_bytes = 48; break;
-      case 4: e.layout.v_page_bytes = 0; break;
+      case 0:
+        e.layout.n_deltanet_layers += 1;
+        break;
+      case 1:
+        e.layout.n_attention_layers -= 1;
+        break;
+      case 2:
+        e.layout.state_bytes += 4;
+        break;
+      case 3:
+        e.layout.k_page_bytes = 48;
+        break;
+      case 4:
+        e.layout.v_page_bytes = 0;
+        break;
     }
     EXPECT_EQ(ReasonOf(blob, e), SnapshotRejectReason::kLayout) << "field " << field;
   }
@@ -412,15 +421,15 @@ TEST(SnapshotFormatTest, InconsistentHeaderIsFormat) {
     uint64_t value;
     int bytes;
   } edits[] = {
-      {kSnapOffNPages, 4, 4},                    // 10 tokens of 4 a page are 3 pages
-      {kSnapOffNTokens, 11, 8},                  // the tokens section holds 10
-      {kSnapOffNTokens, 0, 8},                   // no tokens
-      {kSnapOffPageTokens, 0, 8},                // division by zero if trusted
-      {SnapSectionField(0, 16), 7, 4},           // unknown encoding
-      {SnapSectionField(1, 8), 95, 8},           // raw section storing less than it holds
-      {12, 128, 4},                              // header size
-      {16, 1, 4},                                // flags
-      {kSnapOffKType + 15, 'x', 1},              // bytes after a type name's NUL
+      {kSnapOffNPages, 4, 4},           // 10 tokens of 4 a page are 3 pages
+      {kSnapOffNTokens, 11, 8},         // the tokens section holds 10
+      {kSnapOffNTokens, 0, 8},          // no tokens
+      {kSnapOffPageTokens, 0, 8},       // division by zero if trusted
+      {SnapSectionField(0, 16), 7, 4},  // unknown encoding
+      {SnapSectionField(1, 8), 95, 8},  // raw section storing less than it holds
+      {12, 128, 4},                     // header size
+      {16, 1, 4},                       // flags
+      {kSnapOffKType + 15, 'x', 1},     // bytes after a type name's NUL
   };
   for (const auto& edit : edits) {
     std::string bad = blob;

@@ -64,8 +64,7 @@ TEST(SnapshotKeyTest, KnownAnswersMatchIndependentReference) {
 // The GGUF that snapshot_key_reference.py assembles by hand from the spec.
 absl::StatusOr<std::vector<uint8_t>> SmallGguf(uint32_t value) {
   GgufWriter w;
-  if (absl::Status s =
-          w.AddMetadata("general.architecture", GgufMetadataValue::String("qwen35"));
+  if (absl::Status s = w.AddMetadata("general.architecture", GgufMetadataValue::String("qwen35"));
       !s.ok()) {
     return s;
   }
@@ -197,8 +196,8 @@ TEST(SnapshotKeyTest, EveryDomainFieldChangesTheRoot) {
 TEST(SnapshotKeyTest, KeysAtRefusesBadPositions) {
   const std::vector<int32_t> tokens = ReferenceTokens();
   const SnapshotKey root = SnapshotRootKey(TestDomain());
-  for (std::vector<int64_t> bad : std::vector<std::vector<int64_t>>{
-           {0}, {151}, {-1}, {10, 10}, {20, 10}}) {
+  for (std::vector<int64_t> bad :
+       std::vector<std::vector<int64_t>>{{0}, {151}, {-1}, {10, 10}, {20, 10}}) {
     EXPECT_FALSE(SnapshotKeysAt(root, tokens, bad).ok());
   }
   absl::StatusOr<std::vector<SnapshotKey>> none = SnapshotKeysAt(root, tokens, {});
@@ -247,8 +246,7 @@ TEST(SnapshotPositionsTest, BadBoundariesAreSkipped) {
 
 TEST(SnapshotPositionsTest, HugeIntervalDoesNotOverflow) {
   EXPECT_THAT(SnapshotPositions({5}, 10, INT64_MAX), ElementsAre(5));
-  EXPECT_THAT(SnapshotPositions({INT32_MAX}, INT64_MAX, INT64_MAX - 1),
-              ElementsAre(INT32_MAX));
+  EXPECT_THAT(SnapshotPositions({INT32_MAX}, INT64_MAX, INT64_MAX - 1), ElementsAre(INT32_MAX));
 }
 
 }  // namespace

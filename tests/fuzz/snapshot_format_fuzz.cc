@@ -25,8 +25,7 @@ void Check(bool ok, const char* what) { fuzz::Check(ok, kTarget, what); }
 bool SameContents(const DecodedSnapshot& a, const DecodedSnapshot& b) {
   return a.header.domain == b.header.domain && a.header.key == b.header.key &&
          a.header.n_tokens == b.header.n_tokens && a.header.layout == b.header.layout &&
-         a.tokens == b.tokens && a.state.size() == b.state.size() &&
-         a.kv.size() == b.kv.size() &&
+         a.tokens == b.tokens && a.state.size() == b.state.size() && a.kv.size() == b.kv.size() &&
          (a.state.empty() || std::memcmp(a.state.data(), b.state.data(), a.state.size()) == 0) &&
          (a.kv.empty() || std::memcmp(a.kv.data(), b.kv.data(), a.kv.size()) == 0);
 }

@@ -35,17 +35,17 @@ int WriteSnapshotSeeds(const std::filesystem::path& dir) {
       c.layout = e.layout;
       c.state_parts = {state};
       c.kv_parts = {kv};
-      for (auto compression : {common::SnapshotCompression::kNone,
-                               common::SnapshotCompression::kZstd}) {
+      for (auto compression :
+           {common::SnapshotCompression::kNone, common::SnapshotCompression::kZstd}) {
         absl::StatusOr<std::string> blob = common::EncodeSnapshot(c, compression);
         if (!blob.ok()) {
-          std::fprintf(stderr, "snapshot seeds: %s\n", std::string(blob.status().message()).c_str());
+          std::fprintf(stderr, "snapshot seeds: %s\n",
+                       std::string(blob.status().message()).c_str());
           return -1;
         }
-        const std::string name = absl::StrCat("blob-", n_tokens, "-fill", fill,
-                                              compression == common::SnapshotCompression::kZstd
-                                                  ? "-zstd"
-                                                  : "-raw");
+        const std::string name =
+            absl::StrCat("blob-", n_tokens, "-fill", fill,
+                         compression == common::SnapshotCompression::kZstd ? "-zstd" : "-raw");
         std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
         out.write(blob->data(), static_cast<std::streamsize>(blob->size()));
         if (!out) return -1;
