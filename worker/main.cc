@@ -264,10 +264,10 @@ int Run(Flags& f, uint64_t baseline) {
                   << ": --redis ignored, snapshots are off (--snapshot-ram 0)\n";
         continue;
       }
-      absl::StatusOr<std::unique_ptr<RedisSnapshotTier>> t = RedisSnapshotTier::Create(
-          f.redis, m->shared_snapshots(), m->shared_kv_cache(),
-          SnapshotLayoutOf(m->kv_cache(), m->model().state_layout()), f.serving.ctx,
-          f.serving.snapshot_interval, name);
+      absl::StatusOr<std::unique_ptr<RedisSnapshotTier>> t =
+          RedisSnapshotTier::Create(f.redis, m->shared_snapshots(), m->shared_kv_cache(),
+                                    SnapshotLayoutOf(m->kv_cache(), m->model().state_layout()),
+                                    f.serving.ctx, f.serving.snapshot_interval, name);
       if (!t.ok()) {
         std::cerr << "deltaserve-worker: --redis: " << t.status().message() << "\n";
         return 2;

@@ -45,9 +45,9 @@ TEST(RedisFetchOrderTest, ExistingKeysLongestFirstAtMostMaxGets) {
     std::vector<size_t> want;
   };
   const Row rows[] = {
-      {{0, 0, 0}, 2, {}},                 // a miss: nothing is fetched
-      {{10, 0, 30}, 2, {2, 0}},           // the longest, then the next shorter that exists
-      {{10, 20, 30, 40}, 2, {3, 2}},      // two GETs at most
+      {{0, 0, 0}, 2, {}},             // a miss: nothing is fetched
+      {{10, 0, 30}, 2, {2, 0}},       // the longest, then the next shorter that exists
+      {{10, 20, 30, 40}, 2, {3, 2}},  // two GETs at most
       {{10, 20, 30, 40}, 1, {3}},
       {{0, 0, 5}, 2, {2}},
       {{}, 2, {}},

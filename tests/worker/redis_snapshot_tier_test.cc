@@ -69,16 +69,26 @@ struct Worker {
 Worker StartWorker(const std::string& gguf, std::vector<std::string> extra) {
   Worker w;
   std::vector<std::string> argv = {BinaryPath("worker/deltaserve-worker"),
-                                   "--model", "tiny=" + GoldenPath(gguf),
-                                   "--listen", "127.0.0.1:0",
-                                   "--threads", "1",
-                                   "--ctx", "1280",
-                                   "--parallel", "2",
-                                   "--ram", "2GiB",
-                                   "--cache-type-k", "f32",
-                                   "--cache-type-v", "f32",
-                                   "--page-tokens", "16",
-                                   "--metrics-port", "0"};
+                                   "--model",
+                                   "tiny=" + GoldenPath(gguf),
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--threads",
+                                   "1",
+                                   "--ctx",
+                                   "1280",
+                                   "--parallel",
+                                   "2",
+                                   "--ram",
+                                   "2GiB",
+                                   "--cache-type-k",
+                                   "f32",
+                                   "--cache-type-v",
+                                   "f32",
+                                   "--page-tokens",
+                                   "16",
+                                   "--metrics-port",
+                                   "0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   w.proc = std::make_unique<ChildProcess>(argv);
   EXPECT_TRUE(w.proc->started());
@@ -256,8 +266,8 @@ TEST(RedisSnapshotTierTest, TwoWorkersShareRedisAndResumeEachOthersTurnsExactly)
   RedisServerProcess redis;
   ASSERT_TRUE(redis.Start());
   Worker a = StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url()});
-  Worker b = StartWorker("tiny-dense-f32.gguf",
-                         {"--redis", redis.url(), "--redis-compression", "zstd"});
+  Worker b =
+      StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url(), "--redis-compression", "zstd"});
   Worker cold = StartWorker("tiny-dense-f32.gguf", {"--snapshot-ram", "0"});
   ASSERT_TRUE(a.stub && b.stub && cold.stub);
   auto client = Client(redis.url());
@@ -291,16 +301,16 @@ TEST(RedisSnapshotTierTest, TwoWorkersShareRedisAndResumeEachOthersTurnsExactly)
   const std::string key = RedisKey(a.root, big.history);
   const double ms = WaitForKey(*client, key);
   ASSERT_GE(ms, 0);
-  const double waited =
-      std::chrono::duration<double, std::milli>(Clock::now() - ended).count();
+  const double waited = std::chrono::duration<double, std::milli>(Clock::now() - ended).count();
   const std::string names[] = {key};
   const int64_t raw = (*client->StrLens(names))[0];
-  std::printf("publish latency of a %zu-token snapshot (%lld bytes): %.1f ms after the stream "
-              "ended (worker's own figure, SET reply: %.1f ms mean over %g blobs)\n",
-              big.history.size(), static_cast<long long>(raw), waited,
-              1e3 * Metric(a, Series("deltaserve_model_snapshot_redis_publish_seconds_sum")) /
-                  Metric(a, Series("deltaserve_model_snapshot_redis_publish_seconds_count")),
-              Metric(a, Series("deltaserve_model_snapshot_redis_publish_seconds_count")));
+  std::printf(
+      "publish latency of a %zu-token snapshot (%lld bytes): %.1f ms after the stream "
+      "ended (worker's own figure, SET reply: %.1f ms mean over %g blobs)\n",
+      big.history.size(), static_cast<long long>(raw), waited,
+      1e3 * Metric(a, Series("deltaserve_model_snapshot_redis_publish_seconds_sum")) /
+          Metric(a, Series("deltaserve_model_snapshot_redis_publish_seconds_count")),
+      Metric(a, Series("deltaserve_model_snapshot_redis_publish_seconds_count")));
   EXPECT_LT(waited, 1000);
 
   // The same request on b (zstd) resumes from a's prompt snapshot and writes the same
@@ -331,7 +341,6 @@ TEST(RedisSnapshotTierTest, TwoWorkersShareRedisAndResumeEachOthersTurnsExactly)
               static_cast<double>(raw) / static_cast<double>(zstd));
 }
 
-
 // Turn 1 of a fresh conversation on `writer`; returns the Redis key of its end-of-output
 // snapshot under `root` once it is there.
 std::string WrittenTurn(Worker& writer, Conversation& conv, common::RedisClient& client,
@@ -352,7 +361,8 @@ TEST(RedisSnapshotTierTest, BadBlobsAndRedisFaultsAreRecomputedAndCounted) {
   Worker w2 = StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url()});
   Worker cold = StartWorker("tiny-dense-f32.gguf", {"--snapshot-ram", "0"});
   Worker moe = StartWorker("tiny-moe-f32.gguf", {"--redis", redis.url()});
-  Worker f16 = StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url(), "--cache-type-k", "f16"});
+  Worker f16 =
+      StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url(), "--cache-type-k", "f16"});
   ASSERT_TRUE(w1.stub && w2.stub && cold.stub && moe.stub && f16.stub);
   ASSERT_NE(moe.root, w1.root);
   ASSERT_NE(f16.root, w1.root);
@@ -533,10 +543,11 @@ TEST(RedisSnapshotTierTest, AThousandConversationsStayWithinTheRamBudgetAndRedis
   ASSERT_NE(at, std::string::npos);
   int64_t used = 0;
   ASSERT_TRUE(absl::SimpleAtoi(info->substr(at + 12, info->find('\r', at) - at - 12), &used));
-  std::printf("redis used_memory %lld of maxmemory %lld after %.0f bytes written (%.0f snapshots "
-              "not written: queue full or evicted first)\n",
-              static_cast<long long>(used), static_cast<long long>(kCap), written,
-              Metric(w, Series("deltaserve_model_snapshot_redis_publish_dropped_total")));
+  std::printf(
+      "redis used_memory %lld of maxmemory %lld after %.0f bytes written (%.0f snapshots "
+      "not written: queue full or evicted first)\n",
+      static_cast<long long>(used), static_cast<long long>(kCap), written,
+      Metric(w, Series("deltaserve_model_snapshot_redis_publish_dropped_total")));
   EXPECT_LE(used, kCap);
   const std::string_view scan[] = {"SCAN", "0", "MATCH", "ds:snap:v1:*", "COUNT", "1000"};
   auto keys = client->Command(scan);
@@ -559,8 +570,8 @@ TEST(RedisSnapshotTierTest, SnapshotsOverTheSizeCapAreNeitherWrittenNorRead) {
   RedisServerProcess redis;
   ASSERT_TRUE(redis.Start());
   // A 70-token snapshot of tiny-dense-f32 is ~180 KB; 64 KiB lets none through.
-  Worker small = StartWorker("tiny-dense-f32.gguf",
-                             {"--redis", redis.url(), "--redis-max-bytes", "64KiB"});
+  Worker small =
+      StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url(), "--redis-max-bytes", "64KiB"});
   Worker big = StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url()});
   Worker cold = StartWorker("tiny-dense-f32.gguf", {"--snapshot-ram", "0"});
   ASSERT_TRUE(small.stub && big.stub && cold.stub);

@@ -53,8 +53,7 @@ std::string RedisSnapshotKey(const common::SnapshotKey& key) {
   return absl::StrCat(common::Sv(kRedisSnapshotKeyPrefix), key.Hex());
 }
 
-common::SnapshotLayout SnapshotLayoutOf(const PagedKvCache& kv,
-                                        const RecurrentStateLayout& state) {
+common::SnapshotLayout SnapshotLayoutOf(const PagedKvCache& kv, const RecurrentStateLayout& state) {
   common::SnapshotLayout l;
   l.n_deltanet_layers = static_cast<uint32_t>(state.n_layers);
   l.n_attention_layers = static_cast<uint32_t>(kv.shape().n_layers);
@@ -117,39 +116,7 @@ absl::StatusOr<std::unique_ptr<RedisSnapshotTier>> RedisSnapshotTier::Create(
   t->writer_ = std::thread([p = t.get()] { p->WriterLoop(); });
   for (auto& c : clients) {
     t->fetchers_.emplace_back([p = t.get(), c = std::shared_ptr<common::RedisClient>(
-                                                 std::move(c))] {
-      while (true) {
-        FetchJob job;
-        {
-          std::unique_lock<std::mutex> lock(p->mu_);
-          p->cv_.wait(lock, [p] { return p->stop_ || !p->fetch_queue_.empty(); });
-          if (p->fetch_queue_.empty()) return;  // stopping, nothing left
-          job = std::move(p->fetch_queue_.front());
-          p->fetch_queue_.pop_front();
-          ++p->fetching_;
-        }
-        std::shared_ptr<const SnapshotImage> image;
-        bool stopping;
-        {
-          std::lock_guard<std::mutex> lock(p->mu_);
-          stopping = p->stop_;
-          // A request that waited for a thread as long as a lookup may take is not made to wait
-          // longer: it runs without Redis.
-          if (!stopping && Clock::now() - job.queued > absl::ToChronoNanoseconds(
-                                                           p->options_.timeout)) {
-            ++p->stats_.fetch_skipped;
-            stopping = true;
-          }
-        }
-        if (!stopping) image = p->Fetch(*c, job.plan);
-        job.done(std::move(image));
-        {
-          std::lock_guard<std::mutex> lock(p->mu_);
-          --p->fetching_;
-        }
-        p->cv_.notify_all();
-      }
-    });
+                                                std::move(c))] { p->FetchLoop(*c); });
   }
   return t;
 }
@@ -179,11 +146,10 @@ void RedisSnapshotTier::LogDegraded(absl::string_view kind, absl::string_view me
     suppressed = std::exchange(suppressed_[it->first], 0);
   }
   // RedactedUrl: the password never reaches a log.
-  std::fprintf(stderr, "snapshot redis model=%s %s: %s (redis %s)%s\n", model_.c_str(),
-               std::string(kind).c_str(), std::string(message).c_str(),
-               options_.redis.RedactedUrl().c_str(),
-               suppressed > 0 ? absl::StrCat("; ", suppressed, " more since the last line").c_str()
-                              : "");
+  std::fprintf(
+      stderr, "snapshot redis model=%s %s: %s (redis %s)%s\n", model_.c_str(),
+      std::string(kind).c_str(), std::string(message).c_str(), options_.redis.RedactedUrl().c_str(),
+      suppressed > 0 ? absl::StrCat("; ", suppressed, " more since the last line").c_str() : "");
 }
 
 void RedisSnapshotTier::Publish(std::vector<std::shared_ptr<const LocalSnapshot>> snapshots,
@@ -208,6 +174,37 @@ void RedisSnapshotTier::Publish(std::vector<std::shared_ptr<const LocalSnapshot>
     }
   }
   LogDegraded("publish_dropped", "the write queue is full; snapshots dropped");
+}
+
+void RedisSnapshotTier::FetchLoop(common::RedisClient& client) {
+  while (true) {
+    FetchJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !fetch_queue_.empty(); });
+      if (fetch_queue_.empty()) return;  // stopping, nothing left
+      job = std::move(fetch_queue_.front());
+      fetch_queue_.pop_front();
+      ++fetching_;
+    }
+    bool skip;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Shutting down, or a request that waited for a thread as long as a lookup may take: it
+      // is not made to wait longer and runs without Redis.
+      skip = stop_;
+      if (!skip && Clock::now() - job.queued > absl::ToChronoNanoseconds(options_.timeout)) {
+        ++stats_.fetch_skipped;
+        skip = true;
+      }
+    }
+    job.done(skip ? nullptr : Fetch(client, job.plan));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --fetching_;
+    }
+    cv_.notify_all();
+  }
 }
 
 void RedisSnapshotTier::WriterLoop() {
@@ -256,8 +253,8 @@ void RedisSnapshotTier::Write(common::RedisClient& client, const LocalSnapshot& 
   // The KV in place when the pages are host memory, else one staging copy.
   std::vector<uint8_t> staged;
   const int n_layers = static_cast<int>(layout_.n_attention_layers);
-  bool in_place = n_layers == 0 || snap.pages().empty() ||
-                  kv_->HostKPage(0, snap.pages().front()) != nullptr;
+  bool in_place =
+      n_layers == 0 || snap.pages().empty() || kv_->HostKPage(0, snap.pages().front()) != nullptr;
   if (in_place) {
     for (int layer = 0; layer < n_layers; ++layer) {
       for (int32_t page : snap.pages()) {
@@ -292,9 +289,8 @@ void RedisSnapshotTier::Write(common::RedisClient& client, const LocalSnapshot& 
   const absl::Duration deadline =
       options_.timeout + absl::Seconds(static_cast<double>(blob->size()) / kRedisGetBytesPerSecond);
   const std::string name = RedisSnapshotKey(snap.key());
-  absl::Status s = WithOneReconnect(client, deadline, [&](absl::Duration d) {
-    return client.Set(name, *blob, options_.ttl, d);
-  });
+  absl::Status s = WithOneReconnect(
+      client, deadline, [&](absl::Duration d) { return client.Set(name, *blob, options_.ttl, d); });
   if (!s.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -376,8 +372,8 @@ std::shared_ptr<const SnapshotImage> RedisSnapshotTier::Fetch(common::RedisClien
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.lookup_errors;
     }
-    LogDegraded("lookup_error",
-                lengths.ok() ? absl::string_view("short STRLEN reply") : lengths.status().message());
+    LogDegraded("lookup_error", lengths.ok() ? absl::string_view("short STRLEN reply")
+                                             : lengths.status().message());
     return nullptr;
   }
   common::SnapshotExpectation expect;
@@ -419,7 +415,7 @@ std::shared_ptr<const SnapshotImage> RedisSnapshotTier::Fetch(common::RedisClien
         common::DecodeSnapshot(**blob, expect, &reason);
     if (!decoded.ok()) {
       reject(reason == common::SnapshotRejectReason::kNone ? common::SnapshotRejectReason::kFormat
-                                                          : reason,
+                                                           : reason,
              names[i], decoded.status().message());
       continue;
     }

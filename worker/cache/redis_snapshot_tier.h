@@ -71,8 +71,7 @@ inline constexpr double kRedisGetBytesPerSecond = 250e6;
 std::string RedisSnapshotKey(const common::SnapshotKey& key);
 
 // The layout a snapshot of this cache has (SnapshotContents::layout, the expectation's layout).
-common::SnapshotLayout SnapshotLayoutOf(const PagedKvCache& kv,
-                                        const RecurrentStateLayout& state);
+common::SnapshotLayout SnapshotLayoutOf(const PagedKvCache& kv, const RecurrentStateLayout& state);
 
 // The worker's --redis* flags.
 struct RedisTierOptions {
@@ -81,23 +80,23 @@ struct RedisTierOptions {
   absl::Duration ttl = absl::Seconds(3600);         // --redis-ttl
   uint64_t max_bytes = uint64_t{512} << 20;         // --redis-max-bytes: largest blob
   common::SnapshotCompression compression = common::SnapshotCompression::kNone;
-  int fetch_threads = 2;         // concurrent lookups; each has its own connection
+  int fetch_threads = 2;          // concurrent lookups; each has its own connection
   size_t max_publish_queue = 64;  // finished sequences waiting to be written
   size_t max_fetch_queue = 256;   // lookups waiting for a fetch thread
 };
 
 // What the tier has done (monotonic counters, the `…_snapshot_redis_*` metrics).
 struct RedisTierStats {
-  int64_t lookups = 0;          // STRLEN round trips asked
-  int64_t hits = 0;             // images handed to a request
-  int64_t fetched_bytes = 0;    // blob bytes of those images
+  int64_t lookups = 0;        // STRLEN round trips asked
+  int64_t hits = 0;           // images handed to a request
+  int64_t fetched_bytes = 0;  // blob bytes of those images
   int64_t lookup_errors = 0, get_errors = 0, set_errors = 0;
-  int64_t fetch_skipped = 0;    // waited for a fetch thread past the timeout: not asked
+  int64_t fetch_skipped = 0;  // waited for a fetch thread past the timeout: not asked
   int64_t written = 0, written_bytes = 0;
   int64_t write_skipped_recent = 0;     // written by this worker within half the TTL
   int64_t write_skipped_too_large = 0;  // over max_bytes
-  int64_t publish_dropped = 0;  // not written: the queue was full, or evicted from RAM first
-  double publish_seconds_sum = 0;       // from Publish to the SET's reply, per written blob
+  int64_t publish_dropped = 0;     // not written: the queue was full, or evicted from RAM first
+  double publish_seconds_sum = 0;  // from Publish to the SET's reply, per written blob
   int64_t publish_seconds_count = 0;
   // Blobs refused by DecodeSnapshot (or over max_bytes by their STRLEN), by reason.
   int64_t rejected[static_cast<int>(common::SnapshotRejectReason::kTooLarge) + 1] = {};
@@ -163,6 +162,7 @@ class RedisSnapshotTier {
   struct FetchJob;
   RedisSnapshotTier() = default;
   void WriterLoop();
+  void FetchLoop(common::RedisClient& client);
   void Write(common::RedisClient& client, const LocalSnapshot& snap,
              std::chrono::steady_clock::time_point published);
   // One log line per kind of degraded event: the first, then at most one a minute.

@@ -103,9 +103,9 @@ void AppendRedisTierMetrics(const WorkerService& service, std::string& out) {
     for (int r = 1; r <= static_cast<int>(common::SnapshotRejectReason::kTooLarge); ++r) {
       absl::StrAppend(
           &out, "deltaserve_model_snapshot_rejected_total{model=\"", name, "\",reason=\"",
-          common::Sv(common::SnapshotRejectReasonName(static_cast<common::SnapshotRejectReason>(r))),
-          "\"} ",
-          st.rejected[r], "\n");
+          common::Sv(
+              common::SnapshotRejectReasonName(static_cast<common::SnapshotRejectReason>(r))),
+          "\"} ", st.rejected[r], "\n");
     }
   }
   absl::StrAppend(&out,
@@ -115,8 +115,8 @@ void AppendRedisTierMetrics(const WorkerService& service, std::string& out) {
   for (const auto& [name, st] : tiers) {
     absl::StrAppend(&out, "deltaserve_model_snapshot_redis_publish_seconds_sum{model=\"", name,
                     "\"} ", st.publish_seconds_sum, "\n",
-                    "deltaserve_model_snapshot_redis_publish_seconds_count{model=\"", name,
-                    "\"} ", st.publish_seconds_count, "\n");
+                    "deltaserve_model_snapshot_redis_publish_seconds_count{model=\"", name, "\"} ",
+                    st.publish_seconds_count, "\n");
   }
 }
 

@@ -297,8 +297,8 @@ void SubmitGeneration(ServedModel& model, GenerationRequest g,
       queue->finished = true;
     }
     if (reactor != nullptr) {
-      reactor->Finish(grpc::Status(GrpcCode(handle.status()),
-                                   std::string(handle.status().message())));
+      reactor->Finish(
+          grpc::Status(GrpcCode(handle.status()), std::string(handle.status().message())));
     }
     return;
   }
@@ -386,13 +386,12 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
       // which then submit, so a slow Redis never holds a gRPC thread. The reactor is returned
       // now; an early cancel is kept by the CancelHandle until Submit returns.
       auto pending = std::make_shared<GenerationRequest>(std::move(g));
-      tier.FetchAsync(std::move(*plan),
-                      [&model, pending, queue, sink, counters = &counters_,
-                       model_name = request->model()](std::shared_ptr<const SnapshotImage> image) {
-                        pending->remote_snapshot = std::move(image);
-                        SubmitGeneration(model, std::move(*pending), queue, sink, model_name,
-                                         *counters);
-                      });
+      tier.FetchAsync(std::move(*plan), [&model, pending, queue, sink, counters = &counters_,
+                                         model_name = request->model()](
+                                            std::shared_ptr<const SnapshotImage> image) {
+        pending->remote_snapshot = std::move(image);
+        SubmitGeneration(model, std::move(*pending), queue, sink, model_name, *counters);
+      });
       return reactor;
     }
   }
