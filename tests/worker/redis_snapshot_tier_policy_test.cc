@@ -11,25 +11,26 @@
 namespace deltaserve::worker {
 namespace {
 
-TEST(SnapshotsToPublishTest, LongestInThePromptThenLongestBeyondIt) {
+TEST(SnapshotsToPublishTest, LongestBeyondThePromptThenLongestInIt) {
   struct Row {
     std::vector<int64_t> n_tokens;
     int64_t prompt_tokens;
     std::vector<size_t> want;
   };
   const Row rows[] = {
-      // Boundaries 40 and 90 of a 100-token prompt, the end of the output at 108.
-      {{40, 90, 108}, 100, {1, 2}},
+      // Boundaries 40 and 90 of a 100-token prompt, the end of the output at 108: the end of the
+      // output first.
+      {{40, 90, 108}, 100, {2, 1}},
       // A snapshot exactly at the prompt's length counts as in the prompt.
-      {{40, 100, 108}, 100, {1, 2}},
+      {{40, 100, 108}, 100, {2, 1}},
       // No end-of-output snapshot (no turn-end tokens, or the context was full).
       {{40, 90}, 100, {1}},
       // Only beyond the prompt (the prompt's snapshots were all restored, none taken).
       {{108}, 100, {0}},
       // Several beyond (interval snapshots of a long output): the longest only.
-      {{40, 1124, 2148, 2150}, 100, {0, 3}},
+      {{40, 1124, 2148, 2150}, 100, {3, 0}},
       // Not in position order: still by length.
-      {{90, 40, 108, 104}, 100, {0, 2}},
+      {{90, 40, 108, 104}, 100, {2, 0}},
       {{}, 100, {}},
   };
   for (const Row& r : rows) {

@@ -227,6 +227,10 @@ std::string RedisKey(const common::SnapshotKey& root, const std::vector<int32_t>
   return "ds:snap:v1:" + common::SnapshotKeysAt(root, tokens, at)->front().Hex();
 }
 
+std::vector<int32_t> Prefix(const std::vector<int32_t>& tokens, size_t n) {
+  return std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
 std::unique_ptr<common::RedisClient> Client(const std::string& url) {
   auto o = common::ParseRedisUrl(url);
   EXPECT_TRUE(o.ok()) << o.status();
@@ -312,6 +316,8 @@ TEST(RedisSnapshotTierTest, TwoWorkersShareRedisAndResumeEachOthersTurnsExactly)
           Metric(a, Series("deltaserve_model_snapshot_redis_publish_seconds_count")),
       Metric(a, Series("deltaserve_model_snapshot_redis_publish_seconds_count")));
   EXPECT_LT(waited, 1000);
+  // The prompt's snapshot (at its message boundary, 996) is written after the end of the output.
+  ASSERT_GE(WaitForKey(*client, RedisKey(a.root, Prefix(big.history, 996))), 0);
 
   // The same request on b (zstd) resumes from a's prompt snapshot and writes the same
   // end-of-output key again, compressed: the ratio on one snapshot.
@@ -591,6 +597,7 @@ TEST(RedisSnapshotTierTest, SnapshotsOverTheSizeCapAreNeitherWrittenNorRead) {
   other.AddUser(60);
   Turn(big, cold, other, "big writes");
   ASSERT_GE(WaitForKey(*client, RedisKey(big.root, other.history)), 0);
+  ASSERT_GE(WaitForKey(*client, RedisKey(big.root, Prefix(other.history, other.boundaries[0]))), 0);
   other.AddUser(10);
   const Streamed got = Turn(small, cold, other, "small reads");
   EXPECT_EQ(got.cached, 0);

@@ -70,8 +70,8 @@ std::vector<size_t> SnapshotsToPublish(absl::Span<const int64_t> n_tokens, int64
     if (!best || n_tokens[i] >= n_tokens[*best]) best = i;
   }
   std::vector<size_t> picked;
-  if (in_prompt) picked.push_back(*in_prompt);
   if (beyond) picked.push_back(*beyond);
+  if (in_prompt) picked.push_back(*in_prompt);
   return picked;
 }
 

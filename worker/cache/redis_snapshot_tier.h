@@ -4,9 +4,9 @@
 //
 // Publish. The scheduler hands every finished sequence's snapshots to Publish (the publisher
 // hook, on the engine thread), which only picks the ones worth sharing and queues them: the
-// longest at or below the prompt's length (the deepest point the next turn of a client that
-// rewrites the reply still shares) and the longest beyond it (the end of the output, for clients
-// that send the reply back verbatim). The queue is bounded; when the writer falls behind, whole
+// longest beyond the prompt's length (the end of the output, for clients that send the reply back
+// verbatim), then the longest at or below it (the deepest point the next turn of a client that
+// rewrites the reply still shares). The queue is bounded; when the writer falls behind, whole
 // sequences are dropped and counted, never waited for. The queue holds weak references, so
 // snapshots waiting there never keep the RAM tier from giving their KV pages back to serving (one
 // evicted before its turn is dropped and counted). One writer thread encodes each snapshot
@@ -113,9 +113,12 @@ struct RedisLookupPlan {
 // STRLEN's answers, one per plan position (0: no such key).
 std::vector<size_t> RedisFetchOrder(absl::Span<const int64_t> lengths, size_t max_gets);
 
-// Which of a finished sequence's snapshots to write (the publish policy as one pure function):
-// indexes into `n_tokens` (the snapshots' lengths) of the longest at or below `prompt_tokens`,
-// then of the longest beyond it; either may be missing. Ties go to the later index.
+// Which of a finished sequence's snapshots to write, in writing order (the publish policy as one
+// pure function): indexes into `n_tokens` (the snapshots' lengths) of the longest beyond
+// `prompt_tokens` (the end of the output), then of the longest at or below it; either may be
+// missing. Ties go to the later index. The end of the output goes first: it is what an agent that
+// sends the reply back verbatim needs next, and with ~30 MB blobs (0.8B model, 1K tokens) the
+// second write would otherwise wait ~75 ms behind the first.
 std::vector<size_t> SnapshotsToPublish(absl::Span<const int64_t> n_tokens, int64_t prompt_tokens);
 
 // See the file comment.
