@@ -13,12 +13,14 @@
 //   by another model (model) or with other cache types (cache_types) under the key looked up;
 //   Redis SIGSTOPped (errors{op="lookup"}, latency bounded), killed (errors) and restarted empty
 //   (misses, then hits again); AUTH with the right password works, a wrong one is counted;
-//   blobs over --redis-max-bytes are neither written nor fetched; rediss:// (TLS) works;
+//   blobs over --redis-max-bytes are neither written nor fetched; rediss:// (TLS) works; SIGTERM
+//   lets a request whose lookup is in flight finish;
 // - 1,000 distinct conversations: the RAM tier stays within --snapshot-ram, Redis within its
 //   maxmemory (allkeys-lru), and the keys carry a TTL.
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -501,6 +503,28 @@ TEST(RedisSnapshotTierTest, TlsRedisCarriesSnapshotsBetweenWorkers) {
   ASSERT_GE(WaitForKey(*client, RedisKey(w1.root, conv.history)), 0);
   conv.AddUser(12);
   EXPECT_EQ(Turn(w2, cold, conv, "tls turn 2").cached, end);
+}
+
+TEST(RedisSnapshotTierTest, SigtermLetsARequestInItsRedisLookupFinish) {
+  RedisServerProcess redis;
+  ASSERT_TRUE(redis.Start());
+  // A long lookup deadline so that SIGTERM surely arrives while the lookup waits on a stopped
+  // Redis: the drain must let the request reach its scheduler and finish.
+  Worker w = StartWorker("tiny-dense-f32.gguf", {"--redis", redis.url(), "--redis-timeout", "800"});
+  ASSERT_TRUE(w.stub);
+  Conversation conv(700);
+  conv.AddUser(30);
+  redis.Pause();
+  Streamed got;
+  std::thread client([&] { got = Call(w, conv.Next()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  w.proc->Signal(SIGTERM);
+  client.join();
+  redis.Resume();
+  EXPECT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.tokens.size(), static_cast<size_t>(kReply));
+  EXPECT_GE(got.ms, 700);  // it did wait for the lookup's deadline
+  EXPECT_EQ(w.proc->Wait(seconds(30)), 0) << w.proc->err();
 }
 
 TEST(RedisSnapshotTierTest, AThousandConversationsStayWithinTheRamBudgetAndRedisCap) {
