@@ -17,256 +17,49 @@
 //   lets a request whose lookup is in flight finish;
 // - 1,000 distinct conversations: the RAM tier stays within --snapshot-ram, Redis within its
 //   maxmemory (allkeys-lru), and the keys carry a TTL.
-#include <arpa/inet.h>
-#include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "common/redis_client.h"
-#include "common/snapshot_key.h"
-#include "deltaserve/v1/worker.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "tests/support/child_process.h"
 #include "tests/support/redis_server.h"
-#include "tests/support/test_paths.h"
+#include "tests/worker/snapshot_workers.h"
 
 namespace deltaserve::worker {
 namespace {
 
 namespace pb = ::deltaserve::v1;
-using ::deltaserve::testing::BinaryPath;
-using ::deltaserve::testing::ChildProcess;
-using ::deltaserve::testing::GoldenPath;
+using harness::Call;
+using harness::Client;
+using harness::Conversation;
+using harness::Errors;
+using harness::kReply;
+using harness::Metric;
+using harness::Prefix;
+using harness::RedisKey;
+using harness::Rejected;
+using harness::Series;
+using harness::StartWorker;
+using harness::Streamed;
+using harness::Turn;
+using harness::WaitForKey;
+using harness::Worker;
 using ::deltaserve::testing::RedisServerOptions;
 using ::deltaserve::testing::RedisServerProcess;
 using Clock = std::chrono::steady_clock;
 using std::chrono::seconds;
 
-// Stand-ins for ChatML's framing tokens (any ids of the vocabulary do).
-const std::vector<int32_t> kTurnEnd = {7, 8};     // <|im_end|> "\n"
-const std::vector<int32_t> kAssistant = {9, 10};  // <|im_start|>assistant "\n"
-constexpr int kReply = 5;
-
-struct Worker {
-  std::unique_ptr<ChildProcess> proc;
-  std::string address;
-  int metrics_port = -1;
-  std::unique_ptr<pb::Worker::Stub> stub;
-  common::SnapshotKey root;  // ModelInfo.snapshot_key_root (zero when snapshots are off)
-};
-
-Worker StartWorker(const std::string& gguf, std::vector<std::string> extra) {
-  Worker w;
-  std::vector<std::string> argv = {BinaryPath("worker/deltaserve-worker"),
-                                   "--model",
-                                   "tiny=" + GoldenPath(gguf),
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--threads",
-                                   "1",
-                                   "--ctx",
-                                   "1280",
-                                   "--parallel",
-                                   "2",
-                                   "--ram",
-                                   "2GiB",
-                                   "--cache-type-k",
-                                   "f32",
-                                   "--cache-type-v",
-                                   "f32",
-                                   "--page-tokens",
-                                   "16",
-                                   "--metrics-port",
-                                   "0"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  w.proc = std::make_unique<ChildProcess>(argv);
-  EXPECT_TRUE(w.proc->started());
-  std::optional<std::string> line = w.proc->WaitForLine("listening on ", seconds(60));
-  EXPECT_TRUE(line.has_value()) << w.proc->err();
-  if (!line) return w;
-  w.address = line->substr(line->find("listening on ") + 13);
-  if (auto m = w.proc->WaitForLine("metrics on 127.0.0.1:", seconds(5))) {
-    const std::string s = m->substr(m->find("127.0.0.1:") + 10);
-    w.metrics_port = std::stoi(s.substr(0, s.find('/')));
-  }
-  w.stub = pb::Worker::NewStub(grpc::CreateChannel(w.address, grpc::InsecureChannelCredentials()));
-  pb::WorkerInfo info;
-  grpc::ClientContext ctx;
-  EXPECT_TRUE(w.stub->GetWorkerInfo(&ctx, pb::WorkerInfoRequest(), &info).ok());
-  if (info.models_size() == 1 && !info.models(0).snapshot_key_root().empty()) {
-    w.root = *common::SnapshotKeyFromBytes(info.models(0).snapshot_key_root());
-  }
-  return w;
-}
-
-struct Streamed {
-  std::vector<int32_t> tokens;
-  int64_t cached = -1;
-  grpc::Status status;
-  double ms = 0;
-};
-
-pb::GenerateRequest Request(const std::vector<int32_t>& prompt,
-                            const std::vector<int32_t>& boundaries, int max_tokens) {
-  pb::GenerateRequest r;
-  r.set_model("tiny");
-  for (int32_t t : prompt) r.add_prompt_token_ids(t);
-  for (int32_t b : boundaries) r.add_message_boundaries(b);
-  for (int32_t t : kTurnEnd) r.add_turn_end_token_ids(t);
-  r.mutable_sampling()->set_temperature(0.0f);
-  r.mutable_sampling()->set_max_tokens(max_tokens);
-  r.mutable_sampling()->set_ignore_eos(true);
-  return r;
-}
-
-Streamed Call(Worker& w, const pb::GenerateRequest& req) {
-  const Clock::time_point t0 = Clock::now();
-  grpc::ClientContext ctx;
-  Streamed out;
-  auto reader = w.stub->Generate(&ctx, req);
-  pb::GenerateEvent ev;
-  while (reader->Read(&ev)) {
-    if (ev.has_token_event()) {
-      for (int32_t t : ev.token_event().token_ids()) out.tokens.push_back(t);
-    } else if (ev.has_final_event()) {
-      out.cached = ev.final_event().usage().cached_prompt_tokens();
-    }
-  }
-  out.status = reader->Finish();
-  out.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  return out;
-}
-
-std::string Scrape(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  std::string resp;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, n);
-  }
-  ::close(fd);
-  return resp;
-}
-
-// The value of one series, e.g. `deltaserve_model_snapshot_redis_hits_total{model="tiny"}`;
-// -1 when the worker does not export it.
-double Metric(const Worker& w, const std::string& series) {
-  const std::string text = Scrape(w.metrics_port);
-  const size_t at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  const size_t start = at + series.size() + 2;
-  double v = -1;
-  EXPECT_TRUE(absl::SimpleAtod(text.substr(start, text.find('\n', start) - start), &v));
-  return v;
-}
-
-std::string Series(const std::string& name, const std::string& labels = "") {
-  return name + "{model=\"tiny\"" + (labels.empty() ? "" : "," + labels) + "}";
-}
 const std::string kHits = Series("deltaserve_model_snapshot_redis_hits_total");
 const std::string kLookups = Series("deltaserve_model_snapshot_redis_lookups_total");
-std::string Errors(const std::string& op) {
-  return Series("deltaserve_model_snapshot_redis_errors_total", "op=\"" + op + "\"");
-}
-std::string Rejected(const std::string& reason) {
-  return Series("deltaserve_model_snapshot_rejected_total", "reason=\"" + reason + "\"");
-}
-
-// A conversation: user messages of random tokens, replies appended verbatim.
-struct Conversation {
-  std::vector<int32_t> history;
-  std::vector<int32_t> boundaries;
-  std::mt19937 rng;
-  explicit Conversation(uint32_t seed) : rng(seed) {}
-
-  void AddMessage(const std::vector<int32_t>& body) {
-    history.insert(history.end(), body.begin(), body.end());
-    history.insert(history.end(), kTurnEnd.begin(), kTurnEnd.end());
-    boundaries.push_back(static_cast<int32_t>(history.size()));
-  }
-  void AddUser(int n) {
-    std::uniform_int_distribution<int32_t> id(11, 2000);
-    std::vector<int32_t> body;
-    for (int i = 0; i < n; ++i) body.push_back(id(rng));
-    AddMessage(body);
-  }
-  std::vector<int32_t> Prompt() const {
-    std::vector<int32_t> p = history;
-    p.insert(p.end(), kAssistant.begin(), kAssistant.end());
-    return p;
-  }
-  pb::GenerateRequest Next(int max_tokens = kReply) const {
-    return Request(Prompt(), boundaries, max_tokens);
-  }
-  void AddReply(const std::vector<int32_t>& reply) {
-    std::vector<int32_t> body = kAssistant;
-    body.insert(body.end(), reply.begin(), reply.end());
-    AddMessage(body);
-  }
-};
-
-std::string RedisKey(const common::SnapshotKey& root, const std::vector<int32_t>& tokens) {
-  const int64_t at[] = {static_cast<int64_t>(tokens.size())};
-  return "ds:snap:v1:" + common::SnapshotKeysAt(root, tokens, at)->front().Hex();
-}
-
-std::vector<int32_t> Prefix(const std::vector<int32_t>& tokens, size_t n) {
-  return std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-std::unique_ptr<common::RedisClient> Client(const std::string& url) {
-  auto o = common::ParseRedisUrl(url);
-  EXPECT_TRUE(o.ok()) << o.status();
-  auto c = common::RedisClient::Create(*o, absl::Seconds(5));
-  EXPECT_TRUE(c.ok()) << c.status();
-  return std::move(*c);
-}
-
-// Milliseconds until `key` exists (polled every millisecond), or -1 after 5 s.
-double WaitForKey(common::RedisClient& redis, const std::string& key) {
-  const Clock::time_point t0 = Clock::now();
-  while (Clock::now() - t0 < seconds(5)) {
-    const std::string names[] = {key};
-    auto len = redis.StrLens(names);
-    if (len.ok() && (*len)[0] > 0) {
-      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return -1;
-}
-
-// Runs the next turn of `conv` on `w` and on `cold`: same tokens; appends the reply.
-Streamed Turn(Worker& w, Worker& cold, Conversation& conv, const std::string& what) {
-  const pb::GenerateRequest req = conv.Next();
-  Streamed got = Call(w, req);
-  EXPECT_TRUE(got.status.ok()) << what << ": " << got.status.error_message();
-  const Streamed ref = Call(cold, req);
-  EXPECT_TRUE(ref.status.ok()) << what;
-  EXPECT_EQ(got.tokens, ref.tokens) << what;
-  EXPECT_EQ(got.tokens.size(), static_cast<size_t>(kReply)) << what;
-  conv.AddReply(got.tokens);
-  return got;
-}
 
 TEST(RedisSnapshotTierTest, TwoWorkersShareRedisAndResumeEachOthersTurnsExactly) {
   RedisServerProcess redis;
