@@ -258,6 +258,15 @@ int Run(Flags& f, uint64_t baseline) {
   // after the models: its fetch callbacks submit to their schedulers.
   std::map<std::string, std::unique_ptr<RedisSnapshotTier>> tiers;
   if (!f.redis_url.empty()) {
+    // Not a start-up condition (Redis may come later; until then requests run without it), but
+    // worth one line now rather than at the first request.
+    if (auto probe = common::RedisClient::Create(f.redis.redis, absl::Seconds(1)); probe.ok()) {
+      if (absl::Status s = (*probe)->Ping(); !s.ok()) {
+        std::cerr << "deltaserve-worker: Redis " << f.redis.redis.RedactedUrl()
+                  << " does not answer yet (snapshots stay in RAM until it does): " << s.message()
+                  << "\n";
+      }
+    }
     for (auto& [name, m] : by_name) {
       if (!m->snapshots().enabled()) {
         std::cerr << "deltaserve-worker: " << name
