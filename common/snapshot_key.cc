@@ -1,18 +1,17 @@
 #include "common/snapshot_key.h"
 
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/sha256.h"
 
 namespace deltaserve::common {
 namespace {
 
-// Gathers the pieces of one key and hashes them with one-shot SHA-256 (the streaming SHA256_*
-// calls are deprecated in OpenSSL 3; a piece list is at most a key and 64 tokens, 280 bytes).
+// Gathers the pieces of one key and hashes them with one-shot SHA-256 (a piece list is at most a
+// tag, a key and 64 tokens, 281 bytes).
 class KeyHasher {
  public:
   void Bytes(const void* data, size_t n) { buf_.append(static_cast<const char*>(data), n); }
@@ -34,10 +33,10 @@ class KeyHasher {
     Bytes(t.data(), t.size() * sizeof(int32_t));
   }
   SnapshotKey Finish() const {
-    uint8_t digest[SHA256_DIGEST_LENGTH];
-    SHA256(reinterpret_cast<const uint8_t*>(buf_.data()), buf_.size(), digest);
+    const std::array<uint8_t, 32> digest =
+        Sha256(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(buf_.data()), buf_.size()));
     SnapshotKey k;
-    std::memcpy(k.bytes.data(), digest, k.bytes.size());
+    std::memcpy(k.bytes.data(), digest.data(), k.bytes.size());
     return k;
   }
 
@@ -74,10 +73,7 @@ absl::StatusOr<SnapshotKey> SnapshotKeyFromBytes(std::string_view bytes) {
 }
 
 std::array<uint8_t, 32> ModelFingerprint(const GgufFile& file) {
-  const absl::Span<const uint8_t> header = file.header_bytes();
-  std::array<uint8_t, 32> out{};
-  SHA256(header.data(), header.size(), out.data());
-  return out;
+  return Sha256(file.header_bytes());
 }
 
 SnapshotKey SnapshotRootKey(const SnapshotDomain& domain) {

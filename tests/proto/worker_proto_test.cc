@@ -126,6 +126,8 @@ constexpr std::string_view kGenerateRequest = R"pb(
   }
   session_id: "conv-7f3a"
   priority: -2
+  message_boundaries: [ 12, 40, 97 ]
+  turn_end_token_ids: [ 151645, 198 ]
 )pb";
 
 constexpr std::string_view kTokenEvent = R"pb(
@@ -219,7 +221,9 @@ constexpr std::string_view kWorkerInfo = R"pb(
       total_kv_pages: 11000
       free_state_slots: 13
       total_state_slots: 16
+      snapshot_key_prefixes: [ 1311768467463790320, 18364758544493064720 ]
     }
+    snapshot_key_root: "0123456789abcdef"
   }
 )pb";
 
@@ -309,6 +313,8 @@ constexpr FrozenField kFrozenFields[] = {
     {"GenerateRequest", "sampling", 4},
     {"GenerateRequest", "session_id", 5},
     {"GenerateRequest", "priority", 6},
+    {"GenerateRequest", "message_boundaries", 7},
+    {"GenerateRequest", "turn_end_token_ids", 8},
     {"SamplingParams", "temperature", 1},
     {"SamplingParams", "top_k", 2},
     {"SamplingParams", "top_p", 3},
@@ -367,6 +373,7 @@ constexpr FrozenField kFrozenFields[] = {
     {"ModelInfo", "chat_template", 12},
     {"ModelInfo", "memory_plan", 20},
     {"ModelInfo", "load", 21},
+    {"ModelInfo", "snapshot_key_root", 30},
     {"Tokenizer", "model", 1},
     {"Tokenizer", "pre", 2},
     {"Tokenizer", "tokens", 3},
@@ -405,6 +412,7 @@ constexpr FrozenField kFrozenFields[] = {
     {"ModelLoad", "total_kv_pages", 4},
     {"ModelLoad", "free_state_slots", 5},
     {"ModelLoad", "total_state_slots", 6},
+    {"ModelLoad", "snapshot_key_prefixes", 10},
     {"DrainRequest", "exit_when_idle", 1},
     {"DrainResponse", "already_draining", 1},
     {"DrainResponse", "running_sequences", 2},
