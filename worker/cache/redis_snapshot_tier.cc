@@ -253,7 +253,7 @@ void RedisSnapshotTier::Write(common::RedisClient& client, const LocalSnapshot& 
   // The KV in place when the pages are host memory, else one staging copy.
   std::vector<uint8_t> staged;
   const int n_layers = static_cast<int>(layout_.n_attention_layers);
-  bool in_place =
+  const bool in_place =
       n_layers == 0 || snap.pages().empty() || kv_->HostKPage(0, snap.pages().front()) != nullptr;
   if (in_place) {
     for (int layer = 0; layer < n_layers; ++layer) {
