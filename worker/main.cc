@@ -63,7 +63,7 @@ int Usage(const std::string& why) {
                "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
                "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
                "         [--draft-max N] [--metrics-port P] [--worker-id ID]\n"
-               "         [--snapshot-ram SIZE] [--snapshot-interval N]\n"
+               "         [--snapshot-ram SIZE] [--snapshot-interval N] [--reasoning-budget N]\n"
                "         [--redis URL] [--redis-timeout MS] [--redis-ttl SECONDS]\n"
                "         [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n";
   return 2;
@@ -121,6 +121,10 @@ std::string Parse(int argc, char** argv, Flags& f) {
       const char* v = value();
       if (v == nullptr) return "--snapshot-ram needs a size (4GiB, or 0 for no snapshots)";
       f.snapshot_ram = v;
+    } else if (a == "--reasoning-budget") {
+      if (!integer(f.serving.reasoning_budget, 0)) {
+        return "--reasoning-budget needs a token count >= 0";
+      }
     } else if (a == "--snapshot-interval") {
       if (!integer(f.serving.snapshot_interval, 1)) {
         return "--snapshot-interval needs a token count >= 1";

@@ -128,6 +128,7 @@ constexpr std::string_view kGenerateRequest = R"pb(
   priority: -2
   message_boundaries: [ 12, 40, 97 ]
   turn_end_token_ids: [ 151645, 198 ]
+  reasoning_budget: 512
 )pb";
 
 constexpr std::string_view kTokenEvent = R"pb(
@@ -315,6 +316,7 @@ constexpr FrozenField kFrozenFields[] = {
     {"GenerateRequest", "priority", 6},
     {"GenerateRequest", "message_boundaries", 7},
     {"GenerateRequest", "turn_end_token_ids", 8},
+    {"GenerateRequest", "reasoning_budget", 9},
     {"SamplingParams", "temperature", 1},
     {"SamplingParams", "top_k", 2},
     {"SamplingParams", "top_p", 3},

@@ -248,6 +248,28 @@ TEST(DeltaserveWorkerTest, InfoGenerateStopCancelErrorsMetrics) {
   EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_NE(too_long.status.error_message().find("256"), std::string::npos);
 
+  // Reasoning budget: a prompt ending in an open <think> (2024 in the golden vocabulary) and a
+  // budget of 0: the worker writes `</think>` and the blank line first (as the vocabulary
+  // tokenizes them), then the model continues as a greedy run of the prompt plus those tokens.
+  {
+    std::vector<int32_t> think = Prompt(12);
+    think.push_back(2024);
+    pb::GenerateRequest r = Greedy(think, 6);
+    r.set_reasoning_budget(0);
+    const Streamed s = RunGenerate(*w.stub, r);
+    ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+    EXPECT_EQ(s.text.substr(0, 10), "</think>\n\n") << s.text;
+    ASSERT_GE(s.tokens.size(), 3u);
+    std::vector<int32_t> context = think;
+    context.insert(context.end(), s.tokens.begin(), s.tokens.begin() + 3);
+    const std::vector<int32_t> rest = EngineGreedy(context, 3);
+    EXPECT_EQ(std::vector<int32_t>(s.tokens.begin() + 3, s.tokens.end()), rest);
+    pb::GenerateRequest negative = Greedy(think, 6);
+    negative.set_reasoning_budget(-1);
+    EXPECT_EQ(RunGenerate(*w.stub, negative).status.error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+
   // Metrics.
   ASSERT_GE(w.metrics_port, 0);
   const std::string metrics = HttpGet(w.metrics_port, "/metrics");

@@ -69,6 +69,12 @@ struct Scheduler::Sequence {
   std::vector<std::weak_ptr<const LocalSnapshot>> captured;
   // Finished for the client; feeding the turn-end tokens (feed) for the end-of-output snapshot.
   bool closing = false;
+  // Reasoning budget (GenerationRequest): -1 none; in_reasoning while inside the block.
+  int32_t reasoning_budget = -1;
+  int32_t reasoning_start = -1;
+  std::vector<int32_t> reasoning_end;
+  bool in_reasoning = false;
+  int32_t reasoning_used = 0;
 
   int64_t n_past() const { return state == nullptr ? 0 : state->n_past; }
   RecurrentSlot& slot() const { return static_cast<RecurrentSlot&>(*state->state); }
@@ -157,6 +163,18 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
     }
     seq->turn_end = std::move(request.turn_end_tokens);
     seq->remote = std::move(request.remote_snapshot);
+  }
+  if (request.reasoning_budget >= 0 && !request.reasoning_end_tokens.empty()) {
+    for (int32_t id : request.reasoning_end_tokens) {
+      if (id < 0 || id >= model_->n_vocab()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("reasoning end token id ", id, " outside the vocabulary"));
+      }
+    }
+    seq->reasoning_budget = request.reasoning_budget;
+    seq->reasoning_start = request.reasoning_start_token;
+    seq->reasoning_end = std::move(request.reasoning_end_tokens);
+    seq->in_reasoning = request.reasoning_open;
   }
   seq->tokens = std::move(request.prompt);
   seq->submitted = Clock::now();
@@ -434,6 +452,26 @@ void Scheduler::CaptureIfDue(Sequence& seq) {
   if (snap.ok() && *snap != nullptr) seq.captured.push_back(std::move(*snap));
 }
 
+bool Scheduler::ReasoningBudgetSpent(Sequence& seq, int32_t token) {
+  if (!seq.in_reasoning) {
+    if (token == seq.reasoning_start) {
+      seq.in_reasoning = true;
+      seq.reasoning_used = 0;
+    }
+    return false;
+  }
+  if (token == seq.reasoning_end.front()) {
+    seq.in_reasoning = false;
+    return false;
+  }
+  if (seq.reasoning_used >= seq.reasoning_budget) {
+    seq.in_reasoning = false;
+    return true;
+  }
+  ++seq.reasoning_used;
+  return false;
+}
+
 void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows,
                         int64_t fed_before) {
   const int64_t n_vocab = model_->n_vocab();
@@ -444,32 +482,40 @@ void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n
   int64_t accepted = 0;
   EndReason end = EndReason::kStop;
   bool ended = false;
-  for (int64_t i = 0; i <= k; ++i) {
-    GeneratedToken g;
+  for (int64_t i = 0; i <= k && !ended; ++i) {
     TokenLogprobs lp;
-    g.token = seq.sampler.Sample(logits.subspan((first + i) * n_vocab, n_vocab),
-                                 seq.want_logprobs ? &lp : nullptr);
-    if (seq.want_logprobs) g.logprobs = std::move(lp);
-    seq.sampler.Accept(g.token);
-    seq.tokens.push_back(g.token);
-    if (!seq.has_token) {
-      seq.has_token = true;
-      seq.first_token = Clock::now();
+    const int32_t sampled = seq.sampler.Sample(logits.subspan((first + i) * n_vocab, n_vocab),
+                                               seq.want_logprobs ? &lp : nullptr);
+    // A spent reasoning budget: the closing tokens go out instead of the sampled one.
+    const bool forced = seq.reasoning_budget >= 0 && ReasoningBudgetSpent(seq, sampled);
+    const absl::Span<const int32_t> emit =
+        forced ? absl::Span<const int32_t>(seq.reasoning_end) : absl::MakeConstSpan(&sampled, 1);
+    for (int32_t token : emit) {
+      GeneratedToken g;
+      g.token = token;
+      if (seq.want_logprobs) g.logprobs = forced ? TokenLogprobs{} : std::move(lp);
+      seq.sampler.Accept(g.token);
+      seq.tokens.push_back(g.token);
+      if (!seq.has_token) {
+        seq.has_token = true;
+        seq.first_token = Clock::now();
+      }
+      const FinishReason why = seq.stop.Check(g.token);
+      if (why == FinishReason::kStop) {
+        ended = true;
+        end = EndReason::kStop;
+        break;
+      }
+      out.push_back(std::move(g));
+      if (why == FinishReason::kLength ||
+          static_cast<int64_t>(seq.tokens.size()) >= options_.max_context) {
+        ended = true;
+        end = EndReason::kLength;
+        break;
+      }
     }
-    const FinishReason why = seq.stop.Check(g.token);
-    if (why == FinishReason::kStop) {
-      ended = true;
-      end = EndReason::kStop;
-      break;
-    }
-    out.push_back(std::move(g));
-    if (why == FinishReason::kLength ||
-        static_cast<int64_t>(seq.tokens.size()) >= options_.max_context) {
-      ended = true;
-      end = EndReason::kLength;
-      break;
-    }
-    if (i == k || out.back().token != seq.draft[i]) break;
+    // After forced tokens the drafts no longer follow: rewound below like a rejected draft.
+    if (ended || forced || i == k || out.back().token != seq.draft[i]) break;
     ++accepted;
   }
   if (k > 0) {

@@ -83,6 +83,14 @@ struct GenerationRequest {
   // A snapshot of a prefix of `prompt` fetched from another tier (Redis); restored at admission
   // when the RAM tier holds no longer prefix.
   std::shared_ptr<const SnapshotImage> remote_snapshot;
+  // Reasoning budget (proto GenerateRequest.reasoning_budget): with reasoning_budget >= 0, at
+  // most that many tokens are generated inside a reasoning block — the one the prompt left open
+  // (reasoning_open) or one opened by generating reasoning_start_token — and then the scheduler
+  // emits reasoning_end_tokens itself (logprob 0) and sampling continues after them.
+  int32_t reasoning_budget = -1;
+  bool reasoning_open = false;
+  int32_t reasoning_start_token = -1;
+  std::vector<int32_t> reasoning_end_tokens;
 };
 
 // One generated token as streamed.
@@ -192,6 +200,9 @@ class Scheduler {
   // Samples the last token's row and those of its drafts in `logits` ([n_rows][n_vocab]), emits
   // the tokens, and rewinds the state to `fed_before` positions when a draft was rejected.
   void Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows, int64_t fed_before);
+  // Tracks the reasoning block through `token` (just sampled); true when the budget is spent
+  // and the closing tokens must be emitted instead of it.
+  static bool ReasoningBudgetSpent(Sequence& seq, int32_t token);
   // Snapshots: restore at admission, capture at a snapshot position, end-of-output capture.
   struct RestorePoint {
     std::shared_ptr<const LocalSnapshot> local;  // the longest RAM snapshot usable

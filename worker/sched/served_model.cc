@@ -369,6 +369,14 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
       *m->model_, m->cache_, m->slots_, so, m->eos_, m->n_valid_, m->snapshots_);
   if (!sched.ok()) return sched.status();
   m->scheduler_ = std::move(*sched);
+  {
+    const common::Tokenizer& tok = *m->tokenizer_;
+    const int32_t start = tok.Find("<think>"), close = tok.Find("</think>");
+    if (start >= 0 && close >= 0) {
+      std::vector<int32_t> end = tok.Encode("</think>\n\n", /*parse_special=*/true);
+      if (!end.empty() && end.front() == close) m->reasoning_ = {start, std::move(end)};
+    }
+  }
   m->model_->Prefetch([](double) {});
   if (absl::Status s = m->WarmUp(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(BaseName(path), ": warm-up pass: ", s.message()));
@@ -377,6 +385,14 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
 }
 
 ServedModel::~ServedModel() = default;
+
+bool PromptOpensReasoning(absl::Span<const int32_t> prompt, int32_t start, int32_t end_first) {
+  for (size_t i = prompt.size(); i-- > 0;) {
+    if (prompt[i] == end_first) return false;
+    if (prompt[i] == start) return true;
+  }
+  return false;
+}
 
 uint64_t ServedModel::planned_bytes() const {
   return BytesNeeded(plan_, options_.ctx, options_.n_parallel);

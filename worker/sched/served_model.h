@@ -57,6 +57,9 @@ struct ServingOptions {
   // tokens between snapshots inside one long message (--snapshot-interval).
   std::optional<uint64_t> snapshot_ram_bytes;
   int64_t snapshot_interval = 1024;
+  // Reasoning tokens a request may generate before the worker closes the block
+  // (--reasoning-budget; GenerateRequest.reasoning_budget overrides it); -1: no limit.
+  int32_t reasoning_budget = -1;
 };
 
 // What serving needs beyond the figures of MemoryPlan, bytes; the plan carries the total as its
@@ -119,6 +122,18 @@ struct ProcessBaseline {
 };
 ProcessBaseline MeasureProcessBaseline();
 
+// The model's reasoning markup, from its vocabulary: `<think>` and the tokens of `</think>\n\n`
+// (what the worker writes when a reasoning budget runs out). start < 0 when the vocabulary has
+// no `<think>` / `</think>` tokens: no budget applies then.
+struct ReasoningTokens {
+  int32_t start = -1;
+  std::vector<int32_t> end;
+};
+
+// True when `prompt` leaves a reasoning block open: its last `start` comes after its last
+// `end_first` (a generation prompt that ends in `<think>\n`).
+bool PromptOpensReasoning(absl::Span<const int32_t> prompt, int32_t start, int32_t end_first);
+
 // See the file comment.
 class ServedModel {
  public:
@@ -151,6 +166,7 @@ class ServedModel {
   // Ids the sampler may pick: min(tokenizer entries, embedding rows).
   int32_t n_valid_tokens() const { return n_valid_; }
   const PagedKvCache& kv_cache() const { return *cache_; }
+  const ReasoningTokens& reasoning_tokens() const { return reasoning_; }
   const RecurrentStateSlots& state_slots() const { return *slots_; }
   // The RAM tier of session snapshots (enabled() false when --snapshot-ram is 0).
   SnapshotCache& snapshots() { return *snapshots_; }
@@ -169,6 +185,7 @@ class ServedModel {
   MemoryPlan plan_;
   std::vector<int32_t> eos_;
   int32_t n_valid_ = 0;
+  ReasoningTokens reasoning_;
   // Declaration order is destruction order reversed: the scheduler goes first, the model last.
   std::unique_ptr<Qwen35Model> model_;
   std::unique_ptr<common::Tokenizer> tokenizer_;

@@ -363,6 +363,19 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
       break;
     }
   }
+  const int32_t budget = request->has_reasoning_budget() ? request->reasoning_budget()
+                                                         : model.options().reasoning_budget;
+  if (request->has_reasoning_budget() && budget < 0) {
+    ++counters_.requests_failed;
+    return new RefusedReactor(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                           "reasoning_budget must be >= 0"));
+  }
+  if (const ReasoningTokens& rt = model.reasoning_tokens(); budget >= 0 && rt.start >= 0) {
+    g.reasoning_budget = budget;
+    g.reasoning_start_token = rt.start;
+    g.reasoning_end_tokens = rt.end;
+    g.reasoning_open = PromptOpensReasoning(g.prompt, rt.start, rt.end.front());
+  }
   if (!g.sampling.seed.has_value()) {
     // Drawn here so the final event can report it (the sampler would draw its own otherwise).
     static std::atomic<uint64_t> counter{0x9E3779B97F4A7C15ull};
