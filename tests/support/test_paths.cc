@@ -24,6 +24,22 @@ std::string GoldenPath(const std::string& name) {
   return path;
 }
 
+std::string FixturesDir() {
+  if (const char* env = std::getenv("DELTASERVE_FIXTURES_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return DELTASERVE_DEFAULT_FIXTURES_DIR;
+}
+
+std::string FixturesPath(const std::string& name) {
+  std::string path = absl::StrCat(FixturesDir(), "/", name);
+  if (!std::filesystem::exists(path)) {
+    ADD_FAILURE() << "fixture file missing: " << path
+                  << " (set DELTASERVE_FIXTURES_DIR to the shared/fixtures directory)";
+  }
+  return path;
+}
+
 std::string BinaryPath(const std::string& relative) {
   return absl::StrCat(DELTASERVE_BINARY_DIR, "/", relative);
 }

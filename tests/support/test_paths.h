@@ -13,6 +13,15 @@ std::string GoldenDir();
 // golden tests never skip.
 std::string GoldenPath(const std::string& name);
 
+// Directory of the shared input fixtures (chat templates, tool-call cases):
+// $DELTASERVE_FIXTURES_DIR, else the configure-time default (../shared/fixtures beside the
+// checkout).
+std::string FixturesDir();
+
+// Absolute path of fixture file `name`; the calling test fails (ADD_FAILURE) when it is missing:
+// fixture tests never skip.
+std::string FixturesPath(const std::string& name);
+
 // Path of a program built in this build tree, e.g. BinaryPath("common/deltaserve-gguf").
 std::string BinaryPath(const std::string& relative);
 
