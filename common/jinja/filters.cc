@@ -306,11 +306,13 @@ absl::StatusOr<Value> SortFilter(Interpreter&, const Value& value, CallArgs& arg
   DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
   std::vector<std::pair<Value, Value>> keyed;
   for (const Value& item : items) {
-    Value key = item;
+    Value key = SortKey(item, case_sensitive);
     if (attribute != nullptr && !attribute->is_none()) {
+      // jinja2 sorts by a list of attribute values; equal (even undefined) keys never compare.
       DS_JINJA_ASSIGN_OR_RETURN(key, AttrGet(item, *attribute));
+      key = Value::List({SortKey(key, case_sensitive)}, /*is_tuple=*/true);
     }
-    keyed.emplace_back(SortKey(key, case_sensitive), item);
+    keyed.emplace_back(std::move(key), item);
   }
   DS_JINJA_RETURN_IF_ERROR(SortValues(keyed, reverse));
   std::vector<Value> out;

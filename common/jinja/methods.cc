@@ -10,6 +10,7 @@
 #include "common/jinja/interpreter.h"
 #include "common/unicode.h"
 #include "unicode/uchar.h"
+#include "unicode/ustring.h"
 
 namespace deltaserve::common::jinja {
 namespace {
@@ -66,6 +67,58 @@ absl::StatusOr<int64_t> IntArg(const CallArgs& args, size_t i, std::string_view 
 }
 
 bool IsCased(UChar32 c) { return u_isULowercase(c) || u_isUUppercase(c) || u_istitle(c); }
+
+enum class CaseMode { kUpper, kLower, kTitle };
+
+// Python's str.upper()/lower() use the full Unicode case mappings (SpecialCasing: "ß" → "SS",
+// "İ" → "i̇"), which ICU's root locale applies too; kTitle is meant for one code point.
+std::string FullCaseMap(std::string_view s, CaseMode mode) {
+  bool ascii = true;
+  for (char c : s) ascii &= static_cast<unsigned char>(c) < 0x80;
+  if (ascii) {
+    std::string out(s);
+    for (size_t i = 0; i < out.size(); ++i) {
+      char& c = out[i];
+      const bool upper = mode == CaseMode::kUpper || (mode == CaseMode::kTitle && i == 0);
+      if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
+      if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+    }
+    return out;
+  }
+  UErrorCode err = U_ZERO_ERROR;
+  int32_t n16 = 0;
+  u_strFromUTF8WithSub(nullptr, 0, &n16, s.data(), static_cast<int32_t>(s.size()), 0xFFFD, nullptr,
+                       &err);
+  err = U_ZERO_ERROR;
+  std::u16string in(static_cast<size_t>(n16), u'\0');
+  u_strFromUTF8WithSub(reinterpret_cast<UChar*>(in.data()), n16, nullptr, s.data(),
+                       static_cast<int32_t>(s.size()), 0xFFFD, nullptr, &err);
+  if (U_FAILURE(err)) return std::string(s);
+  std::u16string mapped(in.size() * 3 + 4, u'\0');
+  err = U_ZERO_ERROR;
+  UChar* dst = reinterpret_cast<UChar*>(mapped.data());
+  const int32_t cap = static_cast<int32_t>(mapped.size());
+  const UChar* src = reinterpret_cast<const UChar*>(in.data());
+  const int32_t len = static_cast<int32_t>(in.size());
+  int32_t m = 0;
+  switch (mode) {
+    case CaseMode::kUpper: m = u_strToUpper(dst, cap, src, len, "", &err); break;
+    case CaseMode::kLower: m = u_strToLower(dst, cap, src, len, "", &err); break;
+    case CaseMode::kTitle: m = u_strToTitle(dst, cap, src, len, nullptr, "", &err); break;
+  }
+  if (U_FAILURE(err)) return std::string(s);
+  mapped.resize(static_cast<size_t>(m));
+  std::string out;
+  size_t i = 0;
+  while (i < mapped.size()) {
+    uint32_t c = mapped[i++];
+    if (c >= 0xD800 && c < 0xDC00 && i < mapped.size() && mapped[i] >= 0xDC00 && mapped[i] < 0xE000) {
+      c = 0x10000 + ((c - 0xD800) << 10) + (mapped[i++] - 0xDC00);
+    }
+    AppendUtf8(c, out);
+  }
+  return out;
+}
 
 // s[start:end] in code points, for the optional start/end arguments of find, startswith, ….
 absl::StatusOr<std::string> SliceArgs(const std::string& s, const CallArgs& args, size_t first) {
@@ -475,42 +528,31 @@ std::string PyStrip(std::string_view s, const std::u32string* chars, bool left, 
   return EncodeCodepoints(std::u32string_view(u).substr(b, e - b));
 }
 
-std::string PyUpper(std::string_view s) {
-  std::string out;
-  for (char32_t c : DecodeCodepoints(s)) {
-    AppendUtf8(static_cast<uint32_t>(u_toupper(static_cast<UChar32>(c))), out);
-  }
-  return out;
-}
+std::string PyUpper(std::string_view s) { return FullCaseMap(s, CaseMode::kUpper); }
 
-std::string PyLower(std::string_view s) {
-  std::string out;
-  for (char32_t c : DecodeCodepoints(s)) {
-    AppendUtf8(static_cast<uint32_t>(u_tolower(static_cast<UChar32>(c))), out);
-  }
-  return out;
-}
+std::string PyLower(std::string_view s) { return FullCaseMap(s, CaseMode::kLower); }
 
 std::string PyTitle(std::string_view s) {
   std::string out;
   bool previous_cased = false;
+  std::string one;
   for (char32_t c : DecodeCodepoints(s)) {
     const UChar32 u = static_cast<UChar32>(c);
-    AppendUtf8(static_cast<uint32_t>(previous_cased ? u_tolower(u) : u_totitle(u)), out);
+    one.clear();
+    AppendUtf8(static_cast<uint32_t>(c), one);
+    out += FullCaseMap(one, previous_cased ? CaseMode::kLower : CaseMode::kTitle);
     previous_cased = IsCased(u);
   }
   return out;
 }
 
 std::string PyCapitalize(std::string_view s) {
-  std::string out;
-  bool first = true;
-  for (char32_t c : DecodeCodepoints(s)) {
-    const UChar32 u = static_cast<UChar32>(c);
-    AppendUtf8(static_cast<uint32_t>(first ? u_totitle(u) : u_tolower(u)), out);
-    first = false;
-  }
-  return out;
+  const std::u32string u = DecodeCodepoints(s);
+  if (u.empty()) return "";
+  std::string first;
+  AppendUtf8(static_cast<uint32_t>(u[0]), first);
+  return FullCaseMap(first, CaseMode::kTitle) +
+         FullCaseMap(EncodeCodepoints(std::u32string_view(u).substr(1)), CaseMode::kLower);
 }
 
 std::vector<std::string> PySplitLines(std::string_view s) {
