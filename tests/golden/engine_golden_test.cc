@@ -164,7 +164,9 @@ TEST_P(EngineGoldenTest, PrefillLogitsMatchLlamaCpp) {
       const int ours_top = ArgmaxRow(got, nv), golden_top = ArgmaxRow(want, nv);
       top1_agree += ours_top == golden_top;
       if (GetParam().exact) {
-        EXPECT_LE(row_max, 1e-3) << s.name << " pos " << s.positions[r];
+        // Measured: at most 7.8e-6 on both F32 models (f32 summation order against llama.cpp's);
+        // 1e-4 leaves a 13x margin and still fails a real error.
+        EXPECT_LE(row_max, 1e-4) << s.name << " pos " << s.positions[r];
         EXPECT_EQ(ours_top, golden_top) << s.name << " pos " << s.positions[r];
       } else {
         EXPECT_GE(want[ours_top], want[golden_top] - 1.0f)
@@ -239,7 +241,9 @@ TEST_P(EngineConsistencyTest, DecodeAndChunkedPrefillEqualOneShotPrefill) {
   const std::vector<int32_t>& tokens = golden.sequences.back().tokens;  // len300
   ASSERT_EQ(tokens.size(), 300u);
   const std::vector<float> whole = RunChunked(*engine.model, tokens, tokens.size());
-  for (size_t chunk : {size_t{1}, size_t{7}, size_t{64}, size_t{300}}) {
+  // Every chunk size splits the 300 tokens differently from the one-shot pass (299: one token
+  // left for a second pass; 150: two halves).
+  for (size_t chunk : {size_t{1}, size_t{7}, size_t{64}, size_t{150}, size_t{299}}) {
     EXPECT_LE(MaxAbsDiff(RunChunked(*engine.model, tokens, chunk), whole), 1e-4)
         << "chunk " << chunk;
   }

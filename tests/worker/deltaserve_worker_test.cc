@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "deltaserve/v1/worker.grpc.pb.h"
+#include "common/gguf_file.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "tests/support/child_process.h"
@@ -188,6 +189,22 @@ TEST(DeltaserveWorkerTest, InfoGenerateStopCancelErrorsMetrics) {
   EXPECT_EQ(m.context_length(), 256);
   EXPECT_EQ(m.tokenizer().tokens_size(), m.n_vocab());
   EXPECT_EQ(m.tokenizer().model(), "gpt2");
+  {
+    // Every token text and merge equals the GGUF's own arrays, read here independently.
+    auto file = common::GgufFile::Open(GoldenPath("tiny-dense-f32.gguf"));
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto tokens = (*file)->GetArray("tokenizer.ggml.tokens");
+    auto merges = (*file)->GetArray("tokenizer.ggml.merges");
+    ASSERT_TRUE(tokens.ok() && merges.ok());
+    ASSERT_EQ(static_cast<uint64_t>(m.tokenizer().tokens_size()), (*tokens)->ArraySize());
+    for (int i = 0; i < m.tokenizer().tokens_size(); ++i) {
+      ASSERT_EQ(m.tokenizer().tokens(i), *(*tokens)->ArrayString(i)) << "token " << i;
+    }
+    ASSERT_EQ(static_cast<uint64_t>(m.tokenizer().merges_size()), (*merges)->ArraySize());
+    for (int i = 0; i < m.tokenizer().merges_size(); ++i) {
+      ASSERT_EQ(m.tokenizer().merges(i), *(*merges)->ArrayString(i)) << "merge " << i;
+    }
+  }
   EXPECT_FALSE(m.tokenizer_digest().empty());
   EXPECT_GT(m.memory_plan().kv_bytes_per_token(), 0u);
   EXPECT_EQ(m.load().free_kv_pages(), m.load().total_kv_pages());
@@ -203,8 +220,10 @@ TEST(DeltaserveWorkerTest, InfoGenerateStopCancelErrorsMetrics) {
   EXPECT_EQ(g.tokens, EngineGreedy(prompt, 24));
   EXPECT_GT(g.token_events, 1);  // streamed, not one batch at the end
 
-  // A stop string taken from the middle of that text ends the stream before it.
-  if (g.text.size() > 8) {
+  // A stop string taken from the middle of that text ends the stream before it (24 greedy
+  // tokens of this model are always more than 8 bytes: the check must not be skipped).
+  ASSERT_GT(g.text.size(), 8u) << g.text;
+  {
     const std::string stop = g.text.substr(g.text.size() / 2, 3);
     pb::GenerateRequest r = Greedy(prompt, 24);
     r.mutable_sampling()->add_stop_strings(stop);

@@ -199,6 +199,31 @@ TEST_P(SchedulerGoldenTest, SpeculationGivesTheSameGreedyTokens) {
               static_cast<long long>(a->result->accepted_tokens));
 }
 
+TEST_P(SchedulerGoldenTest, SpeculationAcceptsDraftsTheModelAgreesWith) {
+  // A prompt that quotes a passage and the model's own greedy continuation of it, then the
+  // passage again: the drafter proposes that continuation, which the model (mostly) repeats, so
+  // drafts must be accepted — a verifier that rejected every draft would fail here.
+  const std::vector<std::vector<int32_t>> golden = GoldenTokens(GetParam());
+  const std::vector<int32_t> passage(golden.back().begin(), golden.back().begin() + 40);
+  SchedulerOptions o;
+  o.max_sequences = 1;
+  o.max_context = 512;
+  o.speculation = true;
+  o.ngram.ngram_min = 2;
+  Harness h(GetParam(), o, 64, 16);
+  const Reference continuation = GreedyAlone(*h.model, passage, 24);
+  std::vector<int32_t> prompt = passage;
+  prompt.insert(prompt.end(), continuation.tokens.begin(), continuation.tokens.end());
+  prompt.insert(prompt.end(), passage.begin(), passage.end());
+  auto a = h.Submit(prompt, 24);
+  h.RunToEnd();
+  ExpectMatchesAlone(*h.model, prompt, 24, *a, "quoted continuation");
+  std::printf("speculation on %s: drafted %lld, accepted %lld (quoted continuation)\n",
+              GetParam().c_str(), static_cast<long long>(a->result->drafted_tokens),
+              static_cast<long long>(a->result->accepted_tokens));
+  EXPECT_GT(a->result->accepted_tokens, 0);
+}
+
 TEST_P(SchedulerGoldenTest, TinyCachePreemptsAndLosesNothing) {
   // 8 pages of 16 tokens (128 positions) for 4 requests of 30 + 30 tokens (4 pages each).
   const std::vector<std::vector<int32_t>> golden = GoldenTokens(GetParam());

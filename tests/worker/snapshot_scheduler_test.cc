@@ -286,6 +286,9 @@ TEST_P(SnapshotSchedulerTest, SnapshotsGiveTheirPagesBackWhenARequestNeedsThem) 
     h.published.clear();  // as a Redis writer does once a snapshot is written
   }
   EXPECT_GT(h.snapshots->stats().pinned_pages, 0);
+  // Pages held only by snapshots are reported free (the router's load picture): all of them.
+  EXPECT_LT(h.cache->free_pages(), h.cache->total_pages());
+  EXPECT_EQ(h.sched->stats().free_pages, h.cache->total_pages());
   Conversation big(7);
   big.AddMessage(big.RandomUserMessage(600));
   const std::vector<int32_t> prompt = big.Prompt();

@@ -248,6 +248,13 @@ bool SnapshotCache::EvictOne() {
   return true;
 }
 
+int64_t SnapshotCache::EvictablePages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const auto& [page, snapshots] : pinned_) n += kv_->RefCount(page) == snapshots ? 1 : 0;
+  return n;
+}
+
 void SnapshotCache::ReleaseUnreferenced() {
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(evicted_in_use_, [this](const Entry& e) {

@@ -145,6 +145,8 @@ class SnapshotCache {
   // a page calls it until it can: dropping a snapshot frees its pages or unshares one the
   // sequence would have to copy.
   bool EvictOne();
+  // Pages referenced by snapshots and by nothing else: what EvictForPages could give back.
+  int64_t EvictablePages() const;
   // Gives back the pages of evicted snapshots nobody else holds any longer.
   void ReleaseUnreferenced();
 

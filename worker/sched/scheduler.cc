@@ -104,6 +104,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
       std::max<int64_t>(options.step_tokens, options.max_sequences * (1 + options.ngram.draft_max));
   s->eos_ = std::move(eos_token_ids);
   s->n_valid_ = n_valid_tokens;
+  s->stats_.free_pages = s->cache_->free_pages();
+  s->stats_.total_pages = s->cache_->total_pages();
+  s->stats_.free_slots = s->slots_->free_slots();
   if (snapshots != nullptr && snapshots->enabled()) s->snapshots_ = std::move(snapshots);
   return s;
 }
@@ -710,7 +713,10 @@ bool Scheduler::Step() {
   ++stats_.steps;
   stats_.running = static_cast<int64_t>(running_.size());
   stats_.waiting = static_cast<int64_t>(waiting_.size());
-  stats_.free_pages = cache_->free_pages();
+  // Pages held only by RAM snapshots are free as far as admission goes (they are given back on
+  // demand), and so for the router's load picture too.
+  stats_.free_pages =
+      cache_->free_pages() + (snapshots_ != nullptr ? snapshots_->EvictablePages() : 0);
   stats_.total_pages = cache_->total_pages();
   stats_.free_slots = slots_->free_slots();
   return worked || !waiting_.empty();

@@ -132,7 +132,7 @@ class GenerationSink {
 // Load figures for metrics and routing.
 struct SchedulerStats {
   int64_t running = 0, waiting = 0;
-  int64_t free_pages = 0, total_pages = 0;
+  int64_t free_pages = 0, total_pages = 0;  // free: unused or held only by RAM snapshots
   int64_t free_slots = 0;
   int64_t steps = 0, preemptions = 0;
   int64_t drafted_tokens = 0, accepted_tokens = 0;

@@ -489,7 +489,7 @@ void DescribeModel(const std::string& name, ServedModel& model, bool with_tokeni
   pb::ModelLoad* load = info.mutable_load();
   load->set_running_sequences(static_cast<int32_t>(s.running));
   load->set_waiting_sequences(static_cast<int32_t>(s.waiting));
-  load->set_free_kv_pages(model.kv_cache().free_pages());
+  load->set_free_kv_pages(s.free_pages);  // pages held only by RAM snapshots count as free
   load->set_total_kv_pages(model.kv_cache().total_pages());
   load->set_free_state_slots(model.state_slots().free_slots());
   load->set_total_state_slots(model.state_slots().total_slots());
