@@ -1,5 +1,6 @@
 #include "router/chat/internal/output_scanner.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "router/chat/internal/markup_scan.h"
@@ -111,12 +112,13 @@ bool OutputScanner::StepReasoning(std::string_view text, bool final,
         return false;
       }
       const ScanVerdict verdict = start == Match::kYes
-                                      ? ScanCallAt(text, lt, final, tools_).verdict
+                                      ? ScanCallAt(text, lt, final, tools_, &memo_).verdict
                                       : ScanVerdict::kNotACall;
       if (verdict != ScanVerdict::kNotACall) {
         EmitReasoning(text.substr(pos_, lt - pos_), out);
         pos_ = lt;
-        const size_t close_at = text.find(kThinkClose, lt);
+        if (close_search_begin_ < lt) close_search_begin_ = lt;
+        const size_t close_at = text.find(kThinkClose, close_search_begin_);
         if (close_at != std::string_view::npos) {
           reasoning_held_ = true;
           held_begin_ = lt;
@@ -125,7 +127,10 @@ bool OutputScanner::StepReasoning(std::string_view text, bool final,
           answer_begin_ = close_at + kThinkClose.size();
           return true;
         }
-        if (verdict == ScanVerdict::kNeedMore || !final) return false;
+        if (verdict == ScanVerdict::kNeedMore || !final) {
+          close_search_begin_ = std::max(lt, text.size() - std::min(text.size(), kThinkClose.size() - 1));
+          return false;
+        }
         reasoning_.EndSegment();  // unclosed block: the call and what follows are the answer
         phase_ = Phase::kAnswerStart;
         answer_begin_ = lt;
@@ -143,7 +148,7 @@ bool OutputScanner::StepAnswerStart(std::string_view text, bool final,
     const size_t p = SkipSpace(text, answer_begin_);
     if (p == text.size() && !final) return false;
     if (p < text.size() && text[p] == '{') {
-      CallScan scan = ScanBareJsonAnswer(text, answer_begin_, final, tools_);
+      CallScan scan = ScanBareJsonAnswer(text, answer_begin_, final, tools_, &memo_);
       if (scan.verdict == ScanVerdict::kNeedMore) return false;
       if (scan.verdict == ScanVerdict::kCall) {
         EmitCall(text, std::move(*scan.pieces.front().call), out);
@@ -191,7 +196,7 @@ bool OutputScanner::StepAnswer(std::string_view text, bool final, std::vector<Ou
       return false;
     }
     if (start == Match::kYes) {
-      CallScan scan = ScanCallAt(text, lt, final, tools_);
+      CallScan scan = ScanCallAt(text, lt, final, tools_, &memo_);
       if (scan.verdict == ScanVerdict::kNeedMore) {
         EmitContent(text.substr(pos_, lt - pos_), out);
         pos_ = lt;

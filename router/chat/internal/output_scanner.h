@@ -82,6 +82,8 @@ class OutputScanner {
   size_t held_begin_ = 0;
   size_t held_end_ = 0;
   std::vector<OutputEvent> held_answer_;  // answer events waiting for the held reasoning
+  ScanMemo memo_;                 // resumes the scan of a held call (tool_call_markup.h)
+  size_t close_search_begin_ = 0; // `</think>` is not in [held call start, here)
   int answer_calls_ = 0;
   int calls_ = 0;
   SegmentJoiner reasoning_;

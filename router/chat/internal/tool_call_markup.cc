@@ -57,7 +57,7 @@ struct FunctionScan {
 // Text in the body that is not a parameter makes it not a call. `bare`: an undeclared NAME is
 // not a call (known as soon as the name is read).
 FunctionScan ScanXmlFunction(std::string_view text, size_t pos, bool final, const ToolCatalog& tools,
-                             bool bare) {
+                             bool bare, ScanMemo* memo) {
   FunctionScan out;
   const TagName header = ScanTagName(text, pos + kFunctionOpen.size(), final);
   if (header.verdict != ScanVerdict::kCall) {
@@ -102,7 +102,7 @@ FunctionScan ScanXmlFunction(std::string_view text, size_t pos, bool final, cons
     // A malformed header (rule 5) is skipped with its value; a header that never ends is too.
     const bool well_formed = name.verdict == ScanVerdict::kCall;
     const size_t value_begin = well_formed ? name.stop + 1 : name.stop;
-    const ValueScan value = ScanXmlValue(text, value_begin, final);
+    const ValueScan value = ScanXmlValue(text, value_begin, final, memo);
     if (value.verdict != ScanVerdict::kCall) {
       out.verdict = value.verdict;
       return out;
@@ -146,11 +146,18 @@ struct JsonExtent {
 
 // The extent of the JSON object starting at text[pos] == '{': brackets balanced outside strings.
 // Whether it is valid JSON is for the parser to say.
-JsonExtent ScanJsonObjectExtent(std::string_view text, size_t pos, bool final) {
+JsonExtent ScanJsonObjectExtent(std::string_view text, size_t pos, bool final, ScanMemo* memo) {
   std::string closers;
   bool in_string = false;
   bool escaped = false;
-  for (size_t i = pos; i < text.size(); ++i) {
+  size_t start = pos;
+  if (memo != nullptr && memo->json_begin == pos && memo->json_resume <= text.size()) {
+    start = memo->json_resume;
+    closers = memo->json_closers;
+    in_string = memo->json_in_string;
+    escaped = memo->json_escaped;
+  }
+  for (size_t i = start; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
       if (escaped) {
@@ -173,12 +180,20 @@ JsonExtent ScanJsonObjectExtent(std::string_view text, size_t pos, bool final) {
       if (closers.empty()) return {ScanVerdict::kCall, i + 1};
     }
   }
+  if (memo != nullptr && !final) {
+    memo->json_begin = pos;
+    memo->json_resume = text.size();
+    memo->json_closers = closers;
+    memo->json_in_string = in_string;
+    memo->json_escaped = escaped;
+  }
   return {Undecided(final), 0};
 }
 
-CallScan ScanJsonBlock(std::string_view text, size_t body, bool final, const ToolCatalog& tools) {
+CallScan ScanJsonBlock(std::string_view text, size_t body, bool final, const ToolCatalog& tools,
+                       ScanMemo* memo) {
   CallScan out;
-  const JsonExtent extent = ScanJsonObjectExtent(text, body, final);
+  const JsonExtent extent = ScanJsonObjectExtent(text, body, final, memo);
   if (extent.verdict != ScanVerdict::kCall) {
     out.verdict = extent.verdict;
     return out;
@@ -198,15 +213,15 @@ CallScan ScanJsonBlock(std::string_view text, size_t body, bool final, const Too
 // `<tool_call>` at `pos` + a JSON object, or one or more XML functions, + `</tool_call>` (which
 // may be missing once a function is complete). A later function that is not a call ends the
 // block before it.
-CallScan ScanToolCallBlock(std::string_view text, size_t pos, bool final,
-                           const ToolCatalog& tools) {
+CallScan ScanToolCallBlock(std::string_view text, size_t pos, bool final, const ToolCatalog& tools,
+                           ScanMemo* memo) {
   CallScan out;
   size_t p = SkipSpace(text, pos + kToolCallOpen.size());
   if (p == text.size()) {
     out.verdict = Undecided(final);
     return out;
   }
-  if (text[p] == '{') return ScanJsonBlock(text, p, final, tools);
+  if (text[p] == '{') return ScanJsonBlock(text, p, final, tools, memo);
   const Match function = MatchAt(text, p, kFunctionOpen, final);
   if (function != Match::kYes) {
     out.verdict = function == Match::kMaybe ? ScanVerdict::kNeedMore : ScanVerdict::kNotACall;
@@ -215,7 +230,7 @@ CallScan ScanToolCallBlock(std::string_view text, size_t pos, bool final,
   bool any_declared = false;
   size_t end = 0;
   while (true) {
-    FunctionScan f = ScanXmlFunction(text, p, final, tools, /*bare=*/false);
+    FunctionScan f = ScanXmlFunction(text, p, final, tools, /*bare=*/false, memo);
     if (f.verdict == ScanVerdict::kNeedMore) {
       out.verdict = ScanVerdict::kNeedMore;
       return out;
@@ -262,10 +277,10 @@ CallScan ScanToolCallBlock(std::string_view text, size_t pos, bool final,
   return out;
 }
 
-CallScan ScanBareFunction(std::string_view text, size_t pos, bool final,
-                          const ToolCatalog& tools) {
+CallScan ScanBareFunction(std::string_view text, size_t pos, bool final, const ToolCatalog& tools,
+                          ScanMemo* memo) {
   CallScan out;
-  FunctionScan f = ScanXmlFunction(text, pos, final, tools, /*bare=*/true);
+  FunctionScan f = ScanXmlFunction(text, pos, final, tools, /*bare=*/true, memo);
   if (f.verdict != ScanVerdict::kCall) {
     out.verdict = f.verdict;
     return out;
@@ -287,7 +302,7 @@ CallScan ScanBareFunction(std::string_view text, size_t pos, bool final,
 
 }  // namespace
 
-ValueScan ScanXmlValue(std::string_view text, size_t begin, bool final) {
+ValueScan ScanXmlValue(std::string_view text, size_t begin, bool final, ScanMemo* memo) {
   static constexpr std::initializer_list<std::string_view> kAfterParameter = {
       kParameterOpen, kFunctionClose, kToolCallClose, kThinkClose};
   static constexpr std::initializer_list<std::string_view> kAfterFunction = {
@@ -304,33 +319,37 @@ ValueScan ScanXmlValue(std::string_view text, size_t begin, bool final) {
                             {kToolCallClose, ValueEnd::kToolCallClose, kAfterToolCall}};
   ValueScan out;
   size_t i = begin;
+  if (memo != nullptr && memo->value_begin == begin && memo->value_resume <= text.size()) {
+    i = memo->value_resume;
+  }
+  // Every '<' before `lt` was definitely not the value's end: resume there next time.
+  auto need_more = [&](size_t lt) {
+    if (memo != nullptr) {
+      memo->value_begin = begin;
+      memo->value_resume = lt;
+    }
+    out.verdict = ScanVerdict::kNeedMore;
+    return out;
+  };
   while (true) {
     const size_t lt = text.find('<', i);
     if (lt == std::string_view::npos) {
-      out.verdict = Undecided(final);
+      if (!final) return need_more(text.size());
+      out.verdict = ScanVerdict::kNotACall;
       return out;
     }
     for (const Closer& closer : closers) {
       const Match m = MatchAt(text, lt, closer.tag, final);
-      if (m == Match::kMaybe) {
-        out.verdict = ScanVerdict::kNeedMore;
-        return out;
-      }
+      if (m == Match::kMaybe) return need_more(lt);
       if (m == Match::kNo) continue;
       const size_t after = lt + closer.tag.size();
       const Match follower = FollowedByCallTag(text, after, final, closer.followers);
-      if (follower == Match::kMaybe) {
-        out.verdict = ScanVerdict::kNeedMore;
-        return out;
-      }
+      if (follower == Match::kMaybe) return need_more(lt);
       if (follower == Match::kYes) return {ScanVerdict::kCall, lt, closer.how, after};
     }
     if (lt > begin && text[lt - 1] == '\n') {
       const Match next = MatchAt(text, lt, kParameterOpen, final);
-      if (next == Match::kMaybe) {
-        out.verdict = ScanVerdict::kNeedMore;
-        return out;
-      }
+      if (next == Match::kMaybe) return need_more(lt);
       if (next == Match::kYes) return {ScanVerdict::kCall, lt, ValueEnd::kNextParameter, lt};
     }
     i = lt + 1;
@@ -347,25 +366,26 @@ Match MayStartCall(std::string_view text, size_t pos, bool final) {
   return MatchAny(text, pos, {kToolCallOpen, kFunctionOpen}, final);
 }
 
-CallScan ScanCallAt(std::string_view text, size_t pos, bool final, const ToolCatalog& tools) {
+CallScan ScanCallAt(std::string_view text, size_t pos, bool final, const ToolCatalog& tools,
+                    ScanMemo* memo) {
   if (MatchAt(text, pos, kToolCallOpen, final) == Match::kYes) {
-    return ScanToolCallBlock(text, pos, final, tools);
+    return ScanToolCallBlock(text, pos, final, tools, memo);
   }
   if (MatchAt(text, pos, kFunctionOpen, final) == Match::kYes) {
-    return ScanBareFunction(text, pos, final, tools);
+    return ScanBareFunction(text, pos, final, tools, memo);
   }
   return {};
 }
 
 CallScan ScanBareJsonAnswer(std::string_view text, size_t begin, bool final,
-                            const ToolCatalog& tools) {
+                            const ToolCatalog& tools, ScanMemo* memo) {
   CallScan out;
   const size_t p = SkipSpace(text, begin);
   if (p == text.size() || text[p] != '{') {
     out.verdict = p == text.size() ? Undecided(final) : ScanVerdict::kNotACall;
     return out;
   }
-  const JsonExtent extent = ScanJsonObjectExtent(text, p, final);
+  const JsonExtent extent = ScanJsonObjectExtent(text, p, final, memo);
   if (extent.verdict != ScanVerdict::kCall) {
     out.verdict = extent.verdict;
     return out;
