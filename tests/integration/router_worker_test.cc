@@ -18,9 +18,16 @@
 #include <string>
 #include <vector>
 
+#include "common/gguf_file.h"
+#include "common/tokenizer.h"
+#include "common/unicode.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/router_service.h"
+#include "tests/support/test_paths.h"
+#include "worker/engine/qwen35.h"
+#include "worker/sampling/sampler.h"
 #include "tests/support/child_process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
@@ -29,6 +36,7 @@ namespace deltaserve {
 namespace {
 
 using ::deltaserve::testing::BinaryPath;
+using ::deltaserve::testing::GoldenPath;
 using std::chrono::seconds;
 
 // The raw client of router_service.h: one request per connection, read to the end.
@@ -66,6 +74,33 @@ TEST(RouterWorkerTest, OpenAiShapesErrorsAndDrain) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 12);
   EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 5);
   const std::string text = j["choices"][0]["message"]["content"];
+  {
+    // Independently of the router: the Qwen3 template's rendering of the one message, tokenized
+    // and run greedily through the engine, decodes to exactly this text.
+    auto file = common::GgufFile::Open(GoldenPath("tiny-dense-f32.gguf"));
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto tok = common::Tokenizer::FromGguf(**file);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    const std::vector<int32_t> prompt = (*tok)->Encode(
+        "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", true);
+    EXPECT_EQ(j["usage"]["prompt_tokens"].get<size_t>(), prompt.size());
+    auto backend = kernels::MakeCpuBackend(1);
+    auto model = worker::Qwen35Model::Load(GoldenPath("tiny-dense-f32.gguf"), *backend);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto seq = (*model)->NewSequence(static_cast<int64_t>(prompt.size()) + 12);
+    ASSERT_TRUE(seq.ok());
+    std::vector<int32_t> feed = prompt, out;
+    std::vector<float> logits;
+    for (int i = 0; i < 12; ++i) {
+      worker::BatchEntry e{seq->get(), feed, false};
+      ASSERT_TRUE((*model)->Forward({&e, 1}, logits).ok());
+      out.push_back(worker::Argmax(logits, static_cast<int32_t>((*model)->n_vocab())));
+      feed = {out.back()};
+    }
+    // The worker's streaming detokenizer sends U+FFFD for bytes that never complete a character,
+    // as the tokenizer's Decode does for the whole output at once.
+    EXPECT_EQ(text, common::SanitizeUtf8((*tok)->Decode(out)));
+  }
 
   // Streaming: the same greedy text, chunk by chunk, usage chunk, [DONE].
   const HttpReply st = Http(s.port(), "POST", "/v1/chat/completions", Chat("tiny", 12, true));
@@ -111,6 +146,13 @@ TEST(RouterWorkerTest, OpenAiShapesErrorsAndDrain) {
   EXPECT_NE(too_long.body.find("256"), std::string::npos) << too_long.body;
   const HttpReply metrics = Http(s.port(), "GET", "/metrics");
   EXPECT_EQ(metrics.status, 200);
+  // Two finished generations of 12 tokens each; the refused requests generated nothing.
+  EXPECT_NE(metrics.body.find("\ndeltaserve_router_completion_tokens_total 24\n"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("deltaserve_router_generations_total{finish_reason=\"length\"} 2\n"),
+            std::string::npos)
+      << metrics.body;
 
   // SIGTERM: both drain and exit 0.
   s.router().Signal(SIGTERM);
