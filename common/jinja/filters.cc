@@ -42,11 +42,13 @@ absl::StatusOr<Value> AttrGet(const Value& item, const Value& attribute) {
   size_t start = 0;
   while (true) {
     const size_t dot = path.find('.', start);
-    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
                                                      [](char c) { return c >= '0' && c <= '9'; });
     if (digits && part.size() < 18) {
-      DS_JINJA_ASSIGN_OR_RETURN(v, GetItem(v, Value(static_cast<int64_t>(std::atoll(part.c_str())))));
+      DS_JINJA_ASSIGN_OR_RETURN(v,
+                                GetItem(v, Value(static_cast<int64_t>(std::atoll(part.c_str())))));
     } else {
       DS_JINJA_ASSIGN_OR_RETURN(v, GetItem(v, Value(part)));
     }
@@ -75,16 +77,53 @@ absl::Status SortValues(std::vector<std::pair<Value, Value>>& keyed, bool revers
   return error;
 }
 
+// jinja2's do_title (not str.title): split before runs of whitespace, '-', '(', '{', '[', '<';
+// each piece gets its first character upper-cased and the rest lower-cased.
+std::string TitleFilter(const std::string& s) {
+  auto is_sep = [](char32_t c) {
+    return IsPySpace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+  };
+  const std::u32string u = DecodeCodepoints(s);
+  std::string out;
+  size_t i = 0;
+  while (i < u.size()) {
+    size_t j = i;
+    const bool sep = is_sep(u[i]);
+    while (j < u.size() && is_sep(u[j]) == sep) ++j;
+    const std::string piece = EncodeCodepoints(std::u32string_view(u).substr(i, j - i));
+    if (sep) {
+      out += piece;
+    } else {
+      const std::u32string_view p = std::u32string_view(u).substr(i, j - i);
+      out += PyUpper(EncodeCodepoints(p.substr(0, 1)));
+      out += PyLower(EncodeCodepoints(p.substr(1)));
+    }
+    i = j;
+  }
+  return out;
+}
+
 std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -117,7 +156,8 @@ absl::StatusOr<Value> Select(Interpreter& interp, const Value& value, CallArgs& 
   if (next < args.positional.size()) {
     if (!args.positional[next].is_string()) return TypeError("the test name must be a string");
     test = args.positional[next++].as_string();
-    if (!HasTest(test)) return absl::InvalidArgumentError(absl::StrCat("No test named '", test, "'."));
+    if (!HasTest(test))
+      return absl::InvalidArgumentError(absl::StrCat("No test named '", test, "'."));
   }
   CallArgs test_args;
   test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next),
@@ -137,7 +177,7 @@ absl::StatusOr<Value> Select(Interpreter& interp, const Value& value, CallArgs& 
     }
     if (pass == keep) out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 absl::StatusOr<Value> ToJsonFilter(Interpreter&, const Value& value, CallArgs& args) {
@@ -151,7 +191,8 @@ absl::StatusOr<Value> ToJsonFilter(Interpreter&, const Value& value, CallArgs& a
     } else if (indent->is_int() || indent->is_bool()) {
       opt.indent.assign(static_cast<size_t>(std::clamp<int64_t>(indent->as_int(), 0, 1024)), ' ');
     } else {
-      return TypeError(absl::StrCat("tojson indent must be an int or a str, not ", indent->TypeName()));
+      return TypeError(
+          absl::StrCat("tojson indent must be an int or a str, not ", indent->TypeName()));
     }
   }
   opt.item_separator = opt.pretty ? "," : ", ";
@@ -159,7 +200,8 @@ absl::StatusOr<Value> ToJsonFilter(Interpreter&, const Value& value, CallArgs& a
   const Value* separators = Arg(args, 2, "separators");
   if (separators != nullptr && !separators->is_none()) {
     if (!separators->is_list() || separators->as_list().items.size() != 2 ||
-        !separators->as_list().items[0].is_string() || !separators->as_list().items[1].is_string()) {
+        !separators->as_list().items[0].is_string() ||
+        !separators->as_list().items[1].is_string()) {
       return absl::InvalidArgumentError("ValueError: tojson separators must be two strings");
     }
     opt.item_separator = separators->as_list().items[0].as_string();
@@ -173,6 +215,11 @@ absl::StatusOr<Value> ToJsonFilter(Interpreter&, const Value& value, CallArgs& a
 }
 
 absl::StatusOr<Value> Indent(Interpreter&, const Value& value, CallArgs& args) {
+  if (value.is_undefined()) return UndefinedError(value);
+  if (!value.is_string()) {
+    return TypeError(
+        absl::StrCat("unsupported operand type(s) for +=: '", value.TypeName(), "' and 'str'"));
+  }
   std::string indention;
   const Value* width = Arg(args, 0, "width");
   if (width == nullptr) {
@@ -207,6 +254,7 @@ absl::StatusOr<Value> Indent(Interpreter&, const Value& value, CallArgs& args) {
 }
 
 absl::StatusOr<Value> ToInt(Interpreter&, const Value& value, CallArgs& args) {
+  if (value.is_undefined()) return UndefinedError(value);
   const Value* def = Arg(args, 0, "default");
   const Value fallback = def != nullptr ? *def : Value(int64_t{0});
   const Value* base_arg = Arg(args, 1, "base");
@@ -237,6 +285,7 @@ absl::StatusOr<Value> ToInt(Interpreter&, const Value& value, CallArgs& args) {
 }
 
 absl::StatusOr<Value> ToFloat(Interpreter&, const Value& value, CallArgs& args) {
+  if (value.is_undefined()) return UndefinedError(value);
   const Value* def = Arg(args, 0, "default");
   const Value fallback = def != nullptr ? *def : Value(0.0);
   if (value.is_number()) return Value(value.as_double());
@@ -255,7 +304,6 @@ absl::StatusOr<Value> Round(Interpreter&, const Value& value, CallArgs& args) {
   const int64_t precision = p != nullptr && (p->is_int() || p->is_bool()) ? p->as_int() : 0;
   const Value* m = Arg(args, 1, "method");
   const std::string method = m != nullptr ? m->Str() : "common";
-  if (value.is_undefined()) return UndefinedError(value);
   if (!value.is_number()) {
     return TypeError(absl::StrCat("type ", value.TypeName(), " doesn't define __round__ method"));
   }
@@ -281,13 +329,14 @@ absl::StatusOr<Value> MapFilter(Interpreter& interp, const Value& value, CallArg
       if (v.is_undefined() && def != nullptr) v = *def;
       out.push_back(std::move(v));
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   if (args.positional.empty() || !args.positional[0].is_string()) {
     return TypeError("map needs a filter name or attribute=");
   }
   const std::string name = args.positional[0].as_string();
-  if (!HasFilter(name)) return absl::InvalidArgumentError(absl::StrCat("No filter named '", name, "'."));
+  if (!HasFilter(name))
+    return absl::InvalidArgumentError(absl::StrCat("No filter named '", name, "'."));
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
   rest.keyword = args.keyword;
@@ -296,7 +345,7 @@ absl::StatusOr<Value> MapFilter(Interpreter& interp, const Value& value, CallArg
     DS_JINJA_ASSIGN_OR_RETURN(Value v, ApplyFilter(interp, name, item, a));
     out.push_back(std::move(v));
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 absl::StatusOr<Value> SortFilter(Interpreter&, const Value& value, CallArgs& args) {
@@ -337,7 +386,8 @@ absl::StatusOr<Value> MinMax(const Value& value, CallArgs& args, bool want_max) 
       best_key = key;
       continue;
     }
-    DS_JINJA_ASSIGN_OR_RETURN(bool better, want_max ? LessThan(best_key, key) : LessThan(key, best_key));
+    DS_JINJA_ASSIGN_OR_RETURN(bool better,
+                              want_max ? LessThan(best_key, key) : LessThan(key, best_key));
     if (better) {
       best = i;
       best_key = key;
@@ -347,236 +397,305 @@ absl::StatusOr<Value> MinMax(const Value& value, CallArgs& args, bool want_max) 
 }
 
 const absl::flat_hash_map<std::string, FilterFn>& Filters() {
-  static const auto* filters = new absl::flat_hash_map<std::string, FilterFn>{
-      {"tojson", ToJsonFilter},
-      {"indent", Indent},
-      {"int", ToInt},
-      {"float", ToFloat},
-      {"round", Round},
-      {"map", MapFilter},
-      {"sort", SortFilter},
-      {"string", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(v.Str()); }},
-      {"safe", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(v.Str()); }},
-      {"e", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(HtmlEscape(v.Str())); }},
-      {"escape", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(HtmlEscape(v.Str())); }},
-      {"forceescape", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(HtmlEscape(v.Str())); }},
-      {"upper", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(PyUpper(v.Str())); }},
-      {"lower", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(PyLower(v.Str())); }},
-      {"title", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(PyTitle(v.Str())); }},
-      {"capitalize", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> { return Value(PyCapitalize(v.Str())); }},
-      {"trim",
-       [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         const Value* chars = Arg(args, 0, "chars");
-         if (chars == nullptr || chars->is_none()) return Value(PyStrip(v.Str(), nullptr, true, true));
-         const std::u32string set = DecodeCodepoints(chars->Str());
-         return Value(PyStrip(v.Str(), &set, true, true));
-       }},
-      {"length", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         DS_JINJA_ASSIGN_OR_RETURN(int64_t n, Length(v));
-         return Value(n);
-       }},
-      {"count", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         DS_JINJA_ASSIGN_OR_RETURN(int64_t n, Length(v));
-         return Value(n);
-       }},
-      {"wordcount",
-       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         int64_t words = 0;
-         bool in_word = false;
-         for (char32_t c : DecodeCodepoints(v.Str())) {
-           const bool w = c == '_' || (CodepointClass(static_cast<uint32_t>(c)) & (kClassLetter | kClassNumber)) != 0;
-           if (w && !in_word) ++words;
-           in_word = w;
-         }
-         return Value(words);
-       }},
-      {"default", [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         const Value* def = Arg(args, 0, "default_value");
-         const bool boolean = BoolArg(args, 1, "boolean", false);
-         if (v.is_undefined() || (boolean && !v.Truthy())) return def != nullptr ? *def : Value(std::string());
-         return v;
-       }},
-      {"d", nullptr},  // alias of default, filled below
-      {"items",
-       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         if (v.is_undefined()) return Value::List({});
-         if (!v.is_dict()) return TypeError("Can only get item pairs from a mapping.");
-         std::vector<Value> items;
-         for (const auto& [k, val] : v.as_dict().items) items.push_back(Value::List({k, val}, true));
-         return Value::List(std::move(items));
-       }},
-      {"join",
-       [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         const Value* sep = Arg(args, 0, "d");
-         const Value* attribute = Arg(args, 1, "attribute");
-         const std::string d = sep != nullptr ? sep->Str() : "";
-         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-         std::string out;
-         for (size_t i = 0; i < items.size(); ++i) {
-           Value item = items[i];
-           if (attribute != nullptr && !attribute->is_none()) {
-             DS_JINJA_ASSIGN_OR_RETURN(item, AttrGet(item, *attribute));
-           }
-           if (i > 0) out += d;
-           out += item.Str();
-           DS_JINJA_RETURN_IF_ERROR(Interpreter::CheckStringSize(out.size()));
-         }
-         return Value(std::move(out));
-       }},
-      {"list",
-       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-         return Value::List(std::move(items));
-       }},
-      {"first",
-       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-         if (items.empty()) return Value::Undefined("No first item, sequence was empty.");
-         return items.front();
-       }},
-      {"last",
-       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-         if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
-         return items.back();
-       }},
-      {"reverse",
-       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         if (v.is_string()) {
-           std::u32string u = DecodeCodepoints(v.as_string());
-           std::reverse(u.begin(), u.end());
-           return Value(EncodeCodepoints(u));
-         }
-         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-         std::reverse(items.begin(), items.end());
-         return Value::List(std::move(items));
-       }},
-      {"replace",
-       [](Interpreter& interp, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         DS_JINJA_ASSIGN_OR_RETURN(Value method, GetAttribute(Value(v.Str()), "replace"));
-         return interp.Call(method, args);
-       }},
-      {"abs",
-       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         if (v.is_float()) return Value(std::fabs(v.as_double()));
-         if (v.is_int() || v.is_bool()) {
-           if (v.as_int() == INT64_MIN) return absl::InvalidArgumentError("OverflowError: integer overflow");
-           return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-         }
-         if (v.is_undefined()) return UndefinedError(v);
-         return TypeError(absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
-       }},
-      {"attr",
-       [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         const Value* name = Arg(args, 0, "name");
-         if (name == nullptr || !name->is_string()) return TypeError("attr needs a name");
-         if (v.is_dict()) {
-           const std::string& n = name->as_string();
-           if (n != "items" && n != "keys" && n != "values" && n != "get" && n != "copy") {
-             return Value::Undefined(absl::StrCat("'dict object' has no attribute '", n, "'"));
-           }
-         }
-         return GetAttribute(v, name->as_string());
-       }},
-      {"select", [](Interpreter& i, const Value& v, CallArgs& a) { return Select(i, v, a, false, true); }},
-      {"reject", [](Interpreter& i, const Value& v, CallArgs& a) { return Select(i, v, a, false, false); }},
-      {"selectattr", [](Interpreter& i, const Value& v, CallArgs& a) { return Select(i, v, a, true, true); }},
-      {"rejectattr", [](Interpreter& i, const Value& v, CallArgs& a) { return Select(i, v, a, true, false); }},
-      {"unique",
-       [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         const bool case_sensitive = BoolArg(args, 0, "case_sensitive", false);
-         const Value* attribute = Arg(args, 1, "attribute");
-         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-         std::vector<Value> seen;
-         std::vector<Value> out;
-         for (const Value& item : items) {
-           Value key = item;
-           if (attribute != nullptr && !attribute->is_none()) {
-             DS_JINJA_ASSIGN_OR_RETURN(key, AttrGet(item, *attribute));
-           }
-           key = SortKey(key, case_sensitive);
-           if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return ValuesEqual(s, key); })) {
-             seen.push_back(key);
-             out.push_back(item);
-           }
-         }
-         return Value::List(std::move(out));
-       }},
-      {"dictsort",
-       [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         if (!v.is_dict()) return absl::InvalidArgumentError("FilterArgumentError: dictsort needs a mapping");
-         const bool case_sensitive = BoolArg(args, 0, "case_sensitive", false);
-         const Value* by = Arg(args, 1, "by");
-         const bool by_value = by != nullptr && by->Str() == "value";
-         const bool reverse = BoolArg(args, 2, "reverse", false);
-         std::vector<std::pair<Value, Value>> keyed;
-         for (const auto& [k, val] : v.as_dict().items) {
-           keyed.emplace_back(SortKey(by_value ? val : k, case_sensitive), Value::List({k, val}, true));
-         }
-         DS_JINJA_RETURN_IF_ERROR(SortValues(keyed, reverse));
-         std::vector<Value> out;
-         for (auto& [key, pair] : keyed) out.push_back(std::move(pair));
-         return Value::List(std::move(out));
-       }},
-      {"min", [](Interpreter&, const Value& v, CallArgs& a) { return MinMax(v, a, false); }},
-      {"max", [](Interpreter&, const Value& v, CallArgs& a) { return MinMax(v, a, true); }},
-      {"sum",
-       [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         const Value* attribute = Arg(args, 0, "attribute");
-         const Value* start = Arg(args, 1, "start");
-         Value total = start != nullptr ? *start : Value(int64_t{0});
-         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-         for (const Value& item : items) {
-           Value x = item;
-           if (attribute != nullptr && !attribute->is_none()) {
-             DS_JINJA_ASSIGN_OR_RETURN(x, AttrGet(item, *attribute));
-           }
-           DS_JINJA_ASSIGN_OR_RETURN(total, BinaryOp("+", total, x));
-         }
-         return total;
-       }},
-      {"center",
-       [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         const Value* w = Arg(args, 0, "width");
-         const int64_t width = w != nullptr && w->is_int() ? std::min<int64_t>(w->as_int(), 1 << 20) : 80;
-         const std::string s = v.Str();
-         const int64_t len = CodepointCount(s);
-         if (width <= len) return Value(s);
-         const int64_t marg = width - len;
-         const int64_t left = marg / 2 + (marg & width & 1);
-         return Value(std::string(static_cast<size_t>(left), ' ') + s +
-                      std::string(static_cast<size_t>(marg - left), ' '));
-       }},
-      {"batch",
-       [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
-         const Value* n = Arg(args, 0, "linecount");
-         if (n == nullptr || !n->is_int() || n->as_int() <= 0) return TypeError("batch needs a positive count");
-         const Value* fill = Arg(args, 1, "fill_with");
-         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-         std::vector<Value> out;
-         std::vector<Value> cur;
-         for (const Value& item : items) {
-           cur.push_back(item);
-           if (static_cast<int64_t>(cur.size()) == n->as_int()) {
-             out.push_back(Value::List(std::move(cur)));
-             cur.clear();
-           }
-         }
-         if (!cur.empty()) {
-           if (fill != nullptr && !fill->is_none()) {
-             while (static_cast<int64_t>(cur.size()) < n->as_int()) cur.push_back(*fill);
-           }
-           out.push_back(Value::List(std::move(cur)));
-         }
-         return Value::List(std::move(out));
-       }},
-  };
+  static const auto*
+      filters =
+          new absl::flat_hash_map<std::string, FilterFn>{
+              {"tojson", ToJsonFilter},
+              {"indent", Indent},
+              {"int", ToInt},
+              {"float", ToFloat},
+              {"round", Round},
+              {"map", MapFilter},
+              {"sort", SortFilter},
+              {"string",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(v.Str());
+               }},
+              {"safe",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(v.Str());
+               }},
+              {"e",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(HtmlEscape(v.Str()));
+               }},
+              {"escape",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(HtmlEscape(v.Str()));
+               }},
+              {"forceescape",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(HtmlEscape(v.Str()));
+               }},
+              {"upper",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(PyUpper(v.Str()));
+               }},
+              {"lower",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(PyLower(v.Str()));
+               }},
+              {"title",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(TitleFilter(v.Str()));
+               }},
+              {"capitalize",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 return Value(PyCapitalize(v.Str()));
+               }},
+              {"trim",
+               [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
+                 const Value* chars = Arg(args, 0, "chars");
+                 if (chars == nullptr || chars->is_none())
+                   return Value(PyStrip(v.Str(), nullptr, true, true));
+                 const std::u32string set = DecodeCodepoints(chars->Str());
+                 return Value(PyStrip(v.Str(), &set, true, true));
+               }},
+              {"length",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 DS_JINJA_ASSIGN_OR_RETURN(int64_t n, Length(v));
+                 return Value(n);
+               }},
+              {"count",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 DS_JINJA_ASSIGN_OR_RETURN(int64_t n, Length(v));
+                 return Value(n);
+               }},
+              {"wordcount",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 int64_t words = 0;
+                 bool in_word = false;
+                 for (char32_t c : DecodeCodepoints(v.Str())) {
+                   const bool w = c == '_' || (CodepointClass(static_cast<uint32_t>(c)) &
+                                               (kClassLetter | kClassNumber)) != 0;
+                   if (w && !in_word) ++words;
+                   in_word = w;
+                 }
+                 return Value(words);
+               }},
+              {"default",
+               [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
+                 const Value* def = Arg(args, 0, "default_value");
+                 const bool boolean = BoolArg(args, 1, "boolean", false);
+                 if (v.is_undefined() || (boolean && !v.Truthy()))
+                   return def != nullptr ? *def : Value(std::string());
+                 return v;
+               }},
+              {"d", nullptr},  // alias of default, filled below
+              {"items",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 if (v.is_undefined()) return Value::Generator({});
+                 if (!v.is_dict()) return TypeError("Can only get item pairs from a mapping.");
+                 std::vector<Value> items;
+                 for (const auto& [k, val] : v.as_dict().items)
+                   items.push_back(Value::List({k, val}, true));
+                 return Value::Generator(std::move(items));
+               }},
+              {"join",
+               [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
+                 const Value* sep = Arg(args, 0, "d");
+                 const Value* attribute = Arg(args, 1, "attribute");
+                 const std::string d = sep != nullptr ? sep->Str() : "";
+                 DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+                 std::string out;
+                 for (size_t i = 0; i < items.size(); ++i) {
+                   Value item = items[i];
+                   if (attribute != nullptr && !attribute->is_none()) {
+                     DS_JINJA_ASSIGN_OR_RETURN(item, AttrGet(item, *attribute));
+                   }
+                   if (i > 0) out += d;
+                   out += item.Str();
+                   DS_JINJA_RETURN_IF_ERROR(Interpreter::CheckStringSize(out.size()));
+                 }
+                 return Value(std::move(out));
+               }},
+              {"list",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+                 return Value::List(std::move(items));
+               }},
+              {"first",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+                 if (items.empty()) return Value::Undefined("No first item, sequence was empty.");
+                 return items.front();
+               }},
+              {"last",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+                 if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
+                 return items.back();
+               }},
+              {"reverse",
+               [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
+                 if (v.is_string()) {
+                   std::u32string u = DecodeCodepoints(v.as_string());
+                   std::reverse(u.begin(), u.end());
+                   return Value(EncodeCodepoints(u));
+                 }
+                 DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+                 std::reverse(items.begin(), items.end());
+                 return Value::Generator(std::move(items));  // a reverse iterator
+               }},
+              {"replace",
+               [](Interpreter& interp, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
+                 DS_JINJA_ASSIGN_OR_RETURN(Value method, GetAttribute(Value(v.Str()), "replace"));
+                 return interp.Call(method, args);
+               }},
+              {"abs",
+               [](Interpreter&, const Value& v, CallArgs&)
+                   -> absl::
+                       StatusOr<Value> {
+                         if (v.is_float()) return Value(std::fabs(v.as_double()));
+                         if (v.is_int() || v.is_bool()) {
+                           if (v.as_int() == INT64_MIN)
+                             return absl::InvalidArgumentError("OverflowError: integer overflow");
+                           return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+                         }
+                         return TypeError(
+                             absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
+                       }},
+              {"attr",
+               [](Interpreter&, const Value& v,
+                  CallArgs& args) -> absl::
+                                      StatusOr<Value> {
+                                        const Value* name = Arg(args, 0, "name");
+                                        if (name == nullptr || !name->is_string())
+                                          return TypeError("attr needs a name");
+                                        if (v.is_dict()) {
+                                          const std::string& n = name->as_string();
+                                          if (n != "items" && n != "keys" && n != "values" &&
+                                              n != "get" && n != "copy") {
+                                            return Value::Undefined(absl::StrCat(
+                                                "'dict object' has no attribute '", n, "'"));
+                                          }
+                                        }
+                                        return GetAttribute(v, name->as_string());
+                                      }},
+              {"select", [](Interpreter& i, const Value& v,
+                            CallArgs& a) { return Select(i, v, a, false, true); }},
+              {"reject", [](Interpreter& i, const Value& v,
+                            CallArgs& a) { return Select(i, v, a, false, false); }},
+              {"selectattr", [](Interpreter& i, const Value& v,
+                                CallArgs& a) { return Select(i, v, a, true, true); }},
+              {"rejectattr", [](Interpreter& i, const Value& v,
+                                CallArgs& a) { return Select(i, v, a, true, false); }},
+              {"unique",
+               [](Interpreter&, const Value& v, CallArgs& args)
+                   -> absl::
+                       StatusOr<Value> {
+                         const bool case_sensitive = BoolArg(args, 0, "case_sensitive", false);
+                         const Value* attribute = Arg(args, 1, "attribute");
+                         DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+                         std::vector<Value> seen;
+                         std::vector<Value> out;
+                         for (const Value& item : items) {
+                           Value key = item;
+                           if (attribute != nullptr && !attribute->is_none()) {
+                             DS_JINJA_ASSIGN_OR_RETURN(key, AttrGet(item, *attribute));
+                           }
+                           key = SortKey(key, case_sensitive);
+                           if (std::none_of(seen.begin(), seen.end(),
+                                            [&](const Value& s) { return ValuesEqual(s, key); })) {
+                             seen.push_back(key);
+                             out.push_back(item);
+                           }
+                         }
+                         return Value::Generator(std::move(out));
+                       }},
+              {"dictsort",
+               [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
+                 if (!v.is_dict())
+                   return absl::InvalidArgumentError(
+                       "FilterArgumentError: dictsort needs a mapping");
+                 const bool case_sensitive = BoolArg(args, 0, "case_sensitive", false);
+                 const Value* by = Arg(args, 1, "by");
+                 const bool by_value = by != nullptr && by->Str() == "value";
+                 const bool reverse = BoolArg(args, 2, "reverse", false);
+                 std::vector<std::pair<Value, Value>> keyed;
+                 for (const auto& [k, val] : v.as_dict().items) {
+                   keyed.emplace_back(SortKey(by_value ? val : k, case_sensitive),
+                                      Value::List({k, val}, true));
+                 }
+                 DS_JINJA_RETURN_IF_ERROR(SortValues(keyed, reverse));
+                 std::vector<Value> out;
+                 for (auto& [key, pair] : keyed) out.push_back(std::move(pair));
+                 return Value::List(std::move(out));
+               }},
+              {"min",
+               [](Interpreter&, const Value& v, CallArgs& a) { return MinMax(v, a, false); }},
+              {"max", [](Interpreter&, const Value& v, CallArgs& a) { return MinMax(v, a, true); }},
+              {"sum",
+               [](Interpreter&, const Value& v,
+                  CallArgs& args) -> absl::
+                                      StatusOr<Value> {
+                                        const Value* attribute = Arg(args, 0, "attribute");
+                                        const Value* start = Arg(args, 1, "start");
+                                        Value total = start != nullptr ? *start : Value(int64_t{0});
+                                        DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items,
+                                                                  Iterate(v));
+                                        for (const Value& item : items) {
+                                          Value x = item;
+                                          if (attribute != nullptr && !attribute->is_none()) {
+                                            DS_JINJA_ASSIGN_OR_RETURN(x, AttrGet(item, *attribute));
+                                          }
+                                          DS_JINJA_ASSIGN_OR_RETURN(total, BinaryOp("+", total, x));
+                                        }
+                                        return total;
+                                      }},
+              {"center",
+               [](Interpreter&, const Value& v, CallArgs& args)
+                   -> absl::
+                       StatusOr<Value> {
+                         const Value* w = Arg(args, 0, "width");
+                         const int64_t width = w != nullptr && w->is_int()
+                                                   ? std::min<int64_t>(w->as_int(), 1 << 20)
+                                                   : 80;
+                         const std::string s = v.Str();
+                         const int64_t len = CodepointCount(s);
+                         if (width <= len) return Value(s);
+                         const int64_t marg = width - len;
+                         const int64_t left = marg / 2 + (marg & width & 1);
+                         return Value(std::string(static_cast<size_t>(left), ' ') + s +
+                                      std::string(static_cast<size_t>(marg - left), ' '));
+                       }},
+              {"batch",
+               [](Interpreter&, const Value& v,
+                  CallArgs& args) -> absl::
+                                      StatusOr<Value> {
+                                        const Value* n = Arg(args, 0, "linecount");
+                                        if (n == nullptr || !n->is_int() || n->as_int() <= 0)
+                                          return TypeError("batch needs a positive count");
+                                        const Value* fill = Arg(args, 1, "fill_with");
+                                        DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items,
+                                                                  Iterate(v));
+                                        std::vector<Value> out;
+                                        std::vector<Value> cur;
+                                        for (const Value& item : items) {
+                                          cur.push_back(item);
+                                          if (static_cast<int64_t>(cur.size()) == n->as_int()) {
+                                            out.push_back(Value::List(std::move(cur)));
+                                            cur.clear();
+                                          }
+                                        }
+                                        if (!cur.empty()) {
+                                          if (fill != nullptr && !fill->is_none()) {
+                                            while (static_cast<int64_t>(cur.size()) < n->as_int())
+                                              cur.push_back(*fill);
+                                          }
+                                          out.push_back(Value::List(std::move(cur)));
+                                        }
+                                        return Value::Generator(std::move(out));
+                                      }},
+          };
   return *filters;
 }
 
 }  // namespace
 
-bool HasFilter(std::string_view name) { return Filters().contains(absl::string_view(name.data(), name.size())); }
+bool HasFilter(std::string_view name) {
+  return Filters().contains(absl::string_view(name.data(), name.size()));
+}
 
 absl::StatusOr<Value> ApplyFilter(Interpreter& interp, std::string_view name, const Value& value,
                                   CallArgs& args) {

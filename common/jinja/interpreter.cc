@@ -18,6 +18,26 @@ struct DepthGuard {
   int& depth;
 };
 
+// Whether `e` is made of literals only (jinja2's as_const succeeds on it).
+bool IsConstant(const Expr& e) {
+  switch (e.kind) {
+    case Expr::Kind::kLiteral:
+      return true;
+    case Expr::Kind::kList:
+    case Expr::Kind::kTuple:
+    case Expr::Kind::kDict:
+    case Expr::Kind::kUnary:
+    case Expr::Kind::kBinary:
+    case Expr::Kind::kSlice:
+      for (const ExprPtr& arg : e.args) {
+        if (arg != nullptr && !IsConstant(*arg)) return false;
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
 int64_t SizeCost(const Value& v) {
   if (v.is_string()) return static_cast<int64_t>(v.as_string().size() / 64);
   if (v.is_list()) return static_cast<int64_t>(v.as_list().items.size());
@@ -75,6 +95,14 @@ Interpreter::Scope* Interpreter::NewScope(Scope* parent) {
   return scopes_.back().get();
 }
 
+Interpreter::Scope* Interpreter::OpenScope(Scope* parent, const std::vector<std::string>& unset) {
+  Scope* scope = NewScope(parent);
+  for (const std::string& name : unset) {
+    scope->vars[name] = Value::Undefined(absl::StrCat("'", name, "' is undefined"));
+  }
+  return scope;
+}
+
 Value Interpreter::Lookup(Scope* scope, const std::string& name) const {
   for (Scope* s = scope; s != nullptr; s = s->parent) {
     auto it = s->vars.find(name);
@@ -88,22 +116,23 @@ absl::StatusOr<std::string> Interpreter::Render(const nlohmann::ordered_json& co
     return absl::InvalidArgumentError("chat template context must be a JSON object");
   }
   Scope* globals = NewScope(nullptr);
-  globals->vars["raise_exception"] = Value::Function(
-      "raise_exception", [](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
+  globals->vars["raise_exception"] =
+      Value::Function("raise_exception", [](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
         const std::string message =
             args.positional.empty() ? std::string() : args.positional[0].Str();
         absl::Status status = absl::InvalidArgumentError(message);
         status.SetPayload(kRaiseExceptionPayload, absl::Cord(message));
         return status;
       });
-  globals->vars["strftime_now"] = Value::Function(
-      "strftime_now", [](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
+  globals->vars["strftime_now"] =
+      Value::Function("strftime_now", [](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
         const std::string format = args.positional.empty() ? "" : args.positional[0].Str();
         const std::time_t now = std::time(nullptr);
         std::tm local{};
         localtime_r(&now, &local);
         char buf[512];
-        const size_t n = format.empty() ? 0 : std::strftime(buf, sizeof(buf), format.c_str(), &local);
+        const size_t n =
+            format.empty() ? 0 : std::strftime(buf, sizeof(buf), format.c_str(), &local);
         return Value(std::string(buf, n));
       });
   globals->vars["namespace"] = Value::Function(
@@ -119,23 +148,25 @@ absl::StatusOr<std::string> Interpreter::Render(const nlohmann::ordered_json& co
           ns->attrs.emplace_back(key, v);
         };
         for (const Value& p : args.positional) {
-          if (!p.is_dict()) return absl::InvalidArgumentError("TypeError: namespace() takes a dict");
+          if (!p.is_dict())
+            return absl::InvalidArgumentError("TypeError: namespace() takes a dict");
           for (const auto& [k, v] : p.as_dict().items) set(k.Str(), v);
         }
         for (const auto& [k, v] : args.keyword) set(k, v);
         return Value::Namespace(ns);
       });
-  globals->vars["dict"] = Value::Function(
-      "dict", [](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
+  globals->vars["dict"] =
+      Value::Function("dict", [](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
         std::vector<std::pair<Value, Value>> items;
         for (const auto& [k, v] : args.keyword) items.emplace_back(Value(k), v);
         return Value::Dict(std::move(items));
       });
-  globals->vars["range"] = Value::Function(
-      "range", [](Interpreter& interp, CallArgs& args) -> absl::StatusOr<Value> {
+  globals->vars["range"] =
+      Value::Function("range", [](Interpreter& interp, CallArgs& args) -> absl::StatusOr<Value> {
         int64_t bounds[3] = {0, 0, 1};
         const size_t n = args.positional.size();
-        if (n < 1 || n > 3) return absl::InvalidArgumentError("TypeError: range expects 1 to 3 arguments");
+        if (n < 1 || n > 3)
+          return absl::InvalidArgumentError("TypeError: range expects 1 to 3 arguments");
         for (size_t i = 0; i < n; ++i) {
           const Value& v = args.positional[i];
           if (!v.is_int() && !v.is_bool()) {
@@ -150,7 +181,8 @@ absl::StatusOr<std::string> Interpreter::Render(const nlohmann::ordered_json& co
           bounds[1] = args.positional[1].as_int();
           if (n == 3) bounds[2] = args.positional[2].as_int();
         }
-        if (bounds[2] == 0) return absl::InvalidArgumentError("ValueError: range() arg 3 must not be zero");
+        if (bounds[2] == 0)
+          return absl::InvalidArgumentError("ValueError: range() arg 3 must not be zero");
         const double count = std::max(
             0.0, std::ceil((static_cast<double>(bounds[1]) - static_cast<double>(bounds[0])) /
                            static_cast<double>(bounds[2])));
@@ -165,11 +197,12 @@ absl::StatusOr<std::string> Interpreter::Render(const nlohmann::ordered_json& co
         }
         return Value::List(std::move(items));
       });
-  Scope* root = NewScope(globals);
+  Scope* context_scope = NewScope(globals);
   for (const auto& [key, json] : context.items()) {
     DS_JINJA_ASSIGN_OR_RETURN(Value v, Value::FromJson(json));
-    root->vars[key] = std::move(v);
+    context_scope->vars[key] = std::move(v);
   }
+  Scope* root = OpenScope(context_scope, tmpl_.root_unset);
   std::string out;
   DS_JINJA_ASSIGN_OR_RETURN(Flow flow, ExecBody(tmpl_.body, root, out));
   (void)flow;
@@ -218,7 +251,8 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
     }
     case Node::Kind::kSetBlock: {
       std::string captured;
-      DS_JINJA_ASSIGN_OR_RETURN(Flow flow, ExecBody(node.body, scope, captured));
+      DS_JINJA_ASSIGN_OR_RETURN(Flow flow,
+                                ExecBody(node.body, OpenScope(scope, node.body_unset), captured));
       (void)flow;
       Value v(std::move(captured));
       if (node.filter != nullptr) {
@@ -229,8 +263,8 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
     }
     case Node::Kind::kMacro: {
       const Node* macro = &node;
-      scope->vars[node.name] = Value::Function(
-          node.name, [macro, scope](Interpreter& interp, CallArgs& args) {
+      scope->vars[node.name] =
+          Value::Function(node.name, [macro, scope](Interpreter& interp, CallArgs& args) {
             return interp.CallMacro(*macro, scope, args);
           });
       break;
@@ -250,7 +284,8 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
     }
     case Node::Kind::kFilterBlock: {
       std::string captured;
-      DS_JINJA_ASSIGN_OR_RETURN(Flow flow, ExecBody(node.body, scope, captured));
+      DS_JINJA_ASSIGN_OR_RETURN(Flow flow,
+                                ExecBody(node.body, OpenScope(scope, node.body_unset), captured));
       (void)flow;
       Value input(std::move(captured));
       DS_JINJA_ASSIGN_OR_RETURN(Value v, EvalFilter(*node.filter, scope, &input));
@@ -258,7 +293,7 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
       break;
     }
     case Node::Kind::kWith: {
-      Scope* inner = NewScope(scope);
+      Scope* inner = OpenScope(scope, node.body_unset);
       for (size_t i = 0; i < node.params.size(); ++i) {
         DS_JINJA_ASSIGN_OR_RETURN(Value v, Eval(*node.defaults[i], scope));
         inner->vars[node.params[i]] = std::move(v);
@@ -266,7 +301,7 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
       return ExecBody(node.body, inner, out);
     }
     case Node::Kind::kScope:
-      return ExecBody(node.body, scope, out);
+      return ExecBody(node.body, OpenScope(scope, node.body_unset), out);
     case Node::Kind::kBreak:
       return Flow::kBreak;
     case Node::Kind::kContinue:
@@ -284,20 +319,25 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Node& node, Scope* 
   auto items_or = Iterate(iterable);
   if (!items_or.ok()) return AtLine(node.line, items_or.status());
   std::vector<Value> items = std::move(*items_or);
-  Scope* loop_scope = NewScope(scope);
   if (node.filter != nullptr) {
     std::vector<Value> kept;
     for (Value& item : items) {
       DS_JINJA_RETURN_IF_ERROR(AtLine(node.line, CountIterations(1)));
-      DS_JINJA_RETURN_IF_ERROR(AtLine(node.line, Assign(*node.target, item, loop_scope)));
-      DS_JINJA_ASSIGN_OR_RETURN(Value keep, Eval(*node.filter, loop_scope));
+      Scope* test_scope = NewScope(scope);
+      DS_JINJA_RETURN_IF_ERROR(AtLine(node.line, Assign(*node.target, item, test_scope)));
+      DS_JINJA_ASSIGN_OR_RETURN(Value keep, Eval(*node.filter, test_scope));
       if (keep.Truthy()) kept.push_back(std::move(item));
     }
     items = std::move(kept);
   }
   const int64_t n = static_cast<int64_t>(items.size());
+  // jinja2 runs the else block unless some iteration reached the end of the body (an iteration
+  // left by `continue` or `break` does not count).
+  bool completed = false;
   for (int64_t i = 0; i < n; ++i) {
     DS_JINJA_RETURN_IF_ERROR(AtLine(node.line, CountIterations(1)));
+    // Each iteration is a fresh scope: a `set` in one is not seen by the next.
+    Scope* loop_scope = OpenScope(scope, node.body_unset);
     DS_JINJA_RETURN_IF_ERROR(AtLine(node.line, Assign(*node.target, items[i], loop_scope)));
     std::vector<std::pair<Value, Value>> loop;
     loop.reserve(12);
@@ -314,18 +354,20 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Node& node, Scope* 
                       i > 0 ? items[i - 1] : Value::Undefined("there is no previous item"));
     loop.emplace_back(Value("nextitem"),
                       i + 1 < n ? items[i + 1] : Value::Undefined("there is no next item"));
-    loop.emplace_back(Value("cycle"),
-                      Value::Function("cycle", [i](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
-                        if (args.positional.empty()) {
-                          return absl::InvalidArgumentError("TypeError: no items for cycling given");
-                        }
-                        return args.positional[static_cast<size_t>(i) % args.positional.size()];
-                      }));
+    loop.emplace_back(
+        Value("cycle"),
+        Value::Function("cycle", [i](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
+          if (args.positional.empty()) {
+            return absl::InvalidArgumentError("TypeError: no items for cycling given");
+          }
+          return args.positional[static_cast<size_t>(i) % args.positional.size()];
+        }));
     loop_scope->vars["loop"] = Value::Dict(std::move(loop));
     DS_JINJA_ASSIGN_OR_RETURN(Flow flow, ExecBody(node.body, loop_scope, out));
+    if (flow == Flow::kNormal) completed = true;
     if (flow == Flow::kBreak) break;
   }
-  if (n == 0) return ExecBody(node.else_body, loop_scope, out);
+  if (!completed) return ExecBody(node.else_body, OpenScope(scope, node.else_unset), out);
   return Flow::kNormal;
 }
 
@@ -369,7 +411,7 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Node& macro, Scope* defined_i
     return absl::ResourceExhaustedError(
         absl::StrCat("macro calls nest deeper than ", kMaxRenderDepth, " levels"));
   }
-  Scope* scope = NewScope(defined_in);
+  Scope* scope = OpenScope(defined_in, macro.body_unset);
   std::vector<Value> extra;
   for (size_t i = 0; i < macro.params.size(); ++i) {
     const std::string& param = macro.params[i];
@@ -445,8 +487,8 @@ absl::StatusOr<Value> Interpreter::EvalFilter(const Expr& e, Scope* scope, const
 absl::StatusOr<Value> Interpreter::Eval(const Expr& e, Scope* scope) {
   DepthGuard guard(depth_);
   if (depth_ > kMaxRenderDepth) {
-    return AtLine(e.line, absl::ResourceExhaustedError(absl::StrCat(
-                              "template nests deeper than ", kMaxRenderDepth, " levels")));
+    return AtLine(e.line, absl::ResourceExhaustedError(absl::StrCat("template nests deeper than ",
+                                                                    kMaxRenderDepth, " levels")));
   }
   auto result = EvalInner(e, scope);
   if (!result.ok()) return AtLine(e.line, result.status());
@@ -510,8 +552,14 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, Scope* scope) {
           DS_JINJA_ASSIGN_OR_RETURN(parts[i], Eval(*e.args[static_cast<size_t>(i) + 1], scope));
         }
       }
-      return GetSlice(obj, e.args[1] ? &parts[0] : nullptr, e.args[2] ? &parts[1] : nullptr,
-                      e.args[3] ? &parts[2] : nullptr);
+      auto sliced = GetSlice(obj, e.args[1] ? &parts[0] : nullptr, e.args[2] ? &parts[1] : nullptr,
+                             e.args[3] ? &parts[2] : nullptr);
+      // jinja2 folds a slice of constants at compile time through its lenient getitem, so a bad
+      // one is undefined there, while a slice of a variable is a plain Python subscript.
+      if (!sliced.ok() && IsConstant(e) && !obj.is_undefined()) {
+        return Value::Undefined(absl::StrCat("'", obj.TypeName(), " object' has no element"));
+      }
+      return sliced;
     }
     case Expr::Kind::kCall: {
       DS_JINJA_ASSIGN_OR_RETURN(Value callee, Eval(*e.args[0], scope));
@@ -533,11 +581,12 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, Scope* scope) {
       if (v.is_float()) return Value(e.name == "-" ? -v.as_double() : v.as_double());
       if (v.is_int() || v.is_bool()) {
         if (e.name == "+") return Value(v.as_int());
-        if (v.as_int() == INT64_MIN) return absl::InvalidArgumentError("OverflowError: integer overflow");
+        if (v.as_int() == INT64_MIN)
+          return absl::InvalidArgumentError("OverflowError: integer overflow");
         return Value(-v.as_int());
       }
-      return absl::InvalidArgumentError(absl::StrCat("TypeError: bad operand type for unary ",
-                                                     e.name, ": '", v.TypeName(), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("TypeError: bad operand type for unary ", e.name, ": '", v.TypeName(), "'"));
     }
     case Expr::Kind::kBinary: {
       DS_JINJA_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0], scope));
@@ -571,7 +620,9 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, Scope* scope) {
     case Expr::Kind::kCond: {
       DS_JINJA_ASSIGN_OR_RETURN(Value cond, Eval(*e.args[1], scope));
       if (cond.Truthy()) return Eval(*e.args[0], scope);
-      if (e.args[2] == nullptr) return Value::Undefined("the inline if-expression evaluated to false and no else section was defined");
+      if (e.args[2] == nullptr)
+        return Value::Undefined(
+            "the inline if-expression evaluated to false and no else section was defined");
       return Eval(*e.args[2], scope);
     }
   }

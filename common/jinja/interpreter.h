@@ -60,6 +60,8 @@ class Interpreter {
   enum class Flow { kNormal, kBreak, kContinue };
 
   Scope* NewScope(Scope* parent);
+  // A new scope with `unset` bound to undefined (Node::body_unset).
+  Scope* OpenScope(Scope* parent, const std::vector<std::string>& unset);
   Value Lookup(Scope* scope, const std::string& name) const;
 
   absl::StatusOr<Flow> ExecBody(const Body& body, Scope* scope, std::string& out);

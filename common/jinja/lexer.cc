@@ -40,7 +40,9 @@ size_t RStripLength(std::string_view s) {
   return end;
 }
 
-bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsAsciiSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
@@ -227,7 +229,8 @@ class Lexer {
         size_t end = std::string::npos;
         if (src_.compare(pos, 1, "-") == 0 && src_.compare(pos + 1, 2, close) == 0) {
           end = SkipSpaces(src_, pos + 3);
-        } else if (block && src_.compare(pos, 1, "+") == 0 && src_.compare(pos + 1, 2, close) == 0) {
+        } else if (block && src_.compare(pos, 1, "+") == 0 &&
+                   src_.compare(pos + 1, 2, close) == 0) {
           end = pos + 3;
         } else if (src_.compare(pos, 2, close) == 0) {
           end = pos + 2;
@@ -361,17 +364,38 @@ class Lexer {
       const char e = src_[p + 1];
       p += 2;
       switch (e) {
-        case '\n': break;
-        case '\\': value += '\\'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case 'a': value += '\a'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'n': value += '\n'; break;
-        case 'r': value += '\r'; break;
-        case 't': value += '\t'; break;
-        case 'v': value += '\v'; break;
+        case '\n':
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'n':
+          value += '\n';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'v':
+          value += '\v';
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -379,7 +403,8 @@ class Lexer {
           uint32_t cp = 0;
           for (int i = 0; i < n; ++i) {
             const int h = p < src_.size() ? HexValue(src_[p]) : -1;
-            if (h < 0) return Error(pos, absl::StrCat("truncated \\", std::string(1, e), " escape"));
+            if (h < 0)
+              return Error(pos, absl::StrCat("truncated \\", std::string(1, e), " escape"));
             cp = cp * 16 + static_cast<uint32_t>(h);
             ++p;
           }

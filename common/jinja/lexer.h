@@ -16,17 +16,17 @@ namespace deltaserve::common::jinja {
 
 struct Token {
   enum class Type : uint8_t {
-    kData,         // literal text (value)
-    kVarBegin,     // {{
-    kVarEnd,       // }}
-    kBlockBegin,   // {%
-    kBlockEnd,     // %}
-    kName,         // identifier (value)
-    kString,       // string literal, escapes decoded (value)
-    kInt,          // int_value
-    kFloat,        // float_value
-    kOperator,     // + - * / // % ** ~ == != < <= > >= = . , : | ( ) [ ] { } ; (value)
-    kEnd,          // end of the template
+    kData,        // literal text (value)
+    kVarBegin,    // {{
+    kVarEnd,      // }}
+    kBlockBegin,  // {%
+    kBlockEnd,    // %}
+    kName,        // identifier (value)
+    kString,      // string literal, escapes decoded (value)
+    kInt,         // int_value
+    kFloat,       // float_value
+    kOperator,    // + - * / // % ** ~ == != < <= > >= = . , : | ( ) [ ] { } ; (value)
+    kEnd,         // end of the template
   };
   Type type;
   std::string value;

@@ -61,7 +61,8 @@ absl::StatusOr<int64_t> IntArg(const CallArgs& args, size_t i, std::string_view 
   const Value* v = Arg(args, i, name);
   if (v == nullptr) return fallback;
   if (!v->is_int() && !v->is_bool()) {
-    return TypeError(absl::StrCat("'", v->TypeName(), "' object cannot be interpreted as an integer"));
+    return TypeError(
+        absl::StrCat("'", v->TypeName(), "' object cannot be interpreted as an integer"));
   }
   return v->as_int();
 }
@@ -102,9 +103,15 @@ std::string FullCaseMap(std::string_view s, CaseMode mode) {
   const int32_t len = static_cast<int32_t>(in.size());
   int32_t m = 0;
   switch (mode) {
-    case CaseMode::kUpper: m = u_strToUpper(dst, cap, src, len, "", &err); break;
-    case CaseMode::kLower: m = u_strToLower(dst, cap, src, len, "", &err); break;
-    case CaseMode::kTitle: m = u_strToTitle(dst, cap, src, len, nullptr, "", &err); break;
+    case CaseMode::kUpper:
+      m = u_strToUpper(dst, cap, src, len, "", &err);
+      break;
+    case CaseMode::kLower:
+      m = u_strToLower(dst, cap, src, len, "", &err);
+      break;
+    case CaseMode::kTitle:
+      m = u_strToTitle(dst, cap, src, len, nullptr, "", &err);
+      break;
   }
   if (U_FAILURE(err)) return std::string(s);
   mapped.resize(static_cast<size_t>(m));
@@ -112,7 +119,8 @@ std::string FullCaseMap(std::string_view s, CaseMode mode) {
   size_t i = 0;
   while (i < mapped.size()) {
     uint32_t c = mapped[i++];
-    if (c >= 0xD800 && c < 0xDC00 && i < mapped.size() && mapped[i] >= 0xDC00 && mapped[i] < 0xE000) {
+    if (c >= 0xD800 && c < 0xDC00 && i < mapped.size() && mapped[i] >= 0xDC00 &&
+        mapped[i] < 0xE000) {
       c = 0x10000 + ((c - 0xD800) << 10) + (mapped[i++] - 0xDC00);
     }
     AppendUtf8(c, out);
@@ -275,14 +283,16 @@ absl::StatusOr<std::string> Format(const std::string& fmt, const CallArgs& args)
     if (field.empty()) {
       if (auto_index < args.positional.size()) v = &args.positional[auto_index];
       ++auto_index;
-    } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+    } else if (std::all_of(field.begin(), field.end(),
+                           [](char d) { return d >= '0' && d <= '9'; })) {
       const size_t idx = static_cast<size_t>(std::atoll(field.c_str()));
       if (idx < args.positional.size()) v = &args.positional[idx];
     } else {
       v = args.Keyword(field);
     }
     if (v == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("IndexError: format field '", field, "' has no value"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("IndexError: format field '", field, "' has no value"));
     }
     out += repr ? v->Repr() : v->Str();
     DS_JINJA_RETURN_IF_ERROR(Interpreter::CheckStringSize(out.size()));
@@ -299,8 +309,7 @@ bool AllCodepoints(const std::string& s, bool (*pred)(UChar32)) {
   return true;
 }
 
-absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name,
-                                    CallArgs& args) {
+absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, CallArgs& args) {
   if (name == "startswith" || name == "endswith") {
     const Value* arg = Arg(args, 0, "prefix");
     if (arg == nullptr) return TypeError(absl::StrCat(name, "() takes at least 1 argument"));
@@ -313,8 +322,8 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
     }
     for (const Value& c : candidates) {
       if (!c.is_string()) {
-        return TypeError(absl::StrCat(name, " first arg must be str or a tuple of str, not ",
-                                      c.TypeName()));
+        return TypeError(
+            absl::StrCat(name, " first arg must be str or a tuple of str, not ", c.TypeName()));
       }
       const std::string& p = c.as_string();
       if (p.size() > hay.size()) continue;
@@ -329,7 +338,8 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
     const Value* sep = Arg(args, 0, "sep");
     DS_JINJA_ASSIGN_OR_RETURN(int64_t maxsplit, IntArg(args, 1, "maxsplit", -1));
     if (sep == nullptr) return StringList(SplitWhitespace(s, maxsplit, name == "rsplit"));
-    if (!sep->is_string()) return TypeError(absl::StrCat("must be str or None, not ", sep->TypeName()));
+    if (!sep->is_string())
+      return TypeError(absl::StrCat("must be str or None, not ", sep->TypeName()));
     if (sep->as_string().empty()) return absl::InvalidArgumentError("ValueError: empty separator");
     return StringList(SplitOn(s, sep->as_string(), maxsplit, name == "rsplit"));
   }
@@ -346,7 +356,8 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
     DS_JINJA_ASSIGN_OR_RETURN(std::string old, StringArg(args, 0, "old", name));
     DS_JINJA_ASSIGN_OR_RETURN(std::string repl, StringArg(args, 1, "new", name));
     DS_JINJA_ASSIGN_OR_RETURN(int64_t count, IntArg(args, 2, "count", -1));
-    const size_t estimate = s.size() + (repl.size() > old.size() ? (repl.size() - old.size()) * (s.size() + 1) : 0);
+    const size_t estimate =
+        s.size() + (repl.size() > old.size() ? (repl.size() - old.size()) * (s.size() + 1) : 0);
     if (estimate > static_cast<size_t>(kMaxOutputBytes)) {
       // A large replacement could blow up: check the real size.
       std::string r = Replace(s, old, repl, count);
@@ -363,7 +374,8 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
     DS_JINJA_ASSIGN_OR_RETURN(std::string sub, StringArg(args, 0, "sub", name));
     DS_JINJA_ASSIGN_OR_RETURN(std::string hay, SliceArgs(s, args, 1));
     int64_t offset = 0;
-    if (const Value* start = Arg(args, 1, "start"); start != nullptr && (start->is_int() || start->is_bool())) {
+    if (const Value* start = Arg(args, 1, "start");
+        start != nullptr && (start->is_int() || start->is_bool())) {
       const int64_t len = CodepointCount(s);
       offset = start->as_int() < 0 ? std::max<int64_t>(0, start->as_int() + len)
                                    : std::min(start->as_int(), len);
@@ -371,7 +383,9 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
     if (name == "count") {
       if (sub.empty()) return Value(CodepointCount(hay) + 1);
       int64_t n = 0;
-      for (size_t pos = hay.find(sub); pos != std::string::npos; pos = hay.find(sub, pos + sub.size())) ++n;
+      for (size_t pos = hay.find(sub); pos != std::string::npos;
+           pos = hay.find(sub, pos + sub.size()))
+        ++n;
       return Value(n);
     }
     const size_t pos = (name == "find" || name == "index") ? hay.find(sub) : hay.rfind(sub);
@@ -407,10 +421,13 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
   if (name == "isdigit" || name == "isnumeric" || name == "isdecimal") {
     return Value(AllCodepoints(s, [](UChar32 c) -> bool { return u_isdigit(c); }));
   }
-  if (name == "isalpha") return Value(AllCodepoints(s, [](UChar32 c) -> bool { return u_isalpha(c); }));
-  if (name == "isalnum") return Value(AllCodepoints(s, [](UChar32 c) -> bool { return u_isalnum(c); }));
+  if (name == "isalpha")
+    return Value(AllCodepoints(s, [](UChar32 c) -> bool { return u_isalpha(c); }));
+  if (name == "isalnum")
+    return Value(AllCodepoints(s, [](UChar32 c) -> bool { return u_isalnum(c); }));
   if (name == "isspace") {
-    return Value(AllCodepoints(s, [](UChar32 c) -> bool { return IsPySpace(static_cast<char32_t>(c)); }));
+    return Value(
+        AllCodepoints(s, [](UChar32 c) -> bool { return IsPySpace(static_cast<char32_t>(c)); }));
   }
   if (name == "islower" || name == "isupper") {
     const bool want_lower = name == "islower";
@@ -420,7 +437,8 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
       if (want_lower ? (u_isUUppercase(u) || u_istitle(u)) : (u_isULowercase(u) || u_istitle(u))) {
         return Value(false);
       }
-      any_cased |= want_lower ? static_cast<bool>(u_isULowercase(u)) : static_cast<bool>(u_isUUppercase(u));
+      any_cased |=
+          want_lower ? static_cast<bool>(u_isULowercase(u)) : static_cast<bool>(u_isUUppercase(u));
     }
     return Value(any_cased);
   }
@@ -429,11 +447,11 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
 
 bool IsStrMethod(const std::string& name) {
   static constexpr std::string_view kNames[] = {
-      "startswith", "endswith", "split",   "rsplit",  "strip",      "lstrip",    "rstrip",
-      "replace",    "upper",    "lower",   "casefold", "title",     "capitalize", "find",
-      "rfind",      "index",    "rindex",  "count",   "join",       "format",    "splitlines",
-      "isdigit",    "isnumeric", "isdecimal", "isalpha", "isalnum", "isspace",   "islower",
-      "isupper"};
+      "startswith", "endswith", "split",      "rsplit",  "strip",     "lstrip",
+      "rstrip",     "replace",  "upper",      "lower",   "casefold",  "title",
+      "capitalize", "find",     "rfind",      "index",   "rindex",    "count",
+      "join",       "format",   "splitlines", "isdigit", "isnumeric", "isdecimal",
+      "isalpha",    "isalnum",  "isspace",    "islower", "isupper"};
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
@@ -456,14 +474,15 @@ absl::StatusOr<Value> CallDictMethod(const Value& dict, const std::string& name,
     return args.positional.size() > 1 ? args.positional[1] : Value::None();
   }
   if (name == "copy") return dict;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "SecurityError: access to attribute '", name, "' of 'dict' object is unsafe."));
+  return absl::InvalidArgumentError(
+      absl::StrCat("SecurityError: access to attribute '", name, "' of 'dict' object is unsafe."));
 }
 
 absl::StatusOr<Value> CallListMethod(const Value& list, const std::string& name, CallArgs& args) {
   const ListData& l = list.as_list();
   if (name == "index" || name == "count") {
-    if (args.positional.empty()) return TypeError(absl::StrCat(name, "() takes at least 1 argument"));
+    if (args.positional.empty())
+      return TypeError(absl::StrCat(name, "() takes at least 1 argument"));
     int64_t n = 0;
     for (size_t i = 0; i < l.items.size(); ++i) {
       if (ValuesEqual(l.items[i], args.positional[0])) {
@@ -475,16 +494,18 @@ absl::StatusOr<Value> CallListMethod(const Value& list, const std::string& name,
     return Value(n);
   }
   if (name == "copy") return list;
-  return absl::InvalidArgumentError(absl::StrCat("SecurityError: access to attribute '", name, "' of '",
-                                                 list.TypeName(), "' object is unsafe."));
+  return absl::InvalidArgumentError(absl::StrCat("SecurityError: access to attribute '", name,
+                                                 "' of '", list.TypeName(), "' object is unsafe."));
 }
 
 Value BoundMethod(const Value& receiver, const std::string& name) {
-  return Value::Function(name, [receiver, name](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
-    if (receiver.is_string()) return CallStrMethod(receiver.as_string(), name, args);
-    if (receiver.is_dict()) return CallDictMethod(receiver, name, args);
-    return CallListMethod(receiver, name, args);
-  });
+  return Value::Function(name,
+                         [receiver, name](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
+                           if (receiver.is_string())
+                             return CallStrMethod(receiver.as_string(), name, args);
+                           if (receiver.is_dict()) return CallDictMethod(receiver, name, args);
+                           return CallListMethod(receiver, name, args);
+                         });
 }
 
 bool IsDictMethod(const std::string& name) {
@@ -496,8 +517,8 @@ bool IsDictMethod(const std::string& name) {
 bool IsListMethod(const std::string& name, bool is_tuple) {
   if (name == "index" || name == "count") return true;
   return !is_tuple && (name == "append" || name == "extend" || name == "insert" || name == "pop" ||
-                       name == "remove" || name == "reverse" || name == "sort" ||
-                       name == "clear" || name == "copy");
+                       name == "remove" || name == "reverse" || name == "sort" || name == "clear" ||
+                       name == "copy");
 }
 
 int64_t ClampIndex(int64_t i, int64_t len, int64_t lower, int64_t upper) {
@@ -584,7 +605,9 @@ absl::StatusOr<Value> GetAttribute(const Value& obj, const std::string& name) {
       if (const Value* v = obj.as_dict().Find(name); v != nullptr) return *v;
       break;
     case Value::Type::kList:
-      if (IsListMethod(name, obj.as_list().is_tuple)) return BoundMethod(obj, name);
+      if (!obj.is_generator() && IsListMethod(name, obj.as_list().is_tuple)) {
+        return BoundMethod(obj, name);
+      }
       break;
     case Value::Type::kNamespace:
       for (const auto& [k, v] : obj.as_namespace()->attrs) {
@@ -599,6 +622,10 @@ absl::StatusOr<Value> GetAttribute(const Value& obj, const std::string& name) {
 
 absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
   if (obj.is_undefined()) return UndefinedError(obj);
+  if (obj.is_generator()) {
+    return key.is_string() ? GetAttribute(obj, key.as_string())
+                           : Value::Undefined("'generator object' has no element");
+  }
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t i = key.as_int();
     if (obj.is_list()) {
@@ -628,8 +655,10 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
 absl::StatusOr<Value> GetSlice(const Value& obj, const Value* start, const Value* stop,
                                const Value* step) {
   if (obj.is_undefined()) return UndefinedError(obj);
-  if (!obj.is_list() && !obj.is_string()) {
-    return Value::Undefined(absl::StrCat("'", ObjectRepr(obj), "' cannot be sliced"));
+  if ((!obj.is_list() && !obj.is_string()) || obj.is_generator()) {
+    // jinja2 compiles a slice to a plain Python subscript, so these fail rather than undefined.
+    if (obj.is_dict()) return TypeError("unhashable type: 'slice'");
+    return TypeError(absl::StrCat("'", obj.TypeName(), "' object is not subscriptable"));
   }
   int64_t bounds[3] = {0, 0, 1};
   const Value* parts[3] = {start, stop, step};

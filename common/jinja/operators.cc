@@ -29,7 +29,8 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t count) {
   }
   if (seq.is_string()) {
     const std::string& s = seq.as_string();
-    if (!s.empty() && static_cast<uint64_t>(count) > static_cast<uint64_t>(kMaxOutputBytes) / s.size()) {
+    if (!s.empty() &&
+        static_cast<uint64_t>(count) > static_cast<uint64_t>(kMaxOutputBytes) / s.size()) {
       return Interpreter::CheckStringSize(static_cast<size_t>(kMaxOutputBytes) + 1);
     }
     std::string out;
@@ -78,7 +79,8 @@ absl::StatusOr<int> Order(const Value& a, const Value& b, std::string_view op) {
     const int c = a.as_string().compare(b.as_string());  // UTF-8 byte order = code point order
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
-  if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
+  if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple &&
+      !a.is_generator() && !b.is_generator()) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -136,11 +138,17 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
 
 absl::StatusOr<int64_t> Length(const Value& v) {
   switch (v.type()) {
-    case Value::Type::kUndefined: return 0;
-    case Value::Type::kString: return CodepointCount(v.as_string());
-    case Value::Type::kList: return static_cast<int64_t>(v.as_list().items.size());
-    case Value::Type::kDict: return static_cast<int64_t>(v.as_dict().items.size());
-    case Value::Type::kNamespace: return static_cast<int64_t>(v.as_namespace()->attrs.size());
+    case Value::Type::kUndefined:
+      return 0;
+    case Value::Type::kString:
+      return CodepointCount(v.as_string());
+    case Value::Type::kList:
+      if (v.is_generator()) return TypeError("object of type 'generator' has no len()");
+      return static_cast<int64_t>(v.as_list().items.size());
+    case Value::Type::kDict:
+      return static_cast<int64_t>(v.as_dict().items.size());
+    case Value::Type::kNamespace:
+      return static_cast<int64_t>(v.as_namespace()->attrs.size());
     default:
       return TypeError(absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
   }
@@ -161,8 +169,8 @@ absl::StatusOr<bool> Compare(std::string_view op, const Value& a, const Value& b
         return negate;
       case Value::Type::kString:
         if (!a.is_string()) {
-          return TypeError(absl::StrCat("'in <string>' requires string as left operand, not ",
-                                        a.TypeName()));
+          return TypeError(
+              absl::StrCat("'in <string>' requires string as left operand, not ", a.TypeName()));
         }
         return (b.as_string().find(a.as_string()) != std::string::npos) != negate;
       case Value::Type::kList:
@@ -181,7 +189,8 @@ absl::StatusOr<bool> Compare(std::string_view op, const Value& a, const Value& b
   if (op == "<=") return order <= 0;
   if (op == ">") return order > 0;
   if (op == ">=") return order >= 0;
-  return absl::InternalError(absl::StrCat("unknown comparison ", absl::string_view(op.data(), op.size())));
+  return absl::InternalError(
+      absl::StrCat("unknown comparison ", absl::string_view(op.data(), op.size())));
 }
 
 absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
@@ -203,7 +212,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
           Interpreter::CheckStringSize(a.as_string().size() + b.as_string().size()));
       return Value(a.as_string() + b.as_string());
     }
-    if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
+    if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple &&
+        !a.is_generator() && !b.is_generator()) {
       if (a.as_list().items.size() + b.as_list().items.size() >
           static_cast<size_t>(kMaxLoopIterations)) {
         return absl::ResourceExhaustedError(
@@ -237,20 +247,26 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
       }
       return Value(r);
     }
-    if ((a.is_string() || a.is_list()) && IsIntLike(b)) return Repeat(a, b.as_int());
-    if ((b.is_string() || b.is_list()) && IsIntLike(a)) return Repeat(b, a.as_int());
+    if ((a.is_string() || (a.is_list() && !a.is_generator())) && IsIntLike(b)) {
+      return Repeat(a, b.as_int());
+    }
+    if ((b.is_string() || (b.is_list() && !b.is_generator())) && IsIntLike(a)) {
+      return Repeat(b, a.as_int());
+    }
     return TypeError(absl::StrCat("can't multiply sequence by non-int of type '",
                                   (a.is_string() || a.is_list() ? b : a).TypeName(), "'"));
   }
   if (op == "/") {
     if (!numbers) return Unsupported("/", a, b);
-    if (b.as_double() == 0) return absl::InvalidArgumentError("ZeroDivisionError: division by zero");
+    if (b.as_double() == 0)
+      return absl::InvalidArgumentError("ZeroDivisionError: division by zero");
     return Value(a.as_double() / b.as_double());
   }
   if (op == "//" || op == "%") {
     if (!numbers) {
       if (a.is_string() && op == "%") {
-        return absl::InvalidArgumentError("TypeError: printf-style string formatting is not supported");
+        return absl::InvalidArgumentError(
+            "TypeError: printf-style string formatting is not supported");
       }
       return Unsupported(op, a, b);
     }
@@ -294,7 +310,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     }
     return Value(std::pow(a.as_double(), b.as_double()));
   }
-  return absl::InternalError(absl::StrCat("unknown operator ", absl::string_view(op.data(), op.size())));
+  return absl::InternalError(
+      absl::StrCat("unknown operator ", absl::string_view(op.data(), op.size())));
 }
 
 }  // namespace deltaserve::common::jinja

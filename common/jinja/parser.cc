@@ -12,17 +12,28 @@ namespace {
 
 std::string Describe(const Token& t) {
   switch (t.type) {
-    case Token::Type::kData: return "template data";
-    case Token::Type::kVarBegin: return "'{{'";
-    case Token::Type::kVarEnd: return "end of print statement";
-    case Token::Type::kBlockBegin: return "'{%'";
-    case Token::Type::kBlockEnd: return "end of statement block";
-    case Token::Type::kName: return absl::StrCat("'", t.value, "'");
-    case Token::Type::kString: return "string";
-    case Token::Type::kInt: return "integer";
-    case Token::Type::kFloat: return "float";
-    case Token::Type::kOperator: return absl::StrCat("'", t.value, "'");
-    case Token::Type::kEnd: return "end of template";
+    case Token::Type::kData:
+      return "template data";
+    case Token::Type::kVarBegin:
+      return "'{{'";
+    case Token::Type::kVarEnd:
+      return "end of print statement";
+    case Token::Type::kBlockBegin:
+      return "'{%'";
+    case Token::Type::kBlockEnd:
+      return "end of statement block";
+    case Token::Type::kName:
+      return absl::StrCat("'", t.value, "'");
+    case Token::Type::kString:
+      return "string";
+    case Token::Type::kInt:
+      return "integer";
+    case Token::Type::kFloat:
+      return "float";
+    case Token::Type::kOperator:
+      return absl::StrCat("'", t.value, "'");
+    case Token::Type::kEnd:
+      return "end of template";
   }
   return "token";
 }
@@ -52,8 +63,8 @@ class Parser {
     return t.type == Token::Type::kName && t.value == name;
   }
   absl::Status Error(const Token& at, std::string_view message) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(LocationPrefix(at.line, at.column), absl::string_view(message.data(), message.size())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        LocationPrefix(at.line, at.column), absl::string_view(message.data(), message.size())));
   }
   absl::Status Unexpected() const {
     return Error(Cur(), absl::StrCat("unexpected ", Describe(Cur())));
@@ -133,7 +144,8 @@ class Parser {
         node->column = tok.column;
         DS_JINJA_ASSIGN_OR_RETURN(node->expr, ParseTuple(true));
         if (Cur().type != Token::Type::kVarEnd) {
-          return Error(Cur(), absl::StrCat("expected end of print statement, got ", Describe(Cur())));
+          return Error(Cur(),
+                       absl::StrCat("expected end of print statement, got ", Describe(Cur())));
         }
         Next();
         body.push_back(std::move(node));
@@ -168,7 +180,7 @@ class Parser {
     if (kw == "if") {
       node->kind = Node::Kind::kIf;
       while (true) {
-        DS_JINJA_ASSIGN_OR_RETURN(ExprPtr cond, ParseExpression(true));
+        DS_JINJA_ASSIGN_OR_RETURN(ExprPtr cond, ParseTuple(false));
         DS_JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
         DS_JINJA_ASSIGN_OR_RETURN(Body body, ParseBody({"elif", "else", "endif"}));
         node->branches.emplace_back(std::move(cond), std::move(body));
@@ -351,8 +363,8 @@ class Parser {
         Next();
         comma = true;
       }
-      if (Cur().type == Token::Type::kVarEnd || Cur().type == Token::Type::kBlockEnd ||
-          IsOp(")") || (items.size() > 0 && (IsName("if") || IsName("recursive")))) {
+      if (Cur().type == Token::Type::kVarEnd || Cur().type == Token::Type::kBlockEnd || IsOp(")") ||
+          (items.size() > 0 && (IsName("if") || IsName("recursive")))) {
         if (items.empty() && !explicit_parens) return Unexpected();
         break;
       }
@@ -462,7 +474,8 @@ class Parser {
   }
 
   template <typename Operand>
-  absl::StatusOr<ExprPtr> ParseLeftAssoc(std::initializer_list<std::string_view> ops, Operand next) {
+  absl::StatusOr<ExprPtr> ParseLeftAssoc(std::initializer_list<std::string_view> ops,
+                                         Operand next) {
     DS_JINJA_ASSIGN_OR_RETURN(ExprPtr left, next());
     while (true) {
       bool matched = false;
@@ -728,11 +741,11 @@ class Parser {
       DS_JINJA_RETURN_IF_ERROR(ParseCallArgs(*e));
     } else {
       const Token& t = Cur();
-      const bool starts_arg =
-          t.type == Token::Type::kName || t.type == Token::Type::kString ||
-          t.type == Token::Type::kInt || t.type == Token::Type::kFloat || IsOp("[") || IsOp("{");
-      if (starts_arg && !IsName("else") && !IsName("or") && !IsName("and") && !IsName("if") &&
-          !IsName("in") && !IsName("not")) {
+      const bool starts_arg = t.type == Token::Type::kName || t.type == Token::Type::kString ||
+                              t.type == Token::Type::kInt || t.type == Token::Type::kFloat ||
+                              IsOp("[") || IsOp("{");
+      // As jinja2: any name but else/or/and starts an argument (so `x is odd if y` is an error).
+      if (starts_arg && !IsName("else") && !IsName("or") && !IsName("and")) {
         if (IsName("is")) return Error(t, "You cannot chain multiple tests with is");
         DS_JINJA_ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
         DS_JINJA_ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
@@ -753,7 +766,9 @@ class Parser {
 absl::StatusOr<std::unique_ptr<Template>> ParseTemplate(std::string_view source) {
   DS_JINJA_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(source));
   Parser parser(std::move(tokens));
-  return parser.Run();
+  DS_JINJA_ASSIGN_OR_RETURN(std::unique_ptr<Template> tmpl, parser.Run());
+  AnalyzeScopes(*tmpl);
+  return tmpl;
 }
 
 }  // namespace deltaserve::common::jinja

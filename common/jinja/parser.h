@@ -88,14 +88,26 @@ struct Node {
   Body else_body;
   std::vector<std::string> params;  // kMacro / kCallBlock parameters; kWith names
   std::vector<ExprPtr> defaults;    // per parameter, null without a default; kWith values
+  // Names that start undefined in the scope this node opens (body) and in a for loop's else
+  // scope, even when an outer scope or the context has them: jinja2's scoping (scopes.cc).
+  std::vector<std::string> body_unset;
+  std::vector<std::string> else_unset;
 };
 
 // A parsed template.
 struct Template {
   Body body;
+  std::vector<std::string> root_unset;  // as Node::body_unset, for the template's top level
 };
 
 // Parses a template; errors name the line and column.
 absl::StatusOr<std::unique_ptr<Template>> ParseTemplate(std::string_view source);
+
+// Fills body_unset / else_unset / root_unset (scopes.cc), as jinja2's compiler decides them: in
+// each scope (the template, a loop iteration, a macro call, a block), a name whose first use is
+// an assignment — in every branch, if inside `if` — and that no enclosing scope uses starts out
+// undefined, so `{% for %}{{ x }}{% endfor %}{% set x = 1 %}` prints '' even when the context
+// has x. Every other name reads through to the enclosing scopes and the context.
+void AnalyzeScopes(Template& tmpl);
 
 }  // namespace deltaserve::common::jinja

@@ -42,8 +42,10 @@ absl::StatusOr<bool> Modulo(const Value& v, const Value& divisor, int64_t want) 
 
 const absl::flat_hash_map<std::string, TestFn>& Tests() {
   static const auto* tests = new absl::flat_hash_map<std::string, TestFn>{
-      {"defined", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return !v.is_undefined(); }},
-      {"undefined", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_undefined(); }},
+      {"defined",
+       [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return !v.is_undefined(); }},
+      {"undefined",
+       [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_undefined(); }},
       {"none", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_none(); }},
       {"string", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_string(); }},
       {"number", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_number(); }},
@@ -51,7 +53,11 @@ const absl::flat_hash_map<std::string, TestFn>& Tests() {
       {"float", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_float(); }},
       {"boolean", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_bool(); }},
       {"mapping", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_dict(); }},
-      {"callable", [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_callable(); }},
+      // An undefined value has __call__ (that raises), so Python's callable() says yes.
+      {"callable",
+       [](const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         return v.is_callable() || v.is_undefined();
+       }},
       {"iterable",
        [](const Value& v, CallArgs&) -> absl::StatusOr<bool> {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
@@ -61,9 +67,13 @@ const absl::flat_hash_map<std::string, TestFn>& Tests() {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
        }},
       {"true",
-       [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_bool() && v.as_bool(); }},
+       [](const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         return v.is_bool() && v.as_bool();
+       }},
       {"false",
-       [](const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_bool() && !v.as_bool(); }},
+       [](const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         return v.is_bool() && !v.as_bool();
+       }},
       {"escaped", [](const Value&, CallArgs&) -> absl::StatusOr<bool> { return false; }},
       {"lower",
        [](const Value& v, CallArgs&) -> absl::StatusOr<bool> {
@@ -98,18 +108,30 @@ const absl::flat_hash_map<std::string, TestFn>& Tests() {
          }
          return ValuesEqual(v, other);
        }},
-      {"eq", CompareTest<kEq>},  {"equalto", CompareTest<kEq>}, {"==", CompareTest<kEq>},
-      {"ne", CompareTest<kNe>},  {"!=", CompareTest<kNe>},      {"lt", CompareTest<kLt>},
-      {"lessthan", CompareTest<kLt>}, {"<", CompareTest<kLt>},  {"le", CompareTest<kLe>},
-      {"<=", CompareTest<kLe>},  {"gt", CompareTest<kGt>},      {"greaterthan", CompareTest<kGt>},
-      {">", CompareTest<kGt>},   {"ge", CompareTest<kGe>},      {">=", CompareTest<kGe>},
+      {"eq", CompareTest<kEq>},
+      {"equalto", CompareTest<kEq>},
+      {"==", CompareTest<kEq>},
+      {"ne", CompareTest<kNe>},
+      {"!=", CompareTest<kNe>},
+      {"lt", CompareTest<kLt>},
+      {"lessthan", CompareTest<kLt>},
+      {"<", CompareTest<kLt>},
+      {"le", CompareTest<kLe>},
+      {"<=", CompareTest<kLe>},
+      {"gt", CompareTest<kGt>},
+      {"greaterthan", CompareTest<kGt>},
+      {">", CompareTest<kGt>},
+      {"ge", CompareTest<kGe>},
+      {">=", CompareTest<kGe>},
   };
   return *tests;
 }
 
 }  // namespace
 
-bool HasTest(std::string_view name) { return Tests().contains(absl::string_view(name.data(), name.size())); }
+bool HasTest(std::string_view name) {
+  return Tests().contains(absl::string_view(name.data(), name.size()));
+}
 
 absl::StatusOr<bool> ApplyTest(Interpreter&, std::string_view name, const Value& value,
                                CallArgs& args) {

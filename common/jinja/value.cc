@@ -13,8 +13,8 @@
 namespace deltaserve::common::jinja {
 namespace {
 
-using Data = std::variant<int64_t, double, std::string, ListPtr, DictPtr, CallablePtr,
-                          NamespaceData*>;
+using Data =
+    std::variant<int64_t, double, std::string, ListPtr, DictPtr, CallablePtr, NamespaceData*>;
 
 // Python's str.isprintable() for one code point: everything but the categories Cc, Cf, Cs, Co,
 // Cn, Zl, Zp and Zs (the ASCII space excepted).
@@ -77,13 +77,27 @@ void JsonString(const std::string& s, bool ensure_ascii, std::string& out) {
   if (!ensure_ascii) {
     for (unsigned char c : s) {
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
         default:
           if (c < 0x20) {
             char buf[8];
@@ -98,14 +112,29 @@ void JsonString(const std::string& s, bool ensure_ascii, std::string& out) {
     for (char32_t c : DecodeCodepoints(s)) {
       char buf[16];
       switch (c) {
-        case '"': out += "\\\""; continue;
-        case '\\': out += "\\\\"; continue;
-        case '\n': out += "\\n"; continue;
-        case '\r': out += "\\r"; continue;
-        case '\t': out += "\\t"; continue;
-        case '\b': out += "\\b"; continue;
-        case '\f': out += "\\f"; continue;
-        default: break;
+        case '"':
+          out += "\\\"";
+          continue;
+        case '\\':
+          out += "\\\\";
+          continue;
+        case '\n':
+          out += "\\n";
+          continue;
+        case '\r':
+          out += "\\r";
+          continue;
+        case '\t':
+          out += "\\t";
+          continue;
+        case '\b':
+          out += "\\b";
+          continue;
+        case '\f':
+          out += "\\f";
+          continue;
+        default:
+          break;
       }
       if (c >= 0x20 && c < 0x7f) {
         out += static_cast<char>(c);
@@ -131,27 +160,45 @@ std::string JsonFloat(double d) {
 
 absl::StatusOr<std::string> JsonKey(const Value& key) {
   switch (key.type()) {
-    case Value::Type::kString: return key.as_string();
-    case Value::Type::kInt: return std::to_string(key.as_int());
-    case Value::Type::kFloat: return JsonFloat(key.as_double());
-    case Value::Type::kBool: return std::string(key.as_bool() ? "true" : "false");
-    case Value::Type::kNone: return std::string("null");
+    case Value::Type::kString:
+      return key.as_string();
+    case Value::Type::kInt:
+      return std::to_string(key.as_int());
+    case Value::Type::kFloat:
+      return JsonFloat(key.as_double());
+    case Value::Type::kBool:
+      return std::string(key.as_bool() ? "true" : "false");
+    case Value::Type::kNone:
+      return std::string("null");
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "keys must be str, int, float, bool or None, not ", key.TypeName()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("keys must be str, int, float, bool or None, not ", key.TypeName()));
   }
 }
 
 absl::Status JsonDump(const Value& v, const JsonDumpOptions& opt, int level, std::string& out) {
   if (level > kMaxJsonDepth) return absl::InvalidArgumentError("tojson: nesting too deep");
   switch (v.type()) {
-    case Value::Type::kNone: out += "null"; return absl::OkStatus();
-    case Value::Type::kBool: out += v.as_bool() ? "true" : "false"; return absl::OkStatus();
-    case Value::Type::kInt: out += std::to_string(v.as_int()); return absl::OkStatus();
-    case Value::Type::kFloat: out += JsonFloat(v.as_double()); return absl::OkStatus();
-    case Value::Type::kString: JsonString(v.as_string(), opt.ensure_ascii, out); return absl::OkStatus();
+    case Value::Type::kNone:
+      out += "null";
+      return absl::OkStatus();
+    case Value::Type::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return absl::OkStatus();
+    case Value::Type::kInt:
+      out += std::to_string(v.as_int());
+      return absl::OkStatus();
+    case Value::Type::kFloat:
+      out += JsonFloat(v.as_double());
+      return absl::OkStatus();
+    case Value::Type::kString:
+      JsonString(v.as_string(), opt.ensure_ascii, out);
+      return absl::OkStatus();
     case Value::Type::kList:
     case Value::Type::kDict: {
+      if (v.is_generator()) {
+        return absl::InvalidArgumentError("Object of type generator is not JSON serializable");
+      }
       const bool is_list = v.is_list();
       const size_t n = is_list ? v.as_list().items.size() : v.as_dict().items.size();
       if (n == 0) {
@@ -231,6 +278,13 @@ Value Value::List(std::vector<Value> items, bool is_tuple) {
   auto data = std::make_shared<ListData>();
   data->items = std::move(items);
   data->is_tuple = is_tuple;
+  return Value(Type::kList, Data(ListPtr(std::move(data))));
+}
+
+Value Value::Generator(std::vector<Value> items) {
+  auto data = std::make_shared<ListData>();
+  data->items = std::move(items);
+  data->is_generator = true;
   return Value(Type::kList, Data(ListPtr(std::move(data))));
 }
 
@@ -317,7 +371,7 @@ bool Value::Truthy() const {
     case Type::kString:
       return !as_string().empty();
     case Type::kList:
-      return !as_list().items.empty();
+      return as_list().is_generator || !as_list().items.empty();
     case Type::kDict:
       return !as_dict().items.empty();
     default:
@@ -327,22 +381,32 @@ bool Value::Truthy() const {
 
 std::string Value::Str() const {
   switch (type_) {
-    case Type::kUndefined: return "";
-    case Type::kString: return as_string();
-    default: return Repr();
+    case Type::kUndefined:
+      return "";
+    case Type::kString:
+      return as_string();
+    default:
+      return Repr();
   }
 }
 
 std::string Value::Repr() const {
   switch (type_) {
-    case Type::kUndefined: return "";
-    case Type::kNone: return "None";
-    case Type::kBool: return as_bool() ? "True" : "False";
-    case Type::kInt: return std::to_string(as_int());
-    case Type::kFloat: return FloatRepr(as_double());
-    case Type::kString: return StringRepr(as_string());
+    case Type::kUndefined:
+      return "Undefined";
+    case Type::kNone:
+      return "None";
+    case Type::kBool:
+      return as_bool() ? "True" : "False";
+    case Type::kInt:
+      return std::to_string(as_int());
+    case Type::kFloat:
+      return FloatRepr(as_double());
+    case Type::kString:
+      return StringRepr(as_string());
     case Type::kList: {
       const ListData& l = as_list();
+      if (l.is_generator) return "<generator object>";
       std::string out = l.is_tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i > 0) out += ", ";
@@ -364,7 +428,8 @@ std::string Value::Repr() const {
       }
       return out + "}";
     }
-    case Type::kCallable: return absl::StrCat("<function ", as_callable().name, ">");
+    case Type::kCallable:
+      return absl::StrCat("<function ", as_callable().name, ">");
     case Type::kNamespace: {
       std::string out = "<Namespace {";
       bool first = true;
@@ -381,16 +446,26 @@ std::string Value::Repr() const {
 
 std::string Value::TypeName() const {
   switch (type_) {
-    case Type::kUndefined: return "Undefined";
-    case Type::kNone: return "NoneType";
-    case Type::kBool: return "bool";
-    case Type::kInt: return "int";
-    case Type::kFloat: return "float";
-    case Type::kString: return "str";
-    case Type::kList: return as_list().is_tuple ? "tuple" : "list";
-    case Type::kDict: return "dict";
-    case Type::kCallable: return "function";
-    case Type::kNamespace: return "Namespace";
+    case Type::kUndefined:
+      return "Undefined";
+    case Type::kNone:
+      return "NoneType";
+    case Type::kBool:
+      return "bool";
+    case Type::kInt:
+      return "int";
+    case Type::kFloat:
+      return "float";
+    case Type::kString:
+      return "str";
+    case Type::kList:
+      return as_list().is_generator ? "generator" : (as_list().is_tuple ? "tuple" : "list");
+    case Type::kDict:
+      return "dict";
+    case Type::kCallable:
+      return "function";
+    case Type::kNamespace:
+      return "Namespace";
   }
   return "object";
 }
@@ -410,6 +485,7 @@ bool ValuesEqual(const Value& a, const Value& b) {
     case Value::Type::kList: {
       const ListData& x = a.as_list();
       const ListData& y = b.as_list();
+      if (x.is_generator || y.is_generator) return &x == &y;
       if (x.is_tuple != y.is_tuple || x.items.size() != y.items.size()) return false;
       for (size_t i = 0; i < x.items.size(); ++i) {
         if (!ValuesEqual(x.items[i], y.items[i])) return false;
@@ -508,12 +584,35 @@ std::string EncodeCodepoints(std::u32string_view s) {
 bool IsPySpace(char32_t c) {
   // CPython's _PyUnicode_IsWhitespace table (bidirectional WS/B/S or category Zs).
   switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D:
-    case 0x1C: case 0x1D: case 0x1E: case 0x1F: case 0x20:
-    case 0x85: case 0xA0: case 0x1680:
-    case 0x2000: case 0x2001: case 0x2002: case 0x2003: case 0x2004: case 0x2005:
-    case 0x2006: case 0x2007: case 0x2008: case 0x2009: case 0x200A:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x1C:
+    case 0x1D:
+    case 0x1E:
+    case 0x1F:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2000:
+    case 0x2001:
+    case 0x2002:
+    case 0x2003:
+    case 0x2004:
+    case 0x2005:
+    case 0x2006:
+    case 0x2007:
+    case 0x2008:
+    case 0x2009:
+    case 0x200A:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return false;

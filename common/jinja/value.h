@@ -27,16 +27,16 @@ namespace deltaserve::common::jinja {
 // Early return of an error status; `lhs` receives the value of an absl::StatusOr expression.
 #define DS_JINJA_CONCAT_INNER(a, b) a##b
 #define DS_JINJA_CONCAT(a, b) DS_JINJA_CONCAT_INNER(a, b)
-#define DS_JINJA_ASSIGN_OR_RETURN(lhs, expr)                   \
-  auto DS_JINJA_CONCAT(statusor_, __LINE__) = (expr);          \
-  if (!DS_JINJA_CONCAT(statusor_, __LINE__).ok()) {            \
-    return DS_JINJA_CONCAT(statusor_, __LINE__).status();      \
-  }                                                            \
+#define DS_JINJA_ASSIGN_OR_RETURN(lhs, expr)              \
+  auto DS_JINJA_CONCAT(statusor_, __LINE__) = (expr);     \
+  if (!DS_JINJA_CONCAT(statusor_, __LINE__).ok()) {       \
+    return DS_JINJA_CONCAT(statusor_, __LINE__).status(); \
+  }                                                       \
   lhs = std::move(*DS_JINJA_CONCAT(statusor_, __LINE__))
-#define DS_JINJA_RETURN_IF_ERROR(expr)       \
-  do {                                       \
-    absl::Status status_ = (expr);           \
-    if (!status_.ok()) return status_;       \
+#define DS_JINJA_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    absl::Status status_ = (expr);     \
+    if (!status_.ok()) return status_; \
   } while (false)
 
 class Value;
@@ -49,6 +49,9 @@ inline constexpr int kMaxJsonDepth = 256;
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
+  // What jinja2's lazy filters (select, map, items, unique, …) return: a Python generator,
+  // which is always true, has no len() and cannot be indexed or serialized.
+  bool is_generator = false;
 };
 
 // A dict: key/value pairs in insertion order (lookups are linear: template dicts are small).
@@ -107,6 +110,8 @@ class Value {
   explicit Value(std::string s) : type_(Type::kString), data_(std::move(s)) {}
   explicit Value(const char* s) : Value(std::string(s)) {}
   static Value List(std::vector<Value> items, bool is_tuple = false);
+  static Value Generator(std::vector<Value> items);
+  bool is_generator() const { return is_list() && as_list().is_generator; }
   static Value Dict(std::vector<std::pair<Value, Value>> items);
   static Value Function(std::string name,
                         std::function<absl::StatusOr<Value>(Interpreter&, CallArgs&)> fn);
@@ -152,9 +157,9 @@ class Value {
   std::string TypeName() const;
 
  private:
-  Value(Type type, std::variant<int64_t, double, std::string, ListPtr, DictPtr, CallablePtr,
-                                NamespaceData*>
-                       data)
+  Value(Type type,
+        std::variant<int64_t, double, std::string, ListPtr, DictPtr, CallablePtr, NamespaceData*>
+            data)
       : type_(type), data_(std::move(data)) {}
 
   Type type_;
@@ -170,10 +175,10 @@ std::string FloatRepr(double d);
 
 // Options of json.dumps as transformers' tojson filter passes them.
 struct JsonDumpOptions {
-  std::string indent;            // per level
-  bool pretty = false;           // indent given (even ""): newlines between items
-  std::string item_separator;    // default ", " (or "," when pretty)
-  std::string key_separator;     // default ": "
+  std::string indent;          // per level
+  bool pretty = false;         // indent given (even ""): newlines between items
+  std::string item_separator;  // default ", " (or "," when pretty)
+  std::string key_separator;   // default ": "
   bool sort_keys = false;
   bool ensure_ascii = false;
 };

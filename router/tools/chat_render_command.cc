@@ -74,7 +74,7 @@ ordered_json RenderCase(const ordered_json& c, size_t index,
     }
     own = std::move(*parsed);
   }
-  const common::ChatTemplate* tmpl = own.has_value() ? &*own
+  const common::ChatTemplate* tmpl = own.has_value()             ? &*own
                                      : file_template.has_value() ? &*file_template
                                                                  : nullptr;
   if (tmpl == nullptr) {

@@ -117,8 +117,9 @@ TEST(ChatTemplate, LoopVariables) {
   EXPECT_EQ(Render("{% for x in range(10) if x is odd %}{{ x }}{% if x > 4 %}{% break %}{% endif %}"
                    "{% endfor %}"),
             "135");
-  EXPECT_EQ(Render("{% for x in range(5) %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %}"),
-            "0134");
+  EXPECT_EQ(
+      Render("{% for x in range(5) %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %}"),
+      "0134");
   EXPECT_EQ(Render("{% for k, v in {'a': 1, 'b': [2]}|items %}{{ k }}={{ v }} {% endfor %}"),
             "a=1 b=[2] ");
   EXPECT_EQ(Render("{% for x in [1] %}{% set y = 5 %}{% endfor %}[{{ y }}]"), "[]");
@@ -128,12 +129,53 @@ TEST(ChatTemplate, LoopVariables) {
   EXPECT_EQ(Render("{% for x in [1,2,3] %}{{ loop.cycle('a', 'b') }}{% endfor %}"), "aba");
 }
 
+// jinja2's scoping rules (jinja2/idtracking.py); each expected string printed by jinja2 3.1.6 with
+// the context {"x": 5}.
+TEST(ChatTemplate, ScopingFollowsJinja2) {
+  const std::string ctx = R"({"x": 5})";
+  EXPECT_EQ(
+      Render("{% set x = 1 %}{% for i in [1,2] %}[{{ x }}]{% set x = 2 %}{% endfor %}{{ x }}", ctx),
+      "[1][1]1");  // each iteration starts afresh
+  EXPECT_EQ(Render("{% for m in [1] %}[{{ x }}]{% endfor %}{% set x = 1 %}", ctx), "[]");
+  EXPECT_EQ(Render("{% for m in [1] %}[{{ x }}]{% endfor %}{% if false %}{{ x }}{% endif %}"
+                   "{% set x = 1 %}",
+                   ctx),
+            "[5]");
+  EXPECT_EQ(Render("{% macro f() %}[{{ x }}]{% endmacro %}{{ f() }}{% set x = 1 %}{{ f() }}", ctx),
+            "[][1]");
+  EXPECT_EQ(Render("{% for i in [1,2] %}{% for j in [1] %}[{{ x }}]{% endfor %}{% set x = i %}"
+                   "{% endfor %}",
+                   ctx),
+            "[][]");
+  EXPECT_EQ(Render("{% set x = 7 %}{% for i in [1,2] %}{% for j in [1] %}[{{ x }}]{% endfor %}"
+                   "{% set x = i %}{% endfor %}",
+                   ctx),
+            "[7][7]");
+  EXPECT_EQ(Render("{% filter upper %}{{ x }}{% set x = 2 %}{{ x }}{% endfilter %}{{ x }}", ctx),
+            "525");
+  EXPECT_EQ(Render("{% set x %}[{{ x }}]{% endset %}{{ x }}", ctx), "[]");
+  EXPECT_EQ(Render("{{ x }}{% set x = 2 %}{{ x }}", ctx), "52");
+}
+
+TEST(ChatTemplate, ForElseAndLazyFilterResults) {
+  EXPECT_EQ(Render("{% for i in [1,2] %}{{ i }}{% continue %}{% else %}E{% endfor %}"), "12E");
+  EXPECT_EQ(Render("{% for i in [1,2] %}{{ i }}{% break %}{% else %}E{% endfor %}"), "1E");
+  EXPECT_EQ(Render("{% for i in [1,2] %}{{ i }}{% if i == 2 %}{% continue %}{% endif %}"
+                   "{% else %}E{% endfor %}"),
+            "12");
+  // select/map/items return generators in jinja2: always true, even when empty.
+  EXPECT_EQ(Render("{% if [1]|select('even') %}yes{% endif %}|{{ [1]|select('even')|list }}"),
+            "yes|[]");
+  EXPECT_THAT(Render("{{ [1]|select('odd')|length }}"), HasSubstr("has no len()"));
+}
+
 TEST(ChatTemplate, PythonReprOfValues) {
   EXPECT_EQ(Render("{{ x }}|{{ y }}|{{ z }}|{{ w }}|{{ v }}",
                    R"({"x": -3.0, "y": 0.75, "z": 6.02e23, "w": 1.5e-05, "v": 1e16})"),
             "-3.0|0.75|6.02e+23|1.5e-05|1e+16");
-  EXPECT_EQ(Render("{{ 0.1 + 0.2 }} {{ 1e15 }} {{ 0.0001 }} {{ 123456789.125 }} {{ 7 / 2 }} {{ 4 / 2 }}"),
-            "0.30000000000000004 1000000000000000.0 0.0001 123456789.125 3.5 2.0");
+  EXPECT_EQ(
+      Render("{{ 0.1 + 0.2 }} {{ 1e15 }} {{ 0.0001 }} {{ 123456789.125 }} {{ 7 / 2 }} {{ 4 / 2 }}"),
+      "0.30000000000000004 1000000000000000.0 0.0001 123456789.125 3.5 2.0");
   EXPECT_EQ(Render("{{ [1.0, 'a', none, true, (1,), {'k': \"it's\"}] }}"),
             "[1.0, 'a', None, True, (1,), {'k': \"it's\"}]");
   EXPECT_EQ(Render("{{ x }}", R"({"x": {"b": 1, "a": [false, null]}})"),
@@ -154,17 +196,20 @@ TEST(ChatTemplate, ToJsonMatchesPythonJsonDumps) {
 }
 
 TEST(ChatTemplate, UnicodeStripAndStringMethods) {
-  EXPECT_EQ(Render("[{{ x|trim }}][{{ x.strip() }}][{{ x.lstrip() }}]",
-                   R"({"x": "\u00a0 hi\u3000\n"})"),
-            "[hi][hi][hi\u3000\n]");
+  EXPECT_EQ(
+      Render("[{{ x|trim }}][{{ x.strip() }}][{{ x.lstrip() }}]", R"({"x": "\u00a0 hi\u3000\n"})"),
+      "[hi][hi][hi\u3000\n]");
   EXPECT_EQ(Render("{{ 'a<think>b</think>c'.split('</think>')[-1] }}|{{ '  a  b '.split() }}|"
                    "{{ 'a,b,c'.split(',', 1) }}|{{ 'a,b,c'.rsplit(',', 1) }}"),
             "c|['a', 'b']|['a', 'b,c']|['a,b', 'c']");
-  EXPECT_EQ(Render("{{ 'xxhixx'.strip('x') }} {{ 'Hello'.startswith(('a', 'He')) }} "
-                   "{{ 'héllo'.find('l') }} {{ 'hello world'.title() }} {{ 'aaa'.replace('a', 'b', 2) }}"),
-            "hi True 2 Hello World bba");
-  EXPECT_EQ(Render("{{ '{} and {name}'.format(1, name='x') }} {{ 'hello'|capitalize }} {{ 'ab'|upper }}"),
-            "1 and x Hello AB");
+  EXPECT_EQ(
+      Render(
+          "{{ 'xxhixx'.strip('x') }} {{ 'Hello'.startswith(('a', 'He')) }} "
+          "{{ 'héllo'.find('l') }} {{ 'hello world'.title() }} {{ 'aaa'.replace('a', 'b', 2) }}"),
+      "hi True 2 Hello World bba");
+  EXPECT_EQ(
+      Render("{{ '{} and {name}'.format(1, name='x') }} {{ 'hello'|capitalize }} {{ 'ab'|upper }}"),
+      "1 and x Hello AB");
 }
 
 TEST(ChatTemplate, SlicingAndIndexing) {
@@ -180,31 +225,40 @@ TEST(ChatTemplate, MacrosWithDefaultsAndCaller) {
             "12()|13(4,)|15()");
   EXPECT_EQ(Render("{% macro w() %}<{{ caller() }}>{% endmacro %}{% call w() %}in{% endcall %}"),
             "<in>");
-  EXPECT_EQ(Render("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}"),
-            "321");
+  EXPECT_EQ(
+      Render(
+          "{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}"),
+      "321");
 }
 
 TEST(ChatTemplate, FiltersAndTests) {
-  EXPECT_EQ(Render("{{ ['a', 'code_interpreter', 'b']|reject('equalto', 'code_interpreter')|join(', ') }}"),
-            "a, b");
-  EXPECT_EQ(Render("{{ x|default('d') }} {{ ''|default('d', true) }} {{ [3,1,2]|sort }} "
-                   "{{ [1,1,2]|unique|list }} {{ [{'a': 1}, {'a': 2}]|map(attribute='a')|list }} "
-                   "{{ 2.5|round }} {{ 2.675|round(2) }} {{ '3.7'|int }} {{ '2'|float }} {{ -3|abs }}"),
-            "d d [1, 2, 3] [1, 2] [1, 2] 2.0 2.67 3 2.0 3");
+  EXPECT_EQ(
+      Render(
+          "{{ ['a', 'code_interpreter', 'b']|reject('equalto', 'code_interpreter')|join(', ') }}"),
+      "a, b");
+  EXPECT_EQ(
+      Render("{{ x|default('d') }} {{ ''|default('d', true) }} {{ [3,1,2]|sort }} "
+             "{{ [1,1,2]|unique|list }} {{ [{'a': 1}, {'a': 2}]|map(attribute='a')|list }} "
+             "{{ 2.5|round }} {{ 2.675|round(2) }} {{ '3.7'|int }} {{ '2'|float }} {{ -3|abs }}"),
+      "d d [1, 2, 3] [1, 2] [1, 2] 2.0 2.67 3 2.0 3");
   EXPECT_EQ(Render("{{ 'x' is string }}{{ 1 is number }}{{ true is number }}{{ true is integer }}"
                    "{{ {} is mapping }}{{ 'a' is iterable }}{{ none is none }}{{ x is defined }}"
                    "{{ 4 is divisibleby 2 }}{{ 3 is odd }}{{ 1 is in [1] }}{{ false is false }}"),
             "TrueTrueTrueFalseTrueTrueTrueFalseTrueTrueTrueTrue");
-  EXPECT_EQ(Render("{{ 'a\nb'|indent(2) }}|{{ {'b': 1, 'a': 2}|dictsort }}|{{ 'a b c'|wordcount }}"),
-            "a\n  b|[('a', 2), ('b', 1)]|3");
+  EXPECT_EQ(
+      Render("{{ 'a\nb'|indent(2) }}|{{ {'b': 1, 'a': 2}|dictsort }}|{{ 'a b c'|wordcount }}"),
+      "a\n  b|[('a', 2), ('b', 1)]|3");
   EXPECT_EQ(Render("{% set x %} hi {% endset %}[{{ x }}]{% filter upper %}abc{% endfilter %}"),
             "[ hi ]ABC");
 }
 
 TEST(ChatTemplate, UndefinedBehavesLikeJinja2Default) {
-  EXPECT_EQ(Render("[{{ missing }}][{{ missing|length }}][{{ 'a' ~ missing }}][{{ missing is iterable }}]"),
-            "[][0][a][True]");
-  EXPECT_EQ(Render("{{ d.nope is defined }}{{ none.attr is defined }}", R"({"d": {}})"), "FalseFalse");
+  EXPECT_EQ(
+      Render(
+          "[{{ missing }}][{{ missing|length }}][{{ 'a' ~ missing }}][{{ missing is iterable }}]"),
+      "[][0][a][True]");
+  EXPECT_EQ(Render("{{ d.nope is defined }}{{ none.attr is defined }}", R"({"d": {}})"),
+            "FalseFalse");
   EXPECT_THAT(Render("{{ missing.attr }}"), HasSubstr("'missing' is undefined"));
   EXPECT_THAT(Render("{{ x.startswith('a') }}", R"({"x": null})"),
               HasSubstr("'None' has no attribute 'startswith'"));
@@ -219,12 +273,14 @@ TEST(ChatTemplate, RuntimeErrorsNameTheLine) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(out.status().message()), StartsWith("chat template line 3: TypeError: "));
   EXPECT_FALSE(IsRaisedByTemplate(out.status()));
-  EXPECT_THAT(Render("{{ 'a' in none }}"), HasSubstr("argument of type 'NoneType' is not iterable"));
+  EXPECT_THAT(Render("{{ 'a' in none }}"),
+              HasSubstr("argument of type 'NoneType' is not iterable"));
   EXPECT_THAT(Render("{{ 'x'|items }}"), HasSubstr("Can only get item pairs from a mapping."));
 }
 
 TEST(ChatTemplate, RaiseExceptionCarriesExactlyTheMessage) {
-  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse("x{{ raise_exception('No user query found.') }}");
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::Parse("x{{ raise_exception('No user query found.') }}");
   ASSERT_TRUE(t.ok());
   absl::StatusOr<std::string> out = t->Render(Json::object());
   ASSERT_FALSE(out.ok());
@@ -240,14 +296,17 @@ TEST(ChatTemplate, ParseErrorsNameLineAndColumn) {
   };
   const Case cases[] = {
       {"a\n{% foo %}", "chat template line 2, column 4: Encountered unknown tag 'foo'."},
-      {"a\n\n  {{ x|nosuchfilter }}", "chat template line 3, column 8: No filter named 'nosuchfilter'."},
+      {"a\n\n  {{ x|nosuchfilter }}",
+       "chat template line 3, column 8: No filter named 'nosuchfilter'."},
       {"{{ x is nosuchtest }}", "chat template line 1, column 9: No test named 'nosuchtest'."},
-      {"{% if x %}a", "chat template line 1, column 12: unexpected end of template, expected 'elif' or "
-                      "'else' or 'endif'"},
+      {"{% if x %}a",
+       "chat template line 1, column 12: unexpected end of template, expected 'elif' or "
+       "'else' or 'endif'"},
       {"{{ 'abc }}", "chat template line 1, column 4: unterminated string"},
       {"{# never closed", "chat template line 1, column 1: Missing end of comment tag"},
       {"{{ (1 + }}", "chat template line 1, column 9: unexpected '}', expected ')'"},
-      {"{{ 1 + }}", "chat template line 1, column 8: expected an expression, got end of print statement"},
+      {"{{ 1 + }}",
+       "chat template line 1, column 8: expected an expression, got end of print statement"},
       {"{% break %}", "chat template line 1, column 4: 'break' outside of a loop"},
       {"{% include 'x' %}", "chat template line 1, column 4: Encountered unknown tag 'include'."},
   };
@@ -266,7 +325,8 @@ TEST(ChatTemplate, LimitsStopRunawayTemplates) {
   EXPECT_THAT(Render("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}"),
               HasSubstr("exceed"));
   EXPECT_THAT(Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"), HasSubstr("deeper than"));
-  EXPECT_THAT(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"), HasSubstr("PARSE ERROR"));
+  EXPECT_THAT(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"),
+              HasSubstr("PARSE ERROR"));
   EXPECT_THAT(Render("{{ 'x' * 100000000 }}"), HasSubstr("exceed"));
   EXPECT_THAT(Render("{{ range(100000000) }}"), HasSubstr("range() longer than"));
 }
