@@ -73,12 +73,29 @@ GoldenModel LoadGolden(const std::string& name) {
     }
     g.greedy.push_back(std::move(gg));
   }
-  std::ifstream bin(GoldenPath(doc.at("logits_file").get<std::string>()), std::ios::binary);
+  const std::string bin_name = doc.at("logits_file").get<std::string>();
+  std::ifstream bin(GoldenPath(bin_name), std::ios::binary);
   bin.seekg(0, std::ios::end);
-  g.logits.resize(static_cast<size_t>(bin.tellg()) / sizeof(float));
+  const std::streamoff bytes = bin ? static_cast<std::streamoff>(bin.tellg()) : -1;
+  // The file must hold exactly the rows the JSON describes: [rows of every sequence][n_vocab] f32.
+  size_t want_floats = 0;
+  for (const GoldenSequence& s : g.sequences) {
+    want_floats = std::max(want_floats, static_cast<size_t>(s.offset_floats) +
+                                            s.positions.size() * static_cast<size_t>(g.n_vocab));
+  }
+  if (bytes != static_cast<std::streamoff>(want_floats * sizeof(float))) {
+    ADD_FAILURE() << bin_name << " has " << bytes << " bytes; " << name << ".json describes "
+                  << want_floats * sizeof(float);
+    g.logits.assign(want_floats, std::nanf(""));  // every comparison fails, nothing reads past
+    return g;
+  }
+  g.logits.resize(want_floats);
   bin.seekg(0);
   bin.read(reinterpret_cast<char*>(g.logits.data()),
            static_cast<std::streamsize>(g.logits.size() * sizeof(float)));
+  if (bin.gcount() != static_cast<std::streamsize>(want_floats * sizeof(float))) {
+    ADD_FAILURE() << "short read of " << bin_name;
+  }
   return g;
 }
 
