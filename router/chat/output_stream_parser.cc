@@ -46,10 +46,16 @@ void OutputStreamParser::Convert(std::vector<internal::OutputEvent>& events,
         break;
       case internal::OutputEvent::Kind::kToolCall: {
         const int index = next_index_++;
-        out.push_back({OutputDelta::Kind::kToolCallStart, {}, index, ids_.Next(),
+        out.push_back({OutputDelta::Kind::kToolCallStart,
+                       {},
+                       index,
+                       ids_.Next(),
                        std::move(event.call.name)});
         out.push_back({OutputDelta::Kind::kToolCallArguments,
-                       SerializeArguments(event.call.arguments), index, {}, {}});
+                       SerializeArguments(event.call.arguments),
+                       index,
+                       {},
+                       {}});
         break;
       }
     }

@@ -17,9 +17,9 @@ namespace deltaserve::router {
 
 // How the output begins, as far as reasoning goes.
 enum class ThinkStart {
-  kNeedMore,       // only whitespace, or a prefix of `<think>`, so far
-  kOpened,         // reasoning starts at ThinkStartResult::reasoning_begin
-  kNoOpener,       // no opener: rule 1's orphan `</think>` may still make a prefix reasoning
+  kNeedMore,  // only whitespace, or a prefix of `<think>`, so far
+  kOpened,    // reasoning starts at ThinkStartResult::reasoning_begin
+  kNoOpener,  // no opener: rule 1's orphan `</think>` may still make a prefix reasoning
 };
 
 struct ThinkStartResult {

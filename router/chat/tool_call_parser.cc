@@ -24,11 +24,10 @@ std::string SerializeArguments(const nlohmann::ordered_json& arguments) {
 }
 
 ParsedOutput ParseModelOutput(std::string_view raw, const OutputParseOptions& options) {
-  internal::OutputScanner scanner(
-      ToolCatalog(options.tools),
-      {.parse_tool_calls = options.parse_tool_calls,
-       .prompt_opened_think = options.prompt_opened_think,
-       .allow_orphan_think_close = options.allow_orphan_think_close});
+  internal::OutputScanner scanner(ToolCatalog(options.tools),
+                                  {.parse_tool_calls = options.parse_tool_calls,
+                                   .prompt_opened_think = options.prompt_opened_think,
+                                   .allow_orphan_think_close = options.allow_orphan_think_close});
   std::vector<internal::OutputEvent> events;
   scanner.Advance(raw, /*final=*/true, events);
 

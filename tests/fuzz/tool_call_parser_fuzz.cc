@@ -81,8 +81,8 @@ void Collect(std::vector<OutputDelta> deltas, Streamed& s) {
   }
 }
 
-void CheckStream(std::string_view raw, const OutputParseOptions& options,
-                 const ParsedOutput& whole, bool byte_by_byte) {
+void CheckStream(std::string_view raw, const OutputParseOptions& options, const ParsedOutput& whole,
+                 bool byte_by_byte) {
   OutputStreamParser parser(options);
   Streamed s;
   size_t at = 0;

@@ -1,14 +1,14 @@
 // deltaserve-chat toolcalls run as a real process on ../shared/fixtures/toolcalls.json: one JSON
 // line per case, each equal to the case's `expected` (arguments compared as JSON values), exit 0;
 // unreadable input is refused with a message and a non-zero exit.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -72,7 +72,8 @@ TEST(DeltaserveChatToolcalls, CaseOptionsReachTheParser) {
   EXPECT_EQ(json::parse(line).at("reasoning_content"), "hmm");
   ASSERT_TRUE(std::getline(out, line));
   EXPECT_EQ(json::parse(line).at("finish"), "stop");
-  EXPECT_EQ(json::parse(line).at("content"), "<tool_call>\n<function=f>\n</function>\n</tool_call>");
+  EXPECT_EQ(json::parse(line).at("content"),
+            "<tool_call>\n<function=f>\n</function>\n</tool_call>");
 }
 
 TEST(DeltaserveChatToolcalls, UnreadableInputIsRefusedWithAMessage) {

@@ -4,6 +4,8 @@
 // by row, and the streaming property: for every fixture and many chunkings of its raw output
 // (every 1-byte split, every 2-piece split, hundreds of seeded random ones) the concatenated
 // deltas equal the non-streamed parse.
+#include "router/chat/tool_call_parser.h"
+
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -17,7 +19,6 @@
 #include "router/chat/internal/segment_joiner.h"
 #include "router/chat/internal/tool_call_markup.h"
 #include "router/chat/output_stream_parser.h"
-#include "router/chat/tool_call_parser.h"
 #include "router/chat/tool_call_types.h"
 #include "tests/support/test_paths.h"
 
@@ -60,7 +61,8 @@ OutputParseOptions Options(const ordered_json& tools) {
 }
 
 // A one-tool catalog: {"type":"function","function":{"name":..., "parameters":{...}}}.
-ordered_json Tool(const std::string& name, const ordered_json& properties = ordered_json::object()) {
+ordered_json Tool(const std::string& name,
+                  const ordered_json& properties = ordered_json::object()) {
   return {{"type", "function"},
           {"function",
            {{"name", name}, {"parameters", {{"type", "object"}, {"properties", properties}}}}}};
@@ -223,8 +225,8 @@ TEST(ToolCallFixtures, StreamingEqualsParseForRandomChunkings) {
 
 // ---- Rules of ../shared/fixtures/toolcalls.md, row by row --------------------------------
 
-const ordered_json kWeather = Tools({Tool(
-    "get_weather", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}})});
+const ordered_json kWeather =
+    Tools({Tool("get_weather", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}})});
 
 std::string XmlCall(const std::string& name, const std::string& params) {
   return "<tool_call>\n<function=" + name + ">\n" + params + "</function>\n</tool_call>";
@@ -335,8 +337,8 @@ TEST(ToolCallRules, JsonBodyAcceptsParametersStringArgumentsAndNoArguments) {
 }
 
 TEST(ToolCallRules, BareFunctionOnlyWhenDeclared) {
-  ParsedOutput p = Parse("<function=get_weather>\n<parameter=city>\nX\n</parameter>\n</function>",
-                         kWeather);
+  ParsedOutput p =
+      Parse("<function=get_weather>\n<parameter=city>\nX\n</parameter>\n</function>", kWeather);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   p = Parse("<function=nope>\n<parameter=city>\nX\n</parameter>\n</function>", kWeather);
   EXPECT_TRUE(p.tool_calls.empty());
@@ -366,9 +368,9 @@ TEST(ToolCallRules, SeveralFunctionsInOneBlock) {
 
 // Rule 4.
 TEST(ToolCallRules, MissingParameterCloseEndsAtTheNextParameterLine) {
-  ParsedOutput p = Parse(XmlCall("get_weather",
-                                 "<parameter=city>\nParis\n<parameter=days>\n2\n</parameter>\n"),
-                         kWeather);
+  ParsedOutput p =
+      Parse(XmlCall("get_weather", "<parameter=city>\nParis\n<parameter=days>\n2\n</parameter>\n"),
+            kWeather);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].arguments, ordered_json({{"city", "Paris"}, {"days", 2}}));
 }
@@ -390,9 +392,8 @@ TEST(ToolCallRules, IncompleteCallsStayContentVerbatim) {
 
 // Rule 5.
 TEST(ToolCallRules, CloseTagFollowedByProseIsPartOfTheValue) {
-  ParsedOutput p = Parse(XmlCall("get_weather",
-                                 "<parameter=city>\na</parameter> b\n</parameter>\n"),
-                         kWeather);
+  ParsedOutput p =
+      Parse(XmlCall("get_weather", "<parameter=city>\na</parameter> b\n</parameter>\n"), kWeather);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].arguments, ordered_json({{"city", "a</parameter> b"}}));
 }
@@ -401,16 +402,16 @@ TEST(ToolCallRules, ValuesLoseExactlyOneNewlineEachSide) {
   EXPECT_EQ(internal::StripValueNewlines("\n\n  x \n\n"), "\n  x \n");
   EXPECT_EQ(internal::StripValueNewlines("x"), "x");
   EXPECT_EQ(internal::StripValueNewlines("\n"), "");
-  ParsedOutput p = Parse(XmlCall("get_weather", "<parameter=city>&amp; <b>\n</parameter>\n"),
-                         kWeather);
+  ParsedOutput p =
+      Parse(XmlCall("get_weather", "<parameter=city>&amp; <b>\n</parameter>\n"), kWeather);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].arguments, ordered_json({{"city", "&amp; <b>"}}));
 }
 
 TEST(ToolCallRules, MalformedParameterHeaderIsSkipped) {
-  ParsedOutput p = Parse(XmlCall("get_weather",
-                                 "<parameter=a=b</parameter>\n<parameter=city>\nX\n</parameter>\n"),
-                         kWeather);
+  ParsedOutput p = Parse(
+      XmlCall("get_weather", "<parameter=a=b</parameter>\n<parameter=city>\nX\n</parameter>\n"),
+      kWeather);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].arguments, ordered_json({{"city", "X"}}));
 }
@@ -464,8 +465,7 @@ TEST(ToolCallRules, DeclaredTypeOfSchemas) {
   EXPECT_EQ(DeclaredTypeOf({{"type", {"null", "number"}}}), T::kNumber);
   EXPECT_EQ(DeclaredTypeOf({{"type", {"null"}}}), T::kNull);
   EXPECT_EQ(DeclaredTypeOf({{"description", "no type"}}), T::kString);
-  EXPECT_EQ(DeclaredTypeOf({{"anyOf", {{{"type", "integer"}}, {{"type", "null"}}}}}),
-            T::kInteger);
+  EXPECT_EQ(DeclaredTypeOf({{"anyOf", {{{"type", "integer"}}, {{"type", "null"}}}}}), T::kInteger);
   EXPECT_EQ(DeclaredTypeOf("not an object"), T::kString);
 }
 
@@ -491,8 +491,8 @@ TEST(ToolCallRules, NoToolsOrToolChoiceNoneParsesNothing) {
 }
 
 TEST(ToolCallRules, ParameterNotInSchemaIsKeptAsText) {
-  ParsedOutput p = Parse(XmlCall("get_weather", "<parameter=extra>\n120\n</parameter>\n"),
-                         kWeather);
+  ParsedOutput p =
+      Parse(XmlCall("get_weather", "<parameter=extra>\n120\n</parameter>\n"), kWeather);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].arguments, ordered_json({{"extra", "120"}}));
 }
@@ -509,8 +509,8 @@ TEST(ToolCallRules, MalformedToolsAreIgnored) {
 // Rule 8.
 TEST(ToolCallRules, ToolResponseAfterACallIsDropped) {
   const std::string call = XmlCall("get_weather", "<parameter=city>\nX\n</parameter>\n");
-  ParsedOutput p = Parse("Checking.\n" + call + "\n<tool_response>\nsunny\n</tool_response>\nIt is sunny.",
-                         kWeather);
+  ParsedOutput p = Parse(
+      "Checking.\n" + call + "\n<tool_response>\nsunny\n</tool_response>\nIt is sunny.", kWeather);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.content, "Checking.");
   p = Parse("<tool_response>x</tool_response> before any call", kWeather);
@@ -572,9 +572,9 @@ TEST(OutputStream, ReasoningStreamsWhileTheBlockIsOpen) {
 TEST(OutputStream, CallIsSentOnceCompleteWithIdNameThenArguments) {
   OutputStreamParser parser(Options(kWeather));
   std::vector<OutputDelta> all;
-  for (std::string_view piece : {"<think>\nx\n</think>\n\n<tool_call>\n<function=get_weather>\n",
-                                 "<parameter=city>\nParis\n</parameter>\n</function>",
-                                 "\n</tool_call>"}) {
+  for (std::string_view piece :
+       {"<think>\nx\n</think>\n\n<tool_call>\n<function=get_weather>\n",
+        "<parameter=city>\nParis\n</parameter>\n</function>", "\n</tool_call>"}) {
     for (OutputDelta& d : parser.Feed(piece)) all.push_back(std::move(d));
   }
   ASSERT_EQ(all.size(), 3u);

@@ -128,7 +128,8 @@ bool OutputScanner::StepReasoning(std::string_view text, bool final,
           return true;
         }
         if (verdict == ScanVerdict::kNeedMore || !final) {
-          close_search_begin_ = std::max(lt, text.size() - std::min(text.size(), kThinkClose.size() - 1));
+          close_search_begin_ =
+              std::max(lt, text.size() - std::min(text.size(), kThinkClose.size() - 1));
           return false;
         }
         reasoning_.EndSegment();  // unclosed block: the call and what follows are the answer

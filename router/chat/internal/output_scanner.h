@@ -34,8 +34,8 @@ struct OutputEvent {
 };
 
 struct OutputScannerOptions {
-  bool parse_tool_calls = true;        // false: no call is parsed, rule 2 included
-  bool prompt_opened_think = false;    // reasoning starts at 0
+  bool parse_tool_calls = true;          // false: no call is parsed, rule 2 included
+  bool prompt_opened_think = false;      // reasoning starts at 0
   bool allow_orphan_think_close = true;  // rule 1's `</think>` with no opener
 };
 
@@ -75,15 +75,15 @@ class OutputScanner {
   OutputScannerOptions options_;
   bool parse_calls_ = false;
   Phase phase_ = Phase::kStart;
-  size_t pos_ = 0;           // text before it is consumed (emitted or decided)
-  size_t orphan_scan_ = 0;   // kOrphanHold: `</think>` is not before here
-  size_t answer_begin_ = 0;  // kAnswerStart: where the answer part begins
+  size_t pos_ = 0;               // text before it is consumed (emitted or decided)
+  size_t orphan_scan_ = 0;       // kOrphanHold: `</think>` is not before here
+  size_t answer_begin_ = 0;      // kAnswerStart: where the answer part begins
   bool reasoning_held_ = false;  // rule 2 pending over [held_begin_, held_end_)
   size_t held_begin_ = 0;
   size_t held_end_ = 0;
   std::vector<OutputEvent> held_answer_;  // answer events waiting for the held reasoning
-  ScanMemo memo_;                 // resumes the scan of a held call (tool_call_markup.h)
-  size_t close_search_begin_ = 0; // `</think>` is not in [held call start, here)
+  ScanMemo memo_;                         // resumes the scan of a held call (tool_call_markup.h)
+  size_t close_search_begin_ = 0;         // `</think>` is not in [held call start, here)
   int answer_calls_ = 0;
   int calls_ = 0;
   SegmentJoiner reasoning_;

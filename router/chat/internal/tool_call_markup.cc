@@ -12,7 +12,9 @@ constexpr size_t kMaxTagName = 256;
 // JSON bodies nested deeper than this are not calls (keeps the parser's recursion bounded).
 constexpr size_t kMaxJsonDepth = 128;
 
-ScanVerdict Undecided(bool final) { return final ? ScanVerdict::kNotACall : ScanVerdict::kNeedMore; }
+ScanVerdict Undecided(bool final) {
+  return final ? ScanVerdict::kNotACall : ScanVerdict::kNeedMore;
+}
 
 // Rule 5: a closing tag ends a value only when what follows it, after whitespace, is another tag
 // of the call or the end of output. `</think>` counts as the end of output: a call inside a
@@ -56,8 +58,8 @@ struct FunctionScan {
 // `<function=NAME>` at `pos`, its parameters, up to `</function>` or `</tool_call>` (rule 4).
 // Text in the body that is not a parameter makes it not a call. `bare`: an undeclared NAME is
 // not a call (known as soon as the name is read).
-FunctionScan ScanXmlFunction(std::string_view text, size_t pos, bool final, const ToolCatalog& tools,
-                             bool bare, ScanMemo* memo) {
+FunctionScan ScanXmlFunction(std::string_view text, size_t pos, bool final,
+                             const ToolCatalog& tools, bool bare, ScanMemo* memo) {
   FunctionScan out;
   const TagName header = ScanTagName(text, pos + kFunctionOpen.size(), final);
   if (header.verdict != ScanVerdict::kCall) {

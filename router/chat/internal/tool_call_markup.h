@@ -70,8 +70,7 @@ struct ValueScan {
 // `</parameter>`, `</function>` or `</tool_call>` that is followed, after whitespace, by another
 // tag of the call (or `</think>`, or the end of output), or before a `<parameter=` that starts a
 // line. kNotACall when the output ends first.
-ValueScan ScanXmlValue(std::string_view text, size_t begin, bool final,
-                       ScanMemo* memo = nullptr);
+ValueScan ScanXmlValue(std::string_view text, size_t begin, bool final, ScanMemo* memo = nullptr);
 
 // Rule 5: exactly one leading and one trailing '\n' removed, nothing else.
 std::string_view StripValueNewlines(std::string_view raw);
