@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,8 +17,20 @@
 
 namespace deltaserve::common::jinja {
 
+// The global functions every render starts with (globals.cc).
+std::vector<std::pair<std::string, Value>> Globals();
+
 bool HasFilter(std::string_view name);
 bool HasTest(std::string_view name);
+
+// Filters on strings and numbers (filters_text.cc), registered in filters.cc.
+std::string TitleFilter(const std::string& s);
+std::string HtmlEscape(const std::string& s);
+absl::StatusOr<Value> ToJsonFilter(Interpreter& interp, const Value& value, CallArgs& args);
+absl::StatusOr<Value> Indent(Interpreter& interp, const Value& value, CallArgs& args);
+absl::StatusOr<Value> ToInt(Interpreter& interp, const Value& value, CallArgs& args);
+absl::StatusOr<Value> ToFloat(Interpreter& interp, const Value& value, CallArgs& args);
+absl::StatusOr<Value> Round(Interpreter& interp, const Value& value, CallArgs& args);
 
 // value | name(args).
 absl::StatusOr<Value> ApplyFilter(Interpreter& interp, std::string_view name, const Value& value,
@@ -51,7 +64,10 @@ absl::Status UndefinedError(const Value& undefined);
 // Strings by code point (Python indexes str by code point, not byte).
 int64_t CodepointCount(std::string_view s);
 
-// Python's str methods that filters share (methods.cc). `chars` null: Unicode whitespace.
+// Python's str methods (string_methods.cc): whether `name` is one, and calling it on `s`.
+bool IsStrMethod(const std::string& name);
+absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, CallArgs& args);
+// Helpers filters share with them. `chars` null: Unicode whitespace.
 std::string PyStrip(std::string_view s, const std::u32string* chars, bool left, bool right);
 std::string PyUpper(std::string_view s);
 std::string PyLower(std::string_view s);
