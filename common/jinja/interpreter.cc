@@ -415,7 +415,12 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e, Scope* scope) {
   if (result->is_string()) {
     DS_JINJA_RETURN_IF_ERROR(AtLine(e.line, CheckStringSize(result->as_string().size())));
   }
-  DS_JINJA_RETURN_IF_ERROR(AtLine(e.line, Charge(1 + SizeCost(*result))));
+  // Strings are copied wherever they go, so every string result costs its size; a list or dict
+  // is shared, so it costs its size only where an expression builds a new one.
+  const bool builds = e.kind == Expr::Kind::kSlice || e.kind == Expr::Kind::kFilter ||
+                      e.kind == Expr::Kind::kCall || e.kind == Expr::Kind::kBinary;
+  const int64_t cost = result->is_string() || builds ? SizeCost(*result) : 0;
+  DS_JINJA_RETURN_IF_ERROR(AtLine(e.line, Charge(1 + cost)));
   return result;
 }
 

@@ -8,7 +8,7 @@
 //   kMaxLoopIterations  for-loop iterations summed over the whole render (and range() length)
 //   kMaxRenderDepth     nesting of evaluation: expressions, blocks and macro calls together
 //   kMaxRenderSteps     total work: one step per expression and statement, plus one per 64 bytes
-//                       or list item of every value produced (copies of long strings cost more)
+//                       of every string produced and one per item of every list or dict built
 // Going past one is a ResourceExhausted error naming the line.
 #pragma once
 
