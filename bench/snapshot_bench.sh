@@ -383,8 +383,8 @@ fi
 # The server's own packages only: `pip install llama-cpp-python[server]` would rebuild llama.cpp.
 if [[ -x "${venv}/bin/python" ]] &&
    [[ -n "$(bench_venv_installed_version "${venv}" llama_cpp_python)" ]] &&
-   ! "${venv}/bin/python" -c 'import uvicorn, fastapi, sse_starlette, starlette_context,
-pydantic_settings, redis, hiredis, matplotlib' 2>/dev/null; then
+   ! "${venv}/bin/python" -c 'import uvicorn, fastapi, sse_starlette, starlette_context
+import pydantic_settings, redis, hiredis, matplotlib' 2>/dev/null; then
   log "installing llama_cpp.server's packages, redis-py and matplotlib into ${venv}"
   "${venv}/bin/pip" install --quiet uvicorn fastapi sse-starlette starlette-context \
     pydantic-settings redis hiredis matplotlib >&2
