@@ -556,10 +556,15 @@ converse() {
   wait_for_idle
   log "${name}: ${turns} turns"
   b0=$(busy_seconds) o0=$(ours_seconds) t0=$(date +%s.%N)
-  "${python}" "${repo}/bench/agent_conversation.py" "${url_args[@]}" --scenario "${name}" \
-    --turns "${turns}" --system-tokens "${system_tokens}" --user-tokens "${user_tokens}" \
-    --max-tokens "${max_tokens}" --seed "${seed}" --think-time "${think_time}" --warmup \
-    --out "${results}" --cpu-out "${out_dir}/client-cpu" >/dev/null
+  echo 0 >"${out_dir}/client-cpu"
+  # A server that dies mid-conversation (llama.cpp's was once SIGKILLed after 50 min on one
+  # turn) ends this scenario only: the turns so far stay in the results and the run goes on.
+  if ! "${python}" "${repo}/bench/agent_conversation.py" "${url_args[@]}" --scenario "${name}" \
+      --turns "${turns}" --system-tokens "${system_tokens}" --user-tokens "${user_tokens}" \
+      --max-tokens "${max_tokens}" --seed "${seed}" --think-time "${think_time}" --warmup \
+      --out "${results}" --cpu-out "${out_dir}/client-cpu" >/dev/null; then
+    log "${name}: the client stopped early (its error is above); keeping the turns it finished"
+  fi
   b1=$(busy_seconds) o1=$(ours_seconds) t1=$(date +%s.%N)
   client_cpu="$(cat "${out_dir}/client-cpu")"
   "${python}" -c 'import json, sys
