@@ -1,6 +1,7 @@
 // deltaserve-router: the OpenAI-compatible front door. HTTP/1.1 + SSE for clients
 // (router/http, router/api), API keys (router/auth), aliases, fallbacks and worker choice over
-// gRPC (router/routing), Qwen chat rendering with the tokenizer the workers send (router/chat).
+// gRPC (router/routing), chat rendering with the model's own template and tokenizer and parsing of
+// reasoning and tool calls in answers (router/chat).
 // Holds no weights. SIGHUP reloads --config without dropping requests; SIGTERM / SIGINT drain
 // (new requests refused, /ready 503, streams in flight finish) and exit 0.
 //
@@ -25,7 +26,7 @@
 #include "router/api/openai_response.h"
 #include "router/auth/api_key_authority.h"
 #include "router/auth/authorizing_backend.h"
-#include "router/chat/qwen_prompt_renderer.h"
+#include "router/chat/chat_prompt_renderer.h"
 #include "router/chat/tokenizer_from_proto.h"
 #include "router/config/router_config.h"
 #include "router/config/router_config_validation.h"
@@ -51,13 +52,15 @@ struct Flags {
   int http_threads = 2;
   int64_t drain_seconds = 30;
   int64_t max_connections = 20000;  // HTTP connections open at once; lowered to fit the fd limit
+  std::string chat_template_path;   // --chat-template: replaces every model file's template
 };
 
 int Usage(const std::string& why) {
   std::cerr << "deltaserve-router: " << why << "\n"
             << "usage: deltaserve-router [--listen HOST:PORT] [--worker HOST:PORT]... "
                "[--config FILE.yaml]\n"
-               "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n";
+               "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n"
+               "         [--chat-template FILE.jinja]\n";
   return 2;
 }
 
@@ -92,6 +95,10 @@ std::string Parse(int argc, char** argv, Flags& f) {
       if (v == nullptr || !absl::SimpleAtoi(v, &f.max_connections) || f.max_connections < 1) {
         return "--max-connections needs a count >= 1";
       }
+    } else if (a == "--chat-template") {
+      const char* v = value();
+      if (v == nullptr) return "--chat-template needs a file";
+      f.chat_template_path = v;
     } else if (a == "-h" || a == "--help") {
       return "help";
     } else {
@@ -169,7 +176,16 @@ int Run(const Flags& f) {
   WorkerPool pool(config->workers, config->routing);
   pool.Start();
   CachingTokenizerProvider tokenizers(chat::TokenizerFromProto);
-  chat::QwenPromptRenderer renderer;
+  std::string default_template;
+  if (!f.chat_template_path.empty()) {
+    absl::StatusOr<std::string> source = ReadChatTemplateFile(f.chat_template_path);
+    if (!source.ok()) {
+      std::cerr << "deltaserve-router: --chat-template: " << source.status().message() << "\n";
+      return 1;
+    }
+    default_template = std::move(*source);
+  }
+  chat::ChatPromptRenderer renderer(std::move(default_template));
   RouterBackend routing(source, &pool, &tokenizers, &renderer);
   auth::AuthorizingBackend backend(routing, [&authority] { return std::atomic_load(&authority); });
   RoutingState state(source, &pool, api::UnixSecondsNow());

@@ -26,14 +26,19 @@ struct GenerationStart {
 };
 
 struct GenerationDelta {
-  std::string text;                    // detokenized text for the response's content
-  std::string reasoning_text;          // text for reasoning_content (chat), usually empty
+  std::string text;            // detokenized text for the response's content
+  std::string reasoning_text;  // text for reasoning_content (chat), usually empty
+  // Chat tool calls, in order after `reasoning_text` and `text` (openai_response.h).
+  std::vector<ToolCallDelta> tool_calls;
   int32_t tokens = 0;                  // tokens this delta covers
   std::vector<TokenLogprob> logprobs;  // one per token, when the request asked for logprobs
 };
 
 struct GenerationEnd {
   FinishReason finish_reason = FinishReason::kStop;
+  // Chat whose output was parsed (reasoning / content / tool calls): an answer without text
+  // has content null rather than "".
+  bool content_null_when_empty = false;
   Usage usage;
 };
 

@@ -76,12 +76,15 @@ class CompletionSession : public GenerationObserver {
       choice_.text += delta.text;
       choice_.reasoning_content += delta.reasoning_text;
       for (auto& lp : delta.logprobs) choice_.logprobs.push_back(std::move(lp));
+      for (ToolCallDelta& call : delta.tool_calls) AddToolCall(std::move(call));
       return;
     }
-    if (delta.text.empty() && delta.reasoning_text.empty() && delta.logprobs.empty()) return;
     if (endpoint_ == Endpoint::kChatCompletions) {
-      sse_->Send(chat_->DeltaChunk(delta.text, delta.reasoning_text, delta.logprobs));
-    } else {
+      if (!delta.text.empty() || !delta.reasoning_text.empty() || !delta.logprobs.empty()) {
+        sse_->Send(chat_->DeltaChunk(delta.text, delta.reasoning_text, delta.logprobs));
+      }
+      for (const ToolCallDelta& call : delta.tool_calls) sse_->Send(chat_->ToolCallChunk(call));
+    } else if (!delta.text.empty() || !delta.logprobs.empty()) {
       sse_->Send(text_->DeltaChunk(delta.text, delta.logprobs));
     }
   }
@@ -94,6 +97,7 @@ class CompletionSession : public GenerationObserver {
     metrics_.RecordFinished(end.usage, end.finish_reason);
     if (!stream_) {
       choice_.finish_reason = end.finish_reason;
+      choice_.content_null = end.content_null_when_empty;
       std::string body = endpoint_ == Endpoint::kChatCompletions
                              ? ChatCompletionJson(meta_, choice_, end.usage)
                              : TextCompletionJson(meta_, choice_, end.usage);
@@ -128,6 +132,17 @@ class CompletionSession : public GenerationObserver {
   }
 
  private:
+  // A non-streamed answer's calls: a first piece opens a call, later pieces extend its arguments.
+  void AddToolCall(ToolCallDelta call) {
+    if (call.index < 0) return;
+    const size_t index = static_cast<size_t>(call.index);
+    if (choice_.tool_calls.size() <= index) choice_.tool_calls.resize(index + 1);
+    ToolCall& out = choice_.tool_calls[index];
+    if (!call.id.empty()) out.id = std::move(call.id);
+    if (!call.name.empty()) out.name = std::move(call.name);
+    out.arguments += call.arguments;
+  }
+
   void StartLocked(const std::string& model) {
     if (started_) return;
     started_ = true;

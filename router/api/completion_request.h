@@ -22,7 +22,9 @@ struct ChatMessage {
   std::string name;               // optional participant name
   std::string tool_call_id;       // role "tool": the call this answers
   std::string tool_calls_json;    // role "assistant": its tool_calls array as JSON, or empty
-  std::string reasoning_content;  // role "assistant": earlier reasoning, if the client sent it
+  // role "assistant": earlier reasoning, if the client sent it (`reasoning_content`, or
+  // `reasoning` as some clients name it).
+  std::string reasoning_content;
 };
 
 struct SamplingParams {
@@ -46,6 +48,17 @@ struct CompletionRequest {
   std::string tools_json;               // "tools" as JSON, or empty
   std::string tool_choice_json;         // "tool_choice" as JSON, or empty
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
+  // chat_template_kwargs as sent (a JSON object, client's key order), or empty; every key
+  // reaches the chat template as a top-level variable.
+  std::string chat_template_kwargs_json;
+  // parallel_tool_calls: false keeps only the first call the model made.
+  bool parallel_tool_calls = true;
+  // thinking_budget (body, or chat_template_kwargs.thinking_budget): most reasoning tokens,
+  // GenerateRequest.reasoning_budget. Unset: the worker's --reasoning-budget.
+  std::optional<int32_t> thinking_budget;
+  // Jinja text that replaces the model file's chat template (the model's `chat_template` in the
+  // router config, or --chat-template); filled by routing from the candidate's defaults.
+  std::string chat_template_override;
 
   // Completions: one prompt, as text or as token ids.
   std::string prompt;

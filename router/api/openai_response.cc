@@ -144,8 +144,22 @@ std::string UsageJson(const Usage& usage) { return Dump(UsageObject(usage)); }
 
 std::string ChatCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
                                const Usage& usage) {
-  json message = {{"role", "assistant"}, {"content", choice.text}};
-  if (!choice.reasoning_content.empty()) message["reasoning_content"] = choice.reasoning_content;
+  json message = {
+      {"role", "assistant"},
+      {"content", choice.content_null && choice.text.empty() ? json(nullptr) : json(choice.text)}};
+  if (!choice.reasoning_content.empty()) {
+    message["reasoning_content"] = choice.reasoning_content;
+    message["reasoning"] = choice.reasoning_content;
+  }
+  if (!choice.tool_calls.empty()) {
+    json calls = json::array();
+    for (const ToolCall& call : choice.tool_calls) {
+      calls.push_back({{"id", call.id},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
   json c = {{"index", 0},
             {"message", std::move(message)},
             {"logprobs", choice.with_logprobs ? ChatLogprobs(choice.logprobs) : json(nullptr)},
@@ -187,10 +201,29 @@ std::string ChatChunkWriter::DeltaChunk(std::string_view content, std::string_vi
                                         const std::vector<TokenLogprob>& logprobs) const {
   json delta = json::object();
   if (!content.empty() || reasoning.empty()) delta["content"] = content;
-  if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+  if (!reasoning.empty()) {
+    delta["reasoning_content"] = reasoning;
+    delta["reasoning"] = reasoning;
+  }
   json c = {{"index", 0},
             {"delta", std::move(delta)},
             {"logprobs", with_logprobs_ ? ChatLogprobs(logprobs) : json(nullptr)},
+            {"finish_reason", nullptr}};
+  return ChunkJson(meta_, "chat.completion.chunk", std::move(c), include_usage_);
+}
+
+std::string ChatChunkWriter::ToolCallChunk(const ToolCallDelta& call) const {
+  json entry = {{"index", call.index}};
+  if (!call.id.empty() || !call.name.empty()) {
+    entry["id"] = call.id;
+    entry["type"] = "function";
+    entry["function"] = {{"name", call.name}, {"arguments", call.arguments}};
+  } else {
+    entry["function"] = {{"arguments", call.arguments}};
+  }
+  json c = {{"index", 0},
+            {"delta", {{"tool_calls", json::array({std::move(entry)})}}},
+            {"logprobs", nullptr},
             {"finish_reason", nullptr}};
   return ChunkJson(meta_, "chat.completion.chunk", std::move(c), include_usage_);
 }

@@ -40,10 +40,29 @@ struct ResponseMeta {
   std::string model;    // the model that actually answered
 };
 
+// One tool call of a chat answer (message.tool_calls[i], type "function").
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON object's text
+};
+
+// One streamed piece of a tool call (delta.tool_calls[0]): the first piece of a call carries
+// its id and name (arguments ""), the following ones fragments of its arguments' JSON text.
+struct ToolCallDelta {
+  int index = 0;     // the call's index in the answer
+  std::string id;    // set on a call's first piece only
+  std::string name;  // set on a call's first piece only
+  std::string arguments;
+};
+
 // One finished choice (non-streaming responses).
 struct CompletionChoice {
   std::string text;
-  std::string reasoning_content;  // chat only; omitted when empty
+  // Chat: message.content is null rather than "" when the answer has no text (tool calls).
+  bool content_null = false;
+  std::string reasoning_content;     // chat only; omitted when empty; also written as "reasoning"
+  std::vector<ToolCall> tool_calls;  // chat only; message.tool_calls when not empty
   FinishReason finish_reason = FinishReason::kStop;
   bool with_logprobs = false;
   std::vector<TokenLogprob> logprobs;
@@ -71,9 +90,13 @@ class ChatChunkWriter {
   ChatChunkWriter(ResponseMeta meta, bool include_usage, bool with_logprobs);
   // {"role":"assistant","content":""} — the first chunk.
   std::string RoleChunk() const;
-  // A content (and/or reasoning_content) delta with the logprobs of its tokens.
+  // A content (and/or reasoning_content, also written as "reasoning") delta with the logprobs
+  // of its tokens.
   std::string DeltaChunk(std::string_view content, std::string_view reasoning,
                          const std::vector<TokenLogprob>& logprobs) const;
+  // delta.tool_calls = [{index, id, type:"function", function:{name, arguments:""}}] for a
+  // call's first piece, [{index, function:{arguments}}] for the next ones.
+  std::string ToolCallChunk(const ToolCallDelta& call) const;
   // An empty delta with finish_reason.
   std::string FinishChunk(FinishReason reason) const;
   // "choices": [] and the usage (only when include_usage).

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/str_util.h"
 #include "router/api/api_error.h"
+#include "router/api/internal/chat_tools_validation.h"
 #include "router/api/internal/json_fields.h"
 
 namespace deltaserve::router::api {
@@ -95,6 +96,7 @@ absl::Status ParseMessage(const json& msg, size_t index, ChatMessage* m) {
   if (s) m->name = *s;
   s.reset();
   DS_RETURN_IF_ERROR(ReadString(msg, "reasoning_content", path + ".reasoning_content", &s));
+  if (!s) DS_RETURN_IF_ERROR(ReadString(msg, "reasoning", path + ".reasoning", &s));
   if (s) m->reasoning_content = *s;
   s.reset();
   DS_RETURN_IF_ERROR(ReadString(msg, "tool_call_id", path + ".tool_call_id", &s));
@@ -333,23 +335,31 @@ absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view bo
   for (size_t k = 0; k < messages->size(); ++k) {
     DS_RETURN_IF_ERROR(ParseMessage((*messages)[k], k, &r.messages[k]));
   }
-  if (const json* tools = Member(*doc, "tools")) {
-    if (!tools->is_array()) return TypeError("tools", "an array", *tools);
-    r.tools_json = tools->dump(-1, ' ', false, json::error_handler_t::replace);
-  }
+  DS_RETURN_IF_ERROR(internal::ValidateToolMessages(r));
+  const json* tools = Member(*doc, "tools");
+  DS_RETURN_IF_ERROR(internal::ValidateTools(tools));
+  if (tools != nullptr) r.tools_json = tools->dump(-1, ' ', false, json::error_handler_t::replace);
   if (const json* choice = Member(*doc, "tool_choice")) {
-    if (!choice->is_string() && !choice->is_object()) {
-      return TypeError("tool_choice", "a string or an object", *choice);
-    }
+    DS_RETURN_IF_ERROR(internal::ValidateToolChoice(choice, tools));
     r.tool_choice_json = choice->dump(-1, ' ', false, json::error_handler_t::replace);
   }
+  std::optional<bool> parallel;
+  DS_RETURN_IF_ERROR(ReadBool(*doc, "parallel_tool_calls", "parallel_tool_calls", &parallel));
+  r.parallel_tool_calls = parallel.value_or(true);
+  std::optional<int64_t> budget;
   if (const json* kwargs = Member(*doc, "chat_template_kwargs")) {
     if (!kwargs->is_object()) return TypeError("chat_template_kwargs", "an object", *kwargs);
     std::optional<bool> think;
     DS_RETURN_IF_ERROR(
         ReadBool(*kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking", &think));
     r.enable_thinking = think;
+    DS_RETURN_IF_ERROR(ReadInt(*kwargs, "thinking_budget", "chat_template_kwargs.thinking_budget",
+                               0, INT32_MAX, &budget));
+    r.chat_template_kwargs_json = kwargs->dump(-1, ' ', false, json::error_handler_t::replace);
   }
+  // The body's thinking_budget wins over the one inside chat_template_kwargs.
+  DS_RETURN_IF_ERROR(ReadInt(*doc, "thinking_budget", "thinking_budget", 0, INT32_MAX, &budget));
+  if (budget) r.thinking_budget = static_cast<int32_t>(*budget);
   return r;
 }
 

@@ -23,6 +23,12 @@ struct ModelDefaults {
   std::optional<double> repetition_penalty;
   std::optional<int32_t> max_tokens;       // when the request gives none
   std::optional<bool> enable_thinking;     // Qwen chat template switch
+  // The model's `chat_template` key (models[i].chat_template in the YAML, next to `defaults`):
+  // a Jinja file used instead of the template the workers report from the model file, as
+  // written (relative to the config file's folder); LoadRouterConfigFile reads and parses it
+  // into `chat_template` (its text).
+  std::string chat_template_file;
+  std::optional<std::string> chat_template;
 };
 
 // A model the router offers under `name`, served by workers that report `served_name`.

@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/str_util.h"
+#include "common/jinja/chat_template.h"
 #include "router/config/api_keys_file.h"
 #include "router/config/router_config_validation.h"
 
@@ -199,13 +200,14 @@ absl::Status ConfigReader::Model(const YAML::Node& node, const std::string& path
   if (!node.IsMap()) return Error(path, node, "must be a mapping with name, served_name, defaults");
   bool has_name = false;
   absl::Status s = ForEachField(
-      node, path, {"name", "served_name", "defaults"},
+      node, path, {"name", "served_name", "chat_template", "defaults"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "name") {
           has_name = true;
           return String(v, p, m.name);
         }
         if (key == "served_name") return String(v, p, m.served_name);
+        if (key == "chat_template") return String(v, p, m.defaults.chat_template_file);
         ModelDefaults& d = m.defaults;
         return ForEachField(v, p,
                             {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
@@ -399,12 +401,37 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(std::string_view yaml) {
   return config;
 }
 
+absl::StatusOr<std::string> ReadChatTemplateFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadSmallFile(path, "chat template");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<common::ChatTemplate> parsed = common::ChatTemplate::Parse(*text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the chat template does not parse: ", parsed.status().message()));
+  }
+  return text;
+}
+
 absl::StatusOr<RouterConfig> LoadRouterConfigFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadSmallFile(path, "router config");
   if (!text.ok()) return text.status();
   RouterConfig config;
   ConfigReader reader;
   if (auto s = ParseInto(*text, reader, config); !s.ok()) return Prefixed(s, path);
+  for (size_t i = 0; i < config.models.size(); ++i) {
+    ModelConfig& m = config.models[i];
+    if (m.defaults.chat_template_file.empty()) continue;
+    std::filesystem::path file(m.defaults.chat_template_file);
+    if (file.is_relative()) file = std::filesystem::path(path).parent_path() / file;
+    const std::string key = absl::StrCat("models[", i, "].chat_template");
+    absl::StatusOr<std::string> source = ReadChatTemplateFile(file.string());
+    if (!source.ok()) {
+      return Prefixed(absl::InvalidArgumentError(absl::StrCat(key, reader.Locate(key), ": ",
+                                                              source.status().message())),
+                      path);
+    }
+    m.defaults.chat_template = std::move(*source);
+  }
   if (!config.api_keys_file.empty()) {
     std::filesystem::path keys_path(config.api_keys_file);
     if (keys_path.is_relative()) keys_path = std::filesystem::path(path).parent_path() / keys_path;

@@ -26,7 +26,12 @@ absl::StatusOr<RouterConfig> ParseRouterConfigYaml(std::string_view yaml);
 // Reads `path`, parses it as ParseRouterConfigYaml does, then reads `api_keys_file` (a relative
 // path is taken from the config file's folder), appends its keys to `api_keys` and validates the
 // result again (a key name or hash defined twice across both is an error). Messages start with
-// the file's path.
+// the file's path. Each model's `chat_template` file is read (relative to the config file's
+// folder) and parsed too.
 absl::StatusOr<RouterConfig> LoadRouterConfigFile(const std::string& path);
+
+// Reads a Jinja chat template file (a model's `chat_template` key, --chat-template) and checks
+// that it parses; the error names the file and the template's line.
+absl::StatusOr<std::string> ReadChatTemplateFile(const std::string& path);
 
 }  // namespace deltaserve::router

@@ -81,6 +81,9 @@ void ApplyModelDefaults(const ModelDefaults& defaults, api::CompletionRequest& r
   if (!s.min_p) s.min_p = defaults.min_p;
   if (!s.repetition_penalty) s.repetition_penalty = defaults.repetition_penalty;
   if (!request.enable_thinking) request.enable_thinking = defaults.enable_thinking;
+  if (request.chat_template_override.empty() && defaults.chat_template) {
+    request.chat_template_override = *defaults.chat_template;
+  }
 }
 
 }  // namespace deltaserve::router

@@ -6,14 +6,33 @@
 // already applied to the request (enable_thinking included).
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/tokenizer.h"
+#include "router/api/completion_backend.h"
 #include "router/api/completion_request.h"
 #include "router/routing/worker_pool.h"
 
 namespace deltaserve::router {
+
+// Turns one attempt's generated text into what the client sees: for chat, reasoning, content
+// and tool calls (router/chat/chat_output_shaper.h). One per Generate call; called from one
+// thread at a time.
+class OutputShaper {
+ public:
+  virtual ~OutputShaper() = default;
+  // A text delta from the worker; appends the deltas now certain to `out` (text,
+  // reasoning_text, tool_calls; tokens and logprobs are the caller's).
+  virtual void Feed(std::string_view text, std::vector<api::GenerationDelta>& out) = 0;
+  // The output ended (the worker's final event): appends what is still held.
+  virtual void Finish(std::vector<api::GenerationDelta>& out) = 0;
+  // A tool call was delivered (finish_reason "tool_calls" unless the output hit max_tokens).
+  virtual bool called_tools() const = 0;
+};
 
 struct RenderedPrompt {
   std::vector<int32_t> token_ids;       // BOS included when the tokenizer's add_bos says so
@@ -25,6 +44,9 @@ struct RenderedPrompt {
   // What the template writes after an assistant message (GenerateRequest.turn_end_token_ids);
   // empty for completions.
   std::vector<int32_t> turn_end_token_ids;
+  // Makes the shaper of one attempt's output; null: the text goes to the client as generated.
+  // `whole_output`: the request is not streamed, so the shaper may wait for the whole text.
+  std::function<std::unique_ptr<OutputShaper>(bool whole_output)> output_shaper;
 };
 
 class PromptRenderer {

@@ -240,6 +240,7 @@ void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWork
 
   auto call =
       std::make_shared<Call>(shared_from_this(), std::move(ticket), candidate_, prepared.tokenizer);
+  if (prepared.prompt.output_shaper) call->shaper = prepared.prompt.output_shaper(buffered_);
   internal::FillGenerateRequest(request_, candidate, worker.model->context_length, prepared,
                                 call->request());
 
@@ -259,6 +260,16 @@ void RouterBackend::Run::StartOnce(const Candidate& candidate) {
   observer_->OnStart(api::GenerationStart{candidate.name});
 }
 
+void RouterBackend::Run::Deliver(const Candidate& candidate,
+                                 std::vector<api::GenerationDelta> deltas) {
+  if (buffered_) {
+    for (api::GenerationDelta& d : deltas) held_.push_back(std::move(d));
+    return;
+  }
+  StartOnce(candidate);
+  for (api::GenerationDelta& d : deltas) observer_->OnDelta(std::move(d));
+}
+
 void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
   if (call.final_seen || done_) return;  // nothing after the final event counts
   const Candidate& candidate = candidates_[call.candidate()];
@@ -274,12 +285,17 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
           delta.logprobs.push_back(ToApiLogprob(lp, call.tokenizer()));
         }
       }
-      if (buffered_) {
-        held_.push_back(std::move(delta));
-        return;
+      std::vector<api::GenerationDelta> deltas;
+      if (call.shaper != nullptr) {
+        // The worker's tokens and logprobs ride on the first delta (or an empty one).
+        call.shaper->Feed(t.text(), deltas);
+        if (deltas.empty()) deltas.emplace_back();
+        deltas.front().tokens = delta.tokens;
+        deltas.front().logprobs = std::move(delta.logprobs);
+      } else {
+        deltas.push_back(std::move(delta));
       }
-      StartOnce(candidate);
-      observer_->OnDelta(std::move(delta));
+      Deliver(candidate, std::move(deltas));
       return;
     }
     case v1::GenerateEvent::kFinalEvent: {
@@ -288,12 +304,20 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
       if (f.finish_reason() == v1::FINISH_REASON_STOP ||
           f.finish_reason() == v1::FINISH_REASON_LENGTH) {
         StartOnce(candidate);
+        if (call.shaper != nullptr) call.shaper->Finish(held_);
         for (api::GenerationDelta& held : held_) observer_->OnDelta(std::move(held));
         held_.clear();
         api::GenerationEnd end;
         end.finish_reason = f.finish_reason() == v1::FINISH_REASON_STOP
                                 ? api::FinishReason::kStop
                                 : api::FinishReason::kLength;
+        if (call.shaper != nullptr) {
+          end.content_null_when_empty = true;
+          // "length" stays: the calls were complete, but the answer was cut.
+          if (call.shaper->called_tools() && end.finish_reason == api::FinishReason::kStop) {
+            end.finish_reason = api::FinishReason::kToolCalls;
+          }
+        }
         end.usage.prompt_tokens = f.usage().prompt_tokens();
         end.usage.completion_tokens = f.usage().completion_tokens();
         end.usage.cached_tokens = f.usage().cached_prompt_tokens();

@@ -63,6 +63,28 @@ TEST(OpenAiResponseTest, TextCompletionWithLogprobs) {
   EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][1], json({{"b", -2.0}}));
 }
 
+// OpenAI's shape of an answer with tool calls: content null, arguments a JSON string.
+TEST(OpenAiResponseTest, ChatCompletionWithToolCallsAndReasoning) {
+  CompletionChoice c;
+  c.content_null = true;
+  c.reasoning_content = "The user wants weather.";
+  c.tool_calls = {{"call_1", "get_weather", R"({"city":"Paris"})"}};
+  c.finish_reason = FinishReason::kToolCalls;
+  json j = json::parse(ChatCompletionJson(Meta("chatcmpl-9"), c, {10, 2, 0}));
+  const json& m = j["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["reasoning_content"], "The user wants weather.");
+  EXPECT_EQ(m["reasoning"], "The user wants weather.");
+  EXPECT_EQ(m["tool_calls"], json::parse(R"([{"id":"call_1","type":"function",)"
+                                         R"("function":{"name":"get_weather",)"
+                                         R"("arguments":"{\"city\":\"Paris\"}"}}])"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  c.content_null = false;
+  c.tool_calls.clear();
+  EXPECT_EQ(json::parse(ChatCompletionJson(Meta("x"), c, {}))["choices"][0]["message"]["content"],
+            "");
+}
+
 TEST(OpenAiResponseTest, ChatChunksInStreamOrder) {
   ChatChunkWriter w(Meta("chatcmpl-3"), /*include_usage=*/true, /*with_logprobs=*/false);
   json role = json::parse(w.RoleChunk());
@@ -73,7 +95,17 @@ TEST(OpenAiResponseTest, ChatChunksInStreamOrder) {
   json delta = json::parse(w.DeltaChunk("Hel", "", {}));
   EXPECT_EQ(delta["choices"][0]["delta"], json({{"content", "Hel"}}));
   json reasoning = json::parse(w.DeltaChunk("", "think", {}));
-  EXPECT_EQ(reasoning["choices"][0]["delta"], json({{"reasoning_content", "think"}}));
+  // Both names: some clients read `reasoning` (issue 12).
+  EXPECT_EQ(reasoning["choices"][0]["delta"],
+            json({{"reasoning_content", "think"}, {"reasoning", "think"}}));
+  json start = json::parse(w.ToolCallChunk({1, "call_a", "get_weather", ""}));
+  EXPECT_EQ(start["choices"][0]["delta"],
+            json::parse(R"({"tool_calls":[{"index":1,"id":"call_a","type":"function",)"
+                        R"("function":{"name":"get_weather","arguments":""}}]})"));
+  json args = json::parse(w.ToolCallChunk({1, "", "", R"({"city":"Paris"})"}));
+  EXPECT_EQ(args["choices"][0]["delta"],
+            json::parse(
+                R"({"tool_calls":[{"index":1,"function":{"arguments":"{\"city\":\"Paris\"}"}}]})"));
   json fin = json::parse(w.FinishChunk(FinishReason::kStop));
   EXPECT_EQ(fin["choices"][0]["delta"], json::object());
   EXPECT_EQ(fin["choices"][0]["finish_reason"], "stop");

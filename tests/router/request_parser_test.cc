@@ -122,6 +122,11 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
        "messages[0].content[0].text"},
       {R"({"model":"m","messages":[{"role":"user","content":[5]}]})", "messages[0].content[0]"},
       {R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", "messages[0].tool_call_id"},
+      {R"({"model":"m","messages":[{"role":"user","content":"q"},)"
+       R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1"}]},)"
+       R"({"role":"tool","tool_call_id":"c2","content":"x"}]})",
+       "messages[2].tool_call_id"},
+      {R"({"model":"m","messages":[{"role":"robot","content":"x"}]})", "messages[0].role"},
       {R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]})",
        "messages[0].tool_calls"},
       {R"({"model":"m","messages":[{"role":"user","content":"x","name":3}]})", "messages[0].name"},
@@ -169,8 +174,54 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
       {Chat(R"("tool_choice":3)"), "tool_choice"},
       {Chat(R"("chat_template_kwargs":{"enable_thinking":"no"})"),
        "chat_template_kwargs.enable_thinking"},
+      // Tools, tool_choice and tool messages (docs/chat.md, "Request validation").
+      {Chat(R"("tools":[1])"), "tools[0]"},
+      {Chat(R"("tools":[{"function":{"name":"f"}}])"), "tools[0].type"},
+      {Chat(R"("tools":[{"type":"retrieval","function":{"name":"f"}}])"), "tools[0].type"},
+      {Chat(R"("tools":[{"type":"function"}])"), "tools[0].function"},
+      {Chat(R"("tools":[{"type":"function","function":{}}])"), "tools[0].function.name"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":"a b"}}])"),
+       "tools[0].function.name"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":""}}])"), "tools[0].function.name"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])"),
+       "tools[0].function.parameters"},
+      {Chat(R"("tool_choice":"always")"), "tool_choice"},
+      {Chat(R"("tool_choice":{"type":"function"})"), "tool_choice.function.name"},
+      {Chat(R"("tool_choice":{"type":"x","function":{"name":"f"}})"), "tool_choice.type"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":"f"}}],)"
+            R"("tool_choice":{"type":"function","function":{"name":"g"}})"),
+       "tool_choice.function.name"},
+      {Chat(R"("parallel_tool_calls":1)"), "parallel_tool_calls"},
+      {Chat(R"("thinking_budget":-1)"), "thinking_budget"},
+      {Chat(R"("thinking_budget":"many")"), "thinking_budget"},
+      {Chat(R"("chat_template_kwargs":{"thinking_budget":1.5})"),
+       "chat_template_kwargs.thinking_budget"},
   };
   for (const auto& c : cases) ExpectBad(ParseChatCompletionRequest(c.body), c);
+}
+
+// The chat fields of issue 12: any chat_template_kwargs passed through, `reasoning` on input,
+// thinking_budget (the body's over the kwargs'), parallel_tool_calls, a named tool_choice.
+TEST(ChatRequestParserTest, ToolAndReasoningFields) {
+  auto r = ParseChatCompletionRequest(R"({"model":"m","messages":[
+      {"role":"user","content":"q"},
+      {"role":"assistant","content":"a","reasoning":"because"}],
+    "tools":[{"type":"function","function":{"name":"get-weather_2","parameters":{}}}],
+    "tool_choice":{"type":"function","function":{"name":"get-weather_2"}},
+    "parallel_tool_calls":false, "thinking_budget":32,
+    "chat_template_kwargs":{"enable_thinking":true,"thinking_budget":8,"custom":{"k":[1]}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages[1].reasoning_content, "because");
+  EXPECT_FALSE(r->parallel_tool_calls);
+  EXPECT_EQ(r->thinking_budget, 32);
+  EXPECT_EQ(r->enable_thinking, true);
+  EXPECT_EQ(r->chat_template_kwargs_json,
+            R"({"enable_thinking":true,"thinking_budget":8,"custom":{"k":[1]}})");
+  auto kw = ParseChatCompletionRequest(R"({"model":"m","messages":[{"role":"user","content":"q"}],)"
+                                       R"("chat_template_kwargs":{"thinking_budget":0}})");
+  ASSERT_TRUE(kw.ok()) << kw.status();
+  EXPECT_EQ(kw->thinking_budget, 0);
+  EXPECT_TRUE(kw->parallel_tool_calls);
 }
 
 TEST(CompletionRequestParserTest, PromptForms) {

@@ -149,9 +149,9 @@ class RouterBackendTest : public ::testing::Test {
     pool_ = std::make_unique<WorkerPool>(config_->workers, config_->routing);
     pool_->Start();
     ASSERT_TRUE(pool_->WaitForFirstPolls(absl::Seconds(10)));
-    tokenizers_ = std::make_unique<CachingTokenizerProvider>(BuildTestTokenizer);
+    tokenizers_ = std::make_unique<CachingTokenizerProvider>(tokenizer_builder_);
     backend_ = std::make_unique<RouterBackend>([this] { return config_; }, pool_.get(),
-                                               tokenizers_.get(), &renderer_, options_);
+                                               tokenizers_.get(), renderer_in_use_, options_);
   }
 
   std::shared_ptr<RecordingObserver> Run(const api::CompletionRequest& request) {
@@ -179,6 +179,9 @@ class RouterBackendTest : public ::testing::Test {
     return o;
   }();
   ConcatRenderer renderer_;
+  // What StartRouter uses: a test may put the real chat renderer and tokenizer builder here.
+  const PromptRenderer* renderer_in_use_ = &renderer_;
+  TokenizerBuilder tokenizer_builder_ = BuildTestTokenizer;
   std::vector<std::unique_ptr<ScriptedWorker>> workers_;
   std::shared_ptr<const RouterConfig> config_;
   std::unique_ptr<WorkerPool> pool_;

@@ -375,6 +375,28 @@ TEST_F(LoadRouterConfigFileTest, KeysFileModelsAreChecked) {
   EXPECT_THAT(c.status().message(), HasSubstr("keys.txt:1"));
 }
 
+// A model's chat_template file (docs/chat.md): read relative to the config, its text kept; one that
+// does not parse is refused naming the key, the file and the template's line.
+TEST_F(LoadRouterConfigFileTest, ChatTemplateFilesAreReadAndParsed) {
+  Write("good.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}");
+  Write("bad.jinja", "line one\n{% for m in %}\n");
+  const std::string good =
+      Write("router.yaml", "models:\n  - name: m\n    chat_template: good.jinja\n");
+  absl::StatusOr<RouterConfig> c = LoadRouterConfigFile(good);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->models[0].defaults.chat_template,
+            "{% for m in messages %}{{ m.content }}{% endfor %}");
+  const std::string bad = Write("bad.yaml", "models:\n  - name: m\n    chat_template: bad.jinja\n");
+  c = LoadRouterConfigFile(bad);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("models[0].chat_template"));
+  EXPECT_THAT(c.status().message(), HasSubstr("bad.jinja"));
+  EXPECT_THAT(c.status().message(), HasSubstr("line 2"));
+  c = LoadRouterConfigFile(Write("none.yaml", "models:\n  - {name: m, chat_template: no.jinja}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("no.jinja"));
+}
+
 TEST_F(LoadRouterConfigFileTest, MissingFilesAreNamed) {
   absl::StatusOr<RouterConfig> c = LoadRouterConfigFile((dir_ / "nope.yaml").string());
   ASSERT_FALSE(c.ok());

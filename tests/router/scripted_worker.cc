@@ -22,6 +22,11 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
     {
       std::lock_guard<std::mutex> lock(w_->mu_);
       w_->last_request_ = *request;
+      w_->requests_.push_back(*request);
+      if (!w_->queued_.empty()) {
+        w_->script_ = w_->queued_.front();
+        if (w_->queued_.size() > 1) w_->queued_.erase(w_->queued_.begin());
+      }
       auto it = context->client_metadata().find("x-request-id");
       w_->last_request_id_metadata_ = it == context->client_metadata().end()
                                           ? ""
@@ -100,10 +105,10 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
       mi->set_name(m.name);
       mi->set_architecture("qwen35");
       mi->set_context_length(m.context_length);
-      mi->set_n_vocab(256);
+      mi->set_n_vocab(m.tokenizer != nullptr ? m.tokenizer->tokens_size() : 256);
       mi->set_max_parallel_sequences(m.max_parallel);
       mi->set_tokenizer_digest(m.tokenizer_digest);
-      mi->set_chat_template("{{ scripted }}");
+      mi->set_chat_template(m.chat_template);
       mi->mutable_load()->set_running_sequences(m.running);
       mi->mutable_load()->set_waiting_sequences(m.waiting);
       mi->mutable_load()->set_free_kv_pages(m.free_kv_pages);
@@ -112,7 +117,9 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
       for (uint64_t prefix : m.snapshot_key_prefixes) {
         mi->mutable_load()->add_snapshot_key_prefixes(prefix);
       }
-      if (request->include_tokenizer()) *mi->mutable_tokenizer() = ByteTokenizer();
+      if (request->include_tokenizer()) {
+        *mi->mutable_tokenizer() = m.tokenizer != nullptr ? *m.tokenizer : ByteTokenizer();
+      }
     }
     return grpc::Status::OK;
   }
@@ -150,6 +157,10 @@ void ScriptedWorker::SetScript(GenerateScript script) {
   std::lock_guard<std::mutex> lock(mu_);
   script_ = std::move(script);
 }
+void ScriptedWorker::SetScripts(std::vector<GenerateScript> scripts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queued_ = std::move(scripts);
+}
 void ScriptedWorker::SetModels(std::vector<ScriptedModel> models) {
   std::lock_guard<std::mutex> lock(mu_);
   models_ = std::move(models);
@@ -166,6 +177,10 @@ void ScriptedWorker::SetInfoFails(bool fails) {
 v1::GenerateRequest ScriptedWorker::last_request() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_request_;
+}
+std::vector<v1::GenerateRequest> ScriptedWorker::requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_;
 }
 std::string ScriptedWorker::last_request_id_metadata() const {
   std::lock_guard<std::mutex> lock(mu_);

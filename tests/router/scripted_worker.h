@@ -33,6 +33,11 @@ struct ScriptedModel {
   // ModelLoad.snapshot_key_prefixes, sent as scripted.
   std::string snapshot_key_root;
   std::vector<uint64_t> snapshot_key_prefixes;
+  // ModelInfo.chat_template as sent (empty: none, so the router falls back to its built-in
+  // Qwen3 renderer).
+  std::string chat_template;
+  // The vocabulary sent with the model (null: ByteTokenizer()); n_vocab is its size.
+  std::shared_ptr<const deltaserve::v1::Tokenizer> tokenizer;
 };
 
 struct GenerateScript {
@@ -61,6 +66,8 @@ class ScriptedWorker {
   int port() const { return port_; }
 
   void SetScript(GenerateScript script);
+  // One script per Generate call, in order; the last one stays for any further call.
+  void SetScripts(std::vector<GenerateScript> scripts);
   void SetModels(std::vector<ScriptedModel> models);
   void SetDraining(bool draining);
   void SetInfoFails(bool fails);  // GetWorkerInfo answers UNAVAILABLE
@@ -68,6 +75,8 @@ class ScriptedWorker {
   int generate_calls() const { return generate_calls_.load(); }
   int tokenizer_fetches() const { return tokenizer_fetches_.load(); }
   deltaserve::v1::GenerateRequest last_request() const;
+  // Every Generate request received, in order.
+  std::vector<deltaserve::v1::GenerateRequest> requests() const;
   std::string last_request_id_metadata() const;
   // True once a held Generate saw ServerContext::IsCancelled().
   bool WaitForCancel(int timeout_ms);
@@ -84,10 +93,12 @@ class ScriptedWorker {
   std::condition_variable cv_;
   std::vector<ScriptedModel> models_;
   GenerateScript script_;
+  std::vector<GenerateScript> queued_;  // SetScripts: consumed front first
   bool draining_ = false;
   bool info_fails_ = false;
   bool cancel_seen_ = false;
   deltaserve::v1::GenerateRequest last_request_;
+  std::vector<deltaserve::v1::GenerateRequest> requests_;
   std::string last_request_id_metadata_;
   std::atomic<int> generate_calls_{0};
   std::atomic<int> tokenizer_fetches_{0};

@@ -42,6 +42,7 @@ void FillGenerateRequest(const api::CompletionRequest& request, const Candidate&
   for (const std::string& stop : request.stop) sp.add_stop_strings(stop);
   if (request.logprobs) sp.set_logprobs(true);
   if (request.top_logprobs > 0) sp.set_top_logprobs(request.top_logprobs);
+  if (request.thinking_budget) r.set_reasoning_budget(*request.thinking_budget);
 }
 
 api::TokenLogprob ToApiLogprob(const v1::TokenLogprobs& lp, const common::Tokenizer* tok) {

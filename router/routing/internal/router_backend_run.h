@@ -53,6 +53,8 @@ class RouterBackend::Call : public grpc::ClientReadReactor<::deltaserve::v1::Gen
   size_t candidate() const { return candidate_; }
   const common::Tokenizer* tokenizer() const { return tokenizer_; }
 
+  // Reasoning / content / tool calls of this attempt's output; null: the text as generated.
+  std::unique_ptr<OutputShaper> shaper;
   bool final_seen = false;     // a FinalEvent arrived (later events are ignored)
   absl::Status early_failure;  // a FinalEvent ERROR/CANCELLED before any token
 
@@ -98,6 +100,8 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   void Finish(const absl::Status& status);
   void FinishEnd(const api::GenerationEnd& end);
   void StartOnce(const Candidate& candidate);
+  // Delivers (or holds, when buffered_) one event's deltas.
+  void Deliver(const Candidate& candidate, std::vector<api::GenerationDelta> deltas);
   int MaxAttempts() const { return std::max(1, config_->routing.max_attempts); }
 
   RouterBackend* const backend_;

@@ -1,0 +1,82 @@
+#include "router/chat/chat_template_context.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace deltaserve::router::chat {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// OpenAI sends tool-call arguments as a JSON string; the templates (Qwen3.5's `|items`) expect
+// the object transformers users pass (../shared/fixtures/templates/README.md).
+json ConvertToolCalls(const std::string& tool_calls_json) {
+  json calls = json::parse(tool_calls_json, nullptr, /*allow_exceptions=*/false);
+  if (!calls.is_array()) return json::array();
+  for (json& call : calls) {
+    if (!call.is_object()) continue;
+    auto function = call.find("function");
+    if (function == call.end() || !function->is_object()) continue;
+    auto arguments = function->find("arguments");
+    if (arguments == function->end() || !arguments->is_string()) continue;
+    json parsed = json::parse(arguments->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object()) *arguments = std::move(parsed);
+  }
+  return calls;
+}
+
+}  // namespace
+
+absl::StatusOr<json> BuildTemplateContext(const api::CompletionRequest& request,
+                                          const TemplateTokens& tokens) {
+  json messages = json::array();
+  for (const api::ChatMessage& m : request.messages) {
+    json message = {{"role", m.role}};
+    message["content"] = m.content_null ? json(nullptr) : json(m.content);
+    if (!m.name.empty()) message["name"] = m.name;
+    if (!m.reasoning_content.empty()) message["reasoning_content"] = m.reasoning_content;
+    if (!m.tool_calls_json.empty()) message["tool_calls"] = ConvertToolCalls(m.tool_calls_json);
+    if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    messages.push_back(std::move(message));
+  }
+  json context = {{"messages", std::move(messages)}};
+  json tools = request.tools_json.empty()
+                   ? json(nullptr)
+                   : json::parse(request.tools_json, nullptr, /*allow_exceptions=*/false);
+  if (tools.is_discarded()) return absl::InvalidArgumentError("tools: not valid JSON");
+  // An empty array renders as no tools in every template we know; transformers passes it on.
+  context["tools"] = std::move(tools);
+  context["add_generation_prompt"] = true;
+  if (!tokens.bos_token.empty()) context["bos_token"] = tokens.bos_token;
+  if (!tokens.eos_token.empty()) context["eos_token"] = tokens.eos_token;
+  if (!request.chat_template_kwargs_json.empty()) {
+    json kwargs =
+        json::parse(request.chat_template_kwargs_json, nullptr, /*allow_exceptions=*/false);
+    if (!kwargs.is_object()) {
+      return absl::InvalidArgumentError("chat_template_kwargs: not a JSON object");
+    }
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) context[it.key()] = it.value();
+  }
+  if (request.enable_thinking && !context.contains("enable_thinking")) {
+    context["enable_thinking"] = *request.enable_thinking;
+  }
+  return context;
+}
+
+ThinkState ThinkStateOf(std::string_view prompt, bool template_has_think) {
+  ThinkState s;
+  const size_t open = prompt.rfind("<think>");
+  const size_t close = prompt.rfind("</think>");
+  s.prompt_opened_think =
+      open != std::string_view::npos && (close == std::string_view::npos || open > close);
+  size_t end = prompt.size();
+  while (end > 0 && (prompt[end - 1] == ' ' || prompt[end - 1] == '\n' || prompt[end - 1] == '\t' ||
+                     prompt[end - 1] == '\r')) {
+    --end;
+  }
+  const bool closed_at_end = prompt.substr(0, end).ends_with("</think>");
+  s.allow_orphan_think_close = s.prompt_opened_think || (template_has_think && !closed_at_end);
+  return s;
+}
+
+}  // namespace deltaserve::router::chat

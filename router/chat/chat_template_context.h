@@ -1,0 +1,44 @@
+// What a chat request becomes for a model's Jinja chat template: the variables transformers'
+// apply_chat_template passes (docs/chat.md, "The template's context"), built from the validated
+// OpenAI request, and the think-block facts the output parser needs from the rendered prompt.
+//
+//   absl::StatusOr<nlohmann::ordered_json> ctx = BuildTemplateContext(request, {"", "<|im_end|>"});
+//   absl::StatusOr<std::string> prompt = chat_template.Render(*ctx);
+//   ThinkState think = ThinkStateOf(*prompt, /*template_has_think=*/true);
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "router/api/completion_request.h"
+
+namespace deltaserve::router::chat {
+
+// The tokenizer's special-token strings as transformers passes them (empty: not passed).
+struct TemplateTokens {
+  std::string bos_token;
+  std::string eos_token;
+};
+
+// {messages, tools, add_generation_prompt: true, bos_token?, eos_token?, ...every
+// chat_template_kwargs key (enable_thinking from the model's defaults when the request has
+// none)}. Messages: role, content (content-part arrays were joined by the parser; null for an
+// assistant message with tool_calls and no content), name, reasoning_content, tool_calls with
+// each function.arguments JSON string parsed into an object (a string that is not a JSON
+// object stays a string), tool_call_id. `tools`: the request's array, or null.
+absl::StatusOr<nlohmann::ordered_json> BuildTemplateContext(const api::CompletionRequest& request,
+                                                            const TemplateTokens& tokens);
+
+// Where a rendered prompt leaves the model's reasoning block.
+struct ThinkState {
+  // The prompt ends inside an open <think> block (its last <think> after its last </think>).
+  bool prompt_opened_think = false;
+  // OutputParseOptions::allow_orphan_think_close: the prompt opened the block, or the template
+  // has one and the prompt did not end by closing it (thinking off).
+  bool allow_orphan_think_close = false;
+};
+ThinkState ThinkStateOf(std::string_view prompt, bool template_has_think);
+
+}  // namespace deltaserve::router::chat
