@@ -1,0 +1,76 @@
+"""An openai-agents (PyPI `openai-agents`) agent loop against deltaserve-router.
+
+Run by tests/integration/openai_agents_test.cc, which starts deltaserve-scripted-worker (a TEST
+DOUBLE replaying outputs.json, one output per Generate call) and the real router in front of it.
+The agent has one function tool. Non-streamed (Runner.run) then streamed (Runner.run_streamed):
+turn 1 the scripted output is a Qwen XML tool call inside the reply, the SDK calls the Python
+tool, turn 2 the scripted output is the final answer. Checks that the tool ran with the scripted
+arguments and the final output text. Prints PASS / FAIL lines; exit 0 only when all pass.
+"""
+
+import argparse
+import asyncio
+import sys
+import traceback
+
+from openai import AsyncOpenAI
+from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool,
+                    set_tracing_disabled)
+
+FINAL = "It is sunny in Paris, 22 C."
+calls = []
+
+
+@function_tool
+def get_weather(city: str, unit: str) -> str:
+    """Return the current weather of a city."""
+    calls.append((city, unit))
+    return f"Sunny, 22 {unit} in {city}"
+
+
+def make_agent(base_url):
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-unused", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="m", openai_client=client)
+    return Agent(name="weather", instructions="You answer weather questions with the tool.",
+                 tools=[get_weather], model=model,
+                 model_settings=ModelSettings(temperature=0))
+
+
+async def non_streamed(base_url):
+    agent = make_agent(base_url)
+    result = await Runner.run(agent, "What is the weather in Paris, in C?")
+    assert calls == [("Paris", "C")], calls
+    assert result.final_output == FINAL, repr(result.final_output)
+
+
+async def streamed(base_url):
+    agent = make_agent(base_url)  # a client per event loop: asyncio.run closes the previous one
+    result = Runner.run_streamed(agent, "And again, streamed?")
+    kinds = []
+    async for event in result.stream_events():
+        if event.type == "run_item_stream_event":
+            kinds.append(event.item.type)
+    assert calls == [("Paris", "C"), ("Paris", "C")], calls
+    assert "tool_call_item" in kinds and "tool_call_output_item" in kinds, kinds
+    assert kinds.index("tool_call_item") < kinds.index("tool_call_output_item"), kinds
+    assert result.final_output == FINAL, repr(result.final_output)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base-url", required=True)
+    args = parser.parse_args()
+    set_tracing_disabled(True)
+    failed = 0
+    for check in (non_streamed, streamed):
+        try:
+            asyncio.run(check(args.base_url))
+            print(f"PASS {check.__name__}")
+        except Exception:  # noqa: BLE001 - report every failure with its traceback
+            failed += 1
+            print(f"FAIL {check.__name__}\n{traceback.format_exc()}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
