@@ -373,8 +373,17 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
     const common::Tokenizer& tok = *m->tokenizer_;
     const int32_t start = tok.Find("<think>"), close = tok.Find("</think>");
     if (start >= 0 && close >= 0) {
-      std::vector<int32_t> end = tok.Encode("</think>\n\n", /*parse_special=*/true);
-      if (!end.empty() && end.front() == close) m->reasoning_ = {start, std::move(end)};
+      // "\n\n" by vocabulary lookup, not Encode: Encode's first call fills a 1.1 MB code-point
+      // table the memory plan does not count (docs/memory_plan.md). In the byte-level alphabet
+      // "\n" is U+010A.
+      const int32_t nn = tok.Find("\xC4\x8A\xC4\x8A"), n = tok.Find("\xC4\x8A");
+      std::vector<int32_t> end = {close};
+      if (nn >= 0) {
+        end.push_back(nn);
+      } else if (n >= 0) {
+        end.insert(end.end(), {n, n});
+      }
+      m->reasoning_ = {start, std::move(end)};
     }
   }
   m->model_->Prefetch([](double) {});
