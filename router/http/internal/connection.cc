@@ -89,8 +89,9 @@ void Connection::DoRead() {
   if (reading_ || read_closed_ || state_ == State::kClosed) return;
   if (InExchange() && buffer_.size() >= kMaxReadAhead) return;
   reading_ = true;
+  if (!read_chunk_) read_chunk_ = std::make_unique<char[]>(kReadChunk);
   socket_.async_read_some(
-      buffer_.prepare(kReadChunk),
+      asio::buffer(read_chunk_.get(), kReadChunk),
       [self = shared_from_this()](const error_code& ec, size_t n) { self->OnRead(ec, n); });
 }
 
@@ -104,6 +105,7 @@ void Connection::OnRead(const error_code& ec, size_t n) {
     if (state_ == State::kClosing && writing_) return;  // let the error response go out
     return Close();
   }
+  asio::buffer_copy(buffer_.prepare(n), asio::buffer(read_chunk_.get(), n));
   buffer_.commit(n);
   if (state_ == State::kClosing) {
     buffer_.consume(buffer_.size());

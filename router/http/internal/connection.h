@@ -88,7 +88,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string peer_;
 
   State state_ = State::kIdle;
-  boost::beast::flat_buffer buffer_;
+  boost::beast::flat_buffer buffer_;  // read, not yet parsed
+  // What async_read_some writes into. Not buffer_: the parser consumes buffer_ while a read is
+  // pending (an exchange finishing parses a pipelined request), and an emptied flat_buffer
+  // moves its start back, so a read into memory buffer_ handed out earlier was committed as
+  // stale bytes of an older request.
+  std::unique_ptr<char[]> read_chunk_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   bool reading_ = false;
   bool read_closed_ = false;
