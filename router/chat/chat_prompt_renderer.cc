@@ -73,7 +73,6 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
   const TemplateTokens tokens{TokenString(tokenizer, bos_id), TokenString(tokenizer, eos_id)};
 
   std::string text;
-  bool template_has_think = true;  // the hand-written Qwen3 renderer has a think block
   if (!source.empty()) {
     absl::StatusOr<std::shared_ptr<const common::ChatTemplate>> tmpl = Parsed(source);
     if (!tmpl.ok()) {
@@ -86,7 +85,6 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
     absl::StatusOr<std::string> rendered = (*tmpl)->Render(*context);
     if (!rendered.ok()) return RenderError(rendered.status(), model.name);
     text = std::move(*rendered);
-    template_has_think = source.find("<think>") != std::string::npos;
   } else {
     {
       absl::MutexLock lock(&mu_);
@@ -123,7 +121,7 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
     if (turn_end.newline_id >= 0) out.turn_end_token_ids.push_back(turn_end.newline_id);
   }
 
-  const ThinkState think = ThinkStateOf(text, template_has_think);
+  const ThinkState think = ThinkStateOf(text);
   OutputParseOptions options;
   if (!request.tools_json.empty()) {
     options.tools = json::parse(request.tools_json, nullptr, /*allow_exceptions=*/false);

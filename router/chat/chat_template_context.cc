@@ -63,19 +63,13 @@ absl::StatusOr<json> BuildTemplateContext(const api::CompletionRequest& request,
   return context;
 }
 
-ThinkState ThinkStateOf(std::string_view prompt, bool template_has_think) {
+ThinkState ThinkStateOf(std::string_view prompt) {
   ThinkState s;
   const size_t open = prompt.rfind("<think>");
   const size_t close = prompt.rfind("</think>");
   s.prompt_opened_think =
       open != std::string_view::npos && (close == std::string_view::npos || open > close);
-  size_t end = prompt.size();
-  while (end > 0 && (prompt[end - 1] == ' ' || prompt[end - 1] == '\n' || prompt[end - 1] == '\t' ||
-                     prompt[end - 1] == '\r')) {
-    --end;
-  }
-  const bool closed_at_end = prompt.substr(0, end).ends_with("</think>");
-  s.allow_orphan_think_close = s.prompt_opened_think || (template_has_think && !closed_at_end);
+  s.allow_orphan_think_close = s.prompt_opened_think;
   return s;
 }
 

@@ -224,46 +224,84 @@ TEST_F(RouterChatTest, TemplateRaiseExceptionIsA400WithItsMessage) {
 TEST_F(RouterChatTest, ToolCallFixturesStreamedAndWhole) {
   const json cases = ReadJson(deltaserve::testing::FixturesPath("toolcalls.json"));
   ASSERT_TRUE(cases.is_array());
-  ScriptedWorker& w = AddWorker({Model("m")});  // no template: the Qwen3 fallback
+  // "m": no template, the Qwen3 fallback (thinking on, the model writes its own <think>).
+  // "opened": a generation prompt ending with "<think>\n" as Qwen3.5's does, so the worker's
+  // text starts inside the block; toolcalls.md's raw_output then carries that opener, which the
+  // worker never generates.
+  ScriptedModel opened = Model("opened");
+  opened.chat_template = "{{ messages[0].content }}<|im_end|>\n<|im_start|>assistant\n<think>\n";
+  ScriptedWorker& w = AddWorker({Model("m"), opened});
   StartRouter();
+  int opened_runs = 0;
   for (const json& c : cases) {
-    for (bool stream : {false, true}) {
-      const std::string label =
-          absl::StrCat(c["name"].get<std::string>(), stream ? " streamed" : "");
-      GenerateScript script;
-      script.pieces = Pieces(c["raw_output"].get<std::string>(), 3);
-      w.SetScript(script);
-      json body = {{"model", "m"},
-                   {"messages", json::array({{{"role", "user"}, {"content", "go"}}})},
-                   {"stream", stream}};
-      if (c.contains("tools") && !c["tools"].is_null()) body["tools"] = c["tools"];
-      std::shared_ptr<ChatRecorder> r = Go(Parse(body));
-      ASSERT_FALSE(r->error.has_value()) << label << ": " << *r->error;
-      const json& want = c["expected"];
-      EXPECT_EQ(r->content, want["content"].is_null() ? "" : want["content"].get<std::string>())
-          << label;
-      EXPECT_EQ(r->reasoning, want["reasoning_content"].is_null()
-                                  ? ""
-                                  : want["reasoning_content"].get<std::string>())
-          << label;
-      ASSERT_EQ(r->calls.size(), want["tool_calls"].size()) << label;
-      for (size_t i = 0; i < r->calls.size(); ++i) {
-        EXPECT_EQ(r->calls[i].name, want["tool_calls"][i]["name"]) << label;
-        EXPECT_EQ(r->calls[i].id.rfind("call_", 0), 0u) << label;
-        EXPECT_EQ(json::parse(r->calls[i].arguments), want["tool_calls"][i]["arguments"]) << label;
-      }
-      ASSERT_TRUE(r->end.has_value()) << label;
-      EXPECT_EQ(api::FinishReasonName(r->end->finish_reason), want["finish"].get<std::string>())
-          << label;
-      EXPECT_TRUE(r->end->content_null_when_empty) << label;
-      if (stream) {
-        const size_t first_other = r->kinds.find_first_not_of('r');
-        EXPECT_TRUE(first_other == std::string::npos ||
-                    r->kinds.find('r', first_other) == std::string::npos)
-            << label << ": reasoning after content or calls: " << r->kinds;
-      }
+    const std::string raw = c["raw_output"].get<std::string>();
+    // (model, what the worker generates)
+    std::vector<std::pair<std::string, std::string>> runs;
+    if (raw.starts_with("<think>")) {
+      runs.emplace_back("m", raw);
+      runs.emplace_back("opened", raw.substr(std::string_view("<think>").size()));
+    } else if (raw.find("</think>") != std::string::npos) {
+      runs.emplace_back("opened", raw);  // rule 1's orphan </think>
+    } else {
+      runs.emplace_back("m", raw);
     }
+    for (const auto& [model, generated] : runs)
+      for (bool stream : {false, true}) {
+        opened_runs += model == "opened";
+        const std::string label =
+            absl::StrCat(c["name"].get<std::string>(), " on ", model, stream ? " streamed" : "");
+        GenerateScript script;
+        script.pieces = Pieces(generated, 3);
+        w.SetScript(script);
+        json body = {{"model", model},
+                     {"messages", json::array({{{"role", "user"}, {"content", "go"}}})},
+                     {"stream", stream}};
+        if (c.contains("tools") && !c["tools"].is_null()) body["tools"] = c["tools"];
+        std::shared_ptr<ChatRecorder> r = Go(Parse(body));
+        ASSERT_FALSE(r->error.has_value()) << label << ": " << *r->error;
+        const json& want = c["expected"];
+        EXPECT_EQ(r->content, want["content"].is_null() ? "" : want["content"].get<std::string>())
+            << label;
+        EXPECT_EQ(r->reasoning, want["reasoning_content"].is_null()
+                                    ? ""
+                                    : want["reasoning_content"].get<std::string>())
+            << label;
+        ASSERT_EQ(r->calls.size(), want["tool_calls"].size()) << label;
+        for (size_t i = 0; i < r->calls.size(); ++i) {
+          EXPECT_EQ(r->calls[i].name, want["tool_calls"][i]["name"]) << label;
+          EXPECT_EQ(r->calls[i].id.rfind("call_", 0), 0u) << label;
+          EXPECT_EQ(json::parse(r->calls[i].arguments), want["tool_calls"][i]["arguments"])
+              << label;
+        }
+        ASSERT_TRUE(r->end.has_value()) << label;
+        EXPECT_EQ(api::FinishReasonName(r->end->finish_reason), want["finish"].get<std::string>())
+            << label;
+        EXPECT_TRUE(r->end->content_null_when_empty) << label;
+        if (stream) {
+          const size_t first_other = r->kinds.find_first_not_of('r');
+          EXPECT_TRUE(first_other == std::string::npos ||
+                      r->kinds.find('r', first_other) == std::string::npos)
+              << label << ": reasoning after content or calls: " << r->kinds;
+        }
+      }
   }
+  EXPECT_GE(opened_runs, 2 * 5);
+}
+
+// After a prompt that did not open a think block, an answer's content streams as it comes
+// (more than one content delta), not held to the end for a `</think>` that may follow.
+TEST_F(RouterChatTest, AnswerWithoutOpenerStreamsItsContent) {
+  ScriptedWorker& w = AddWorker({Model("m")});
+  StartRouter();
+  GenerateScript script;
+  script.pieces = Pieces("The capital of France is Paris, on the Seine.", 5);
+  w.SetScript(script);
+  std::shared_ptr<ChatRecorder> r = Go(Parse(json::parse(
+      R"({"model":"m","stream":true,"messages":[{"role":"user","content":"capital?"}]})")));
+  ASSERT_FALSE(r->error.has_value()) << *r->error;
+  EXPECT_EQ(r->content, "The capital of France is Paris, on the Seine.");
+  EXPECT_EQ(r->reasoning, "");
+  EXPECT_GE(std::count(r->kinds.begin(), r->kinds.end(), 'c'), 5) << r->kinds;
 }
 
 constexpr char kWeatherTools[] = R"([{"type":"function","function":{"name":"get_weather",
