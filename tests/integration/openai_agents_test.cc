@@ -6,7 +6,7 @@
 // SDK calls the tool, then the final answer; non-streamed and streamed. The script is
 // tests/integration/openai_agents/agents_check.py.
 //
-// The interpreter is $DELTASERVE_OPENAI_PYTHON, else build/ci-venv/bin/python3 (.ci/run installs
+// The interpreter is $DELTASERVE_OPENAI_PYTHON, else build/ci-venv/bin/python3 (tests/run_all.sh installs
 // openai-agents there). Without an interpreter that can `import agents` the test is SKIPPED
 // with the reason.
 #include <unistd.h>
@@ -51,7 +51,7 @@ TEST(OpenAiAgentsTest, AgentLoopWithAFunctionToolStreamedAndNot) {
   const std::string python = SdkPython();
   if (::access(python.c_str(), X_OK) != 0) {
     GTEST_SKIP() << "no Python for openai-agents at " << python
-                 << " (set DELTASERVE_OPENAI_PYTHON, or run .ci/run's pip install line)";
+                 << " (set DELTASERVE_OPENAI_PYTHON, or run tests/run_all.sh, which makes that venv)";
   }
   const auto probe = RunProcess({python, "-c", "import agents, openai; print(openai.__version__)"});
   if (probe.exit_code != 0) {

@@ -4,7 +4,7 @@
 // (the script's output, one PASS / FAIL line per check with the traceback, is printed on failure).
 //
 // The interpreter is $DELTASERVE_OPENAI_PYTHON, else build/ci-venv/bin/python3 in the source tree
-// (.ci/run creates that venv with `pip install openai==1.x`). Without an interpreter that can
+// (tests/run_all.sh creates that venv with `pip install openai==1.x`). Without an interpreter that can
 // `import openai` the test is SKIPPED with the reason, so a checkout without the SDK still passes.
 #include <unistd.h>
 

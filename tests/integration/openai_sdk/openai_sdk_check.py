@@ -9,7 +9,7 @@ tiny golden model ("tiny", context 256) and a router with two API keys, then cal
 
 Every check runs even when an earlier one failed; the exit status is 0 only when all passed.
 Plain asserts, no pytest: the only dependency is the `openai` package (a 1.x release; CI
-installs it into build/ci-venv, see .ci/run).
+installs it into build/ci-venv, see tests/run_all.sh).
 """
 
 import argparse
