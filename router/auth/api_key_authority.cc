@@ -1,11 +1,10 @@
 #include "router/auth/api_key_authority.h"
 
-#include "router/api/api_error.h"
-
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <utility>
 
@@ -15,13 +14,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/str_util.h"
+#include "router/api/api_error.h"
 
 namespace deltaserve::router::auth {
 namespace {
 
 using common::Sv;
 using Clock = std::chrono::steady_clock;
-
 
 std::array<uint8_t, 32> Sha256(std::string_view data) {
   std::array<uint8_t, 32> digest{};
@@ -91,6 +90,8 @@ ApiKeyAuthority::ApiKeyAuthority(const RouterConfig& config, const ApiKeyAuthori
     s.requests.level = s.requests.capacity;  // a new key starts with a full minute
     s.tokens.level = s.tokens.capacity;
     s.refilled = now;
+    s.max_concurrent = k.limit.max_concurrent_requests;
+    s.in_flight = std::make_shared<std::atomic<int64_t>>(0);
     if (previous != nullptr) {
       for (const Key& old : previous->keys_) {
         if (old.name != key.name || old.digest != key.digest) continue;
@@ -100,6 +101,7 @@ ApiKeyAuthority::ApiKeyAuthority(const RouterConfig& config, const ApiKeyAuthori
         // The level carries over, clamped to the (possibly changed) new capacity.
         s.requests.level = std::min(s.requests.capacity, o.requests.level);
         s.tokens.level = std::min(s.tokens.capacity, o.tokens.level);
+        s.in_flight = o.in_flight;
       }
     }
     keys_.push_back(std::move(key));
@@ -205,9 +207,34 @@ absl::Status ApiKeyAuthority::Admit(const ApiKeyIdentity& who, int64_t tokens) {
         "); retry after ", retry_after, " s"));
     return api::WithRetryAfter(std::move(status), retry_after);
   }
+  // The place in flight is taken last, so a refusal by the buckets leaves it untouched; the
+  // counter is shared with a reloaded authority, hence a compare-and-swap rather than the lock.
+  int64_t running = s.in_flight->load(std::memory_order_relaxed);
+  do {
+    if (s.max_concurrent > 0 && running >= s.max_concurrent) {
+      absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+          "concurrency limit exceeded for API key '", key->name, "' (", s.max_concurrent,
+          " requests in flight at once); retry when one of them has finished"));
+      return api::WithRetryAfter(std::move(status), 1);
+    }
+  } while (!s.in_flight->compare_exchange_weak(running, running + 1, std::memory_order_relaxed));
   if (s.requests.capacity > 0) s.requests.level -= 1;
   if (s.tokens.capacity > 0) s.tokens.level -= need_tokens;
   return absl::OkStatus();
+}
+
+void ApiKeyAuthority::Release(const ApiKeyIdentity& who) {
+  if (open()) return;
+  const Key* key = Find(who);
+  if (key == nullptr) return;
+  const int64_t before = key->state->in_flight->fetch_sub(1, std::memory_order_relaxed);
+  assert(before > 0 && "Release without Admit");
+  (void)before;
+}
+
+int64_t ApiKeyAuthority::InFlight(const ApiKeyIdentity& who) const {
+  const Key* key = open() ? nullptr : Find(who);
+  return key == nullptr ? 0 : key->state->in_flight->load(std::memory_order_relaxed);
 }
 
 void ApiKeyAuthority::Refund(const ApiKeyIdentity& who, int64_t tokens) {

@@ -1,12 +1,15 @@
 #pragma once
 // API keys for the router: who is calling (Authenticate, 401), may they use this model or alias
-// (Authorize, 403), and is their rate left (Admit, 429). Built from a RouterConfig; on a config
-// reload a new authority is built and takes over the rate-limit state of the keys it shares with
-// the old one. With no keys configured every request is let through as the anonymous caller.
+// (Authorize, 403), and is their rate or concurrency left (Admit, 429; Release when it ends). Built
+// from a RouterConfig; on a config reload a new authority is built and takes over the rate-limit
+// state of the keys it shares with the old one. With no keys configured every request is let
+// through as the anonymous caller.
 //
 //   absl::StatusOr<ApiKeyIdentity> who = authority.Authenticate(request.Header("authorization"));
 //   if (who.ok()) status = authority.Authorize(*who, request.model);
 //   if (status.ok()) status = authority.Admit(*who, prompt_tokens + max_tokens);
+//   ...  // when the request ends, however it ends:
+//   authority.Release(*who);
 //
 // Keys are stored only as SHA-256 digests. The presented key is hashed and compared with every
 // stored digest in constant time (CRYPTO_memcmp, no early exit), so timing reveals neither the
@@ -14,6 +17,7 @@
 // Refund lock one key's buckets.
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -73,11 +77,19 @@ class ApiKeyAuthority {
   // name the client asked for, before alias resolution).
   absl::Status Authorize(const ApiKeyIdentity& who, std::string_view model_or_alias) const;
 
-  // Charges one request and `tokens` (prompt + max tokens) against the key's token buckets, or
-  // refuses with ResourceExhausted and a retry-after hint (RetryAfterSeconds) when either bucket
-  // lacks them; nothing is charged then. A request larger than tokens_per_minute can never pass
-  // and is refused without a hint. Buckets hold one minute's allowance and refill continuously.
+  // Charges one request and `tokens` (prompt + max tokens) against the key's token buckets and
+  // counts it in flight, or refuses with ResourceExhausted and a retry-after hint
+  // (RetryAfterSeconds) when either bucket lacks them or the key already has
+  // max_concurrent_requests in flight; nothing is charged then. A request larger than
+  // tokens_per_minute can never pass and is refused without a hint. Buckets hold one minute's
+  // allowance and refill continuously. Every admitted request must be Released exactly once.
   absl::Status Admit(const ApiKeyIdentity& who, int64_t tokens);
+
+  // Ends an admitted request's place among the key's requests in flight.
+  void Release(const ApiKeyIdentity& who);
+
+  // Requests of the key admitted and not yet released (0 for an unknown identity).
+  int64_t InFlight(const ApiKeyIdentity& who) const;
 
   // Returns `tokens` charged by Admit but not used (max tokens not generated), up to the
   // bucket's capacity.
@@ -94,6 +106,10 @@ class ApiKeyAuthority {
     Bucket requests ABSL_GUARDED_BY(mu);
     Bucket tokens ABSL_GUARDED_BY(mu);
     std::chrono::steady_clock::time_point refilled ABSL_GUARDED_BY(mu);
+    int64_t max_concurrent = 0;  // 0: unlimited
+    // Shared with the authorities before and after a reload: a request admitted by the old one
+    // is released through it (its observer holds it) and must free the new one's place too.
+    std::shared_ptr<std::atomic<int64_t>> in_flight;
   };
   struct Key {
     std::string name;

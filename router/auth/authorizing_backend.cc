@@ -1,6 +1,7 @@
 #include "router/auth/authorizing_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 namespace deltaserve::router::auth {
@@ -12,35 +13,44 @@ class NoHandle : public api::GenerationHandle {
   void Cancel() override {}
 };
 
-// Passes every event through and refunds unused tokens when the generation ends.
+// Passes every event through, refunds unused tokens when the generation ends, and releases the
+// request's place in flight: at its end or error, or when the last reference to the observer
+// goes (a generation torn down without either still frees its place).
 class RefundingObserver : public api::GenerationObserver {
  public:
   RefundingObserver(std::shared_ptr<api::GenerationObserver> inner,
-                    std::shared_ptr<ApiKeyAuthority> authority, ApiKeyIdentity who,
-                    int64_t charged)
+                    std::shared_ptr<ApiKeyAuthority> authority, ApiKeyIdentity who, int64_t charged)
       : inner_(std::move(inner)),
         authority_(std::move(authority)),
         who_(std::move(who)),
         charged_(charged) {}
+  ~RefundingObserver() override { ReleaseOnce(); }
 
   void OnStart(const api::GenerationStart& start) override { inner_->OnStart(start); }
   void OnDelta(api::GenerationDelta delta) override { inner_->OnDelta(std::move(delta)); }
   void OnEnd(const api::GenerationEnd& end) override {
     const int64_t used = end.usage.prompt_tokens + end.usage.completion_tokens;
     if (charged_ > used) authority_->Refund(who_, charged_ - used);
+    ReleaseOnce();
     inner_->OnEnd(end);
   }
   void OnError(const absl::Status& status) override {
     // Nothing (or little) was generated: the whole charge goes back.
     authority_->Refund(who_, charged_);
+    ReleaseOnce();
     inner_->OnError(status);
   }
 
  private:
+  void ReleaseOnce() {
+    if (!released_.exchange(true)) authority_->Release(who_);
+  }
+
   std::shared_ptr<api::GenerationObserver> inner_;
   std::shared_ptr<ApiKeyAuthority> authority_;
   ApiKeyIdentity who_;
   int64_t charged_;
+  std::atomic<bool> released_{false};
 };
 
 }  // namespace
@@ -74,8 +84,8 @@ std::unique_ptr<api::GenerationHandle> AuthorizingBackend::Generate(
     observer->OnError(status);
     return std::make_unique<NoHandle>();
   }
-  return inner_.Generate(request, std::make_shared<RefundingObserver>(std::move(observer),
-                                                                      authority, *who, charge));
+  return inner_.Generate(
+      request, std::make_shared<RefundingObserver>(std::move(observer), authority, *who, charge));
 }
 
 KeyedModelListGate::KeyedModelListGate(AuthorizingBackend::AuthorityGetter authority)
@@ -90,10 +100,9 @@ absl::StatusOr<std::function<bool(std::string_view)>> KeyedModelListGate::Visibl
   absl::StatusOr<ApiKeyIdentity> who = authority->Authenticate(authorization);
   if (!who.ok()) return who.status();
   // The predicate keeps the authority it was checked against alive while the list is built.
-  return std::function<bool(std::string_view)>(
-      [authority, who = *who](std::string_view model) {
-        return authority->Authorize(who, model).ok();
-      });
+  return std::function<bool(std::string_view)>([authority, who = *who](std::string_view model) {
+    return authority->Authorize(who, model).ok();
+  });
 }
 
 }  // namespace deltaserve::router::auth

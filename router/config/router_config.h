@@ -47,10 +47,11 @@ struct AliasConfig {
 };
 
 // A token bucket: `requests_per_minute` / `tokens_per_minute` (prompt + max tokens charged at
-// admission); 0 means unlimited.
+// admission), and `max_concurrent_requests` in flight at once; 0 means unlimited.
 struct RateLimit {
   int64_t requests_per_minute = 0;
   int64_t tokens_per_minute = 0;
+  int64_t max_concurrent_requests = 0;
 };
 
 // One API key. The key itself is never stored: `sha256_hex` is the lowercase hex SHA-256 of the

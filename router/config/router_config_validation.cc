@@ -250,6 +250,11 @@ absl::Status ValidateRouterConfig(const RouterConfig& config, const Locate& loca
         !s.ok()) {
       return s;
     }
+    if (auto s = c.IntRange(path + ".max_concurrent_requests", k.limit.max_concurrent_requests, 0,
+                            int64_t{1} << 30);
+        !s.ok()) {
+      return s;
+    }
   }
 
   const RoutingSettings& r = config.routing;

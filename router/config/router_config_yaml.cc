@@ -234,7 +234,9 @@ absl::Status ConfigReader::ApiKey(const YAML::Node& node, const std::string& pat
   if (!node.IsMap()) return Error(path, node, "must be a mapping with name and sha256");
   bool has_name = false, has_hash = false;
   absl::Status s = ForEachField(
-      node, path, {"name", "sha256", "models", "requests_per_minute", "tokens_per_minute"},
+      node, path,
+      {"name", "sha256", "models", "requests_per_minute", "tokens_per_minute",
+       "max_concurrent_requests"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "name") {
           has_name = true;
@@ -248,6 +250,9 @@ absl::Status ConfigReader::ApiKey(const YAML::Node& node, const std::string& pat
         }
         if (key == "models") return StringList(v, p, k.models);
         if (key == "requests_per_minute") return Integer(v, p, k.limit.requests_per_minute);
+        if (key == "max_concurrent_requests") {
+          return Integer(v, p, k.limit.max_concurrent_requests);
+        }
         return Integer(v, p, k.limit.tokens_per_minute);
       });
   if (!s.ok()) return s;

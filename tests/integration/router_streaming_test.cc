@@ -4,18 +4,23 @@
 // this process), scripted to send one token and then hold until the call is cancelled; so the
 // chunk the client reads cannot have waited for a second token. Closing the client connection
 // then cancels the worker's call through the router. And the worker's cached prompt tokens
-// reach the client's usage, streamed and not.
-#include <nlohmann/json.hpp>
+// reach the client's usage, streamed and not. And a key's max_concurrent_requests: a request
+// beyond it while the first is held open is a 429 with Retry-After; once that stream has ended
+// the next request is served.
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/sha256.h"
 #include "gtest/gtest.h"
 #include "tests/router/http_test_client.h"
 #include "tests/router/scripted_worker.h"
@@ -68,9 +73,9 @@ TEST(RouterStreamingTest, FirstChunkArrivesBeforeTheSecondTokenExists) {
   ASSERT_NE(port, 0) << router.err();
 
   RawHttpClient client(port);
-  ASSERT_TRUE(client.Send(RawHttpClient::Request(
-      "POST", "/v1/completions",
-      R"({"model":"m","prompt":[72,105],"stream":true,"max_tokens":8})")));
+  ASSERT_TRUE(client.Send(
+      RawHttpClient::Request("POST", "/v1/completions",
+                             R"({"model":"m","prompt":[72,105],"stream":true,"max_tokens":8})")));
   auto head = client.ReadHead(seconds(10));
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(head->status, 200);
@@ -124,6 +129,83 @@ TEST(RouterStreamingTest, CachedPromptTokensReachUsageStreamedAndNot) {
     EXPECT_TRUE(usage_chunk["choices"].empty()) << usage_chunk.dump();
     EXPECT_EQ(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"], 5) << path;
   }
+  router.Signal(SIGTERM);
+  EXPECT_EQ(router.Wait(seconds(30)), 0) << router.err();
+}
+
+std::string Sha256Hex(std::string_view text) {
+  const std::array<uint8_t, 32> d = common::Sha256(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : d) {
+    hex.push_back(kDigits[b >> 4]);
+    hex.push_back(kDigits[b & 15]);
+  }
+  return hex;
+}
+
+TEST(RouterStreamingTest, KeyOverMaxConcurrentRequestsGets429UntilItsStreamEnds) {
+  ScriptedWorker worker({ScriptedModel{}});
+  GenerateScript held;
+  held.pieces = {"Hel", "lo"};
+  held.hold_after_first = true;  // the first request stays in flight until its client leaves
+  worker.SetScript(held);
+  worker.Start();
+  const std::string config_path =
+      ::testing::TempDir() + "/router_concurrency_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(config_path) << "api_keys:\n  - name: agent\n    sha256: " << Sha256Hex("sk-agent")
+                             << "\n    max_concurrent_requests: 1\n";
+  testing::ChildProcess router({testing::BinaryPath("router/deltaserve-router"), "--listen",
+                                "127.0.0.1:0", "--worker", worker.address(), "--config",
+                                config_path});
+  const int port = WaitUntilReady(router);
+  ASSERT_NE(port, 0) << router.err();
+  auto request = [](bool stream) {
+    const std::string body = std::string(R"({"model":"m","prompt":[72,105],"max_tokens":8,)") +
+                             (stream ? R"("stream":true})" : R"("stream":false})");
+    return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-agent\r\n"
+           "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+
+  RawHttpClient first(port);
+  ASSERT_TRUE(first.Send(request(true)));
+  auto head = first.ReadHead(seconds(10));
+  ASSERT_TRUE(head.has_value());
+  ASSERT_EQ(head->status, 200);
+  auto chunk = first.ReadChunk(seconds(10));  // the held stream's first token: it is in flight
+  ASSERT_TRUE(chunk.has_value() && !chunk->empty());
+
+  RawHttpClient second(port);
+  ASSERT_TRUE(second.Send(request(false)));
+  auto refused = second.ReadResponse(seconds(10));
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  EXPECT_EQ(refused->Header("retry-after"), "1");
+  const nlohmann::json error = nlohmann::json::parse(refused->body, nullptr, false);
+  ASSERT_TRUE(error.contains("error")) << refused->body;
+  EXPECT_EQ(error["error"].value("type", ""), "rate_limit_error") << refused->body;
+  EXPECT_NE(error["error"].value("message", "").find("1 requests in flight"), std::string::npos)
+      << refused->body;
+
+  // The held stream ends when its client leaves (the router cancels the worker call); then the
+  // key's place is free again.
+  first.Close();
+  ASSERT_TRUE(worker.WaitForCancel(10000));
+  GenerateScript quick;
+  quick.pieces = {"ok"};
+  worker.SetScript(quick);
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    RawHttpClient third(port);
+    ASSERT_TRUE(third.Send(request(false)));
+    auto served = third.ReadResponse(seconds(10));
+    ASSERT_TRUE(served.has_value());
+    status = served->status;
+    if (status != 200) std::this_thread::sleep_for(milliseconds(20));  // the cancel settling
+  }
+  EXPECT_EQ(status, 200);
   router.Signal(SIGTERM);
   EXPECT_EQ(router.Wait(seconds(30)), 0) << router.err();
 }

@@ -1,5 +1,6 @@
 // ApiKeyAuthority: Bearer parsing and key lookup by SHA-256 (401), per-key model lists (403),
-// and the requests/tokens-per-minute buckets (429 with a retry-after hint) on a fake clock.
+// the requests/tokens-per-minute buckets (429 with a retry-after hint) on a fake clock, and the
+// requests in flight per key (max_concurrent_requests).
 // Expected digests are the FIPS 180-2 SHA-256 test vectors; expected waits follow from the
 // bucket arithmetic (capacity per minute, refilled at capacity/60 per second).
 
@@ -211,6 +212,89 @@ TEST(ApiKeyAuthorityTest, ConcurrentAdmitsNeverOverspend) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(admitted.load(), 4000);
+}
+
+ApiKeyConfig ConcurrencyKey(int64_t max_concurrent, int64_t rpm = 0) {
+  ApiKeyConfig k = Key("agent", "sk-agent", {}, rpm);
+  k.limit.max_concurrent_requests = max_concurrent;
+  return k;
+}
+
+TEST(ApiKeyAuthorityTest, MaxConcurrentRequestsRefusesWithARetryHintAndReleaseFreesAPlace) {
+  ApiKeyAuthority authority(WithKeys({ConcurrencyKey(2)}));
+  absl::StatusOr<ApiKeyIdentity> who = authority.Authenticate("Bearer sk-agent");
+  ASSERT_TRUE(who.ok());
+  EXPECT_TRUE(authority.Admit(*who, 10).ok());
+  EXPECT_TRUE(authority.Admit(*who, 10).ok());
+  EXPECT_EQ(authority.InFlight(*who), 2);
+  const absl::Status third = authority.Admit(*who, 10);
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.message(), HasSubstr("2 requests in flight"));
+  EXPECT_EQ(RetryAfterSeconds(third), 1);
+  EXPECT_EQ(authority.InFlight(*who), 2);  // a refusal takes no place
+  authority.Release(*who);
+  EXPECT_EQ(authority.InFlight(*who), 1);
+  EXPECT_TRUE(authority.Admit(*who, 10).ok());
+}
+
+// A refusal for concurrency charges nothing to the per-minute buckets.
+TEST(ApiKeyAuthorityTest, ConcurrencyRefusalChargesNoBucket) {
+  FakeClock clock;
+  ApiKeyAuthority authority(WithKeys({ConcurrencyKey(1, /*rpm=*/2)}), nullptr, clock.AsClock());
+  absl::StatusOr<ApiKeyIdentity> who = authority.Authenticate("Bearer sk-agent");
+  ASSERT_TRUE(who.ok());
+  ASSERT_TRUE(authority.Admit(*who, 1).ok());
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_THAT(authority.Admit(*who, 1).message(), HasSubstr("concurrency limit"));
+  }
+  authority.Release(*who);
+  EXPECT_TRUE(authority.Admit(*who, 1).ok());  // the second of 2 per minute, still there
+  authority.Release(*who);
+  EXPECT_THAT(authority.Admit(*who, 1).message(), HasSubstr("requests per minute"));
+}
+
+// Requests admitted before a reload hold their places in the new authority, and releasing them
+// through the old one (their observers keep it) frees those places.
+TEST(ApiKeyAuthorityTest, ReloadKeepsRequestsInFlight) {
+  auto old_authority = std::make_unique<ApiKeyAuthority>(WithKeys({ConcurrencyKey(2)}));
+  absl::StatusOr<ApiKeyIdentity> who = old_authority->Authenticate("Bearer sk-agent");
+  ASSERT_TRUE(who.ok());
+  ASSERT_TRUE(old_authority->Admit(*who, 1).ok());
+  ASSERT_TRUE(old_authority->Admit(*who, 1).ok());
+  ApiKeyAuthority reloaded(WithKeys({ConcurrencyKey(2)}), old_authority.get());
+  absl::StatusOr<ApiKeyIdentity> again = reloaded.Authenticate("Bearer sk-agent");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(reloaded.InFlight(*again), 2);
+  EXPECT_EQ(reloaded.Admit(*again, 1).code(), absl::StatusCode::kResourceExhausted);
+  old_authority->Release(*who);
+  old_authority.reset();
+  EXPECT_TRUE(reloaded.Admit(*again, 1).ok());
+}
+
+// Many threads admitting and releasing: the count never exceeds the limit and ends at zero.
+TEST(ApiKeyAuthorityTest, ConcurrentAdmitsNeverExceedMaxConcurrent) {
+  ApiKeyAuthority authority(WithKeys({ConcurrencyKey(3)}));
+  absl::StatusOr<ApiKeyIdentity> who = authority.Authenticate("Bearer sk-agent");
+  ASSERT_TRUE(who.ok());
+  std::atomic<int64_t> holding{0}, most{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) {
+        if (!authority.Admit(*who, 1).ok()) continue;
+        const int64_t now = ++holding;
+        int64_t seen = most.load();
+        while (now > seen && !most.compare_exchange_weak(seen, now)) {
+        }
+        --holding;
+        authority.Release(*who);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_LE(most.load(), 3);
+  EXPECT_GE(most.load(), 1);
+  EXPECT_EQ(authority.InFlight(*who), 0);
 }
 
 }  // namespace

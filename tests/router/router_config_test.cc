@@ -50,6 +50,7 @@ api_keys:
     models: [fast]
     requests_per_minute: 60
     tokens_per_minute: 100000
+    max_concurrent_requests: 3
   - name: admin
     sha256: 60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752
 api_keys_file: keys.txt
@@ -108,7 +109,9 @@ TEST(RouterConfigYamlTest, FullExampleParses) {
   EXPECT_THAT(c->api_keys[0].models, ::testing::ElementsAre("fast"));
   EXPECT_EQ(c->api_keys[0].limit.requests_per_minute, 60);
   EXPECT_EQ(c->api_keys[0].limit.tokens_per_minute, 100000);
+  EXPECT_EQ(c->api_keys[0].limit.max_concurrent_requests, 3);
   EXPECT_EQ(c->api_keys[1].limit.requests_per_minute, 0);
+  EXPECT_EQ(c->api_keys[1].limit.max_concurrent_requests, 0);
   EXPECT_EQ(c->api_keys_file, "keys.txt");
   EXPECT_EQ(c->routing.max_attempts, 4);
   EXPECT_EQ(c->routing.retry_backoff_ms, 25);
@@ -230,6 +233,9 @@ TEST(RouterConfigYamlTest, RangesAreChecked) {
   EXPECT_THAT(ErrorMessage("api_keys:\n  - {name: k, sha256: " + std::string(kHashA) +
                            ", tokens_per_minute: -1}\n"),
               HasSubstr("api_keys[0].tokens_per_minute"));
+  EXPECT_THAT(ErrorMessage("api_keys:\n  - {name: k, sha256: " + std::string(kHashA) +
+                           ", max_concurrent_requests: -2}\n"),
+              HasSubstr("api_keys[0].max_concurrent_requests"));
 }
 
 TEST(RouterConfigYamlTest, AddressesAreChecked) {
