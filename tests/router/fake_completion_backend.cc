@@ -30,6 +30,11 @@ bool FakeCompletionBackend::WaitForCancel(std::chrono::milliseconds timeout) {
   return cv_.wait_for(lock, timeout, [this] { return cancelled_; });
 }
 
+bool FakeCompletionBackend::WaitForGenerate(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [this] { return generated_; });
+}
+
 api::CompletionRequest FakeCompletionBackend::last_request() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_request_;
@@ -41,7 +46,9 @@ std::unique_ptr<api::GenerationHandle> FakeCompletionBackend::Generate(
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_request_ = request;
+    generated_ = true;
   }
+  cv_.notify_all();
   std::string model = script_.answering_model.empty() ? request.model : script_.answering_model;
   int max_tokens = request.max_tokens.value_or(1 << 30);
   std::lock_guard<std::mutex> lock(mu_);  // Generate runs on several server threads

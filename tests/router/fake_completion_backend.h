@@ -41,6 +41,8 @@ class FakeCompletionBackend : public api::CompletionBackend {
 
   void Release();                                         // lets a held generation go on
   bool WaitForCancel(std::chrono::milliseconds timeout);  // true once a generation is cancelled
+  // True once Generate has been called (the request got past the HTTP layer).
+  bool WaitForGenerate(std::chrono::milliseconds timeout);
   int tokens_emitted() const { return tokens_emitted_.load(); }
   api::CompletionRequest last_request() const;
 
@@ -51,6 +53,7 @@ class FakeCompletionBackend : public api::CompletionBackend {
   std::condition_variable cv_;
   bool released_ = false;
   bool cancelled_ = false;
+  bool generated_ = false;
   api::CompletionRequest last_request_;
   std::atomic<int> tokens_emitted_{0};
   std::vector<std::thread> threads_;

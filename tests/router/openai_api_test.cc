@@ -266,7 +266,9 @@ TEST_F(OpenAiApiTest, NonStreamedDisconnectCancelsToo) {
     RawHttpClient c(server_->port());
     ASSERT_TRUE(
         c.Send(RawHttpClient::Request("POST", "/v1/chat/completions", std::string(kChat) + "}")));
-    std::this_thread::sleep_for(50ms);
+    // Closed only once the request reached the backend: a close before that is a request
+    // never made, with nothing to cancel.
+    ASSERT_TRUE(backend_->WaitForGenerate(10s));
   }
   EXPECT_TRUE(backend_->WaitForCancel(5s));
 }
