@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "router/api/api_error.h"
 #include "router/api/completion_endpoint.h"
 #include "router/api/prometheus_text.h"
@@ -11,8 +12,13 @@ namespace deltaserve::router::api {
 
 using json = nlohmann::json;
 
-OpenAiApi::OpenAiApi(CompletionBackend& backend, const RouterState& state, ApiMetrics& metrics)
-    : backend_(backend), state_(state), metrics_(metrics) {}
+OpenAiApi::OpenAiApi(CompletionBackend& backend, const RouterState& state, ApiMetrics& metrics,
+                     OpenAiApiOptions options)
+    : backend_(backend),
+      state_(state),
+      metrics_(metrics),
+      options_(options),
+      workers_(options.request_threads, options.max_queued_requests) {}
 
 void OpenAiApi::ConfigureServer(http::HttpServerOptions& options, ApiMetrics* metrics) {
   options.error_response = [](int status, std::string_view message) {
@@ -29,10 +35,10 @@ void OpenAiApi::ConfigureServer(http::HttpServerOptions& options, ApiMetrics* me
 
 void OpenAiApi::Register(http::HttpServer& server) {
   server.Route("POST", "/v1/chat/completions", [this](std::shared_ptr<http::HttpExchange> ex) {
-    HandleCompletion(Endpoint::kChatCompletions, std::move(ex), backend_, metrics_);
+    Completion(Endpoint::kChatCompletions, std::move(ex));
   });
   server.Route("POST", "/v1/completions", [this](std::shared_ptr<http::HttpExchange> ex) {
-    HandleCompletion(Endpoint::kCompletions, std::move(ex), backend_, metrics_);
+    Completion(Endpoint::kCompletions, std::move(ex));
   });
   server.RouteSync("GET", "/v1/models", [this](const http::Request& r) { return Models(r); });
   server.RouteSync("GET", "/health", [](const http::Request&) {
@@ -40,6 +46,23 @@ void OpenAiApi::Register(http::HttpServer& server) {
   });
   server.RouteSync("GET", "/ready", [this](const http::Request&) { return Ready(); });
   server.RouteSync("GET", "/metrics", [this](const http::Request&) { return Metrics(); });
+}
+
+void OpenAiApi::Completion(Endpoint endpoint, std::shared_ptr<http::HttpExchange> exchange) {
+  if (exchange->request().body.size() <= options_.inline_body_bytes) {
+    HandleCompletion(endpoint, std::move(exchange), backend_, metrics_);
+    return;
+  }
+  // A copy of the exchange pointer: TrySubmit does not run a task it refuses, and then this
+  // one still answers.
+  auto task = [this, endpoint, ex = exchange] {
+    HandleCompletion(endpoint, ex, backend_, metrics_);
+  };
+  if (workers_.TrySubmit(std::move(task))) return;
+  const absl::Status busy = absl::ResourceExhaustedError(
+      absl::StrCat("the router already has ", options_.max_queued_requests,
+                   " large requests waiting to be read; retry shortly"));
+  exchange->Respond(ApiErrorResponse(ApiErrorFromStatus(WithRetryAfter(busy, 1))));
 }
 
 http::Response OpenAiApi::Models(const http::Request& request) const {

@@ -13,6 +13,7 @@
 //   server.Start();
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <string_view>
 
@@ -20,6 +21,7 @@
 
 #include "router/api/api_metrics.h"
 #include "router/api/completion_backend.h"
+#include "router/api/request_workers.h"
 #include "router/api/router_state.h"
 #include "router/http/http_server.h"
 
@@ -37,10 +39,22 @@ class ModelListGate {
       std::string_view authorization) const = 0;
 };
 
+// Where POST bodies are handled (issue 17: work that can take long stays off the io threads).
+struct OpenAiApiOptions {
+  // Bodies up to this size are parsed, rendered and sent on the io thread that read them: at
+  // the measured worst case of 50 ms per MB that is a few milliseconds (docs/benchmarks.md).
+  size_t inline_body_bytes = 64 << 10;
+  // Larger ones go to a pool of this many threads (RequestWorkers)...
+  int request_threads = 2;
+  // ...where at most this many wait; more are answered 429 with Retry-After: 1.
+  size_t max_queued_requests = 64;
+};
+
 class OpenAiApi {
  public:
   // The references must outlive the server the routes are registered on.
-  OpenAiApi(CompletionBackend& backend, const RouterState& state, ApiMetrics& metrics);
+  OpenAiApi(CompletionBackend& backend, const RouterState& state, ApiMetrics& metrics,
+            OpenAiApiOptions options = {});
 
   // Sets the server's error bodies to the OpenAI shape and feeds `metrics` from every
   // finished exchange (chaining any on_exchange_done already set).
@@ -51,10 +65,15 @@ class OpenAiApi {
   // Filters GET /v1/models through `gate` (must outlive the server); none: everything listed.
   void SetModelListGate(const ModelListGate* gate) { gate_ = gate; }
 
+  // Large POST bodies waiting for a request thread right now.
+  size_t queued_requests() const { return workers_.queued(); }
+
   // While draining, GET /ready answers 503 so load balancers stop sending new requests.
   void SetDraining(bool draining) { draining_.store(draining); }
 
  private:
+  // A POST completion: at once when the body is small, else on workers_.
+  void Completion(Endpoint endpoint, std::shared_ptr<http::HttpExchange> exchange);
   http::Response Models(const http::Request& request) const;
   http::Response Ready() const;
   http::Response Metrics() const;
@@ -62,6 +81,8 @@ class OpenAiApi {
   CompletionBackend& backend_;
   const RouterState& state_;
   ApiMetrics& metrics_;
+  const OpenAiApiOptions options_;
+  RequestWorkers workers_;
   std::atomic<bool> draining_{false};
   const ModelListGate* gate_ = nullptr;
 };

@@ -13,6 +13,7 @@ namespace deltaserve::router::api {
 namespace {
 
 using common::Sv;
+using internal::LimitError;
 using internal::Member;
 using internal::ReadBool;
 using internal::ReadInt;
@@ -28,11 +29,13 @@ using json = nlohmann::ordered_json;
     if (absl::Status _st = (expr); !_st.ok()) return _st; \
   } while (0)
 
-constexpr int kMaxStop = 4;
 constexpr int kMaxTopLogprobs = 20;
-constexpr size_t kMaxLogitBias = 1024;
 constexpr int64_t kMaxTokensLimit = 1 << 30;
 constexpr size_t kMaxPromptTokens = 1 << 24;
+
+constexpr common::JsonReadLimits kJsonLimits{.max_depth = kMaxJsonDepth,
+                                             .max_object_keys = kMaxObjectKeys,
+                                             .max_array_elements = kMaxArrayElements};
 
 absl::Status Unsupported(std::string_view param, std::string_view message) {
   return InvalidRequestError(param, "unsupported_value", message);
@@ -134,14 +137,18 @@ absl::Status ParseStop(const json& doc, CompletionRequest* r) {
     if (v.get_ref<const std::string&>().empty()) {
       return InvalidRequestError(path, "invalid_value", "stop strings must not be empty");
     }
+    if (v.get_ref<const std::string&>().size() > kMaxStopBytes) {
+      return LimitError(path, "max_stop_bytes",
+                        absl::StrCat("'", path, "' is longer than ", kMaxStopBytes, " bytes"));
+    }
     r->stop.push_back(v.get<std::string>());
     return absl::OkStatus();
   };
   if (stop->is_string()) return add(*stop, "stop");
   if (!stop->is_array()) return TypeError("stop", "a string or an array of strings", *stop);
   if (stop->size() > kMaxStop) {
-    return InvalidRequestError(
-        "stop", "invalid_value",
+    return LimitError(
+        "stop", "max_stop",
         absl::StrCat("'stop' may hold at most ", kMaxStop, " strings, got ", stop->size()));
   }
   for (size_t i = 0; i < stop->size(); ++i) {
@@ -155,9 +162,9 @@ absl::Status ParseLogitBias(const json& doc, SamplingParams* p) {
   if (bias == nullptr) return absl::OkStatus();
   if (!bias->is_object()) return TypeError("logit_bias", "an object", *bias);
   if (bias->size() > kMaxLogitBias) {
-    return InvalidRequestError(
-        "logit_bias", "invalid_value",
-        absl::StrCat("'logit_bias' may hold at most ", kMaxLogitBias, " entries"));
+    return LimitError("logit_bias", "max_logit_bias",
+                      absl::StrCat("'logit_bias' may hold at most ", kMaxLogitBias,
+                                   " entries, got ", bias->size()));
   }
   for (auto it = bias->begin(); it != bias->end(); ++it) {
     std::string path = absl::StrCat("logit_bias.", it.key());
@@ -172,8 +179,9 @@ absl::Status ParseLogitBias(const json& doc, SamplingParams* p) {
                                               "integers), got '",
                                               key, "'"));
     }
+    // The entry's own value: looking `key` up again would search the object per entry.
     std::optional<double> v;
-    DS_RETURN_IF_ERROR(ReadNumber(*bias, key.c_str(), path, -100, 100, false, &v));
+    DS_RETURN_IF_ERROR(internal::CheckNumber(it.value(), path, -100, 100, false, &v));
     if (!v) return TypeError(path, "a number", it.value());
     p->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(*v));
   }
@@ -317,7 +325,7 @@ absl::Status ParsePrompt(const json& doc, CompletionRequest* r) {
 }  // namespace
 
 absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view body) {
-  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kMaxJsonDepth);
+  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
   if (!doc.ok()) return doc.status();
   CompletionRequest r;
   r.endpoint = Endpoint::kChatCompletions;
@@ -331,11 +339,16 @@ absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view bo
   if (messages->empty()) {
     return InvalidRequestError("messages", "invalid_value", "'messages' must not be empty");
   }
+  if (messages->size() > kMaxMessages) {
+    return LimitError("messages", "max_messages",
+                      absl::StrCat("'messages' may hold at most ", kMaxMessages, " messages, got ",
+                                   messages->size()));
+  }
   r.messages.resize(messages->size());
   for (size_t k = 0; k < messages->size(); ++k) {
     DS_RETURN_IF_ERROR(ParseMessage((*messages)[k], k, &r.messages[k]));
   }
-  DS_RETURN_IF_ERROR(internal::ValidateToolMessages(r));
+  DS_RETURN_IF_ERROR(internal::ValidateToolMessages(*messages, r));
   const json* tools = Member(*doc, "tools");
   DS_RETURN_IF_ERROR(internal::ValidateTools(tools));
   if (tools != nullptr) r.tools_json = tools->dump(-1, ' ', false, json::error_handler_t::replace);
@@ -364,7 +377,7 @@ absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view bo
 }
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) {
-  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kMaxJsonDepth);
+  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
   if (!doc.ok()) return doc.status();
   CompletionRequest r;
   r.endpoint = Endpoint::kCompletions;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "router/api/api_error.h"
 #include "router/api/internal/json_fields.h"
+#include "router/api/request_parser.h"
 
 namespace deltaserve::router::api::internal {
 namespace {
@@ -32,6 +33,11 @@ absl::Status Missing(const std::string& path, std::string_view what) {
 absl::Status ValidateTools(const json* tools) {
   if (tools == nullptr) return absl::OkStatus();
   if (!tools->is_array()) return TypeError("tools", "an array", *tools);
+  if (tools->size() > kMaxTools) {
+    return LimitError(
+        "tools", "max_tools",
+        absl::StrCat("'tools' may hold at most ", kMaxTools, " tools, got ", tools->size()));
+  }
   for (size_t i = 0; i < tools->size(); ++i) {
     const json& tool = (*tools)[i];
     const std::string path = absl::StrCat("tools[", i, "]");
@@ -59,6 +65,14 @@ absl::Status ValidateTools(const json* tools) {
     if (const json* params = Member(*function, "parameters"); params != nullptr) {
       if (!params->is_object()) {
         return TypeError(path + ".function.parameters", "an object (a JSON Schema)", *params);
+      }
+      // The schema is rendered into every prompt and may be compiled into a grammar; its size
+      // as compact JSON bounds that work.
+      const size_t bytes = params->dump(-1, ' ', false, json::error_handler_t::replace).size();
+      if (bytes > kMaxToolSchemaBytes) {
+        return LimitError(path + ".function.parameters", "max_tool_schema_bytes",
+                          absl::StrCat("'", path, ".function.parameters' is ", bytes,
+                                       " bytes as JSON, more than ", kMaxToolSchemaBytes));
       }
     }
     if (const json* d = Member(*function, "description"); d != nullptr && !d->is_string()) {
@@ -106,14 +120,16 @@ absl::Status ValidateToolChoice(const json* choice, const json* tools) {
                                           "', which 'tools' does not declare"));
 }
 
-absl::Status ValidateToolMessages(const CompletionRequest& request) {
+absl::Status ValidateToolMessages(const json& messages, const CompletionRequest& request) {
   std::set<std::string, std::less<>> call_ids;
-  for (size_t i = 0; i < request.messages.size(); ++i) {
+  for (size_t i = 0; i < request.messages.size() && i < messages.size(); ++i) {
     const ChatMessage& m = request.messages[i];
     if (m.role == "assistant" && !m.tool_calls_json.empty()) {
-      const json calls = json::parse(m.tool_calls_json, nullptr, /*allow_exceptions=*/false);
-      if (!calls.is_array()) continue;
-      for (const json& call : calls) {
+      // The calls as read from the body: re-parsing tool_calls_json with nlohmann's ordered_json
+      // parse would search each object's keys per key (quadratic in a wide object).
+      const json* calls = Member(messages[i], "tool_calls");
+      if (calls == nullptr || !calls->is_array()) continue;
+      for (const json& call : *calls) {
         const json* id = call.is_object() ? Member(call, "id") : nullptr;
         if (id != nullptr && id->is_string()) call_ids.insert(id->get<std::string>());
       }

@@ -11,7 +11,8 @@
 
 namespace deltaserve::router::api::internal {
 
-// `tools` (may be null: none): an array of {"type":"function","function":{"name",
+// `tools` (may be null: none): at most kMaxTools (request_parser.h), each `parameters` at most
+// kMaxToolSchemaBytes as JSON; an array of {"type":"function","function":{"name",
 // "description"?, "parameters"?}} with names matching ^[a-zA-Z0-9_-]{1,64}$ and `parameters` an
 // object.
 absl::Status ValidateTools(const nlohmann::ordered_json* tools);
@@ -22,7 +23,8 @@ absl::Status ValidateToolChoice(const nlohmann::ordered_json* tool_choice,
                                 const nlohmann::ordered_json* tools);
 
 // Every role-"tool" message's tool_call_id is the id of a call in an earlier assistant
-// message's tool_calls.
-absl::Status ValidateToolMessages(const CompletionRequest& request);
+// message's tool_calls. `messages` is the body's array that `request.messages` was parsed from.
+absl::Status ValidateToolMessages(const nlohmann::ordered_json& messages,
+                                  const CompletionRequest& request);
 
 }  // namespace deltaserve::router::api::internal

@@ -12,61 +12,34 @@ namespace {
 
 using common::Sv;
 
-// Rejects nesting deeper than max_depth before nlohmann builds (and later destroys) the
-// value, so a body of a million '[' costs a linear scan and a 400.
-absl::Status CheckDepth(std::string_view body, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    char c = body[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        return InvalidRequestError(
-            "", "invalid_json",
-            absl::StrCat("JSON nests deeper than ", max_depth, " levels (at byte ", i, ")"));
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return absl::OkStatus();
-}
-
 std::string FormatNumber(double v) { return absl::StrFormat("%g", v); }
 
 }  // namespace
 
-absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(std::string_view body, int max_depth) {
-  if (absl::Status st = CheckDepth(body, max_depth); !st.ok()) return st;
-  nlohmann::ordered_json doc;
-  try {
-    doc = nlohmann::ordered_json::parse(body.begin(), body.end());
-  } catch (const nlohmann::ordered_json::exception& e) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 9: ...", or
-    // out_of_range.406 for a number such as 1e400.
-    std::string what = e.what();
-    size_t pos = what.find("] ");
-    return InvalidRequestError(
-        "", "invalid_json",
-        absl::StrCat("the request body is not valid JSON: ",
-                     pos == std::string::npos ? what : what.substr(pos + 2)));
+absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(std::string_view body,
+                                                       const common::JsonReadLimits& limits) {
+  common::JsonReadFault fault;
+  absl::StatusOr<nlohmann::ordered_json> doc = common::ReadOrderedJson(body, limits, &fault);
+  if (!doc.ok()) {
+    const std::string_view what(doc.status().message().data(), doc.status().message().size());
+    if (fault.kind == common::JsonReadFault::Kind::kLimit) {
+      return LimitError(fault.path, fault.limit, fault.what);
+    }
+    return InvalidRequestError("", "invalid_json",
+                               absl::StrCat("the request body is not valid JSON: ", Sv(what)));
   }
-  if (!doc.is_object()) {
+  if (!doc->is_object()) {
     return InvalidRequestError(
         "", "invalid_type",
-        absl::StrCat("the request body must be a JSON object, got ", Sv(TypeName(doc))));
+        absl::StrCat("the request body must be a JSON object, got ", Sv(TypeName(*doc))));
   }
   return doc;
+}
+
+absl::Status LimitError(std::string_view path, std::string_view limit, std::string_view what) {
+  return InvalidRequestError(
+      path, kLimitExceededCode,
+      absl::StrCat(Sv(what), " (limit ", Sv(limit), ": docs/router.md, 'Request limits')"));
 }
 
 const nlohmann::ordered_json* Member(const nlohmann::ordered_json& obj, const char* name) {
@@ -126,8 +99,14 @@ absl::Status ReadNumber(const nlohmann::ordered_json& obj, const char* name, std
                         double lo, double hi, bool lo_open, std::optional<double>* out) {
   const nlohmann::ordered_json* v = Member(obj, name);
   if (v == nullptr) return absl::OkStatus();
-  if (!v->is_number()) return TypeError(path, "a number", *v);
-  double x = v->get<double>();
+  return CheckNumber(*v, path, lo, hi, lo_open, out);
+}
+
+absl::Status CheckNumber(const nlohmann::ordered_json& v, std::string_view path, double lo,
+                         double hi, bool lo_open, std::optional<double>* out) {
+  if (v.is_null()) return absl::OkStatus();
+  if (!v.is_number()) return TypeError(path, "a number", v);
+  double x = v.get<double>();
   if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) {
     return InvalidRequestError(
         path, "invalid_value",

@@ -10,12 +10,22 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/json_reader.h"
 
 namespace deltaserve::router::api::internal {
 
-// The body as a JSON object: 400 "invalid_json" (with the parser's position) for malformed
-// JSON, invalid UTF-8 or nesting deeper than `max_depth`; "invalid_type" for a non-object.
-absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(std::string_view body, int max_depth);
+// The code of every 400 for a request limit (docs/router.md, "Request limits").
+inline constexpr char kLimitExceededCode[] = "request_limit_exceeded";
+
+// The body as a JSON object, read in linear time (common/json_reader.h): 400 "invalid_json"
+// (with the parser's position) for malformed JSON or invalid UTF-8, "invalid_type" for a
+// non-object, and a LimitError where `limits` are passed (param: the path where).
+absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(std::string_view body,
+                                                       const common::JsonReadLimits& limits);
+
+// A 400 for a request limit: code kLimitExceededCode, param `path`, a message saying `what`
+// and naming `limit` (a name from docs/router.md, "Request limits", such as "max_tools").
+absl::Status LimitError(std::string_view path, std::string_view limit, std::string_view what);
 
 // The member `name` of `obj`, or nullptr when absent or null.
 const nlohmann::ordered_json* Member(const nlohmann::ordered_json& obj, const char* name);
@@ -34,6 +44,9 @@ absl::Status ReadBool(const nlohmann::ordered_json& obj, const char* name, std::
 // A number in [lo, hi]; `lo_open` makes the lower bound exclusive.
 absl::Status ReadNumber(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                         double lo, double hi, bool lo_open, std::optional<double>* out);
+// The same check of a value in hand (null leaves *out unchanged).
+absl::Status CheckNumber(const nlohmann::ordered_json& v, std::string_view path, double lo,
+                         double hi, bool lo_open, std::optional<double>* out);
 // An integer in [lo, hi] (an integral float such as 5.0 is accepted).
 absl::Status ReadInt(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                      int64_t lo, int64_t hi, std::optional<int64_t>* out);
