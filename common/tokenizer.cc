@@ -34,6 +34,42 @@ struct Fragment {
   TokenId special = -1;
 };
 
+// Whether [begin, end) overlaps one of `ranges` (sorted, disjoint).
+bool Overlaps(absl::Span<const ByteRange> ranges, size_t begin, size_t end) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), begin,
+                             [](size_t pos, const ByteRange& r) { return pos < r.end; });
+  return it != ranges.end() && it->begin < end;
+}
+
+// SanitizeUtf8(text) into `out`, returning `ranges` moved onto the same bytes of `out` (a
+// malformed byte becomes the three bytes of U+FFFD, so later offsets shift).
+std::vector<ByteRange> SanitizeMarked(std::string_view text, absl::Span<const ByteRange> ranges,
+                                      std::string& out) {
+  std::vector<size_t> at(text.size() + 1);
+  out.clear();
+  out.reserve(text.size() + 8);
+  size_t i = 0;
+  while (i < text.size()) {
+    const int len = Utf8SequenceLength(text, i);
+    if (len > 0) {
+      for (int k = 0; k < len; ++k)
+        at[i + static_cast<size_t>(k)] = out.size() + static_cast<size_t>(k);
+      out.append(text.data() + i, static_cast<size_t>(len));
+      i += static_cast<size_t>(len);
+    } else {
+      at[i] = out.size();
+      AppendUtf8(kReplacementChar, out);
+      ++i;
+    }
+  }
+  at[text.size()] = out.size();
+  std::vector<ByteRange> moved;
+  for (const ByteRange& r : ranges) {
+    AddByteRange(moved, at[std::min(r.begin, text.size())], at[std::min(r.end, text.size())]);
+  }
+  return moved;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
@@ -227,10 +263,26 @@ const Tokenizer::Merge* Tokenizer::FindMerge(TokenId left, TokenId right) const 
 }
 
 std::vector<TokenId> Tokenizer::Encode(std::string_view text, bool parse_special) const {
+  return EncodeImpl(text, parse_special, {});
+}
+
+std::vector<TokenId> Tokenizer::EncodeMarked(std::string_view text,
+                                             absl::Span<const ByteRange> untrusted) const {
+  return EncodeImpl(text, /*parse_special=*/true, untrusted);
+}
+
+std::vector<TokenId> Tokenizer::EncodeImpl(std::string_view text, bool parse_special,
+                                           absl::Span<const ByteRange> untrusted) const {
   std::vector<TokenId> out;
   std::string sanitized;
+  std::vector<ByteRange> moved;
   if (!IsValidUtf8(text)) {
-    sanitized = SanitizeUtf8(text);
+    if (untrusted.empty()) {
+      sanitized = SanitizeUtf8(text);
+    } else {
+      moved = SanitizeMarked(text, untrusted, sanitized);
+      untrusted = moved;
+    }
     text = sanitized;
   }
   // Cut special tokens out longest first, each over every raw fragment left, as llama.cpp's
@@ -238,7 +290,9 @@ std::vector<TokenId> Tokenizer::Encode(std::string_view text, bool parse_special
   std::vector<Fragment> fragments{{text, -1}};
   std::vector<Fragment> next;
   for (TokenId id : specials_) {
-    if (!parse_special && type_[id] != TokenType::kUserDefined) continue;
+    const bool control = type_[id] != TokenType::kUserDefined;
+    if (!parse_special && control) continue;
+    const bool check_origin = control && !untrusted.empty();
     const std::string_view needle = token_text_[id];
     next.clear();
     bool found = false;
@@ -247,12 +301,20 @@ std::vector<TokenId> Tokenizer::Encode(std::string_view text, bool parse_special
         next.push_back(f);
         continue;
       }
-      size_t from = 0;
-      for (size_t at; (at = f.text.find(needle, from)) != std::string_view::npos;
-           from = at + needle.size()) {
+      const size_t base = static_cast<size_t>(f.text.data() - text.data());
+      size_t from = 0;  // start of the fragment's text not yet cut
+      size_t search = 0;
+      for (size_t at; (at = f.text.find(needle, search)) != std::string_view::npos;) {
+        // Request text stays text: an occurrence overlapping it is skipped, and a later one that
+        // overlaps it may still be the template's own.
+        if (check_origin && Overlaps(untrusted, base + at, base + at + needle.size())) {
+          search = at + 1;
+          continue;
+        }
         found = true;
         if (at > from) next.push_back({f.text.substr(from, at - from), -1});
         next.push_back({{}, id});
+        from = search = at + needle.size();
       }
       if (from < f.text.size()) next.push_back({f.text.substr(from), -1});
     }

@@ -2,7 +2,9 @@
 // tokenizer of Qwen2/Qwen3/Qwen3.5 models. It reproduces llama.cpp's tokenization: special
 // tokens are cut out of the text first (control tokens only when `parse_special`, user-defined
 // tokens always, longest first), each remaining fragment is split by the `qwen2`/`qwen35`
-// pre-tokenizer (pre_tokenizer.h), and each piece is merged by BPE rank.
+// pre-tokenizer (pre_tokenizer.h), and each piece is merged by BPE rank. EncodeMarked parses
+// control tokens only outside the byte ranges a chat prompt's request text occupies
+// (marked_text.h), so typed "<|im_start|>" stays text.
 //
 //   ASSIGN_OR_RETURN(auto tok, Tokenizer::FromGguf(file));
 //   std::vector<TokenId> ids = tok->Encode("Hello world", /*parse_special=*/true);
@@ -22,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/marked_text.h"
 #include "common/pre_tokenizer.h"
 
 namespace deltaserve::common {
@@ -71,6 +74,15 @@ class Tokenizer {
   // is added. With `parse_special` false, control-token text is tokenized as ordinary text.
   std::vector<TokenId> Encode(std::string_view text, bool parse_special) const;
 
+  // Encode(text, /*parse_special=*/true), except that a control token is matched only where its
+  // text lies wholly outside `untrusted` (sorted, disjoint byte ranges of `text`, as MarkedText
+  // keeps them). Bytes inside those ranges are tokenized exactly as Encode(..., false) would:
+  // user-defined tokens (<think>, <tool_call>) still match there, as llama.cpp matches them in
+  // any text. With no control-token text overlapping `untrusted` the ids equal Encode(text,
+  // true), so prompts without injected markup tokenize as before.
+  std::vector<TokenId> EncodeMarked(std::string_view text,
+                                    absl::Span<const ByteRange> untrusted) const;
+
   // The bytes token `id` stands for (llama_token_to_piece with special=true): normal tokens are
   // byte-decoded, control and user-defined tokens are their text, unused ones are empty. Pieces
   // may be incomplete UTF-8. Out-of-range ids give an empty piece.
@@ -109,6 +121,10 @@ class Tokenizer {
   void EncodeWord(std::string_view word, std::vector<TokenId>& out) const;
   // BPE over byte tokens without the cache.
   void MergeWord(std::string_view word, std::vector<TokenId>& out) const;
+  // Encode and EncodeMarked: control tokens are matched when `parse_special`, except those
+  // overlapping `untrusted`.
+  std::vector<TokenId> EncodeImpl(std::string_view text, bool parse_special,
+                                  absl::Span<const ByteRange> untrusted) const;
   // Tokenizes a fragment that contains no special tokens.
   void EncodeFragment(std::string_view fragment, std::vector<TokenId>& out) const;
   const Merge* FindMerge(TokenId left, TokenId right) const;

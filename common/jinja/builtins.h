@@ -64,11 +64,15 @@ absl::Status UndefinedError(const Value& undefined);
 // Strings by code point (Python indexes str by code point, not byte).
 int64_t CodepointCount(std::string_view s);
 
-// Python's str methods (string_methods.cc): whether `name` is one, and calling it on `s`.
+// Python's str methods (string_methods.cc): whether `name` is one, and calling it on `self`.
 bool IsStrMethod(const std::string& name);
-absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, CallArgs& args);
+absl::StatusOr<Value> CallStrMethod(const Value& self, const std::string& name, CallArgs& args);
 // Helpers filters share with them. `chars` null: Unicode whitespace.
 std::string PyStrip(std::string_view s, const std::u32string* chars, bool left, bool right);
+// str(v) stripped as PyStrip does, keeping a string's context marks on the bytes that remain
+// (the trim filter, str.strip/lstrip/rstrip): a template's `(header ~ content) | trim` keeps the
+// header's special tokens. Call it inside the built-in's DerivedFromContextScope.
+Value StripValue(const Value& v, const std::u32string* chars, bool left, bool right);
 std::string PyUpper(std::string_view s);
 std::string PyLower(std::string_view s);
 std::string PyTitle(std::string_view s);

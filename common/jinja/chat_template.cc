@@ -12,8 +12,15 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
+  absl::StatusOr<MarkedText> marked = RenderMarked(context, {});
+  if (!marked.ok()) return marked.status();
+  return std::move(marked->text);
+}
+
+absl::StatusOr<MarkedText> ChatTemplate::RenderMarked(
+    const nlohmann::ordered_json& context, absl::Span<const std::string> trusted_keys) const {
   jinja::Interpreter interpreter(*tmpl_);
-  return interpreter.Render(context);
+  return interpreter.Render(context, trusted_keys);
 }
 
 bool IsRaisedByTemplate(const absl::Status& status) {

@@ -7,6 +7,8 @@
 //   nlohmann::ordered_json ctx = {{"messages", messages}, {"tools", nullptr},
 //                                 {"add_generation_prompt", true}, {"eos_token", "<|im_end|>"}};
 //   absl::StatusOr<std::string> prompt = t->Render(ctx);
+//   absl::StatusOr<MarkedText> marked = t->RenderMarked(ctx, {"bos_token", "eos_token"});
+//   ids = tokenizer.EncodeMarked(marked->text, marked->untrusted);  // request text stays text
 #pragma once
 
 #include <memory>
@@ -15,6 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/marked_text.h"
 #include "nlohmann/json.hpp"
 
 namespace deltaserve::common {
@@ -36,6 +40,15 @@ class ChatTemplate {
   // a method on null, bad types) → InvalidArgument "chat template line N: TypeError: …"; a render
   // past the engine's limits → ResourceExhausted naming the line.
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context) const;
+
+  // Render, also saying which bytes of the text came from `context` rather than from the
+  // template's own text: every string in it (dict keys too) except those under the top-level
+  // keys named in `trusted_keys` (the caller's own values, such as the tokenizer's bos_token).
+  // Text the template computes from context strings (tojson, upper, a slice) counts as context;
+  // concatenation and trimming keep the marks byte for byte (docs/chat_templates.md). The text
+  // is exactly Render's.
+  absl::StatusOr<MarkedText> RenderMarked(const nlohmann::ordered_json& context,
+                                          absl::Span<const std::string> trusted_keys) const;
 
  private:
   explicit ChatTemplate(std::shared_ptr<const jinja::Template> tmpl) : tmpl_(std::move(tmpl)) {}

@@ -204,11 +204,11 @@ const absl::flat_hash_map<std::string, FilterFn>& Filters() {
               {"sort", SortFilter},
               {"string",
                [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-                 return Value(v.Str());
+                 return v.is_string() ? v : Value(v.Str());
                }},
               {"safe",
                [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-                 return Value(v.Str());
+                 return v.is_string() ? v : Value(v.Str());
                }},
               {"e",
                [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
@@ -242,9 +242,9 @@ const absl::flat_hash_map<std::string, FilterFn>& Filters() {
                [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
                  const Value* chars = Arg(args, 0, "chars");
                  if (chars == nullptr || chars->is_none())
-                   return Value(PyStrip(v.Str(), nullptr, true, true));
+                   return StripValue(v, nullptr, true, true);
                  const std::u32string set = DecodeCodepoints(chars->Str());
-                 return Value(PyStrip(v.Str(), &set, true, true));
+                 return StripValue(v, &set, true, true);
                }},
               {"length",
                [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
@@ -290,19 +290,19 @@ const absl::flat_hash_map<std::string, FilterFn>& Filters() {
                [](Interpreter&, const Value& v, CallArgs& args) -> absl::StatusOr<Value> {
                  const Value* sep = Arg(args, 0, "d");
                  const Value* attribute = Arg(args, 1, "attribute");
-                 const std::string d = sep != nullptr ? sep->Str() : "";
                  DS_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
-                 std::string out;
+                 // Concatenation: each piece keeps its own marks.
+                 MarkedText out;
                  for (size_t i = 0; i < items.size(); ++i) {
                    Value item = items[i];
                    if (attribute != nullptr && !attribute->is_none()) {
                      DS_JINJA_ASSIGN_OR_RETURN(item, AttrGet(item, *attribute));
                    }
-                   if (i > 0) out += d;
-                   out += item.Str();
-                   DS_JINJA_RETURN_IF_ERROR(Interpreter::CheckStringSize(out.size()));
+                   if (i > 0 && sep != nullptr) sep->AppendTo(out);
+                   item.AppendTo(out);
+                   DS_JINJA_RETURN_IF_ERROR(Interpreter::CheckStringSize(out.text.size()));
                  }
-                 return Value(std::move(out));
+                 return Value::Marked(std::move(out));
                }},
               {"list",
                [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<Value> {

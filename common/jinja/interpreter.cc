@@ -1,5 +1,6 @@
 #include "common/jinja/interpreter.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "absl/status/status.h"
@@ -39,10 +40,21 @@ bool IsConstant(const Expr& e) {
 }
 
 int64_t SizeCost(const Value& v) {
-  if (v.is_string()) return static_cast<int64_t>(v.as_string().size() / 64);
+  if (v.is_string()) {
+    return static_cast<int64_t>(v.as_string().size() / 64 + v.context_ranges().size() / 4);
+  }
   if (v.is_list()) return static_cast<int64_t>(v.as_list().items.size());
   if (v.is_dict()) return static_cast<int64_t>(v.as_dict().items.size());
   return 0;
+}
+
+// a ~ b, and a + b on two strings: the bytes of both with their marks.
+absl::StatusOr<Value> Concat(const Value& a, const Value& b) {
+  MarkedText out;
+  a.AppendTo(out);
+  b.AppendTo(out);
+  DS_JINJA_RETURN_IF_ERROR(Interpreter::CheckStringSize(out.text.size()));
+  return Value::Marked(std::move(out));
 }
 
 }  // namespace
@@ -111,7 +123,8 @@ Value Interpreter::Lookup(Scope* scope, const std::string& name) const {
   return Value::Undefined(absl::StrCat("'", name, "' is undefined"));
 }
 
-absl::StatusOr<std::string> Interpreter::Render(const nlohmann::ordered_json& context) {
+absl::StatusOr<MarkedText> Interpreter::Render(const nlohmann::ordered_json& context,
+                                               absl::Span<const std::string> trusted_keys) {
   if (!context.is_object()) {
     return absl::InvalidArgumentError("chat template context must be a JSON object");
   }
@@ -119,18 +132,20 @@ absl::StatusOr<std::string> Interpreter::Render(const nlohmann::ordered_json& co
   for (auto& [name, fn] : Globals()) globals->vars[name] = std::move(fn);
   Scope* context_scope = NewScope(globals);
   for (const auto& [key, json] : context.items()) {
-    DS_JINJA_ASSIGN_OR_RETURN(Value v, Value::FromJson(json));
+    const bool trusted =
+        std::find(trusted_keys.begin(), trusted_keys.end(), key) != trusted_keys.end();
+    DS_JINJA_ASSIGN_OR_RETURN(Value v, Value::FromJson(json, /*from_context=*/!trusted));
     context_scope->vars[key] = std::move(v);
   }
   Scope* root = OpenScope(context_scope, tmpl_.root_unset);
-  std::string out;
+  MarkedText out;
   DS_JINJA_ASSIGN_OR_RETURN(Flow flow, ExecBody(tmpl_.body, root, out));
   (void)flow;
   return out;
 }
 
 absl::StatusOr<Interpreter::Flow> Interpreter::ExecBody(const Body& body, Scope* scope,
-                                                        std::string& out) {
+                                                        MarkedText& out) {
   for (const NodePtr& node : body) {
     DS_JINJA_ASSIGN_OR_RETURN(Flow flow, Exec(*node, scope, out));
     if (flow != Flow::kNormal) return flow;
@@ -139,7 +154,7 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecBody(const Body& body, Scope*
 }
 
 absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* scope,
-                                                    std::string& out) {
+                                                    MarkedText& out) {
   DepthGuard guard(depth_);
   if (depth_ > kMaxRenderDepth) {
     return AtLine(node.line, absl::ResourceExhaustedError(absl::StrCat(
@@ -148,11 +163,11 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
   DS_JINJA_RETURN_IF_ERROR(AtLine(node.line, Charge(1)));
   switch (node.kind) {
     case Node::Kind::kText:
-      out += node.text;
+      out.AppendTrusted(node.text);
       break;
     case Node::Kind::kOutput: {
       DS_JINJA_ASSIGN_OR_RETURN(Value v, Eval(*node.expr, scope));
-      out += v.Str();
+      v.AppendTo(out);
       break;
     }
     case Node::Kind::kIf: {
@@ -170,11 +185,11 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
       break;
     }
     case Node::Kind::kSetBlock: {
-      std::string captured;
+      MarkedText captured;
       DS_JINJA_ASSIGN_OR_RETURN(Flow flow,
                                 ExecBody(node.body, OpenScope(scope, node.body_unset), captured));
       (void)flow;
-      Value v(std::move(captured));
+      Value v = Value::Marked(std::move(captured));
       if (node.filter != nullptr) {
         DS_JINJA_ASSIGN_OR_RETURN(v, EvalFilter(*node.filter, scope, &v));
       }
@@ -183,10 +198,12 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
     }
     case Node::Kind::kMacro: {
       const Node* macro = &node;
-      scope->vars[node.name] =
-          Value::Function(node.name, [macro, scope](Interpreter& interp, CallArgs& args) {
+      scope->vars[node.name] = Value::Function(
+          node.name,
+          [macro, scope](Interpreter& interp, CallArgs& args) {
             return interp.CallMacro(*macro, scope, args);
-          });
+          },
+          /*is_template_code=*/true);
       break;
     }
     case Node::Kind::kCallBlock: {
@@ -194,22 +211,24 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
       DS_JINJA_ASSIGN_OR_RETURN(Value callee, Eval(*call.args[0], scope));
       DS_JINJA_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(call, 1, scope));
       const Node* block = &node;
-      args.keyword.emplace_back(
-          "caller", Value::Function("caller", [block, scope](Interpreter& interp, CallArgs& a) {
-            return interp.CallMacro(*block, scope, a);
-          }));
+      args.keyword.emplace_back("caller", Value::Function(
+                                              "caller",
+                                              [block, scope](Interpreter& interp, CallArgs& a) {
+                                                return interp.CallMacro(*block, scope, a);
+                                              },
+                                              /*is_template_code=*/true));
       DS_JINJA_ASSIGN_OR_RETURN(Value v, Call(callee, args));
-      out += v.Str();
+      v.AppendTo(out);
       break;
     }
     case Node::Kind::kFilterBlock: {
-      std::string captured;
+      MarkedText captured;
       DS_JINJA_ASSIGN_OR_RETURN(Flow flow,
                                 ExecBody(node.body, OpenScope(scope, node.body_unset), captured));
       (void)flow;
-      Value input(std::move(captured));
+      Value input = Value::Marked(std::move(captured));
       DS_JINJA_ASSIGN_OR_RETURN(Value v, EvalFilter(*node.filter, scope, &input));
-      out += v.Str();
+      v.AppendTo(out);
       break;
     }
     case Node::Kind::kWith: {
@@ -227,14 +246,14 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Node& node, Scope* sco
     case Node::Kind::kContinue:
       return Flow::kContinue;
   }
-  if (out.size() > static_cast<size_t>(kMaxOutputBytes)) {
-    return AtLine(node.line, CheckStringSize(out.size()));
+  if (out.text.size() > static_cast<size_t>(kMaxOutputBytes)) {
+    return AtLine(node.line, CheckStringSize(out.text.size()));
   }
   return Flow::kNormal;
 }
 
 absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Node& node, Scope* scope,
-                                                       std::string& out) {
+                                                       MarkedText& out) {
   DS_JINJA_ASSIGN_OR_RETURN(Value iterable, Eval(*node.expr, scope));
   auto items_or = Iterate(iterable);
   if (!items_or.ok()) return AtLine(node.line, items_or.status());
@@ -331,6 +350,8 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Node& macro, Scope* defined_i
     return absl::ResourceExhaustedError(
         absl::StrCat("macro calls nest deeper than ", kMaxRenderDepth, " levels"));
   }
+  // A macro is template code even when called from inside a built-in.
+  DerivedFromContextScope template_code(false);
   Scope* scope = OpenScope(defined_in, macro.body_unset);
   std::vector<Value> extra;
   for (size_t i = 0; i < macro.params.size(); ++i) {
@@ -361,10 +382,10 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Node& macro, Scope* defined_i
   }
   scope->vars["varargs"] = Value::List(std::move(extra), /*is_tuple=*/true);
   scope->vars["kwargs"] = Value::Dict(std::move(extra_kw));
-  std::string out;
+  MarkedText out;
   DS_JINJA_ASSIGN_OR_RETURN(Flow flow, ExecBody(macro.body, scope, out));
   (void)flow;
-  return Value(std::move(out));
+  return Value::Marked(std::move(out));
 }
 
 absl::StatusOr<Value> Interpreter::Call(const Value& callee, CallArgs& args) {
@@ -373,7 +394,10 @@ absl::StatusOr<Value> Interpreter::Call(const Value& callee, CallArgs& args) {
     return absl::InvalidArgumentError(
         absl::StrCat("TypeError: '", callee.TypeName(), "' object is not callable"));
   }
-  return callee.as_callable().fn(*this, args);
+  const Callable& callable = callee.as_callable();
+  if (callable.is_template_code) return callable.fn(*this, args);
+  DerivedFromContextScope derived(callable.holds_context || ArgsHoldContext(args));
+  return callable.fn(*this, args);
 }
 
 absl::StatusOr<CallArgs> Interpreter::EvalArgs(const Expr& e, size_t first, Scope* scope) {
@@ -399,6 +423,7 @@ absl::StatusOr<Value> Interpreter::EvalFilter(const Expr& e, Scope* scope, const
     DS_JINJA_ASSIGN_OR_RETURN(value, Eval(*e.args[0], scope));
   }
   DS_JINJA_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1, scope));
+  DerivedFromContextScope derived(value.HoldsContext() || ArgsHoldContext(args));
   auto result = ApplyFilter(*this, e.name, value, args);
   if (!result.ok()) return AtLine(e.line, result.status());
   return result;
@@ -467,6 +492,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, Scope* scope) {
     case Expr::Kind::kItem: {
       DS_JINJA_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0], scope));
       DS_JINJA_ASSIGN_OR_RETURN(Value key, Eval(*e.args[1], scope));
+      DerivedFromContextScope derived(obj.HoldsContext());  // a character of a string
       return GetItem(obj, key);
     }
     case Expr::Kind::kSlice: {
@@ -477,6 +503,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, Scope* scope) {
           DS_JINJA_ASSIGN_OR_RETURN(parts[i], Eval(*e.args[static_cast<size_t>(i) + 1], scope));
         }
       }
+      DerivedFromContextScope derived(obj.HoldsContext());
       auto sliced = GetSlice(obj, e.args[1] ? &parts[0] : nullptr, e.args[2] ? &parts[1] : nullptr,
                              e.args[3] ? &parts[2] : nullptr);
       // jinja2 folds a slice of constants at compile time through its lenient getitem, so a bad
@@ -524,12 +551,8 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, Scope* scope) {
         return Eval(*e.args[1], scope);
       }
       DS_JINJA_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1], scope));
-      if (e.name == "~") {
-        std::string s = a.Str();
-        const std::string t = b.Str();
-        DS_JINJA_RETURN_IF_ERROR(CheckStringSize(s.size() + t.size()));
-        return Value(s + t);
-      }
+      if (e.name == "~" || (e.name == "+" && a.is_string() && b.is_string())) return Concat(a, b);
+      DerivedFromContextScope derived(a.HoldsContext() || b.HoldsContext());
       return BinaryOp(e.name, a, b);
     }
     case Expr::Kind::kCompare: {

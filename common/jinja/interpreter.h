@@ -8,8 +8,12 @@
 //   kMaxLoopIterations  for-loop iterations summed over the whole render (and range() length)
 //   kMaxRenderDepth     nesting of evaluation: expressions, blocks and macro calls together
 //   kMaxRenderSteps     total work: one step per expression and statement, plus one per 64 bytes
-//                       of every string produced and one per item of every list or dict built
+//                       of every string produced (and per 4 context ranges it carries) and one
+//                       per item of every list or dict built
 // Going past one is a ResourceExhausted error naming the line.
+//
+// The output is marked: the bytes that came from the context (value.h, "Provenance") are listed
+// beside the text, so the tokenizer can keep request text from becoming special tokens.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +23,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/jinja/parser.h"
 #include "common/jinja/value.h"
+#include "common/marked_text.h"
 #include "nlohmann/json.hpp"
 
 namespace deltaserve::common::jinja {
@@ -38,8 +44,10 @@ class Interpreter {
  public:
   explicit Interpreter(const Template& tmpl) : tmpl_(tmpl) {}
 
-  // Renders with the context's top-level keys as variables.
-  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context);
+  // Renders with the context's top-level keys as variables. Every string in `context` is
+  // context text except those under the top-level keys named in `trusted_keys`.
+  absl::StatusOr<MarkedText> Render(const nlohmann::ordered_json& context,
+                                    absl::Span<const std::string> trusted_keys = {});
 
   // Calls a callable value (filters such as map use it).
   absl::StatusOr<Value> Call(const Value& callee, CallArgs& args);
@@ -64,9 +72,9 @@ class Interpreter {
   Scope* OpenScope(Scope* parent, const std::vector<std::string>& unset);
   Value Lookup(Scope* scope, const std::string& name) const;
 
-  absl::StatusOr<Flow> ExecBody(const Body& body, Scope* scope, std::string& out);
-  absl::StatusOr<Flow> Exec(const Node& node, Scope* scope, std::string& out);
-  absl::StatusOr<Flow> ExecFor(const Node& node, Scope* scope, std::string& out);
+  absl::StatusOr<Flow> ExecBody(const Body& body, Scope* scope, MarkedText& out);
+  absl::StatusOr<Flow> Exec(const Node& node, Scope* scope, MarkedText& out);
+  absl::StatusOr<Flow> ExecFor(const Node& node, Scope* scope, MarkedText& out);
   absl::Status Assign(const Expr& target, const Value& value, Scope* scope);
   absl::StatusOr<Value> CallMacro(const Node& macro, Scope* defined_in, CallArgs& args);
 

@@ -75,13 +75,14 @@ absl::StatusOr<Value> CallListMethod(const Value& list, const std::string& name,
 }
 
 Value BoundMethod(const Value& receiver, const std::string& name) {
-  return Value::Function(name,
-                         [receiver, name](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
-                           if (receiver.is_string())
-                             return CallStrMethod(receiver.as_string(), name, args);
-                           if (receiver.is_dict()) return CallDictMethod(receiver, name, args);
-                           return CallListMethod(receiver, name, args);
-                         });
+  return Value::Function(
+      name,
+      [receiver, name](Interpreter&, CallArgs& args) -> absl::StatusOr<Value> {
+        if (receiver.is_string()) return CallStrMethod(receiver, name, args);
+        if (receiver.is_dict()) return CallDictMethod(receiver, name, args);
+        return CallListMethod(receiver, name, args);
+      },
+      /*is_template_code=*/false, /*holds_context=*/receiver.HoldsContext());
 }
 
 bool IsDictMethod(const std::string& name) {

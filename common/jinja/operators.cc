@@ -126,7 +126,9 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
       while (i < s.size()) {
         size_t j = i + 1;
         while (j < s.size() && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) ++j;
-        chars.emplace_back(s.substr(i, j - i));
+        // A character of context text is context text, as whatever is built from it.
+        chars.push_back(v.HoldsContext() ? Value::FromContext(s.substr(i, j - i))
+                                         : Value(s.substr(i, j - i)));
         i = j;
       }
       return chars;

@@ -300,7 +300,8 @@ bool AllCodepoints(const std::string& s, bool (*pred)(UChar32)) {
 
 }  // namespace
 
-absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, CallArgs& args) {
+absl::StatusOr<Value> CallStrMethod(const Value& self, const std::string& name, CallArgs& args) {
+  const std::string& s = self.as_string();
   if (name == "startswith" || name == "endswith") {
     const Value* arg = Arg(args, 0, "prefix");
     if (arg == nullptr) return TypeError(absl::StrCat(name, "() takes at least 1 argument"));
@@ -341,7 +342,7 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, const std::string& nam
       if (!chars->is_string()) return TypeError(absl::StrCat(name, " arg must be None or str"));
       set = DecodeCodepoints(chars->as_string());
     }
-    return Value(PyStrip(s, chars != nullptr ? &set : nullptr, name != "rstrip", name != "lstrip"));
+    return StripValue(self, chars != nullptr ? &set : nullptr, name != "rstrip", name != "lstrip");
   }
   if (name == "replace") {
     DS_JINJA_ASSIGN_OR_RETURN(std::string old, StringArg(args, 0, "old", name));
@@ -459,6 +460,40 @@ std::string PyStrip(std::string_view s, const std::u32string* chars, bool left, 
     while (e > b && strip(u[e - 1])) --e;
   }
   return EncodeCodepoints(std::u32string_view(u).substr(b, e - b));
+}
+
+Value StripValue(const Value& v, const std::u32string* chars, bool left, bool right) {
+  if (!v.is_string() || v.origin() != Origin::kMixed || !IsValidUtf8(v.as_string())) {
+    return Value(PyStrip(v.Str(), chars, left, right));
+  }
+  // Valid UTF-8, so PyStrip's result is the bytes between the first and last kept code points.
+  const std::string& s = v.as_string();
+  auto strip = [chars](uint32_t c) {
+    return chars == nullptr ? IsPySpace(static_cast<char32_t>(c))
+                            : chars->find(static_cast<char32_t>(c)) != std::u32string::npos;
+  };
+  size_t begin = 0;
+  size_t end = s.size();
+  while (left && begin < end) {
+    size_t next = begin;
+    if (!strip(DecodeUtf8(s, next))) break;
+    begin = next;
+  }
+  if (right) {
+    while (end > begin) {
+      size_t start = end - 1;
+      while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      size_t pos = start;
+      if (!strip(DecodeUtf8(s, pos))) break;
+      end = start;
+    }
+  }
+  std::vector<ByteRange> ranges;
+  for (const ByteRange& r : v.context_ranges()) {
+    if (r.end <= begin || r.begin >= end) continue;
+    AddByteRange(ranges, std::max(r.begin, begin) - begin, std::min(r.end, end) - begin);
+  }
+  return Value::Marked(s.substr(begin, end - begin), ranges);
 }
 
 std::string PyUpper(std::string_view s) { return FullCaseMap(s, CaseMode::kUpper); }

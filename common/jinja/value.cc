@@ -16,6 +16,14 @@ namespace {
 using Data =
     std::variant<int64_t, double, std::string, ListPtr, DictPtr, CallablePtr, NamespaceData*>;
 
+// DerivedFromContextScope's state: one render runs on one thread.
+thread_local bool derived_from_context = false;
+
+const std::vector<ByteRange>& NoRanges() {
+  static const auto* none = new std::vector<ByteRange>();
+  return *none;
+}
+
 // Python's str.isprintable() for one code point: everything but the categories Cc, Cf, Cs, Co,
 // Cn, Zl, Zp and Zs (the ASCII space excepted).
 bool IsPyPrintable(char32_t c) {
@@ -95,6 +103,96 @@ const Value* CallArgs::Keyword(std::string_view name) const {
   return nullptr;
 }
 
+DerivedFromContextScope::DerivedFromContextScope(bool active) : previous_(derived_from_context) {
+  derived_from_context = active;
+}
+
+DerivedFromContextScope::~DerivedFromContextScope() { derived_from_context = previous_; }
+
+bool ArgsHoldContext(const CallArgs& args) {
+  for (const Value& v : args.positional) {
+    if (v.HoldsContext()) return true;
+  }
+  for (const auto& [name, v] : args.keyword) {
+    if (v.HoldsContext()) return true;
+  }
+  return false;
+}
+
+Value::Value(std::string s) : type_(Type::kString), data_(std::move(s)) {
+  if (derived_from_context) origin_ = Origin::kContext;
+}
+
+Value Value::FromContext(std::string s) {
+  Value v(std::move(s));
+  v.origin_ = Origin::kContext;
+  return v;
+}
+
+Value Value::Marked(std::string s, const std::vector<ByteRange>& context_ranges) {
+  Value v(std::move(s));
+  const size_t size = v.as_string().size();
+  if (context_ranges.empty() || size == 0) {
+    v.origin_ = Origin::kTemplate;
+  } else if (context_ranges.size() == 1 && context_ranges[0].begin == 0 &&
+             context_ranges[0].end >= size) {
+    v.origin_ = Origin::kContext;
+  } else {
+    v.origin_ = Origin::kMixed;
+    v.context_ranges_ = std::make_shared<const std::vector<ByteRange>>(context_ranges);
+  }
+  return v;
+}
+
+const std::vector<ByteRange>& Value::context_ranges() const {
+  return origin_ == Origin::kMixed ? *context_ranges_ : NoRanges();
+}
+
+bool Value::HoldsContext() const {
+  switch (type_) {
+    case Type::kString:
+      return origin_ != Origin::kTemplate;
+    case Type::kList:
+      return as_list().holds_context;
+    case Type::kDict:
+      return as_dict().holds_context;
+    case Type::kCallable:
+      return as_callable().holds_context;
+    case Type::kNamespace:
+      // Attributes change while rendering, so look now; a namespace inside one counts as
+      // context rather than being walked (it may hold itself).
+      for (const auto& [name, v] : as_namespace()->attrs) {
+        if (v.is_namespace() || v.HoldsContext()) return true;
+      }
+      return false;
+    default:
+      return false;
+  }
+}
+
+void Value::AppendTo(MarkedText& out) const {
+  if (type_ != Type::kString) {
+    if (HoldsContext()) {
+      out.AppendUntrusted(Str());
+    } else {
+      out.AppendTrusted(Str());
+    }
+    return;
+  }
+  const std::string& s = as_string();
+  switch (origin_) {
+    case Origin::kTemplate:
+      out.AppendTrusted(s);
+      break;
+    case Origin::kContext:
+      out.AppendUntrusted(s);
+      break;
+    case Origin::kMixed:
+      out.Append(s, *context_ranges_);
+      break;
+  }
+}
+
 Value Value::Undefined(std::string hint) { return Value(Type::kUndefined, Data(std::move(hint))); }
 Value Value::None() { return Value(Type::kNone, Data(int64_t{0})); }
 
@@ -102,6 +200,7 @@ Value Value::List(std::vector<Value> items, bool is_tuple) {
   auto data = std::make_shared<ListData>();
   data->items = std::move(items);
   data->is_tuple = is_tuple;
+  for (const Value& item : data->items) data->holds_context |= item.HoldsContext();
   return Value(Type::kList, Data(ListPtr(std::move(data))));
 }
 
@@ -109,26 +208,33 @@ Value Value::Generator(std::vector<Value> items) {
   auto data = std::make_shared<ListData>();
   data->items = std::move(items);
   data->is_generator = true;
+  for (const Value& item : data->items) data->holds_context |= item.HoldsContext();
   return Value(Type::kList, Data(ListPtr(std::move(data))));
 }
 
 Value Value::Dict(std::vector<std::pair<Value, Value>> items) {
   auto data = std::make_shared<DictData>();
   data->items = std::move(items);
+  for (const auto& [k, v] : data->items)
+    data->holds_context |= k.HoldsContext() || v.HoldsContext();
   return Value(Type::kDict, Data(DictPtr(std::move(data))));
 }
 
 Value Value::Function(std::string name,
-                      std::function<absl::StatusOr<Value>(Interpreter&, CallArgs&)> fn) {
+                      std::function<absl::StatusOr<Value>(Interpreter&, CallArgs&)> fn,
+                      bool is_template_code, bool holds_context) {
   auto data = std::make_shared<Callable>();
   data->name = std::move(name);
   data->fn = std::move(fn);
+  data->is_template_code = is_template_code;
+  data->holds_context = holds_context;
   return Value(Type::kCallable, Data(CallablePtr(std::move(data))));
 }
 
 Value Value::Namespace(NamespaceData* ns) { return Value(Type::kNamespace, Data(ns)); }
 
-absl::StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& json, int depth) {
+absl::StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& json, bool from_context,
+                                      int depth) {
   if (depth > kMaxJsonDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("template context nests deeper than ", kMaxJsonDepth, " levels"));
@@ -152,12 +258,12 @@ absl::StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& json, int de
     case J::number_float:
       return Value(json.get<double>());
     case J::string:
-      return Value(json.get<std::string>());
+      return from_context ? FromContext(json.get<std::string>()) : Value(json.get<std::string>());
     case J::array: {
       std::vector<Value> items;
       items.reserve(json.size());
       for (const auto& item : json) {
-        DS_JINJA_ASSIGN_OR_RETURN(Value v, FromJson(item, depth + 1));
+        DS_JINJA_ASSIGN_OR_RETURN(Value v, FromJson(item, from_context, depth + 1));
         items.push_back(std::move(v));
       }
       return List(std::move(items));
@@ -166,8 +272,8 @@ absl::StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& json, int de
       std::vector<std::pair<Value, Value>> items;
       items.reserve(json.size());
       for (const auto& [k, item] : json.items()) {
-        DS_JINJA_ASSIGN_OR_RETURN(Value v, FromJson(item, depth + 1));
-        items.emplace_back(Value(k), std::move(v));
+        DS_JINJA_ASSIGN_OR_RETURN(Value v, FromJson(item, from_context, depth + 1));
+        items.emplace_back(from_context ? FromContext(k) : Value(k), std::move(v));
       }
       return Dict(std::move(items));
     }

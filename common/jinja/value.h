@@ -7,6 +7,13 @@
 //
 // Printing follows Python: Str() is str(x) (floats as repr, True/False/None, containers as
 // repr of their items), Repr() is repr(x), and ToJson() is json.dumps(x, ensure_ascii=False, ...).
+//
+// Provenance: every string knows which of its bytes came from the render context (the request:
+// messages, tools, kwargs) rather than from the template's text (Origin). Concatenation (`~`,
+// `+`, output next to literal text, join, captured blocks, macro output) and trimming keep the
+// marks byte for byte; anything else a built-in computes from a value holding context text is
+// marked as context text as a whole (DerivedFromContextScope). The renderer hands the marks to
+// the tokenizer, which never turns context text into control tokens (docs/chat.md).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/marked_text.h"
 #include "nlohmann/json.hpp"
 
 namespace deltaserve::common::jinja {
@@ -52,11 +60,13 @@ struct ListData {
   // What jinja2's lazy filters (select, map, items, unique, …) return: a Python generator,
   // which is always true, has no len() and cannot be indexed or serialized.
   bool is_generator = false;
+  bool holds_context = false;  // some item does (Value::HoldsContext)
 };
 
 // A dict: key/value pairs in insertion order (lookups are linear: template dicts are small).
 struct DictData {
   std::vector<std::pair<Value, Value>> items;
+  bool holds_context = false;  // some key or value does (Value::HoldsContext)
   const Value* Find(const Value& key) const;
   const Value* Find(std::string_view key) const;
 };
@@ -78,6 +88,18 @@ struct CallArgs {
 struct Callable {
   std::string name;
   std::function<absl::StatusOr<Value>(Interpreter&, CallArgs&)> fn;
+  // A macro or caller(): its output is template text whose marks the interpreter keeps exactly,
+  // so no DerivedFromContextScope is opened around it.
+  bool is_template_code = false;
+  // A method bound to a receiver that holds context text.
+  bool holds_context = false;
+};
+
+// Where a string's bytes came from (see the file comment).
+enum class Origin : uint8_t {
+  kTemplate,  // all from the template's text or computed from it alone
+  kContext,   // all from the render context or computed from it
+  kMixed,     // some of each: context_ranges() says which bytes are context
 };
 
 using ListPtr = std::shared_ptr<const ListData>;
@@ -107,19 +129,28 @@ class Value {
   explicit Value(int64_t i) : type_(Type::kInt), data_(i) {}
   explicit Value(int i) : Value(static_cast<int64_t>(i)) {}
   explicit Value(double d) : type_(Type::kFloat), data_(d) {}
-  explicit Value(std::string s) : type_(Type::kString), data_(std::move(s)) {}
+  // A string; marked kContext while a DerivedFromContextScope is active, else kTemplate.
+  explicit Value(std::string s);
   explicit Value(const char* s) : Value(std::string(s)) {}
   static Value List(std::vector<Value> items, bool is_tuple = false);
   static Value Generator(std::vector<Value> items);
   bool is_generator() const { return is_list() && as_list().is_generator; }
   static Value Dict(std::vector<std::pair<Value, Value>> items);
   static Value Function(std::string name,
-                        std::function<absl::StatusOr<Value>(Interpreter&, CallArgs&)> fn);
+                        std::function<absl::StatusOr<Value>(Interpreter&, CallArgs&)> fn,
+                        bool is_template_code = false, bool holds_context = false);
+  // A string whose bytes in `context_ranges` (sorted, disjoint, as MarkedText keeps them) came
+  // from the render context; whatever scope is active.
+  static Value Marked(std::string s, const std::vector<ByteRange>& context_ranges);
+  static Value Marked(MarkedText text) { return Marked(std::move(text.text), text.untrusted); }
+  // A string that came wholly from the render context.
+  static Value FromContext(std::string s);
   static Value Namespace(NamespaceData* ns);
   // Converts JSON: objects become dicts (key order kept), numbers with a fraction or exponent
-  // floats, other numbers ints (an unsigned beyond int64 becomes a float). Fails on nesting
-  // deeper than kMaxJsonDepth.
-  static absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& json, int depth = 0);
+  // floats, other numbers ints (an unsigned beyond int64 becomes a float). Strings (keys too)
+  // are marked as context text when `from_context`. Fails on nesting deeper than kMaxJsonDepth.
+  static absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& json, bool from_context,
+                                        int depth = 0);
 
   Type type() const { return type_; }
   bool is_undefined() const { return type_ == Type::kUndefined; }
@@ -147,6 +178,17 @@ class Value {
   // What an undefined value stands for ("'x' is undefined"); empty when unknown.
   const std::string& undefined_hint() const { return std::get<std::string>(data_); }
 
+  // Where a string's bytes came from (kTemplate for other types).
+  Origin origin() const { return origin_; }
+  // For a kMixed string: its context bytes (sorted, disjoint, non-adjacent); else empty.
+  const std::vector<ByteRange>& context_ranges() const;
+  // Whether anything in this value came from the render context: a string's bytes, a list's or
+  // dict's items, a bound method's receiver, a namespace's attributes.
+  bool HoldsContext() const;
+  // Appends str(x) to `out` with its marks: a string's own, else all context when
+  // HoldsContext() (the repr of a list holding a message prints that message's text).
+  void AppendTo(MarkedText& out) const;
+
   // Python truthiness (undefined is false).
   bool Truthy() const;
   // str(x): undefined prints as ''.
@@ -163,8 +205,31 @@ class Value {
       : type_(type), data_(std::move(data)) {}
 
   Type type_;
+  Origin origin_ = Origin::kTemplate;
   std::variant<int64_t, double, std::string, ListPtr, DictPtr, CallablePtr, NamespaceData*> data_;
+  // kMixed strings only; shared because values are copied wherever they go.
+  std::shared_ptr<const std::vector<ByteRange>> context_ranges_;
 };
+
+// While an active scope lives on this thread, every string Value made from a std::string is
+// marked kContext. The interpreter opens one around a built-in (filter, method, operator, slice,
+// global function) whose inputs hold context text, so whatever the built-in computes from that
+// text (tojson, upper, a split's pieces, a slice) stays marked, while the values it only passes
+// through (`default`, `first`, dict lookups) keep their own marks. A scope sets the state for
+// its lifetime and restores the previous one, so a macro called inside runs unmarked.
+class DerivedFromContextScope {
+ public:
+  explicit DerivedFromContextScope(bool active);
+  ~DerivedFromContextScope();
+  DerivedFromContextScope(const DerivedFromContextScope&) = delete;
+  DerivedFromContextScope& operator=(const DerivedFromContextScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Whether any argument of `args` holds context text (Value::HoldsContext).
+bool ArgsHoldContext(const CallArgs& args);
 
 // Python ==, as jinja2 compares (1 == 1.0 == True; undefined equals only undefined).
 bool ValuesEqual(const Value& a, const Value& b);

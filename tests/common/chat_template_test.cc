@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/chat_fixture_context.h"
 #include "tests/support/test_paths.h"
 
 namespace deltaserve::common {
@@ -20,13 +21,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using Json = nlohmann::ordered_json;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::FixtureContext;
+using testing::ReadFile;
 
 // Renders `source` with `context` (a JSON object text); failures come back as "ERROR: <message>".
 std::string Render(std::string_view source, const std::string& context = "{}") {
@@ -35,20 +31,6 @@ std::string Render(std::string_view source, const std::string& context = "{}") {
   absl::StatusOr<std::string> out = t->Render(Json::parse(context));
   if (!out.ok()) return "ERROR: " + std::string(out.status().message());
   return *out;
-}
-
-// The context transformers passes: messages, tools (None when absent), documents=None,
-// add_generation_prompt, then the case's kwargs (special tokens and switches).
-Json FixtureContext(const Json& c) {
-  Json ctx = Json::object();
-  ctx["messages"] = c.at("messages");
-  ctx["tools"] = c.contains("tools") ? c.at("tools") : Json(nullptr);
-  ctx["documents"] = nullptr;
-  ctx["add_generation_prompt"] = c.value("add_generation_prompt", false);
-  if (c.contains("kwargs")) {
-    for (const auto& [k, v] : c.at("kwargs").items()) ctx[k] = v;
-  }
-  return ctx;
 }
 
 // Every case of every fixture file; the template of chat/<name>.json is templates/<name>.jinja.

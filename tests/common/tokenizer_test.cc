@@ -165,6 +165,38 @@ TEST(TokenizerSpecials, ControlTokensOnlyWithParseSpecialUserDefinedAlways) {
   EXPECT_EQ((*tok)->Piece(260), "<|ctl|>");
 }
 
+// EncodeMarked: a control token is matched only where its text lies wholly outside the
+// untrusted ranges; inside them the bytes tokenize as Encode(..., false) does (user-defined
+// tokens included). Expected ids are built from Encode of each piece: SmallVocab's pieces
+// between specials tokenize independently, as the special-token partition does.
+TEST(TokenizerSpecials, EncodeMarkedParsesControlTokensOnlyOutsideUntrustedRanges) {
+  auto tok = Tokenizer::Create(SmallVocab());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const Tokenizer& t = **tok;
+  auto concat = [](std::vector<std::vector<TokenId>> parts) {
+    std::vector<TokenId> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  // "<|ctl|>ab<|ctl|>": the second control text is request text ([9, 16)).
+  const std::string text = "<|ctl|>ab<|ctl|>";
+  EXPECT_EQ(t.EncodeMarked(text, {{9, 16}}),
+            concat({{260}, t.Encode("ab", false), t.Encode("<|ctl|>", false)}));
+  // No ranges: exactly Encode(text, true); the whole text: exactly Encode(text, false).
+  EXPECT_EQ(t.EncodeMarked(text, {}), t.Encode(text, true));
+  EXPECT_EQ(t.EncodeMarked(text, {{0, text.size()}}), t.Encode(text, false));
+  // A range that covers only part of a control text ("|>" of the first) still blocks it.
+  EXPECT_EQ(t.EncodeMarked(text, {{5, 7}}), concat({t.Encode("<|ctl|>ab", false), {260}}));
+  // The longer "<|ctl|>x" overlaps request text "x"; the template's "<|ctl|>" inside it is
+  // still the control token.
+  EXPECT_EQ(t.EncodeMarked("<|ctl|>x", {{7, 8}}), concat({{260}, t.Encode("x", false)}));
+  // User-defined tokens match in request text too, as Encode(..., false) matches them.
+  EXPECT_THAT(t.EncodeMarked("<user>", {{0, 6}}), ElementsAre(261));
+  // Invalid UTF-8 before the range shifts offsets (U+FFFD is 3 bytes): the marks move with it.
+  EXPECT_EQ(t.EncodeMarked("\xFF<|ctl|>", {{1, 8}}), t.Encode("\xFF<|ctl|>", false));
+  EXPECT_EQ(t.EncodeMarked("\xFF<|ctl|>", {{0, 1}}), concat({t.Encode("\xFF", false), {260}}));
+}
+
 TEST(TokenizerRobustness, InvalidUtf8IsReadAsReplacementCharacters) {
   auto tok = Tokenizer::Create(SmallVocab());
   ASSERT_TRUE(tok.ok()) << tok.status();

@@ -1,14 +1,16 @@
 // libFuzzer target for chat templates (common/jinja/chat_template.h): a GGUF's
 // tokenizer.chat_template or a --chat-template file is untrusted text. Each input is parsed as a
 // template; when it parses it is rendered against a fixed small chat (system, user, assistant
-// with a tool call, tool result; two tools; eos token). Parse and Render must return — a value
-// or a Status — never crash, hang or allocate without bound: the engine's limits
+// with a tool call, tool result; two tools; eos token). Parse and RenderMarked must return — a
+// value or a Status — never crash, hang or allocate without bound (and the marks of request text
+// must be well-formed ranges of the output): the engine's limits
 // (common/jinja/interpreter.h) cap output size, loop iterations, nesting and total work.
 // Seeds: the six templates of ../shared/fixtures/templates, copied at configure time.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/jinja/chat_template.h"
 #include "common/jinja/interpreter.h"
@@ -59,11 +61,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                             deltaserve::common::kTarget, "parse errors are InvalidArgument");
     return 0;
   }
-  absl::StatusOr<std::string> out = tmpl->Render(deltaserve::common::Context());
+  const std::vector<std::string> trusted = {"bos_token", "eos_token"};
+  absl::StatusOr<deltaserve::common::MarkedText> out =
+      tmpl->RenderMarked(deltaserve::common::Context(), trusted);
   if (out.ok()) {
     deltaserve::fuzz::Check(
-        out->size() <= static_cast<size_t>(deltaserve::common::jinja::kMaxOutputBytes),
+        out->text.size() <= static_cast<size_t>(deltaserve::common::jinja::kMaxOutputBytes),
         deltaserve::common::kTarget, "output within kMaxOutputBytes");
+    // The request-text marks the tokenizer relies on: sorted, disjoint, inside the text.
+    size_t end = 0;
+    for (const deltaserve::common::ByteRange& r : out->untrusted) {
+      deltaserve::fuzz::Check(
+          r.begin < r.end && r.end <= out->text.size() && (end == 0 || r.begin > end),
+          deltaserve::common::kTarget, "marks sorted, disjoint, in range");
+      end = r.end;
+    }
   }
   return 0;
 }

@@ -114,7 +114,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (valid && decoded != text) Fail("Decode(Encode(x)) != x for valid UTF-8 x", text);
     const std::string streamed = Stream(tok, ids, text);
     if (valid && streamed != text) Fail("streamed text != x for valid UTF-8 x", text);
+    // EncodeMarked with nothing marked parses, with everything marked does not (issue 17).
+    const std::vector<ByteRange> all = {{0, text.size()}};
+    const std::vector<TokenId> marked =
+        tok.EncodeMarked(text, parse_special ? std::vector<ByteRange>() : all);
+    if (marked != ids) Fail("EncodeMarked differs from Encode with the same parsing", text);
   }
+  // The second half as request text: ids stay in range, and valid text decodes back.
+  const std::vector<ByteRange> half = {{size / 2, size}};
+  const std::vector<TokenId> marked = tok.EncodeMarked(text, half);
+  for (TokenId id : marked) {
+    if (id < 0 || id >= tok.vocab_size()) Fail("EncodeMarked produced an id out of range", text);
+  }
+  if (valid && tok.Decode(marked) != text) Fail("Decode(EncodeMarked(x)) != x", text);
 
   // The same bytes as little-endian 16-bit ids, a few past the vocabulary.
   std::vector<TokenId> ids;

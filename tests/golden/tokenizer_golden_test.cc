@@ -53,6 +53,16 @@ TEST_P(TokenizerGoldenTest, IdsWithoutSpecialParsingMatchLlamaCpp) {
   }
 }
 
+// EncodeMarked against the same llama.cpp ids: with nothing marked it is special parsing, with
+// the whole text marked as request text it is no special parsing (issue 17).
+TEST_P(TokenizerGoldenTest, EncodeMarkedMatchesLlamaCppWithAndWithoutParsing) {
+  for (const GoldenTokenizerCase& c : cases_) {
+    EXPECT_EQ(tokenizer_->EncodeMarked(c.text, {}), c.ids) << "text: " << c.text;
+    EXPECT_EQ(tokenizer_->EncodeMarked(c.text, {{0, c.text.size()}}), c.ids_plain)
+        << "text: " << c.text;
+  }
+}
+
 TEST_P(TokenizerGoldenTest, PiecesMatchLlamaCpp) {
   for (const GoldenTokenizerCase& c : cases_) {
     ASSERT_EQ(c.pieces.size(), c.ids.size());
