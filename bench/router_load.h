@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "proto/worker_channel.h"
+
 namespace deltaserve::bench {
 
 using Clock = std::chrono::steady_clock;
@@ -29,6 +31,8 @@ struct RouterLoadFlags {
   int watch_pid = 0;     // the router's (or worker's) pid, for its RSS and CPU
   double rate = 0;       // requests per second over all clients; 0: closed loop
   std::string get_path;  // http: GET this path instead of the completion
+  // grpc: TLS and the secret of the worker channel (--worker-tls-*, --worker-secret-file).
+  proto::WorkerClientFiles worker_channel;
 };
 
 // The raw HTTP/1.1 request (keep-alive) for POST /v1/completions with the flags' model, prompt

@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/router_load.h"
 #include "deltaserve/v1/worker.grpc.pb.h"
+#include "proto/worker_channel.h"
 
 namespace deltaserve::bench {
 namespace {
@@ -203,8 +204,14 @@ class GrpcCall : public grpc::ClientReadReactor<v1::GenerateEvent> {
 
 int RunGrpc(const RouterLoadFlags& f) {
   GrpcLoad load;
-  load.stub =
-      v1::Worker::NewStub(grpc::CreateChannel(f.address, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<proto::WorkerClientSecurity> security =
+      proto::LoadWorkerClientSecurity(f.worker_channel);
+  if (!security.ok()) {
+    std::cerr << "deltaserve-bench-router: " << security.status().message() << "\n";
+    return 2;
+  }
+  load.stub = v1::Worker::NewStub(
+      proto::CreateWorkerChannel(f.address, *security, grpc::ChannelArguments()));
   load.request.set_request_id("bench");
   load.request.set_model(f.model);
   for (int32_t id : f.prompt) load.request.add_prompt_token_ids(id);
@@ -357,7 +364,9 @@ int Usage(const std::string& why) {
             << "usage: deltaserve-bench-router --target grpc|http|idle --address HOST:PORT\n"
                "         [--model NAME] [--clients N] [--warmup S] [--duration S] [--stream]\n"
                "         [--max-tokens N] [--prompt 1,2,3] [--hold S] [--open-window N]\n"
-               "         [--watch-pid PID] [--rate REQ_PER_S] [--get PATH]\n";
+               "         [--watch-pid PID] [--rate REQ_PER_S] [--get PATH]\n"
+               "         (grpc) "
+            << proto::kWorkerClientFlagsUsage << "\n";
   return 2;
 }
 
@@ -372,7 +381,10 @@ int Main(int argc, char** argv) {
     if (i + 1 >= argc) return Usage(a + " needs a value");
     const std::string v = argv[++i];
     bool ok = true;
-    if (a == "--target") {
+    std::string flag_error;
+    if (proto::ParseWorkerClientFlag(a, v.c_str(), f.worker_channel, flag_error)) {
+      continue;
+    } else if (a == "--target") {
       f.target = v;
     } else if (a == "--address") {
       f.address = v;

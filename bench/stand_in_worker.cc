@@ -27,6 +27,7 @@
 
 #include "absl/strings/numbers.h"
 #include "deltaserve/v1/worker.grpc.pb.h"
+#include "proto/worker_channel.h"
 
 namespace deltaserve::bench {
 namespace {
@@ -39,6 +40,7 @@ void OnSignal(int sig) { g_signal = sig; }
 struct Flags {
   std::string listen = "127.0.0.1:0";
   std::string info_from;
+  proto::WorkerClientFiles info_channel;  // TLS and secret to reach --info-from
   bool hold = false;
   int32_t parallel = 100000;
   int tokens = 2;
@@ -160,7 +162,9 @@ class StandInService final : public v1::Worker::CallbackService {
 int Usage(const std::string& why) {
   std::cerr << "deltaserve-bench-stand-in-worker: " << why << "\n"
             << "usage: deltaserve-bench-stand-in-worker --info-from HOST:PORT --mode instant|hold\n"
-               "         [--listen HOST:PORT] [--parallel N] [--tokens N]\n";
+               "         [--listen HOST:PORT] [--parallel N] [--tokens N]\n"
+               "         "
+            << proto::kWorkerClientFlagsUsage << "  (to reach --info-from)\n";
   return 2;
 }
 
@@ -171,7 +175,10 @@ int Main(int argc, char** argv) {
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (v == nullptr) return Usage(a + " needs a value");
     ++i;
-    if (a == "--listen") {
+    std::string flag_error;
+    if (proto::ParseWorkerClientFlag(a, v, f.info_channel, flag_error)) {
+      continue;
+    } else if (a == "--listen") {
       f.listen = v;
     } else if (a == "--info-from") {
       f.info_from = v;
@@ -191,8 +198,13 @@ int Main(int argc, char** argv) {
   // The real worker's description, tokenizer included (it can take a moment to come up).
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  auto stub = v1::Worker::NewStub(
-      grpc::CreateCustomChannel(f.info_from, grpc::InsecureChannelCredentials(), args));
+  absl::StatusOr<proto::WorkerClientSecurity> security =
+      proto::LoadWorkerClientSecurity(f.info_channel);
+  if (!security.ok()) {
+    std::cerr << "deltaserve-bench-stand-in-worker: " << security.status().message() << "\n";
+    return 2;
+  }
+  auto stub = v1::Worker::NewStub(proto::CreateWorkerChannel(f.info_from, *security, args));
   v1::WorkerInfoRequest request;
   request.set_include_tokenizer(true);
   v1::WorkerInfo info;

@@ -122,6 +122,10 @@ absl::StatusOr<RouterConfig> LoadConfig(const Flags& f) {
     for (const WorkerEndpoint& e : c.workers) known |= e.address == w;
     if (!known) c.workers.push_back({w});
   }
+  // A worker without its own channel settings (every --worker) uses worker_channel.
+  for (WorkerEndpoint& e : c.workers) {
+    if (!e.channel) e.channel = c.worker_channel;
+  }
   if (absl::Status s = ValidateRouterConfig(c); !s.ok()) return s;
   if (c.workers.empty()) {
     return absl::InvalidArgumentError(

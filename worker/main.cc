@@ -10,6 +10,8 @@
 //                     [--snapshot-ram 4GiB] [--snapshot-interval 1024]
 //                     [--redis redis://[user:pass@]host:port[/db]] [--redis-timeout 50]
 //                     [--redis-ttl 3600] [--redis-max-bytes 512MiB] [--redis-compression none]
+//                     [--tls-cert worker.crt --tls-key worker.key [--tls-client-ca ca.crt]]
+//                     [--auth-secret-file FILE]   (or $DELTASERVE_WORKER_SECRET)
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
+#include "proto/worker_channel.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/redis_snapshot_tier.h"
@@ -54,6 +57,9 @@ struct Flags {
   std::string redis_url;
   std::string redis_max_bytes;  // empty: the default
   RedisTierOptions redis;
+  // The gRPC port's security (docs/worker.md, "Securing the gRPC port"): paths; the secret never
+  // on the command line, where ps shows it.
+  std::string tls_cert, tls_key, tls_client_ca, auth_secret_file;
 };
 
 int Usage(const std::string& why) {
@@ -65,7 +71,9 @@ int Usage(const std::string& why) {
                "         [--draft-max N] [--metrics-port P] [--worker-id ID]\n"
                "         [--snapshot-ram SIZE] [--snapshot-interval N] [--reasoning-budget N]\n"
                "         [--redis URL] [--redis-timeout MS] [--redis-ttl SECONDS]\n"
-               "         [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n";
+               "         [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
+               "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
+               "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n";
   return 2;
 }
 
@@ -186,6 +194,17 @@ std::string Parse(int argc, char** argv, Flags& f) {
     } else if (a == "--metrics-port") {
       if (!integer(f.metrics_port, 0) || f.metrics_port > 65535)
         return "--metrics-port needs a port";
+    } else if (a == "--tls-cert" || a == "--tls-key" || a == "--tls-client-ca" ||
+               a == "--auth-secret-file") {
+      const char* v = value();
+      if (v == nullptr || *v == '\0') return absl::StrCat(a, " needs a file");
+      (a == "--tls-cert"        ? f.tls_cert
+       : a == "--tls-key"       ? f.tls_key
+       : a == "--tls-client-ca" ? f.tls_client_ca
+                                : f.auth_secret_file) = v;
+    } else if (a == "--auth-secret") {
+      return "--auth-secret is not accepted: a secret on the command line is visible to every "
+             "user (ps); use --auth-secret-file FILE or $DELTASERVE_WORKER_SECRET";
     } else if (a == "--worker-id") {
       const char* v = value();
       if (v == nullptr) return "--worker-id needs an id";
@@ -197,6 +216,10 @@ std::string Parse(int argc, char** argv, Flags& f) {
     }
   }
   if (f.models.empty()) return "at least one --model is required";
+  if (f.tls_cert.empty() != f.tls_key.empty()) return "--tls-cert and --tls-key go together";
+  if (!f.tls_client_ca.empty() && f.tls_cert.empty()) {
+    return "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS runs over TLS)";
+  }
   if (f.device != "cpu") {
     return absl::StrCat("--device ", f.device, " is not available in this build (only cpu)");
   }
@@ -212,6 +235,20 @@ int Run(Flags& f, uint64_t baseline) {
   // First: a signal while the models load still ends in an orderly drain.
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  // Files read now: a missing or unreadable one stops the worker at start, naming the file.
+  absl::StatusOr<proto::WorkerServerSecurity> security =
+      proto::LoadWorkerServerSecurity({f.tls_cert, f.tls_key, f.tls_client_ca, f.auth_secret_file});
+  if (!security.ok()) {
+    std::cerr << "deltaserve-worker: " << security.status().message() << "\n";
+    return 2;
+  }
+  auto refusals = std::make_shared<proto::CallRefusals>("deltaserve-worker");
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      proto::MakeWorkerServerCredentials(*security, refusals);
+  if (!credentials.ok()) {
+    std::cerr << "deltaserve-worker: " << credentials.status().message() << "\n";
+    return 2;
+  }
   if (f.ram.empty()) {
     f.serving.budget_bytes = PhysicalMemory();
   } else {
@@ -307,13 +344,15 @@ int Run(Flags& f, uint64_t baseline) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(f.listen, *credentials, &port);
   builder.RegisterService(&service);
   builder.SetMaxSendMessageSize(64 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::cerr << "deltaserve-worker: cannot listen on " << f.listen
-              << " (address in use or invalid)\n";
+              << (security->tls() ? " (address in use or invalid, or the TLS certificate, key or "
+                                    "client CA do not load)\n"
+                                  : " (address in use or invalid)\n");
     for (auto& m : served) m->scheduler().Stop(false);
     return 1;
   }
@@ -323,8 +362,10 @@ int Run(Flags& f, uint64_t baseline) {
 
   std::unique_ptr<MetricsEndpoint> metrics;
   if (f.metrics_port >= 0) {
-    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m = MetricsEndpoint::Start(
-        "127.0.0.1", f.metrics_port, [&service] { return RenderWorkerMetrics(service); });
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m =
+        MetricsEndpoint::Start("127.0.0.1", f.metrics_port, [&service, refusals] {
+          return RenderWorkerMetrics(service) + refusals->RenderPrometheus();
+        });
     if (!m.ok()) {
       std::cerr << "deltaserve-worker: " << m.status().message() << "\n";
       server->Shutdown();
@@ -334,6 +375,11 @@ int Run(Flags& f, uint64_t baseline) {
     metrics = std::move(*m);
     std::cerr << "deltaserve-worker: metrics on 127.0.0.1:" << metrics->port() << "/metrics\n";
   }
+  std::cerr << "deltaserve-worker: gRPC port: "
+            << (security->tls() ? (security->client_ca_pem.empty() ? "TLS" : "mutual TLS")
+                                : "plain text")
+            << (security->secret.empty() ? "" : ", shared secret required")
+            << (security->authenticates() ? "" : " (any caller that reaches it is served)") << "\n";
   // The line the scripts and tests wait for.
   std::cerr << "deltaserve-worker: listening on " << f.listen.substr(0, f.listen.rfind(':')) << ":"
             << port << "\n";

@@ -63,9 +63,30 @@ struct ApiKeyConfig {
   RateLimit limit;
 };
 
+// How the router reaches a worker (docs/router.md, "Worker channel"): TLS with the worker's
+// certificate checked against `tls_ca_file` (and this router's client certificate for mutual
+// TLS), and/or a shared secret sent with every call. Paths as written (relative to the config
+// file's folder); LoadRouterConfigFile reads them into the *_pem fields and `secret`, so a
+// missing file stops a start or a reload, naming the file.
+struct WorkerChannelConfig {
+  std::string tls_ca_file;
+  std::string tls_cert_file;  // with tls_key_file: mutual TLS
+  std::string tls_key_file;
+  std::string tls_server_name;  // the name checked in the worker's certificate; "": the host
+  std::string secret_file;      // or:
+  std::string secret_env;       // the name of an environment variable holding the secret
+  // Loaded:
+  std::string ca_pem, cert_pem, key_pem, secret;
+
+  bool operator==(const WorkerChannelConfig&) const = default;
+};
+
 // A worker endpoint (gRPC address host:port).
 struct WorkerEndpoint {
   std::string address;
+  // The worker's own `channel` in the YAML; unset: RouterConfig::worker_channel (the router's
+  // start-up code fills it in from there before the worker pool sees it).
+  std::optional<WorkerChannelConfig> channel = std::nullopt;
 };
 
 // Timeouts, retries and health checking of workers, and the routing-by-prefix knobs.
@@ -87,7 +108,8 @@ struct RoutingSettings {
 struct RouterConfig {
   std::string listen = "127.0.0.1:8080";
   std::vector<WorkerEndpoint> workers;
-  std::vector<ModelConfig> models;  // empty: every model the workers report, under its name
+  WorkerChannelConfig worker_channel;  // every worker's, unless it has its own
+  std::vector<ModelConfig> models;     // empty: every model the workers report, under its name
   std::vector<AliasConfig> aliases;
   std::vector<ApiKeyConfig> api_keys;  // empty: no authentication (bind 127.0.0.1 then)
   std::string api_keys_file;           // optional extra keys, one "name sha256hex [models]" per line

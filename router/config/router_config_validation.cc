@@ -83,6 +83,27 @@ absl::Status CheckDefaults(const Checker& c, const std::string& p, const ModelDe
   return c.IntRange(p + ".max_tokens", d.max_tokens, 1, INT32_MAX);
 }
 
+// The worker channel's settings that only make sense together (the files themselves are read
+// and checked by LoadRouterConfigFile).
+absl::Status CheckChannel(const Checker& c, const std::string& p, const WorkerChannelConfig& w) {
+  if (w.tls_cert_file.empty() != w.tls_key_file.empty()) {
+    return c.Error(p + (w.tls_cert_file.empty() ? ".tls_cert_file" : ".tls_key_file"),
+                   "is missing: a client certificate needs tls_cert_file and tls_key_file");
+  }
+  if (w.tls_ca_file.empty()) {
+    for (const auto& [key, value] : {std::pair{".tls_cert_file", &w.tls_cert_file},
+                                     std::pair{".tls_server_name", &w.tls_server_name}}) {
+      if (!value->empty()) {
+        return c.Error(p + key, "needs tls_ca_file (the CA that signed the workers' certificates)");
+      }
+    }
+  }
+  if (!w.secret_file.empty() && !w.secret_env.empty()) {
+    return c.Error(p + ".secret_env", "and secret_file are both given; use one");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string HostPortError(std::string_view address, int min_port) {
@@ -137,7 +158,11 @@ absl::Status ValidateRouterConfig(const RouterConfig& config, const Locate& loca
       return c.Error(path,
                      absl::StrCat("duplicate worker '", a, "' (also workers[", it->second, "])"));
     }
+    if (const auto& channel = config.workers[i].channel; channel) {
+      if (auto s = CheckChannel(c, path + ".channel", *channel); !s.ok()) return s;
+    }
   }
+  if (auto s = CheckChannel(c, "worker_channel", config.worker_channel); !s.ok()) return s;
 
   // Model and alias names share one namespace: both are what a client puts in "model".
   absl::flat_hash_map<std::string_view, std::string> names;  // name -> where defined

@@ -12,6 +12,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/str_util.h"
 #include "common/jinja/chat_template.h"
+#include "common/key_material.h"
 #include "router/config/api_keys_file.h"
 #include "router/config/router_config_validation.h"
 
@@ -191,6 +193,39 @@ class ConfigReader {
   }
 
   absl::Status Model(const YAML::Node& node, const std::string& path, ModelConfig& m);
+  absl::Status Channel(const YAML::Node& node, const std::string& path, WorkerChannelConfig& w) {
+    return ForEachField(node, path,
+                        {"tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name",
+                         "secret_file", "secret_env"},
+                        [&](std::string_view k, const YAML::Node& v, const std::string& p) {
+                          std::string* out = k == "tls_ca_file"       ? &w.tls_ca_file
+                                             : k == "tls_cert_file"   ? &w.tls_cert_file
+                                             : k == "tls_key_file"    ? &w.tls_key_file
+                                             : k == "tls_server_name" ? &w.tls_server_name
+                                             : k == "secret_file"     ? &w.secret_file
+                                                                      : &w.secret_env;
+                          return String(v, p, *out);
+                        });
+  }
+  // A `workers` item: "host:port", or a mapping of address and the worker's own channel.
+  absl::Status Worker(const YAML::Node& node, const std::string& path, WorkerEndpoint& w) {
+    if (node.IsScalar()) return String(node, path, w.address);
+    if (!node.IsMap()) return Error(path, node, "must be host:port or a mapping with address");
+    bool has_address = false;
+    absl::Status s = ForEachField(
+        node, path, {"address", "channel"},
+        [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
+          if (key == "address") {
+            has_address = true;
+            return String(v, p, w.address);
+          }
+          w.channel.emplace();
+          return Channel(v, p, *w.channel);
+        });
+    if (!s.ok()) return s;
+    if (!has_address) return Error(path + ".address", node, "is missing");
+    return absl::OkStatus();
+  }
   absl::Status ApiKey(const YAML::Node& node, const std::string& path, ApiKeyConfig& k);
 
   absl::flat_hash_map<std::string, std::string> locations_;
@@ -267,18 +302,19 @@ absl::Status ConfigReader::ApiKey(const YAML::Node& node, const std::string& pat
 absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
   return ForEachField(
       root, "",
-      {"listen", "workers", "models", "aliases", "api_keys", "api_keys_file", "routing",
-       "max_body_bytes"},
+      {"listen", "workers", "worker_channel", "models", "aliases", "api_keys", "api_keys_file",
+       "routing", "max_body_bytes"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "listen") return String(v, p, out.listen);
         if (key == "workers") {
           return ForEachItem(v, p, [&](size_t, const YAML::Node& item, const std::string& ip) {
             WorkerEndpoint w;
-            if (auto s = String(item, ip, w.address); !s.ok()) return s;
+            if (auto s = Worker(item, ip, w); !s.ok()) return s;
             out.workers.push_back(std::move(w));
             return absl::OkStatus();
           });
         }
+        if (key == "worker_channel") return Channel(v, p, out.worker_channel);
         if (key == "models") {
           return ForEachItem(v, p, [&](size_t, const YAML::Node& item, const std::string& ip) {
             ModelConfig m;
@@ -392,6 +428,39 @@ absl::Status Prefixed(const absl::Status& s, std::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(Sv(prefix), ": ", s.message()));
 }
 
+// Reads the files (and the environment variable) `w` names, relative paths from `dir`; errors
+// start with the key path and its place in the file.
+absl::Status LoadChannelFiles(const std::filesystem::path& dir, const std::string& path,
+                              const ConfigReader& reader, WorkerChannelConfig& w) {
+  auto fail = [&](std::string_view key, const absl::Status& s) {
+    const std::string at = absl::StrCat(path, ".", Sv(key));
+    return absl::Status(s.code(), absl::StrCat(at, reader.Locate(at), ": ", s.message()));
+  };
+  auto resolve = [&](const std::string& file) {
+    const std::filesystem::path f(file);
+    return (f.is_relative() ? dir / f : f).string();
+  };
+  const std::tuple<std::string_view, const std::string*, std::string*> pems[] = {
+      {"tls_ca_file", &w.tls_ca_file, &w.ca_pem},
+      {"tls_cert_file", &w.tls_cert_file, &w.cert_pem},
+      {"tls_key_file", &w.tls_key_file, &w.key_pem}};
+  for (const auto& [key, file, pem] : pems) {
+    if (file->empty()) continue;
+    absl::StatusOr<std::string> text = common::ReadPemFile(resolve(*file), key);
+    if (!text.ok()) return fail(key, text.status());
+    *pem = std::move(*text);
+  }
+  if (!w.secret_file.empty() || !w.secret_env.empty()) {
+    absl::StatusOr<std::string> secret = common::ReadSharedSecret(
+        w.secret_file.empty() ? "" : resolve(w.secret_file), w.secret_env.c_str());
+    if (!secret.ok()) {
+      return fail(w.secret_file.empty() ? "secret_env" : "secret_file", secret.status());
+    }
+    w.secret = std::move(*secret);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<RouterConfig> ParseRouterConfigYaml(std::string_view yaml) {
@@ -436,6 +505,17 @@ absl::StatusOr<RouterConfig> LoadRouterConfigFile(const std::string& path) {
                       path);
     }
     m.defaults.chat_template = std::move(*source);
+  }
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (auto s = LoadChannelFiles(dir, "worker_channel", reader, config.worker_channel); !s.ok()) {
+    return Prefixed(s, path);
+  }
+  for (size_t i = 0; i < config.workers.size(); ++i) {
+    if (!config.workers[i].channel) continue;
+    const std::string key = absl::StrCat("workers[", i, "].channel");
+    if (auto s = LoadChannelFiles(dir, key, reader, *config.workers[i].channel); !s.ok()) {
+      return Prefixed(s, path);
+    }
   }
   if (!config.api_keys_file.empty()) {
     std::filesystem::path keys_path(config.api_keys_file);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/str_util.h"
+#include "proto/worker_channel.h"
 #include "router/routing/internal/log.h"
 
 namespace deltaserve::router {
@@ -18,12 +19,16 @@ namespace v1 = ::deltaserve::v1;
 using internal::LogRouting;
 
 struct WorkerPool::Worker {
-  Worker(std::string a, std::shared_ptr<v1::Worker::StubInterface> s, const RoutingSettings& rs)
+  Worker(std::string a, proto::WorkerClientSecurity sec,
+         std::shared_ptr<v1::Worker::StubInterface> s, const RoutingSettings& rs)
       : address(std::move(a)),
+        security(std::move(sec)),
         stub(std::move(s)),
         breaker(rs.circuit_failures, absl::Milliseconds(rs.circuit_open_ms)) {}
 
   const std::string address;
+  // The channel's TLS and secret; a reload that changes them makes a new Worker (a new channel).
+  const proto::WorkerClientSecurity security;
   const std::shared_ptr<v1::Worker::StubInterface> stub;
   // Everything below is guarded by WorkerPool::mu_.
   CircuitBreaker breaker;
@@ -59,9 +64,20 @@ std::string TokenizerKey(const std::string& address, const v1::ModelInfo& m) {
                                       : m.tokenizer_digest();
 }
 
+proto::WorkerClientSecurity SecurityOf(const WorkerEndpoint& e) {
+  proto::WorkerClientSecurity s;
+  if (!e.channel) return s;
+  s.ca_pem = e.channel->ca_pem;
+  s.cert_pem = e.channel->cert_pem;
+  s.key_pem = e.channel->key_pem;
+  s.server_name = e.channel->tls_server_name;
+  s.secret = e.channel->secret;
+  return s;
+}
+
 }  // namespace
 
-std::shared_ptr<WorkerPool::Worker> WorkerPool::MakeWorker(const std::string& address) const {
+std::shared_ptr<WorkerPool::Worker> WorkerPool::MakeWorker(const WorkerEndpoint& e) const {
   grpc::ChannelArguments args;
   // A full tokenizer goes past gRPC's default 4 MiB (proto/README.md).
   args.SetMaxReceiveMessageSize(64 << 20);
@@ -72,10 +88,10 @@ std::shared_ptr<WorkerPool::Worker> WorkerPool::MakeWorker(const std::string& ad
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // One connection per worker of our own, not shared with other channels to the same address.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  proto::WorkerClientSecurity security = SecurityOf(e);
+  std::shared_ptr<grpc::Channel> channel = proto::CreateWorkerChannel(e.address, security, args);
   std::shared_ptr<v1::Worker::StubInterface> stub = v1::Worker::NewStub(channel);
-  return std::make_shared<Worker>(address, std::move(stub), settings_);
+  return std::make_shared<Worker>(e.address, std::move(security), std::move(stub), settings_);
 }
 
 WorkerPool::WorkerPool(const std::vector<WorkerEndpoint>& workers, const RoutingSettings& settings)
@@ -83,7 +99,7 @@ WorkerPool::WorkerPool(const std::vector<WorkerEndpoint>& workers, const Routing
   for (const WorkerEndpoint& e : workers) {
     bool dup = false;
     for (const auto& w : workers_) dup |= w->address == e.address;
-    if (!dup) workers_.push_back(MakeWorker(e.address));
+    if (!dup) workers_.push_back(MakeWorker(e));
   }
 }
 
@@ -122,19 +138,28 @@ void WorkerPool::SetWorkers(const std::vector<WorkerEndpoint>& endpoints) {
     for (const auto& w : next) dup |= w->address == e.address;
     if (dup) continue;
     std::shared_ptr<Worker> found;
+    bool reconnect = false;
     for (const auto& w : workers_) {
-      if (w->address == e.address) found = w;
+      if (w->address != e.address) continue;
+      if (w->security == SecurityOf(e)) {
+        found = w;
+      } else {
+        reconnect = true;
+      }
     }
     if (!found) {
-      found = MakeWorker(e.address);
-      LogRouting(absl::StrCat("worker ", e.address, " added"));
+      found = MakeWorker(e);
+      LogRouting(absl::StrCat("worker ", e.address,
+                              reconnect ? ": channel settings changed, reconnecting" : " added"));
     }
     next.push_back(std::move(found));
   }
   for (const auto& w : workers_) {
     if (std::find(next.begin(), next.end(), w) == next.end()) {
       w->removed = true;
-      LogRouting(absl::StrCat("worker ", w->address, " removed"));
+      bool replaced = false;  // by a new channel to the same address
+      for (const auto& n : next) replaced |= n->address == w->address;
+      if (!replaced) LogRouting(absl::StrCat("worker ", w->address, " removed"));
     }
   }
   workers_ = std::move(next);

@@ -160,7 +160,7 @@ class WorkerPool {
   bool AvailableLocked(const Worker& worker, const ModelState& model, absl::Time now) const;
   void FinishRpc();
 
-  std::shared_ptr<Worker> MakeWorker(const std::string& address) const;
+  std::shared_ptr<Worker> MakeWorker(const WorkerEndpoint& endpoint) const;
 
   RoutingMetrics metrics_;
   mutable std::mutex mu_;

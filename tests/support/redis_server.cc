@@ -99,52 +99,6 @@ bool RedisServerHasTls() {
   return has;
 }
 
-std::optional<TestTlsFiles> MakeTestTlsFiles(const std::string& dir) {
-  TestTlsFiles f{dir + "/ca.crt", dir + "/server.crt", dir + "/server.key"};
-  const std::string ca_key = dir + "/ca.key", csr = dir + "/server.csr", ext = dir + "/ext.cnf";
-  {
-    std::ofstream out(ext);
-    out << "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
-           "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n";
-  }
-  // P-256 keys: generated in milliseconds, unlike RSA.
-  const std::vector<std::vector<std::string>> steps = {
-      {"openssl",
-       "req",
-       "-x509",
-       "-newkey",
-       "ec",
-       "-pkeyopt",
-       "ec_paramgen_curve:prime256v1",
-       "-nodes",
-       "-keyout",
-       ca_key,
-       "-out",
-       f.ca_cert,
-       "-days",
-       "2",
-       "-subj",
-       "/CN=deltaserve test CA",
-       "-addext",
-       "basicConstraints=critical,CA:TRUE",
-       "-addext",
-       "keyUsage=critical,keyCertSign,cRLSign"},
-      {"openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-       "-keyout", f.server_key, "-out", csr, "-subj", "/CN=localhost"},
-      {"openssl", "x509", "-req", "-in", csr, "-CA", f.ca_cert, "-CAkey", ca_key, "-CAcreateserial",
-       "-out", f.server_cert, "-days", "2", "-extfile", ext},
-  };
-  for (std::vector<std::string> step : steps) {
-    step[0] = "/usr/bin/openssl";
-    const ProcessResult r = RunProcess(step);
-    if (r.exit_code != 0) {
-      ADD_FAILURE() << "openssl " << step[1] << " failed (" << r.exit_code << "): " << r.err;
-      return std::nullopt;
-    }
-  }
-  return f;
-}
-
 RedisServerProcess::RedisServerProcess() {
   std::string templ = (fs::temp_directory_path() / "deltaserve-redis-XXXXXX").string();
   if (::mkdtemp(templ.data()) != nullptr) dir_ = templ;

@@ -22,19 +22,9 @@
 #include <vector>
 
 #include "tests/support/child_process.h"
+#include "tests/support/test_certificates.h"  // MakeTestTlsFiles
 
 namespace deltaserve::testing {
-
-// Certificate files for a TLS test server, all PEM.
-struct TestTlsFiles {
-  std::string ca_cert;      // the self-signed CA; give it to the client as tls_ca_cert
-  std::string server_cert;  // signed by the CA, subjectAltName IP:127.0.0.1, DNS:localhost
-  std::string server_key;
-};
-
-// Writes a fresh CA and server certificate (valid two days) into `dir` with `openssl`; nullopt
-// with a test failure (ADD_FAILURE, openssl's output) when that fails.
-std::optional<TestTlsFiles> MakeTestTlsFiles(const std::string& dir);
 
 // Whether this redis-server was built with TLS (Debian's is); tests skip TLS cases otherwise.
 bool RedisServerHasTls();
