@@ -59,11 +59,18 @@ struct CompletionRequest {
   // Jinja text that replaces the model file's chat template (the model's `chat_template` in the
   // router config, or --chat-template); filled by routing from the candidate's defaults.
   std::string chat_template_override;
+  // The model's `allow_special_tokens_in_content` in the router config, filled by routing (never
+  // from the body): true tokenizes the messages' text with special-token parsing, so typed
+  // "<|im_start|>" becomes the control token again (docs/chat.md, "Special tokens in content").
+  bool allow_special_tokens_in_content = false;
 
   // Completions: one prompt, as text or as token ids.
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
   bool prompt_is_tokens = false;
+  // Completions: `parse_special_tokens` in the body. A text prompt's control-token text
+  // ("<|im_start|>") is ordinary text unless this is true (docs/chat.md).
+  bool parse_special_tokens = false;
 
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; >= 1
   SamplingParams sampling;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_reader.h"
 #include "router/api/api_error.h"
 #include "router/chat/chat_output_shaper.h"
 #include "router/chat/chat_template_context.h"
@@ -72,7 +73,7 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
   const int32_t eos_id = special != nullptr && special->has_eos_id() ? special->eos_id() : -1;
   const TemplateTokens tokens{TokenString(tokenizer, bos_id), TokenString(tokenizer, eos_id)};
 
-  std::string text;
+  common::MarkedText text;
   if (!source.empty()) {
     absl::StatusOr<std::shared_ptr<const common::ChatTemplate>> tmpl = Parsed(source);
     if (!tmpl.ok()) {
@@ -80,9 +81,10 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
           "the chat template of model '", model.name, "' does not parse (", tmpl.status().message(),
           "); give the model a chat_template file in the router config"));
     }
-    absl::StatusOr<json> context = BuildTemplateContext(request, tokens);
+    std::vector<std::string> router_keys;
+    absl::StatusOr<json> context = BuildTemplateContext(request, tokens, &router_keys);
     if (!context.ok()) return context.status();
-    absl::StatusOr<std::string> rendered = (*tmpl)->Render(*context);
+    absl::StatusOr<common::MarkedText> rendered = (*tmpl)->RenderMarked(*context, router_keys);
     if (!rendered.ok()) return RenderError(rendered.status(), model.name);
     text = std::move(*rendered);
   } else {
@@ -98,7 +100,7 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
     ChatOptions options;
     options.enable_thinking = request.enable_thinking.value_or(true);
     options.tools_json = request.tools_json;
-    absl::StatusOr<std::string> rendered = RenderChat(request.messages, options);
+    absl::StatusOr<common::MarkedText> rendered = RenderChatMarked(request.messages, options);
     if (!rendered.ok()) return rendered.status();
     text = std::move(*rendered);
   }
@@ -106,9 +108,10 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
   RenderedPrompt out;
   // A template that writes the BOS text itself (Llama) must not get a second one.
   const bool add_bos = special != nullptr && special->add_bos() && bos_id >= 0 &&
-                       !(source.empty() ? false : text.starts_with(tokens.bos_token));
+                       !(source.empty() ? false : text.text.starts_with(tokens.bos_token));
   if (add_bos) out.token_ids.push_back(bos_id);
-  const std::vector<int32_t> ids = tokenizer.Encode(text, /*parse_special=*/true);
+  const std::vector<int32_t> ids =
+      EncodeChatPrompt(tokenizer, text, request.allow_special_tokens_in_content);
   out.token_ids.insert(out.token_ids.end(), ids.begin(), ids.end());
   if (out.token_ids.empty()) {
     return api::InvalidRequestError("messages", "invalid_value", "The rendered prompt is empty");
@@ -121,11 +124,13 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
     if (turn_end.newline_id >= 0) out.turn_end_token_ids.push_back(turn_end.newline_id);
   }
 
-  const ThinkState think = ThinkStateOf(text);
+  const ThinkState think = ThinkStateOf(text.text);
   OutputParseOptions options;
   if (!request.tools_json.empty()) {
-    options.tools = json::parse(request.tools_json, nullptr, /*allow_exceptions=*/false);
-    if (options.tools.is_discarded()) options.tools = nullptr;
+    // Linear, unlike json::parse on ordered_json (common/json_reader.h, issue 17).
+    absl::StatusOr<json> tools =
+        common::ReadOrderedJson(request.tools_json, common::kNoJsonReadLimits);
+    options.tools = tools.ok() ? *std::move(tools) : json(nullptr);
   }
   options.prompt_opened_think = think.prompt_opened_think;
   options.allow_orphan_think_close = think.allow_orphan_think_close;

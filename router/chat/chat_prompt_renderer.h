@@ -2,8 +2,9 @@
 // the model's own Jinja chat template — the one the worker reports from the GGUF
 // (ModelInfo.chat_template), or an override: the model's `chat_template` file in the router
 // config, else --chat-template — and tokenized with the model's tokenizer (special tokens
-// parsed). Each distinct template text is parsed once and cached. A worker that reports no
-// template falls back to the hand-written Qwen3 renderer (qwen_chat_template.h), logged once per
+// parsed in the template's own text only, never in the request's: EncodeChatPrompt). Each
+// distinct template text is parsed once and cached. A worker that reports no template falls
+// back to the hand-written Qwen3 renderer (qwen_chat_template.h), logged once per
 // model. The prompt comes with its message boundaries and turn-end ids (message_boundaries.h),
 // the end-of-turn token as a stop id, and a ChatOutputShaper configured from the prompt's think
 // state and the request's tools / tool_choice. Completions are QwenPromptRenderer's.

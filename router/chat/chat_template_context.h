@@ -9,6 +9,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -28,8 +29,12 @@ struct TemplateTokens {
 // assistant message with tool_calls and no content), name, reasoning_content, tool_calls with
 // each function.arguments JSON string parsed into an object (a string that is not a JSON
 // object stays a string), tool_call_id. `tools`: the request's array, or null.
-absl::StatusOr<nlohmann::ordered_json> BuildTemplateContext(const api::CompletionRequest& request,
-                                                            const TemplateTokens& tokens);
+// `router_keys`, when given, receives the top-level keys whose values are the router's own and
+// not the request's (bos_token / eos_token, unless chat_template_kwargs replaced them): the
+// trusted keys of ChatTemplate::RenderMarked.
+absl::StatusOr<nlohmann::ordered_json> BuildTemplateContext(
+    const api::CompletionRequest& request, const TemplateTokens& tokens,
+    std::vector<std::string>* router_keys = nullptr);
 
 // Where a rendered prompt leaves the model's reasoning block.
 struct ThinkState {

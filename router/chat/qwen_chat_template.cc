@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_reader.h"
 #include "common/str_util.h"
 
 namespace deltaserve::router::chat {
@@ -51,11 +52,14 @@ void DumpPython(const Json& v, std::string& out) {
 }
 
 absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what) {
-  try {
-    return Json::parse(text);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(Sv(what), ": not valid JSON: ", e.what()));
+  // Linear in an object's key count, unlike Json::parse (common/json_reader.h, issue 17). The
+  // request parser has applied the request limits already.
+  absl::StatusOr<Json> v = common::ReadOrderedJson(text, common::kNoJsonReadLimits);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(what), ": not valid JSON: ", v.status().message()));
   }
+  return v;
 }
 
 // Python's str.strip / lstrip / rstrip with '\n' as the only character removed.
@@ -77,7 +81,7 @@ bool IsToolResponseWrapped(std::string_view s) {
 // Appends an assistant message's tool calls: `{"name": "...", "arguments": ...}` per call, the
 // arguments as written when they are a JSON string (OpenAI sends them so), else as tojson.
 absl::Status AppendToolCalls(const api::ChatMessage& m, size_t index, bool has_content,
-                             std::string& out) {
+                             common::MarkedText& out) {
   const std::string path = absl::StrCat("messages[", index, "].tool_calls");
   absl::StatusOr<Json> calls = ParseJson(m.tool_calls_json, path);
   if (!calls.ok()) return calls.status();
@@ -94,18 +98,20 @@ absl::Status AppendToolCalls(const api::ChatMessage& m, size_t index, bool has_c
     if (name == call->end() || !name->is_string()) {
       return absl::InvalidArgumentError(call_path + ".function.name: must be a string");
     }
-    if (i > 0 || has_content) out += '\n';
-    out += "<tool_call>\n{\"name\": \"";
-    out += name->get_ref<const std::string&>();
-    out += "\", \"arguments\": ";
+    if (i > 0 || has_content) out.AppendTrusted("\n");
+    out.AppendTrusted("<tool_call>\n{\"name\": \"");
+    out.AppendUntrusted(name->get_ref<const std::string&>());
+    out.AppendTrusted("\", \"arguments\": ");
     if (auto args = call->find("arguments"); args == call->end() || args->is_null()) {
-      out += "{}";
+      out.AppendTrusted("{}");
     } else if (args->is_string()) {
-      out += args->get_ref<const std::string&>();
+      out.AppendUntrusted(args->get_ref<const std::string&>());
     } else {
-      DumpPython(*args, out);
+      std::string dumped;
+      DumpPython(*args, dumped);
+      out.AppendUntrusted(dumped);
     }
-    out += "}\n</tool_call>";
+    out.AppendTrusted("}\n</tool_call>");
   }
   return absl::OkStatus();
 }
@@ -126,6 +132,13 @@ absl::StatusOr<std::string> PythonJsonDumps(std::string_view json) {
 
 absl::StatusOr<std::string> RenderChat(const std::vector<api::ChatMessage>& messages,
                                        const ChatOptions& options) {
+  absl::StatusOr<common::MarkedText> marked = RenderChatMarked(messages, options);
+  if (!marked.ok()) return marked.status();
+  return std::move(marked->text);
+}
+
+absl::StatusOr<common::MarkedText> RenderChatMarked(const std::vector<api::ChatMessage>& messages,
+                                                    const ChatOptions& options) {
   if (messages.empty()) return absl::InvalidArgumentError("messages: must not be empty");
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
@@ -134,7 +147,7 @@ absl::StatusOr<std::string> RenderChat(const std::vector<api::ChatMessage>& mess
           absl::StrCat("messages[", i, "].role: unknown role '", r, "'"));
     }
   }
-  std::string out;
+  common::MarkedText out;
   const bool first_is_system = IsSystem(messages[0]);
 
   Json tools = Json::array();
@@ -145,16 +158,24 @@ absl::StatusOr<std::string> RenderChat(const std::vector<api::ChatMessage>& mess
     tools = *std::move(parsed);
   }
   if (!tools.empty()) {
-    out += "<|im_start|>system\n";
-    if (first_is_system) absl::StrAppend(&out, messages[0].content, "\n\n");
-    out += kToolsHeader;
-    for (const Json& tool : tools) {
-      out += '\n';
-      DumpPython(tool, out);
+    out.AppendTrusted("<|im_start|>system\n");
+    if (first_is_system) {
+      out.AppendUntrusted(messages[0].content);
+      out.AppendTrusted("\n\n");
     }
-    out += kToolsFooter;
+    out.AppendTrusted(kToolsHeader);
+    std::string dumped;
+    for (const Json& tool : tools) {
+      out.AppendTrusted("\n");
+      dumped.clear();
+      DumpPython(tool, dumped);
+      out.AppendUntrusted(dumped);
+    }
+    out.AppendTrusted(kToolsFooter);
   } else if (first_is_system) {
-    absl::StrAppend(&out, "<|im_start|>system\n", messages[0].content, "<|im_end|>\n");
+    out.AppendTrusted("<|im_start|>system\n");
+    out.AppendUntrusted(messages[0].content);
+    out.AppendTrusted("<|im_end|>\n");
   }
 
   // The last real user query: later assistant turns keep their reasoning (multi-step tool use).
@@ -171,8 +192,9 @@ absl::StatusOr<std::string> RenderChat(const std::vector<api::ChatMessage>& mess
     const bool last = i + 1 == messages.size();
     if (m.role == "user" || (IsSystem(m) && i > 0)) {
       // A later system message keeps its own turn; "developer" is OpenAI's name for system.
-      absl::StrAppend(&out, "<|im_start|>", IsSystem(m) ? "system" : "user", "\n", m.content,
-                      "<|im_end|>\n");
+      out.AppendTrusted(IsSystem(m) ? "<|im_start|>system\n" : "<|im_start|>user\n");
+      out.AppendUntrusted(m.content);
+      out.AppendTrusted("<|im_end|>\n");
     } else if (m.role == "assistant") {
       std::string_view content = m.content_null ? std::string_view() : m.content;
       std::string_view reasoning;
@@ -190,27 +212,31 @@ absl::StatusOr<std::string> RenderChat(const std::vector<api::ChatMessage>& mess
         content = LStripNewlines(content.substr(last_end + std::string_view("</think>").size()));
       }
       if (i > last_query && (last || !reasoning.empty())) {
-        absl::StrAppend(&out, "<|im_start|>assistant\n<think>\n",
-                        Sv(RStripNewlines(LStripNewlines(reasoning))), "\n</think>\n\n",
-                        Sv(LStripNewlines(content)));
+        out.AppendTrusted("<|im_start|>assistant\n<think>\n");
+        out.AppendUntrusted(RStripNewlines(LStripNewlines(reasoning)));
+        out.AppendTrusted("\n</think>\n\n");
+        out.AppendUntrusted(LStripNewlines(content));
       } else {
-        absl::StrAppend(&out, "<|im_start|>assistant\n", Sv(content));
+        out.AppendTrusted("<|im_start|>assistant\n");
+        out.AppendUntrusted(content);
       }
       if (!m.tool_calls_json.empty()) {
         if (auto s = AppendToolCalls(m, i, !content.empty(), out); !s.ok()) return s;
       }
-      out += "<|im_end|>\n";
+      out.AppendTrusted("<|im_end|>\n");
     } else if (m.role == "tool") {
-      if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
-      absl::StrAppend(&out, "\n<tool_response>\n", m.content, "\n</tool_response>");
-      if (last || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+      if (i == 0 || messages[i - 1].role != "tool") out.AppendTrusted("<|im_start|>user");
+      out.AppendTrusted("\n<tool_response>\n");
+      out.AppendUntrusted(m.content);
+      out.AppendTrusted("\n</tool_response>");
+      if (last || messages[i + 1].role != "tool") out.AppendTrusted("<|im_end|>\n");
     }
     // The first system message was written above.
   }
 
   if (options.add_generation_prompt) {
-    out += "<|im_start|>assistant\n";
-    if (!options.enable_thinking) out += "<think>\n\n</think>\n\n";
+    out.AppendTrusted("<|im_start|>assistant\n");
+    if (!options.enable_thinking) out.AppendTrusted("<think>\n\n</think>\n\n");
   }
   return out;
 }

@@ -12,13 +12,16 @@
 //
 // Tools are listed in the system turn in Qwen's "# Tools" block, one JSON object per line as
 // Python's json.dumps writes it (", " and ": " separators, non-ASCII kept). The text is then
-// tokenized with special-token parsing on (<|im_start|> etc. become their control tokens).
+// tokenized with special-token parsing on (<|im_start|> etc. become their control tokens) except
+// in the request's own text, which RenderChatMarked marks: message content, reasoning, tool-call
+// names and arguments, and the tools (docs/chat.md, "Special tokens in content").
 
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/marked_text.h"
 #include "router/api/completion_request.h"
 
 namespace deltaserve::router::chat {
@@ -40,6 +43,9 @@ struct ChatOptions {
 // or tools / tool_calls are not valid JSON arrays of objects.
 absl::StatusOr<std::string> RenderChat(const std::vector<api::ChatMessage>& messages,
                                        const ChatOptions& options);
+// RenderChat's text with the bytes that came from the request marked untrusted.
+absl::StatusOr<common::MarkedText> RenderChatMarked(const std::vector<api::ChatMessage>& messages,
+                                                    const ChatOptions& options);
 
 namespace internal {
 

@@ -6,6 +6,13 @@
 
 namespace deltaserve::router::chat {
 
+std::vector<int32_t> EncodeChatPrompt(const common::Tokenizer& tokenizer,
+                                      const common::MarkedText& prompt,
+                                      bool allow_special_tokens_in_content) {
+  if (allow_special_tokens_in_content) return tokenizer.Encode(prompt.text, /*parse_special=*/true);
+  return tokenizer.EncodeMarked(prompt.text, prompt.untrusted);
+}
+
 absl::StatusOr<RenderedPrompt> QwenPromptRenderer::Render(const api::CompletionRequest& request,
                                                           const ModelState& model,
                                                           const common::Tokenizer& tokenizer) const {
@@ -17,9 +24,10 @@ absl::StatusOr<RenderedPrompt> QwenPromptRenderer::Render(const api::CompletionR
     ChatOptions options;
     options.enable_thinking = request.enable_thinking.value_or(true);
     options.tools_json = request.tools_json;
-    absl::StatusOr<std::string> text = RenderChat(request.messages, options);
+    absl::StatusOr<common::MarkedText> text = RenderChatMarked(request.messages, options);
     if (!text.ok()) return text.status();
-    const std::vector<int32_t> ids = tokenizer.Encode(*text, /*parse_special=*/true);
+    const std::vector<int32_t> ids =
+        EncodeChatPrompt(tokenizer, *text, request.allow_special_tokens_in_content);
     out.token_ids.insert(out.token_ids.end(), ids.begin(), ids.end());
     const int32_t im_end = tokenizer.Find("<|im_end|>");
     if (im_end >= 0) out.stop_token_ids.push_back(im_end);
@@ -33,8 +41,10 @@ absl::StatusOr<RenderedPrompt> QwenPromptRenderer::Render(const api::CompletionR
     out.token_ids.insert(out.token_ids.end(), request.prompt_tokens.begin(),
                          request.prompt_tokens.end());
   } else {
-    // Text completions: control-token text in the prompt is ordinary text (as OpenAI does).
-    const std::vector<int32_t> ids = tokenizer.Encode(request.prompt, /*parse_special=*/false);
+    // Text completions: control-token text in the prompt is ordinary text (as OpenAI does)
+    // unless the client asks for it to be parsed, as a raw prompt written in the model's own
+    // markup needs (docs/chat.md, "Special tokens in content").
+    const std::vector<int32_t> ids = tokenizer.Encode(request.prompt, request.parse_special_tokens);
     out.token_ids.insert(out.token_ids.end(), ids.begin(), ids.end());
   }
   // Boundaries for completions too: a raw prompt given as ids can carry ChatML markup.

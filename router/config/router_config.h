@@ -29,6 +29,11 @@ struct ModelDefaults {
   // into `chat_template` (its text).
   std::string chat_template_file;
   std::optional<std::string> chat_template;
+  // The model's `allow_special_tokens_in_content` key (models[i], next to `chat_template`):
+  // true parses special-token text inside chat messages, tools and tool calls as control tokens,
+  // the behaviour before issue 17 and that of Hugging Face / vLLM / llama.cpp; unset or false:
+  // only the chat template's own markup yields control tokens (docs/chat.md).
+  std::optional<bool> allow_special_tokens_in_content;
 };
 
 // A model the router offers under `name`, served by workers that report `served_name`.

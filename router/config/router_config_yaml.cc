@@ -235,7 +235,8 @@ absl::Status ConfigReader::Model(const YAML::Node& node, const std::string& path
   if (!node.IsMap()) return Error(path, node, "must be a mapping with name, served_name, defaults");
   bool has_name = false;
   absl::Status s = ForEachField(
-      node, path, {"name", "served_name", "chat_template", "defaults"},
+      node, path,
+      {"name", "served_name", "chat_template", "allow_special_tokens_in_content", "defaults"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "name") {
           has_name = true;
@@ -243,6 +244,9 @@ absl::Status ConfigReader::Model(const YAML::Node& node, const std::string& path
         }
         if (key == "served_name") return String(v, p, m.served_name);
         if (key == "chat_template") return String(v, p, m.defaults.chat_template_file);
+        if (key == "allow_special_tokens_in_content") {
+          return Bool(v, p, m.defaults.allow_special_tokens_in_content);
+        }
         ModelDefaults& d = m.defaults;
         return ForEachField(v, p,
                             {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",

@@ -84,6 +84,9 @@ void ApplyModelDefaults(const ModelDefaults& defaults, api::CompletionRequest& r
   if (request.chat_template_override.empty() && defaults.chat_template) {
     request.chat_template_override = *defaults.chat_template;
   }
+  // Config only: a client cannot ask for its text to become markup.
+  request.allow_special_tokens_in_content =
+      defaults.allow_special_tokens_in_content.value_or(false);
 }
 
 }  // namespace deltaserve::router

@@ -65,10 +65,8 @@ api::ChatMessage Msg(std::string role, std::string content) {
 class QwenBoundariesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<std::unique_ptr<common::GgufFile>> f =
-        common::GgufFile::Open(testing::GoldenPath("qwen3-vocab-qwen35pre.gguf"));
-    ASSERT_TRUE(f.ok()) << f.status();
-    absl::StatusOr<v1::Tokenizer> proto = testing::TokenizerProtoFromGguf(**f);
+    absl::StatusOr<v1::Tokenizer> proto =
+        testing::TokenizerProtoFromGgufPath(testing::GoldenPath("qwen3-vocab-qwen35pre.gguf"));
     ASSERT_TRUE(proto.ok()) << proto.status();
     auto model = std::make_shared<ModelState>();
     model->name = "qwen";

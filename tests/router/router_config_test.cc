@@ -32,6 +32,7 @@ workers:
 models:
   - name: qwen3.5-4b
     served_name: Qwen3.5-4B-Q4_K_M
+    allow_special_tokens_in_content: true
     defaults:
       temperature: 0.7
       top_p: 0.8
@@ -97,8 +98,10 @@ TEST(RouterConfigYamlTest, FullExampleParses) {
   EXPECT_EQ(m.defaults.repetition_penalty, 1.05);
   EXPECT_EQ(m.defaults.max_tokens, 2048);
   EXPECT_EQ(m.defaults.enable_thinking, false);
+  EXPECT_EQ(m.defaults.allow_special_tokens_in_content, true);
   EXPECT_EQ(c->models[1].served_name, "qwen2.5-coder-1.5b");  // defaults to name
   EXPECT_FALSE(c->models[1].defaults.temperature.has_value());
+  EXPECT_FALSE(c->models[1].defaults.allow_special_tokens_in_content.has_value());
   ASSERT_EQ(c->aliases.size(), 2u);
   EXPECT_EQ(c->aliases[0].name, "fast");
   EXPECT_THAT(c->aliases[0].chain, ::testing::ElementsAre("qwen3.5-4b", "qwen2.5-coder-1.5b"));
@@ -122,6 +125,17 @@ TEST(RouterConfigYamlTest, FullExampleParses) {
   EXPECT_FALSE(c->routing.prefix_affinity);
   EXPECT_EQ(c->routing.prefix_max_waiting, 8);
   EXPECT_EQ(c->max_body_bytes, 4194304u);
+}
+
+// allow_special_tokens_in_content (docs/chat.md, "Special tokens in content"): a boolean per
+// model, unset unless the model gives it.
+TEST(RouterConfigYamlTest, AllowSpecialTokensInContentIsABooleanPerModel) {
+  EXPECT_THAT(ErrorMessage("models:\n  - name: m\n    allow_special_tokens_in_content: maybe\n"),
+              HasSubstr("models[0].allow_special_tokens_in_content"));
+  absl::StatusOr<RouterConfig> c =
+      ParseRouterConfigYaml("models:\n  - name: m\n    allow_special_tokens_in_content: false\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->models[0].defaults.allow_special_tokens_in_content, false);
 }
 
 TEST(RouterConfigYamlTest, EmptyDocumentGivesDefaults) {

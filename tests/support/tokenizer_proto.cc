@@ -1,5 +1,6 @@
 #include "tests/support/tokenizer_proto.h"
 
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,12 @@ absl::StatusOr<pb::Tokenizer> TokenizerProtoFromGguf(const common::GgufFile& fil
     sp->set_pad_id(static_cast<int32_t>(*v));
   if (auto v = file.GetBool("tokenizer.ggml.add_bos_token"); v.ok()) sp->set_add_bos(*v);
   return t;
+}
+
+absl::StatusOr<pb::Tokenizer> TokenizerProtoFromGgufPath(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<common::GgufFile>> file = common::GgufFile::Open(path);
+  if (!file.ok()) return file.status();
+  return TokenizerProtoFromGguf(**file);
 }
 
 }  // namespace deltaserve::testing
