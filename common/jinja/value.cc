@@ -16,9 +16,6 @@ namespace {
 using Data =
     std::variant<int64_t, double, std::string, ListPtr, DictPtr, CallablePtr, NamespaceData*>;
 
-// DerivedFromContextScope's state: one render runs on one thread.
-thread_local bool derived_from_context = false;
-
 const std::vector<ByteRange>& NoRanges() {
   static const auto* none = new std::vector<ByteRange>();
   return *none;
@@ -103,11 +100,12 @@ const Value* CallArgs::Keyword(std::string_view name) const {
   return nullptr;
 }
 
-DerivedFromContextScope::DerivedFromContextScope(bool active) : previous_(derived_from_context) {
-  derived_from_context = active;
+DerivedFromContextScope::DerivedFromContextScope(bool active)
+    : previous_(internal::derived_from_context) {
+  internal::derived_from_context = active;
 }
 
-DerivedFromContextScope::~DerivedFromContextScope() { derived_from_context = previous_; }
+DerivedFromContextScope::~DerivedFromContextScope() { internal::derived_from_context = previous_; }
 
 bool ArgsHoldContext(const CallArgs& args) {
   for (const Value& v : args.positional) {
@@ -117,10 +115,6 @@ bool ArgsHoldContext(const CallArgs& args) {
     if (v.HoldsContext()) return true;
   }
   return false;
-}
-
-Value::Value(std::string s) : type_(Type::kString), data_(std::move(s)) {
-  if (derived_from_context) origin_ = Origin::kContext;
 }
 
 Value Value::FromContext(std::string s) {

@@ -50,6 +50,12 @@ namespace deltaserve::common::jinja {
 class Value;
 class Interpreter;
 
+namespace internal {
+// DerivedFromContextScope's state (one render runs on one thread); read by every string
+// construction, so inline.
+inline thread_local bool derived_from_context = false;
+}  // namespace internal
+
 // Deepest JSON nesting the context may have (and tojson writes).
 inline constexpr int kMaxJsonDepth = 256;
 
@@ -130,7 +136,10 @@ class Value {
   explicit Value(int i) : Value(static_cast<int64_t>(i)) {}
   explicit Value(double d) : type_(Type::kFloat), data_(d) {}
   // A string; marked kContext while a DerivedFromContextScope is active, else kTemplate.
-  explicit Value(std::string s);
+  explicit Value(std::string s)
+      : type_(Type::kString),
+        origin_(internal::derived_from_context ? Origin::kContext : Origin::kTemplate),
+        data_(std::move(s)) {}
   explicit Value(const char* s) : Value(std::string(s)) {}
   static Value List(std::vector<Value> items, bool is_tuple = false);
   static Value Generator(std::vector<Value> items);
