@@ -235,6 +235,20 @@ int Run(const Flags& f) {
             << (config->api_keys.empty() ? "no API keys (open, local only)"
                                          : absl::StrCat(config->api_keys.size(), " API key(s)"))
             << "\n";
+  for (const WorkerEndpoint& e : config->workers) {
+    // The worker channel's security per worker (docs/router.md, "Worker channel"); a secret over
+    // plain text is readable by anyone on the path, worth a line when the path leaves the host.
+    const WorkerChannelConfig& ch = *e.channel;
+    const std::string host = e.address.substr(0, e.address.rfind(':'));
+    const bool local = host == "127.0.0.1" || host == "localhost" || host == "[::1]";
+    std::cerr << "deltaserve-router: worker " << e.address << ": "
+              << (ch.ca_pem.empty() ? "plain text" : ch.cert_pem.empty() ? "TLS" : "mutual TLS")
+              << (ch.secret.empty() ? "" : ", shared secret")
+              << (!ch.secret.empty() && ch.ca_pem.empty() && !local
+                      ? " (sent in clear: configure tls_ca_file where the network is not trusted)"
+                      : "")
+              << "\n";
+  }
   std::cerr << "deltaserve-router: listening on " << opts.address << ":" << server.port() << "\n";
 
   int reloads_seen = 0;

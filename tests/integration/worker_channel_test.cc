@@ -8,8 +8,8 @@
 //  - Shared secret: a completion through the router with the secret from a file; calls with no
 //    or a wrong secret refused, counted by reason, logged once per interval however many come;
 //    the secret never appears in the log; the secret from $DELTASERVE_WORKER_SECRET.
-//  - Start-up: missing files and half-given settings stop the worker and the router with a
-//    non-zero exit and a message naming the file or flag.
+//  - Start-up: missing files and half-given settings stop the worker, the router and a bench
+//    client with a non-zero exit and a message naming the file or flag.
 #include "proto/worker_channel.h"
 
 #include <grpcpp/grpcpp.h>
@@ -166,6 +166,7 @@ TEST(WorkerChannelTest, MutualTlsServesTheRouterAndRefusesOthers) {
                    pki->ca.cert, "--metrics-port", "0"});
   ASSERT_GT(s.port(), 0);
   EXPECT_THAT(s.worker().err(), HasSubstr("gRPC port: mutual TLS\n"));
+  EXPECT_THAT(s.router().err(), HasSubstr(": mutual TLS\n"));
   const auto r = Http(s.port(), "POST", "/v1/chat/completions", Chat());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 4);
@@ -229,6 +230,7 @@ TEST(WorkerChannelTest, SharedSecretServesTheRouterAndRefusesOthers) {
                   {"--auth-secret-file", secret_file, "--metrics-port", "0"});
   ASSERT_GT(s.port(), 0);
   EXPECT_THAT(s.worker().err(), HasSubstr("gRPC port: plain text, shared secret required\n"));
+  EXPECT_THAT(s.router().err(), HasSubstr(": plain text, shared secret\n"));
   const auto r = Http(s.port(), "POST", "/v1/chat/completions", Chat());
   ASSERT_EQ(r.status, 200) << r.body;
 
@@ -307,6 +309,18 @@ TEST(WorkerChannelTest, BadSettingsStopTheProcessesNamingTheFile) {
   ASSERT_TRUE(code.has_value());
   EXPECT_NE(*code, 0);
   EXPECT_THAT(mismatched.err(), HasSubstr("TLS certificate"));
+
+  // The other clients of a worker: the bench's stand-in worker reads its --info-from channel's
+  // files before anything else.
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--worker-tls-ca", missing},
+                                    {"--worker-secret-file", dir + "/nope.secret"}}) {
+    ChildProcess client({BinaryPath("bench/deltaserve-bench-stand-in-worker"), "--info-from",
+                         "127.0.0.1:1", "--mode", "instant", flag, value});
+    const std::optional<int> ccode = client.Wait(seconds(30));
+    ASSERT_TRUE(ccode.has_value());
+    EXPECT_EQ(*ccode, 2) << client.err();
+    EXPECT_THAT(client.err(), HasSubstr(value));
+  }
 
   const std::string cfg = dir + "/router.yaml";
   std::ofstream(cfg) << "worker_channel:\n  tls_ca_file: missing.crt\n";
