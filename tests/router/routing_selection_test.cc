@@ -88,6 +88,18 @@ TEST(ApplyModelDefaults, FillsOnlyUnsetFields) {
   EXPECT_EQ(r.enable_thinking, false);
 }
 
+// allow_special_tokens_in_content comes from the model's config alone (docs/chat.md): each
+// attempt's request gets the candidate's value, whatever an earlier candidate set.
+TEST(ApplyModelDefaults, SpecialTokensInContentFollowTheCandidateModel) {
+  api::CompletionRequest r;
+  ModelDefaults allowing;
+  allowing.allow_special_tokens_in_content = true;
+  ApplyModelDefaults(allowing, r);
+  EXPECT_TRUE(r.allow_special_tokens_in_content);
+  ApplyModelDefaults(ModelDefaults{}, r);
+  EXPECT_FALSE(r.allow_special_tokens_in_content);
+}
+
 WorkerOption Option(std::string name, int32_t running, int32_t waiting, int32_t ctx = 4096,
                     int64_t need = 10) {
   WorkerOption o;
