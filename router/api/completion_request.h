@@ -68,9 +68,10 @@ struct CompletionRequest {
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
   bool prompt_is_tokens = false;
-  // Completions: `parse_special_tokens` in the body. A text prompt's control-token text
-  // ("<|im_start|>") is ordinary text unless this is true (docs/chat.md).
-  bool parse_special_tokens = false;
+  // Completions: `parse_special_tokens` in the body (default true). A raw text prompt is the
+  // caller's own markup, so its control-token text ("<|im_start|>") is parsed, as vLLM and
+  // llama.cpp's server do; false makes it ordinary text (docs/chat.md).
+  bool parse_special_tokens = true;
 
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; >= 1
   SamplingParams sampling;

@@ -390,7 +390,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   std::optional<bool> parse_special;
   DS_RETURN_IF_ERROR(
       ReadBool(*doc, "parse_special_tokens", "parse_special_tokens", &parse_special));
-  r.parse_special_tokens = parse_special.value_or(false);
+  r.parse_special_tokens = parse_special.value_or(true);
   std::optional<int64_t> best_of;
   DS_RETURN_IF_ERROR(ReadInt(*doc, "best_of", "best_of", 1, INT32_MAX, &best_of));
   if (best_of && *best_of != 1) return Unsupported("best_of", "only best_of=1 is supported");

@@ -1,8 +1,8 @@
 // The router's PromptRenderer for the Qwen ChatML family: chat requests rendered with the Qwen3
 // template (qwen_chat_template.h) and tokenized with the model's own tokenizer (special tokens
 // parsed in the template's own markup, never in the request's text: EncodeChatPrompt);
-// completions tokenized as plain text (special tokens parsed when the body says
-// `parse_special_tokens: true`) or passed through as token ids. `<|im_end|>` ends an assistant
+// completions tokenized with their control-token text parsed (plain text when the body says
+// `parse_special_tokens: false`) or passed through as token ids. `<|im_end|>` ends an assistant
 // turn, so it is a stop id. The message boundaries of every prompt (message_boundaries.h) and,
 // for chat, the turn-end tokens go with it.
 #pragma once

@@ -10,7 +10,7 @@
 // text outside the injected payload (found raw, or as tojson escapes it) is the template's; the
 // prompt is cut there, each piece between is Encode(piece, parse_special=false), and the
 // template's control texts are their ids. allow_special_tokens_in_content restores
-// Encode(prompt, true); /v1/completions parses a text prompt only with parse_special_tokens.
+// Encode(prompt, true); /v1/completions parses a text prompt unless parse_special_tokens is false.
 #include <algorithm>
 #include <fstream>
 #include <functional>
@@ -277,8 +277,9 @@ TEST_F(ChatInjectionTest, InjectedRoleMarkupStaysTextWhereverTheRequestCarriesIt
   EXPECT_EQ(checked, 13 * 2 + 4 - 1);
 }
 
-// /v1/completions: a text prompt is text unless the body sets parse_special_tokens.
-TEST_F(ChatInjectionTest, CompletionsParseSpecialTokensOnlyWhenAsked) {
+// /v1/completions: a raw text prompt is the caller's markup, parsed unless the body sets
+// parse_special_tokens: false.
+TEST_F(ChatInjectionTest, CompletionsParseSpecialTokensUnlessTurnedOff) {
   const std::string prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
   ModelState model;
   model.name = "m";
@@ -291,7 +292,7 @@ TEST_F(ChatInjectionTest, CompletionsParseSpecialTokensOnlyWhenAsked) {
     ASSERT_TRUE(r.ok()) << r.status();
     absl::StatusOr<RenderedPrompt> p = ChatPromptRenderer().Render(*r, model, *tokenizer_);
     ASSERT_TRUE(p.ok()) << p.status();
-    const bool parse = flag.is_boolean() && flag.get<bool>();
+    const bool parse = !flag.is_boolean() || flag.get<bool>();
     EXPECT_EQ(p->token_ids, tokenizer_->Encode(prompt, parse)) << body.dump();
   }
   absl::StatusOr<api::CompletionRequest> bad =

@@ -192,9 +192,15 @@ TEST_F(QwenBoundariesTest, CompletionsGetBoundariesButNoTurnEndTokens) {
   EXPECT_THAT(p->message_boundaries, ElementsAre(expected));
   EXPECT_THAT(p->turn_end_token_ids, IsEmpty());
 
-  // Text completions: control-token text is plain text, so there is no end of turn.
+  // Text completions: the caller's markup is parsed by default, so its turn ends are boundaries.
   r.prompt_is_tokens = false;
   r.prompt = "<|im_start|>user\nHi<|im_end|>\n";
+  p = QwenPromptRenderer().Render(r, **model_, *tokenizer_);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->message_boundaries, ElementsAre(expected));
+  EXPECT_THAT(p->turn_end_token_ids, IsEmpty());
+  // With parse_special_tokens false the markup is plain text: no end of turn.
+  r.parse_special_tokens = false;
   p = QwenPromptRenderer().Render(r, **model_, *tokenizer_);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(p->message_boundaries, IsEmpty());
