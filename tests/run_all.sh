@@ -13,10 +13,13 @@ step() { printf '\n=== %s (%s) ===\n' "$1" "$(date +%H:%M:%S)"; }
 # The official OpenAI Python SDK (tests/integration/openai_sdk_test.cc) and the openai-agents SDK
 # (openai_agents_test.cc; 0.3.3 is the last line requiring openai < 2), in a venv: Debian's
 # python3 is externally managed; python3-venv comes from deploy/install-deps.sh. Without them
-# those tests skip, so the venv is made here rather than left to the caller.
-step "python SDKs for the SDK tests (build/ci-venv)"
+# those tests skip, so the venv is made here rather than left to the caller. schemathesis runs
+# against the router in tests/integration/schemathesis_test.cc (docs/openapi.yaml); one resolver
+# run for all three keeps the set consistent (pip check passes with these pins).
+step "python SDKs and schemathesis for the client tests (build/ci-venv)"
 [ -x build/ci-venv/bin/python3 ] || python3 -m venv build/ci-venv
-build/ci-venv/bin/pip install -q --disable-pip-version-check openai==1.109.1 openai-agents==0.3.3
+build/ci-venv/bin/pip install -q --disable-pip-version-check openai==1.109.1 openai-agents==0.3.3 \
+  schemathesis==4.32.5
 
 step "release: configure and build"
 cmake --preset release

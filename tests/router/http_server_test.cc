@@ -255,6 +255,7 @@ TEST_F(HttpServerTest, UnknownPathAndMethodAndBadHttp) {
   r = c.ReadResponse(2s);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->Header("allow"), "GET");  // RFC 9110 15.5.6: a 405 lists the allowed methods
 
   RawHttpClient bad(server_->port());
   ASSERT_TRUE(bad.Send("THIS IS NOT HTTP\r\n\r\n"));

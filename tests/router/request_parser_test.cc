@@ -155,6 +155,10 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
       {Chat(R"("repetition_penalty":0)"), "repetition_penalty"},
       {Chat(R"("seed":"x")"), "seed"},
       {Chat(R"("seed":1.5)"), "seed"},
+      // Unsigned values above INT64_MAX once wrapped to negatives and passed (schemathesis).
+      {Chat(R"("seed":9223372036854775808)"), "seed"},
+      {Chat(R"("seed":18446744073709551615)"), "seed"},
+      {Chat(R"("top_k":18446744073709551615)"), "top_k"},
       {Chat(R"("stop":5)"), "stop"},
       {Chat(R"("stop":["a","b","c","d","e"])"), "stop"},
       {Chat(R"("stop":["a",7])"), "stop[1]"},

@@ -214,6 +214,7 @@ void Connection::Dispatch() {
                                                               " is not allowed on ", request.path))
                      : core_->ErrorResponse(
                            404, absl::StrCat("no route for ", request.method, " ", request.path));
+    if (path_known) r.headers.push_back({"Allow", core_->AllowedMethods(request.path)});
     WriteResponse(std::move(r));
     DoRead();
     return;

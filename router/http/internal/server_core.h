@@ -35,6 +35,19 @@ struct ServerCore {
     return m == it->second.end() ? nullptr : &m->second;
   }
 
+  // The methods routed on `path`, as a 405's Allow header lists them ("GET, POST"; RFC 9110
+  // 15.5.6 requires the header on a 405).
+  std::string AllowedMethods(const std::string& path) const {
+    std::string allow;
+    auto it = routes.find(path);
+    if (it == routes.end()) return allow;
+    for (const auto& [method, handler] : it->second) {
+      if (!allow.empty()) allow += ", ";
+      allow += method;
+    }
+    return allow;
+  }
+
   Response ErrorResponse(int status, std::string_view message) const {
     return options.error_response ? options.error_response(status, message)
                                   : DefaultErrorResponse(status, message);
