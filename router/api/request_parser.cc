@@ -99,7 +99,11 @@ absl::Status ParseMessage(const json& msg, size_t index, ChatMessage* m) {
   if (s) m->name = *s;
   s.reset();
   DS_RETURN_IF_ERROR(ReadString(msg, "reasoning_content", path + ".reasoning_content", &s));
-  if (!s) DS_RETURN_IF_ERROR(ReadString(msg, "reasoning", path + ".reasoning", &s));
+  // `reasoning` is type-checked even when `reasoning_content` wins (a wrong type was once
+  // ignored there; found by the schemathesis run, docs/testing.md).
+  std::optional<std::string> reasoning;
+  DS_RETURN_IF_ERROR(ReadString(msg, "reasoning", path + ".reasoning", &reasoning));
+  if (!s) s = std::move(reasoning);
   if (s) m->reasoning_content = *s;
   s.reset();
   DS_RETURN_IF_ERROR(ReadString(msg, "tool_call_id", path + ".tool_call_id", &s));

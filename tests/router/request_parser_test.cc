@@ -157,6 +157,9 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
       {Chat(R"("seed":1.5)"), "seed"},
       // Unsigned values above INT64_MAX once wrapped to negatives and passed (schemathesis).
       {Chat(R"("seed":9223372036854775808)"), "seed"},
+      {R"({"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"r",)"
+       R"("reasoning":{}}]})",
+       "messages[0].reasoning"},
       {Chat(R"("seed":18446744073709551615)"), "seed"},
       {Chat(R"("top_k":18446744073709551615)"), "top_k"},
       {Chat(R"("stop":5)"), "stop"},
