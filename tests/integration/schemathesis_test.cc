@@ -18,7 +18,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -63,27 +65,29 @@ std::string WhyNoSchemathesis(const std::string& python) {
 
 void RunCheck(RouterService& service, const std::string& mode, const std::string& api_key) {
   const std::string python = SchemathesisPython();
-  const std::string out = ::testing::TempDir() + "/schemathesis_" + mode + "_" +
-                          std::to_string(::getpid());
-  std::vector<std::string> argv = {python,
-                                   DELTASERVE_SCHEMATHESIS_SCRIPT,
-                                   "--spec",
-                                   DELTASERVE_OPENAPI_SPEC,
-                                   "--url",
-                                   "http://127.0.0.1:" + std::to_string(service.port()),
-                                   "--mode",
-                                   mode,
-                                   "--out",
-                                   out,
-                                   "--max-examples",
-                                   std::to_string(kMaxExamples),
-                                   "--seed",
-                                   std::to_string(kSeed)};
+  const std::string out =
+      ::testing::TempDir() + "/schemathesis_" + mode + "_" + std::to_string(::getpid());
+  std::vector<std::string> argv = {
+      python,           DELTASERVE_SCHEMATHESIS_SCRIPT,
+      "--spec",         DELTASERVE_OPENAPI_SPEC,
+      "--url",          "http://127.0.0.1:" + std::to_string(service.port()),
+      "--mode",         mode,
+      "--out",          out,
+      "--max-examples", std::to_string(kMaxExamples),
+      "--seed",         std::to_string(kSeed)};
   if (!api_key.empty()) {
     argv.push_back("--api-key");
     argv.push_back(api_key);
   }
   const auto run = RunProcess(argv);
+  // The figures for the log (docs/testing.md quotes them): test cases, statuses per operation.
+  std::istringstream lines(run.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" generated, ") != std::string::npos ||
+        line.find("requests, statuses") != std::string::npos) {
+      std::cout << line << "\n";
+    }
+  }
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\n--- router stderr ---\n"
                               << service.router().err();
   // The router is still up after every request (a crash would also show as failed requests).

@@ -136,6 +136,10 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
       {R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]})",
        "messages[0].tool_calls"},
       {R"({"model":"m","messages":[{"role":"user","content":"x","name":3}]})", "messages[0].name"},
+      // `reasoning` is checked even where `reasoning_content` wins (schemathesis found it ignored).
+      {R"({"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"r",)"
+       R"("reasoning":{}}]})",
+       "messages[0].reasoning"},
       {Chat(R"("max_tokens":0)"), "max_tokens"},
       {Chat(R"("max_tokens":-5)"), "max_tokens"},
       {Chat(R"("max_tokens":1.5)"), "max_tokens"},
@@ -157,9 +161,6 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
       {Chat(R"("seed":1.5)"), "seed"},
       // Unsigned values above INT64_MAX once wrapped to negatives and passed (schemathesis).
       {Chat(R"("seed":9223372036854775808)"), "seed"},
-      {R"({"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"r",)"
-       R"("reasoning":{}}]})",
-       "messages[0].reasoning"},
       {Chat(R"("seed":18446744073709551615)"), "seed"},
       {Chat(R"("top_k":18446744073709551615)"), "top_k"},
       {Chat(R"("stop":5)"), "stop"},

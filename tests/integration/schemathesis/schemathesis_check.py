@@ -126,9 +126,14 @@ class Expectations:
 
 
 def summary(seen):
-    for op in sorted(seen):
+    documented = {CHAT, TEXT, MODELS, *PROBES}
+    for op in sorted(o for o in seen if o in documented):
         counts = collections.Counter(a[0] for a in seen[op])
         print(f"  {op[0]} {op[1]}: {len(seen[op])} requests, statuses {dict(sorted(counts.items()))}")
+    others = [a[0] for op in seen if op not in documented for a in seen[op]]
+    if others:
+        counts = collections.Counter(others)
+        print(f"  undocumented methods: {len(others)} requests, statuses {dict(sorted(counts.items()))}")
 
 
 def main():
@@ -193,7 +198,6 @@ def main():
         for op in (CHAT, TEXT):
             e.status(op, 401)
             e.status(op, 400)
-            e.need(op, "no 2xx", lambda s, ct, h, b: True)
             if any(200 <= a[0] < 300 for a in seen.get(op, [])):
                 e.failures.append(f"keyless: {op[0]} {op[1]} answered 2xx without a key")
         e.status(MODELS, 401)
