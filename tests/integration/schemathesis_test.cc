@@ -35,7 +35,7 @@ using ::deltaserve::testing::RouterService;
 using ::deltaserve::testing::RunProcess;
 using ::deltaserve::testing::Sha256HexWithTool;
 
-// Examples per operation and phase; with the seed this keeps a run to about 10 s of requests
+// Examples per operation and phase; with the seed this keeps a run to 10–20 s of requests
 // on the 2-core build machine and the schemathesis output reproducible.
 constexpr int kMaxExamples = 100;
 constexpr int kSeed = 17;
