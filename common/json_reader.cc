@@ -91,6 +91,11 @@ class LinearJsonSax {
       return Fail(JsonReadFault::Kind::kLimit, "max_json_depth", PathOfOpen(depth_ + 1),
                   absl::StrCat("nests deeper than ", limits_.max_depth, " levels"));
     }
+    if (limits_.max_containers > 0 && ++containers_ > limits_.max_containers) {
+      return Fail(JsonReadFault::Kind::kLimit, "max_json_containers", PathOfOpen(depth_ + 1),
+                  absl::StrCat("is one array or object more than the ", limits_.max_containers,
+                               " a document may hold"));
+    }
     if (frames_.size() == depth_) frames_.emplace_back();
     Frame& f = frames_[depth_++];
     f.is_object = is_object;
@@ -159,6 +164,7 @@ class LinearJsonSax {
   JsonReadFault* const fault_;
   std::vector<Frame> frames_;  // frames_[0, depth_) are open
   size_t depth_ = 0;
+  size_t containers_ = 0;  // arrays and objects opened so far
   json root_;
   std::string message_;
 };

@@ -30,17 +30,20 @@ struct JsonReadLimits {
   int max_depth = 64;                   // nested arrays/objects; the top-level value is depth 1
   size_t max_object_keys = 10'000;      // distinct keys in one object
   size_t max_array_elements = 1 << 20;  // elements of one array
+  // Arrays and objects in the whole document: each costs a heap allocation or two (about 70
+  // bytes of DOM for 2 bytes of "[]"), so this bounds the document's memory.
+  size_t max_containers = 1 << 20;
 };
 
 // For JSON already checked under limits (the router re-reading request JSON it has validated).
 inline constexpr JsonReadLimits kNoJsonReadLimits{
-    .max_depth = 0, .max_object_keys = 0, .max_array_elements = 0};
+    .max_depth = 0, .max_object_keys = 0, .max_array_elements = 0, .max_containers = 0};
 
 // Why a read failed (besides the status' message).
 struct JsonReadFault {
   enum class Kind { kNone, kSyntax, kLimit };
   Kind kind = Kind::kNone;
-  // kLimit: "max_json_depth", "max_object_keys" or "max_array_elements".
+  // kLimit: "max_json_depth", "max_object_keys", "max_array_elements" or "max_json_containers".
   std::string limit;
   // Where, as a JSON path ("messages[2].content", "logit_bias"); empty: the top level, or
   // unknown (a syntax error gives its byte position in the message instead).

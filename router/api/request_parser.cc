@@ -35,7 +35,8 @@ constexpr size_t kMaxPromptTokens = 1 << 24;
 
 constexpr common::JsonReadLimits kJsonLimits{.max_depth = kMaxJsonDepth,
                                              .max_object_keys = kMaxObjectKeys,
-                                             .max_array_elements = kMaxArrayElements};
+                                             .max_array_elements = kMaxArrayElements,
+                                             .max_containers = kMaxJsonContainers};
 
 absl::Status Unsupported(std::string_view param, std::string_view message) {
   return InvalidRequestError(param, "unsupported_value", message);

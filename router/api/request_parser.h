@@ -19,9 +19,10 @@ namespace deltaserve::router::api {
 // what a real client sends. The body itself is capped by the HTTP server (413).
 //
 // Enforced while the JSON is read, before the document is built:
-inline constexpr int kMaxJsonDepth = 64;              // max_json_depth: nested arrays/objects
-inline constexpr size_t kMaxObjectKeys = 10'000;      // max_object_keys: keys of one object
-inline constexpr size_t kMaxArrayElements = 1 << 20;  // max_array_elements: of one array
+inline constexpr int kMaxJsonDepth = 64;               // max_json_depth: nested arrays/objects
+inline constexpr size_t kMaxObjectKeys = 10'000;       // max_object_keys: keys of one object
+inline constexpr size_t kMaxArrayElements = 1 << 20;   // max_array_elements: of one array
+inline constexpr size_t kMaxJsonContainers = 1 << 20;  // max_json_containers: in the body
 // Enforced by validation:
 inline constexpr size_t kMaxMessages = 100'000;         // max_messages: chat messages
 inline constexpr size_t kMaxTools = 2'048;              // max_tools: entries of `tools`

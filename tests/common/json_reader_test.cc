@@ -18,7 +18,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr JsonReadLimits kNoLimits{.max_depth = 0, .max_object_keys = 0, .max_array_elements = 0};
+constexpr JsonReadLimits kNoLimits = kNoJsonReadLimits;
 
 TEST(JsonReaderTest, SameDocumentAsNlohmannsParse) {
   const std::vector<std::string> docs = {
@@ -81,6 +81,7 @@ TEST(JsonReaderTest, EachLimitNamesItselfAndWhere) {
       {R"({"m":{"x":1,"y":2,"z":3}})", {.max_object_keys = 2}, "max_object_keys", "m"},
       {R"({"a":1,"b":2,"c":3})", {.max_object_keys = 2}, "max_object_keys", ""},
       {R"({"p":[0,{"q":[1,2,3]}]})", {.max_array_elements = 2}, "max_array_elements", "p[1].q"},
+      {R"({"a":[],"b":[{},[]]})", {.max_containers = 4}, "max_json_containers", "b[1]"},
   };
   for (const Case& c : cases) {
     JsonReadFault fault;

@@ -71,6 +71,11 @@ TEST(RequestLimitsTest, EachLimitPassedByOneIsA400NamingIt) {
   ExpectLimit(ParseCompletionRequest(R"({"model":"m","prompt":)" +
                                      ArrayOf(kMaxArrayElements + 1, "1") + "}"),
               "max_array_elements", "prompt");
+  // The body, "messages" and its message are 3 containers, "metadata" the 4th; item i opens the
+  // (5 + 2i)th and (6 + 2i)th, so the (2^20 + 1)th is item 2^19 - 2's outer array.
+  ExpectLimit(
+      ParseChatCompletionRequest(Chat(R"("metadata":)" + ArrayOf(kMaxJsonContainers / 2, "[[]]"))),
+      "max_json_containers", absl::StrCat("metadata[", kMaxJsonContainers / 2 - 2, "]"));
   ExpectLimit(ParseChatCompletionRequest(R"({"model":"m","messages":)" +
                                          ArrayOf(kMaxMessages + 1, kUser) + "}"),
               "max_messages", "messages");
