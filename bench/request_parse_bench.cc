@@ -95,6 +95,11 @@ std::vector<Shape> Shapes() {
          return MetadataOf(bytes, api::kMaxArrayElements,
                            std::string(61, '[') + "1" + std::string(61, ']'));
        }},
+      {"nesting 62 deep, up to max_json_containers", true,
+       [](size_t bytes) {
+         return MetadataOf(bytes, (api::kMaxJsonContainers - 8) / 61,
+                           std::string(61, '[') + "1" + std::string(61, ']'));
+       }},
       {"objects nested 62 deep, repeated", true,
        [](size_t bytes) {
          std::string chain;
