@@ -98,9 +98,16 @@ std::vector<MalformedCase> Corpus() {
   body("lone_high_surrogate_escape", ChatWithRawContent(R"(\ud800)"), "");
   body("lone_low_surrogate_escape", ChatWithRawContent(R"(\udc00x)"), "");
   body("number_overflow", ChatWith({{"max_tokens", 1}}).replace(0, 1, R"({"seed":1e400,)"), "");
+  // Too deep: refused while reading, at the path where the 65th level opens (max_json_depth 64,
+  // the body itself being level 1).
+  auto zeros = [](std::string path, int n) {
+    for (int i = 0; i < n; ++i) path.append("[0]");
+    return path;
+  };
   body("nesting_100_deep",
-       R"({"model":"tiny","x":)" + std::string(100, '[') + std::string(100, ']') + "}", "");
-  body("nesting_100000_deep", std::string(100000, '['), "");
+       R"({"model":"tiny","x":)" + std::string(100, '[') + std::string(100, ']') + "}",
+       zeros("x", 63));
+  body("nesting_100000_deep", std::string(100000, '['), zeros("", 64));
   body("body_is_null", "null", "");
   body("body_is_array", "[]", "");
   body("body_is_string", R"("hello")", "");
