@@ -200,6 +200,11 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
       {Chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])"),
        "tools[0].function.parameters"},
       {Chat(R"("tool_choice":"always")"), "tool_choice"},
+      // Well-formed but not enforced before constrained decoding: refused, not served as auto.
+      {Chat(R"("tool_choice":"required")"), "tool_choice"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":"f"}}],)"
+            R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
+       "tool_choice"},
       {Chat(R"("tool_choice":{"type":"function"})"), "tool_choice.function.name"},
       {Chat(R"("tool_choice":{"type":"x","function":{"name":"f"}})"), "tool_choice.type"},
       {Chat(R"("tools":[{"type":"function","function":{"name":"f"}}],)"
@@ -215,13 +220,13 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
 }
 
 // The chat fields of issue 12: any chat_template_kwargs passed through, `reasoning` on input,
-// thinking_budget (the body's over the kwargs'), parallel_tool_calls, a named tool_choice.
+// thinking_budget (the body's over the kwargs'), parallel_tool_calls, tool_choice "auto".
 TEST(ChatRequestParserTest, ToolAndReasoningFields) {
   auto r = ParseChatCompletionRequest(R"({"model":"m","messages":[
       {"role":"user","content":"q"},
       {"role":"assistant","content":"a","reasoning":"because"}],
     "tools":[{"type":"function","function":{"name":"get-weather_2","parameters":{}}}],
-    "tool_choice":{"type":"function","function":{"name":"get-weather_2"}},
+    "tool_choice":"auto",
     "parallel_tool_calls":false, "thinking_budget":32,
     "chat_template_kwargs":{"enable_thinking":true,"thinking_budget":8,"custom":{"k":[1]}}})");
   ASSERT_TRUE(r.ok()) << r.status();

@@ -82,11 +82,24 @@ absl::Status ValidateTools(const json* tools) {
   return absl::OkStatus();
 }
 
+// "required" and a named function are well-formed but not enforced until constrained decoding
+// (issue 13): refused rather than silently served as "auto".
+namespace {
+absl::Status ToolChoiceNotEnforced(const char* what) {
+  return InvalidRequestError(
+      "tool_choice", "unsupported_value",
+      absl::StrCat("'tool_choice' ", what,
+                   " is not supported yet (it needs constrained decoding); use \"auto\" "
+                   "or \"none\""));
+}
+}  // namespace
+
 absl::Status ValidateToolChoice(const json* choice, const json* tools) {
   if (choice == nullptr) return absl::OkStatus();
   if (choice->is_string()) {
     const std::string& s = choice->get_ref<const std::string&>();
-    if (s == "none" || s == "auto" || s == "required") return absl::OkStatus();
+    if (s == "none" || s == "auto") return absl::OkStatus();
+    if (s == "required") return ToolChoiceNotEnforced("\"required\"");
     return InvalidRequestError("tool_choice", "invalid_value",
                                absl::StrCat("'tool_choice' must be \"none\", \"auto\", "
                                             "\"required\" or a function object, got '",
@@ -111,7 +124,7 @@ absl::Status ValidateToolChoice(const json* choice, const json* tools) {
       const json* f = Member(tool, "function");
       const json* n = f != nullptr ? Member(*f, "name") : nullptr;
       if (n != nullptr && n->is_string() && n->get_ref<const std::string&>() == wanted) {
-        return absl::OkStatus();
+        return ToolChoiceNotEnforced("naming a function");
       }
     }
   }
