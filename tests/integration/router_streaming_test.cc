@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/sha256.h"
 #include "gtest/gtest.h"
+#include "router/auth/api_key_authority.h"
 #include "tests/router/http_test_client.h"
 #include "tests/router/scripted_worker.h"
 #include "tests/support/child_process.h"
@@ -133,18 +133,6 @@ TEST(RouterStreamingTest, CachedPromptTokensReachUsageStreamedAndNot) {
   EXPECT_EQ(router.Wait(seconds(30)), 0) << router.err();
 }
 
-std::string Sha256Hex(std::string_view text) {
-  const std::array<uint8_t, 32> d = common::Sha256(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (uint8_t b : d) {
-    hex.push_back(kDigits[b >> 4]);
-    hex.push_back(kDigits[b & 15]);
-  }
-  return hex;
-}
-
 TEST(RouterStreamingTest, KeyOverMaxConcurrentRequestsGets429UntilItsStreamEnds) {
   ScriptedWorker worker({ScriptedModel{}});
   GenerateScript held;
@@ -154,7 +142,8 @@ TEST(RouterStreamingTest, KeyOverMaxConcurrentRequestsGets429UntilItsStreamEnds)
   worker.Start();
   const std::string config_path =
       ::testing::TempDir() + "/router_concurrency_" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(config_path) << "api_keys:\n  - name: agent\n    sha256: " << Sha256Hex("sk-agent")
+  std::ofstream(config_path) << "api_keys:\n  - name: agent\n    sha256: "
+                             << router::auth::Sha256Hex("sk-agent")
                              << "\n    max_concurrent_requests: 1\n";
   testing::ChildProcess router({testing::BinaryPath("router/deltaserve-router"), "--listen",
                                 "127.0.0.1:0", "--worker", worker.address(), "--config",
