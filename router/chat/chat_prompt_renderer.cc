@@ -124,7 +124,6 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
     if (turn_end.newline_id >= 0) out.turn_end_token_ids.push_back(turn_end.newline_id);
   }
 
-  const ThinkState think = ThinkStateOf(text.text);
   OutputParseOptions options;
   if (!request.tools_json.empty()) {
     // Linear, unlike json::parse on ordered_json (common/json_reader.h, issue 17).
@@ -132,8 +131,12 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
         common::ReadOrderedJson(request.tools_json, common::kNoJsonReadLimits);
     options.tools = tools.ok() ? *std::move(tools) : json(nullptr);
   }
-  options.prompt_opened_think = think.prompt_opened_think;
-  options.allow_orphan_think_close = think.allow_orphan_think_close;
+  options.prompt_opened_think = PromptOpensThink(text.text);
+  // toolcalls.md's orphan `</think>` comes from a generation prompt that ended with "<think>\n":
+  // the router knows its prompt, so that is the opened case above. After a prompt that did not
+  // open a block, output without `<think>` is the answer and streams as it comes, rather than
+  // being held to the end for a `</think>` real models do not write there.
+  options.allow_orphan_think_close = false;
   options.parse_tool_calls = request.tool_choice_json != "\"none\"";
   const bool parallel = request.parallel_tool_calls;
   out.output_shaper = [options, parallel](bool whole_output) -> std::unique_ptr<OutputShaper> {

@@ -88,14 +88,10 @@ absl::StatusOr<json> BuildTemplateContext(const api::CompletionRequest& request,
   return context;
 }
 
-ThinkState ThinkStateOf(std::string_view prompt) {
-  ThinkState s;
+bool PromptOpensThink(std::string_view prompt) {
   const size_t open = prompt.rfind("<think>");
   const size_t close = prompt.rfind("</think>");
-  s.prompt_opened_think =
-      open != std::string_view::npos && (close == std::string_view::npos || open > close);
-  s.allow_orphan_think_close = s.prompt_opened_think;
-  return s;
+  return open != std::string_view::npos && (close == std::string_view::npos || open > close);
 }
 
 }  // namespace deltaserve::router::chat

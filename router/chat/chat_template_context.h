@@ -4,7 +4,7 @@
 //
 //   absl::StatusOr<nlohmann::ordered_json> ctx = BuildTemplateContext(request, {"", "<|im_end|>"});
 //   absl::StatusOr<std::string> prompt = chat_template.Render(*ctx);
-//   ThinkState think = ThinkStateOf(*prompt);
+//   bool reasoning_first = PromptOpensThink(*prompt);
 #pragma once
 
 #include <string>
@@ -36,17 +36,8 @@ absl::StatusOr<nlohmann::ordered_json> BuildTemplateContext(
     const api::CompletionRequest& request, const TemplateTokens& tokens,
     std::vector<std::string>* router_keys = nullptr);
 
-// Where a rendered prompt leaves the model's reasoning block.
-struct ThinkState {
-  // The prompt ends inside an open <think> block (its last <think> after its last </think>).
-  bool prompt_opened_think = false;
-  // OutputParseOptions::allow_orphan_think_close: only where the prompt opened the block. The
-  // router knows its prompt, so toolcalls.md's orphan `</think>` (a generation prompt that ended
-  // with "<think>\n") is the opened case; after a prompt that did not open a block, an output
-  // that begins without `<think>` is an answer and its content streams as it comes (holding it
-  // for a `</think>` that real models do not write there would stream nothing until the end).
-  bool allow_orphan_think_close = false;
-};
-ThinkState ThinkStateOf(std::string_view prompt);
+// True when a rendered prompt ends inside an open <think> block (its last <think> after its last
+// </think>): the model's output starts as reasoning (OutputParseOptions::prompt_opened_think).
+bool PromptOpensThink(std::string_view prompt);
 
 }  // namespace deltaserve::router::chat
