@@ -136,6 +136,19 @@ def summary(seen):
         print(f"  undocumented methods: {len(others)} requests, statuses {dict(sorted(counts.items()))}")
 
 
+def run_and_expect(args, name, title, extra, failures):
+    """Runs schemathesis as `name`, prints what it saw under `title`, and returns the
+    Expectations over its exchanges (a non-zero exit is one of `failures`)."""
+    rc, har = run_schemathesis(args, name, extra + ["--generation-with-security-parameters",
+                                                    "false"])
+    if rc != 0:
+        failures.append(f"{name}: schemathesis exited {rc}")
+    seen = read_har(har)
+    print(f"{title}:")
+    summary(seen)
+    return seen, Expectations(seen, name)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--spec", required=True)
@@ -150,13 +163,7 @@ def main():
 
     failures = []
     if args.mode == "open":
-        rc, har = run_schemathesis(args, "open", ["--generation-with-security-parameters", "false"])
-        if rc != 0:
-            failures.append(f"open: schemathesis exited {rc}")
-        seen = read_har(har)
-        print("open run:")
-        summary(seen)
-        e = Expectations(seen, "open")
+        seen, e = run_and_expect(args, "open", "open run", [], failures)
         for op in [MODELS] + PROBES:
             e.json_200(op) if op != ("GET", "/metrics") else e.status(op, 200)
         for op in (CHAT, TEXT):
@@ -168,15 +175,8 @@ def main():
     else:
         if not args.api_key:
             p.error("--mode keyed needs --api-key")
-        rc, har = run_schemathesis(args, "keyed", [
-            "--header", f"Authorization: Bearer {args.api_key}",
-            "--generation-with-security-parameters", "false"])
-        if rc != 0:
-            failures.append(f"keyed: schemathesis exited {rc}")
-        seen = read_har(har)
-        print("keyed run (with the key):")
-        summary(seen)
-        e = Expectations(seen, "keyed")
+        seen, e = run_and_expect(args, "keyed", "keyed run (with the key)",
+                                 ["--header", f"Authorization: Bearer {args.api_key}"], failures)
         for op in (CHAT, TEXT):
             e.status(op, 200)
             e.status(op, 400)
@@ -187,14 +187,7 @@ def main():
                [m["id"] for m in json.loads(b)["data"]] == [SERVED_MODEL])
         failures += e.failures
 
-        rc, har = run_schemathesis(args, "keyless", [
-            "--generation-with-security-parameters", "false"])
-        if rc != 0:
-            failures.append(f"keyless: schemathesis exited {rc}")
-        seen = read_har(har)
-        print("keyed run (without a key):")
-        summary(seen)
-        e = Expectations(seen, "keyless")
+        seen, e = run_and_expect(args, "keyless", "keyed run (without a key)", [], failures)
         for op in (CHAT, TEXT):
             e.status(op, 401)
             e.status(op, 400)
