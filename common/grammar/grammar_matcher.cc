@@ -1,0 +1,3 @@
+#include "common/grammar/grammar_matcher.h"
+
+namespace deltaserve::common::grammar {}  // namespace deltaserve::common::grammar

@@ -1,0 +1,3 @@
+#include "common/grammar/regex.h"
+
+namespace deltaserve::common::grammar {}  // namespace deltaserve::common::grammar

@@ -1,0 +1,3 @@
+#include "worker/sampling/token_mask.h"
+
+namespace deltaserve::worker {}  // namespace deltaserve::worker
