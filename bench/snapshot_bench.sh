@@ -228,7 +228,7 @@ if l.get(1) and l[1]["ttft_s"]:
     rate = l[1]["prompt_tokens"] / l[1]["ttft_s"]
     parts = []
     for t in sorted(l):
-        if t == 1 or not l[t]["ttft_s"]:
+        if t == 1 or not l[t]["ttft_s"] or l[t]["prompt_tokens"] is None:
             continue
         computed = min(l[t]["prompt_tokens"], l[t]["ttft_s"] * rate)
         parts.append(f"turn {t}: ~{computed:.0f} of {l[t]['prompt_tokens']}")
@@ -626,14 +626,19 @@ for s in "${scenario_list[@]}"; do
       ;;
     llama)
       llama_port="$(free_port)"
+      # Its RAM cache counts only llama.cpp's state (~100 MB here) against --cache_size, but each
+      # entry also keeps a copy of the logits buffer (n_batch x n_vocab floats, ~0.5 GB on a 248K
+      # vocabulary): at the 2 GiB default it grew past 23 GB and was OOM-killed at turn 7 (dmesg,
+      # 2026-11-25). 400 MiB keeps the last ~4 turns' states, all a conversation can reuse.
+      llama_cache_bytes=$((400 << 20))
       # numpy's OpenBLAS would otherwise start spinning threads next to llama.cpp's.
       start llama-server 's/.*Uvicorn running on.*/ok/p' env OPENBLAS_NUM_THREADS=1 \
         "${venv}/bin/python" -m llama_cpp.server --model "${model}" --model_alias bench \
         --host 127.0.0.1 --port "${llama_port}" --n_threads "${threads}" \
         --n_threads_batch "${threads}" --n_ctx "${ctx}" --chat_format chatml \
-        --cache true --cache_type ram
+        --cache true --cache_type ram --cache_size "${llama_cache_bytes}"
       wait_http "http://127.0.0.1:${llama_port}/v1/models" llama-server
-      scenario_cmd="python -m llama_cpp.server --n_threads ${threads} --n_threads_batch ${threads} --n_ctx ${ctx} --chat_format chatml --cache true --cache_type ram"
+      scenario_cmd="python -m llama_cpp.server --n_threads ${threads} --n_threads_batch ${threads} --n_ctx ${ctx} --chat_format chatml --cache true --cache_type ram --cache_size ${llama_cache_bytes}"
       converse llama "http://127.0.0.1:${llama_port}"
       ;;
   esac
