@@ -13,7 +13,10 @@
 // Form of the rules: each rule is a list of alternatives, each alternative a sequence of symbols
 // (a byte class or a rule reference); an empty alternative matches the empty string. Build
 // refuses what the matcher cannot walk: references to missing rules, left recursion (a rule that
-// can reach itself without consuming a byte), and grammars over the size limits.
+// can reach itself without consuming a byte), and grammars over the size limits. It drops the
+// alternatives that can never match (an empty byte class, a rule that derives no finite string),
+// so that every prefix the matcher accepts can still be completed; a root that matches nothing
+// is refused.
 #pragma once
 
 #include <array>
@@ -22,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
 namespace deltaserve::common::grammar {
@@ -116,6 +120,8 @@ class GrammarBuilder {
 
   // New rules for `body`? `body`* `body`+ and `body`{min,max} (max < 0: unbounded). Bounded
   // repetition expands into max rules; callers keep max reasonable (the limits apply at Build).
+  // `body` must not match the empty string in Star/Plus/unbounded Repeat: the loop would then
+  // reach itself without consuming a byte, which Build refuses as left recursion.
   RuleId Optional(std::string_view name, Alternative body);
   RuleId Star(std::string_view name, Alternative body);
   RuleId Plus(std::string_view name, Alternative body);
@@ -131,6 +137,9 @@ class GrammarBuilder {
 
  private:
   Grammar grammar_;
+  absl::flat_hash_map<std::string, RuleId> rule_by_name_;
+  absl::flat_hash_map<ByteClass, uint32_t> class_index_;
+  int64_t invalid_rule_ = -1;  // an AddAlternative to a rule that does not exist, for Build
 };
 
 }  // namespace deltaserve::common::grammar

@@ -16,6 +16,7 @@
 // why), never grows without bound.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -40,11 +41,21 @@ class CompiledGrammar {
   explicit CompiledGrammar(Grammar grammar, const CompiledGrammarLimits& limits = {});
   CompiledGrammar(const CompiledGrammar&) = delete;
   CompiledGrammar& operator=(const CompiledGrammar&) = delete;
+  ~CompiledGrammar();
 
   const Grammar& grammar() const { return grammar_; }
   StateId initial_state() const;
   // The state after `byte` in `state` (kDeadState when rejected or the table is full).
-  StateId Step(StateId state, uint8_t byte);
+  StateId Step(StateId state, uint8_t byte) {
+    const StateId next = transitions_[state * class_count_ + class_of_[byte]];
+    return next != kUnknownState ? next : StepSlow(state, byte);
+  }
+  // The transition when it was computed before, else kUnknownState (then call Step): what the
+  // token-mask walk uses to stay in its loop for transitions already in the table.
+  static constexpr StateId kUnknownState = UINT32_MAX;
+  StateId CachedStep(StateId state, uint8_t byte) const {
+    return transitions_[state * class_count_ + class_of_[byte]];
+  }
   // Whether the root rule can end in `state` (the bytes so far are a complete sentence).
   bool IsAccepting(StateId state) const;
   // Whether any byte continues `state` (false at kDeadState, and where only the end is left).
@@ -57,8 +68,15 @@ class CompiledGrammar {
 
  private:
   struct Impl;
+  StateId StepSlow(StateId state, uint8_t byte);
+
   Grammar grammar_;
   std::unique_ptr<Impl> impl_;
+  // Bytes that no byte class of the grammar tells apart share a class; the table holds
+  // class_count_ transitions per state ([state][class], kUnknownState until computed).
+  std::array<uint8_t, 256> class_of_{};
+  uint32_t class_count_ = 1;
+  std::vector<StateId> transitions_;
 };
 
 // One sequence's position in a CompiledGrammar. Cheap to copy (a StateId and a pointer).
