@@ -1,0 +1,135 @@
+// The JSON Schema compiler's insides, shared by json_schema_compiler.cc (dispatch, `$ref`,
+// objects, arrays, any-value), json_schema_strings.cc (strings, formats, enum/const literals),
+// json_schema_numbers.cc (integer and number ranges) and json_schema_merge.cc (allOf merging,
+// oneOf disjointness). One SchemaCompiler per compiled schema; not thread-safe.
+//
+// A subschema compiles to the symbols matching one instance (its JSON text), or to nullopt when
+// no instance can match (`false`, an empty type intersection, a required property whose schema
+// is `false`): the caller then drops that branch. Recursion over the schema is bounded by
+// JsonGrammarOptions::max_schema_depth (each nested subschema and each `$ref` hop is a level).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/grammar/grammar.h"
+#include "common/grammar/internal/code_points.h"
+#include "common/grammar/json_schema_compiler.h"
+#include "nlohmann/json.hpp"
+
+namespace deltaserve::common::grammar::internal {
+
+using Json = nlohmann::ordered_json;
+using MaybeSymbols = std::optional<Alternative>;
+
+// InvalidArgument `unsupported JSON Schema keyword "X" at PATH` (+ ": detail").
+absl::Status UnsupportedKeyword(std::string_view keyword, std::string_view path,
+                                std::string_view detail = {});
+// InvalidArgument `invalid JSON Schema at PATH: detail`.
+absl::Status InvalidSchema(std::string_view path, std::string_view detail);
+// PATH/segment with `~` and `/` escaped as JSON Pointer does.
+std::string JoinPath(std::string_view path, std::string_view segment);
+
+// The non-negative integer value of keyword `key` (minItems, maxLength, ...): -1 when absent,
+// InvalidArgument when not a non-negative integer.
+absl::StatusOr<int64_t> CountKeyword(const Json& schema, std::string_view key,
+                                     std::string_view path);
+
+// Keywords that only annotate (ignored) — see the header of json_schema_compiler.h.
+bool IsAnnotationKeyword(std::string_view key);
+// Every keyword a JSON Schema draft (4 to 2020-12) or OpenAPI defines that constrains instances
+// or structures the schema; a key outside this list and the annotations is not JSON Schema and
+// is ignored (as validators ignore it).
+bool IsKnownKeyword(std::string_view key);
+
+// The types a schema admits, as bits.
+enum TypeBits : unsigned {
+  kNull = 1,
+  kBoolean = 2,
+  kObject = 4,
+  kArray = 8,
+  kString = 16,
+  kInteger = 32,
+  kNumber = 64,  // includes integers
+  kAllTypes = 127,
+};
+// The `type` (and OpenAPI `nullable`) of `schema` as bits; kAllTypes when absent.
+absl::StatusOr<unsigned> SchemaTypes(const Json& schema, std::string_view path);
+// The type bit of a JSON value (kInteger for integral numbers, also 1.0).
+unsigned ValueType(const Json& value);
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(GrammarBuilder& builder, const Json& root, std::string_view prefix,
+                 const JsonGrammarOptions& options);
+
+  // The symbols matching one instance of `schema` (found at `path`), nullopt for none.
+  absl::StatusOr<MaybeSymbols> Compile(const Json& schema, const std::string& path, int depth);
+
+  // Shared pieces, built once on first use.
+  Symbol Ws();        // 0..max_whitespace JSON whitespace bytes
+  Symbol AnyValue();  // any JSON value, containers nested at most max_schema_depth deep
+  Symbol AnyObject();
+  Symbol AnyString();  // a whole JSON string, quotes included
+  Symbol AnyChar();    // one character inside a JSON string
+  Symbol Never();      // matches nothing
+  GrammarBuilder& builder() { return builder_; }
+  CodePointSetRules& json_chars() { return json_chars_; }
+  const JsonGrammarOptions& options() const { return options_; }
+  const Json& root() const { return root_; }
+  // `"text"` spelled as JSON writers spell it (see code_points.h).
+  Alternative StringLiteral(std::string_view text);
+  // The JSON text of `value` (keys in its order, whitespace between tokens as Ws()).
+  Alternative ValueLiteral(const Json& value);
+  // A new rule name within this compiler's prefix.
+  std::string Name(std::string_view what) const;
+
+  // `$ref` resolution: the schema `ref` points to and its path; InvalidArgument for a remote or
+  // dangling reference.
+  absl::StatusOr<std::pair<const Json*, std::string>> Resolve(std::string_view ref,
+                                                              std::string_view path) const;
+
+  // json_schema_strings.cc
+  absl::StatusOr<MaybeSymbols> CompileString(const Json& schema, const std::string& path);
+  absl::StatusOr<MaybeSymbols> CompileEnum(const Json& schema, const std::string& path,
+                                           unsigned types);
+  // json_schema_numbers.cc
+  absl::StatusOr<MaybeSymbols> CompileNumber(const Json& schema, const std::string& path,
+                                             bool integer);
+  // json_schema_merge.cc: `schema` (with allOf, or $ref beside other assertions) as one schema
+  // without them; may contain anyOf/oneOf from distributing over alternatives.
+  absl::StatusOr<Json> Merge(const Json& schema, const std::string& path, int depth);
+  // Whether no instance can match both `a` and `b` (a sufficient check; false = unknown).
+  bool ProvablyDisjoint(const Json& a, const Json& b, int depth) const;
+
+ private:
+  absl::StatusOr<MaybeSymbols> CompileObjectSchema(const Json& schema, const std::string& path,
+                                                   int depth);
+  absl::StatusOr<MaybeSymbols> CompileTypes(const Json& schema, const std::string& path,
+                                            int depth);
+  absl::StatusOr<MaybeSymbols> CompileRef(const std::string& ref, const std::string& path,
+                                          int depth);
+  absl::StatusOr<MaybeSymbols> CompileAlternatives(const Json& schema, const std::string& path,
+                                                   int depth);
+  absl::StatusOr<MaybeSymbols> CompileObject(const Json& schema, const std::string& path,
+                                             int depth);
+  absl::StatusOr<MaybeSymbols> CompileArray(const Json& schema, const std::string& path,
+                                            int depth);
+  absl::Status CheckKeywords(const Json& schema, const std::string& path, unsigned types) const;
+  // "any string but these keys", quotes included.
+  Symbol KeyExcluding(const std::vector<std::string>& keys);
+
+  GrammarBuilder& builder_;
+  const Json& root_;
+  std::string prefix_;
+  JsonGrammarOptions options_;
+  CodePointSetRules json_chars_;
+  std::optional<Symbol> ws_, any_value_, any_object_, any_string_, any_char_;
+  std::map<std::string, RuleId> ref_rules_;  // by resolved JSON pointer
+};
+
+}  // namespace deltaserve::common::grammar::internal

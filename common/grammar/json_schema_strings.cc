@@ -1,0 +1,266 @@
+// JSON Schema strings (minLength/maxLength/pattern/format) and literal values (enum/const, keys).
+// Formats are regexes in our own subset, compiled like a `pattern` but matched whole; each is
+// written to accept only what the validator Python's `jsonschema` uses would accept (sound), and
+// what it would refuse is refused here too, except where docs/structured_outputs.md says the
+// grammar is stricter.
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grammar/internal/json_schema_internal.h"
+#include "common/grammar/internal/regex_rules.h"
+#include "common/grammar/regex.h"
+#include "common/str_util.h"
+#include "common/unicode.h"
+
+namespace deltaserve::common::grammar::internal {
+namespace {
+
+// RFC 3339 full-date with the real calendar (days per month, Feb 29 in leap years only, years
+// 0001-9999): what `datetime.date.fromisoformat` and rfc3339_validator accept.
+constexpr const char* kDate =
+    "(?:(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-"
+    "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|"
+    "02-(?:0[1-9]|1[0-9]|2[0-8]))"
+    "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)";
+// RFC 3339 full-time; the fraction is bounded (9 digits) so that a model cannot loop on digits.
+constexpr const char* kTime =
+    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?"
+    "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+constexpr const char* kHex = "[0-9a-fA-F]";
+// A DNS label (RFC 1123): letters, digits, inner hyphens, 1-62 characters here so that four
+// labels stay within the 253-character limit of a name.
+constexpr const char* kLabel = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?";
+constexpr const char* kIpv4Octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+
+// The regex (anchored at both ends) of a supported format, or empty.
+std::string FormatRegex(std::string_view format) {
+  if (format == "date") return kDate;
+  if (format == "time") return kTime;
+  if (format == "date-time") return absl::StrCat(kDate, "[Tt]", kTime);
+  if (format == "uuid") {
+    return absl::StrCat(kHex, "{8}-", kHex, "{4}-", kHex, "{4}-", kHex, "{4}-", kHex, "{12}");
+  }
+  if (format == "ipv4") return absl::StrCat(kIpv4Octet, "(?:\\.", kIpv4Octet, "){3}");
+  if (format == "hostname") return absl::StrCat(kLabel, "(?:\\.", kLabel, "){0,3}");
+  if (format == "email") {
+    // RFC 5322 dot-atom local part @ a host name (no quoted local parts, no IP literals).
+    const std::string atom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
+    return absl::StrCat(atom, "(?:\\.", atom, ")*@", kLabel, "(?:\\.", kLabel, ")*");
+  }
+  if (format == "uri") {
+    // RFC 3986 URI (absolute, with optional query and fragment); no IP-literal hosts.
+    const std::string pct = "%[0-9A-Fa-f]{2}";
+    const std::string sub = "!$&'()*+,;=";
+    const std::string pchar = absl::StrCat("(?:[A-Za-z0-9._~", sub, ":@-]|", pct, ")");
+    const std::string userinfo = absl::StrCat("(?:[A-Za-z0-9._~", sub, ":-]|", pct, ")*");
+    const std::string regname = absl::StrCat("(?:[A-Za-z0-9._~", sub, "-]|", pct, ")*");
+    const std::string segments = absl::StrCat("(?:/", pchar, "*)*");
+    const std::string hier = absl::StrCat("(?://(?:", userinfo, "@)?", regname, "(?::[0-9]*)?",
+                                          segments, "|/(?:", pchar, "+", segments, ")?|", pchar,
+                                          "+", segments, "|)");
+    const std::string tail = absl::StrCat("(?:", pchar, "|[/?])*");
+    return absl::StrCat("[A-Za-z][A-Za-z0-9+.-]*:", hier, "(?:\\?", tail, ")?(?:#", tail, ")?");
+  }
+  return "";
+}
+
+size_t CodePointCount(const std::string& s) {
+  size_t n = 0, pos = 0;
+  while (pos < s.size()) {
+    DecodeUtf8(s, pos);
+    ++n;
+  }
+  return n;
+}
+
+bool NumberIn(const Json& schema, const Json& v) {
+  const double x = v.get<double>();
+  auto bound = [&](const char* key, auto ok) {
+    auto it = schema.find(key);
+    return it == schema.end() || !it->is_number() || ok(it->template get<double>());
+  };
+  bool ok = bound("minimum", [&](double b) { return x >= b; }) &&
+            bound("maximum", [&](double b) { return x <= b; });
+  // Draft 4 spells exclusive bounds as booleans beside minimum/maximum.
+  auto ex_min = schema.find("exclusiveMinimum"), ex_max = schema.find("exclusiveMaximum");
+  if (ex_min != schema.end() && ex_min->is_boolean() && ex_min->get<bool>()) {
+    ok = ok && bound("minimum", [&](double b) { return x > b; });
+  } else {
+    ok = ok && bound("exclusiveMinimum", [&](double b) { return x > b; });
+  }
+  if (ex_max != schema.end() && ex_max->is_boolean() && ex_max->get<bool>()) {
+    ok = ok && bound("maximum", [&](double b) { return x < b; });
+  } else {
+    ok = ok && bound("exclusiveMaximum", [&](double b) { return x < b; });
+  }
+  return ok;
+}
+
+}  // namespace
+
+Alternative SchemaCompiler::StringLiteral(std::string_view text) {
+  Alternative alt = {builder_.Bytes(ByteClass::Of('"'))};
+  Alternative body = json_chars_.Literal(text);
+  alt.insert(alt.end(), body.begin(), body.end());
+  alt.push_back(builder_.Bytes(ByteClass::Of('"')));
+  return alt;
+}
+
+Alternative SchemaCompiler::ValueLiteral(const Json& value) {
+  if (value.is_string()) return StringLiteral(value.get_ref<const std::string&>());
+  const Symbol ws = Ws();
+  auto append = [](Alternative& a, const Alternative& b) { a.insert(a.end(), b.begin(), b.end()); };
+  if (value.is_array()) {
+    Alternative alt = {builder_.Bytes(ByteClass::Of('[')), ws};
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (i > 0) append(alt, {ws, builder_.Bytes(ByteClass::Of(',')), ws});
+      append(alt, ValueLiteral(value[i]));
+    }
+    if (!value.empty()) alt.push_back(ws);
+    alt.push_back(builder_.Bytes(ByteClass::Of(']')));
+    return alt;
+  }
+  if (value.is_object()) {
+    Alternative alt = {builder_.Bytes(ByteClass::Of('{')), ws};
+    bool first = true;
+    for (const auto& [key, v] : value.items()) {
+      if (!first) append(alt, {ws, builder_.Bytes(ByteClass::Of(',')), ws});
+      first = false;
+      append(alt, StringLiteral(key));
+      append(alt, {ws, builder_.Bytes(ByteClass::Of(':')), ws});
+      append(alt, ValueLiteral(v));
+    }
+    if (!value.empty()) alt.push_back(ws);
+    alt.push_back(builder_.Bytes(ByteClass::Of('}')));
+    return alt;
+  }
+  return builder_.Literal(value.dump());  // null, true, false, numbers as nlohmann (shortest) writes them
+}
+
+absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
+                                                           const std::string& path) {
+  absl::StatusOr<int64_t> min_len = CountKeyword(schema, "minLength", path);
+  absl::StatusOr<int64_t> max_len = CountKeyword(schema, "maxLength", path);
+  if (!min_len.ok()) return min_len.status();
+  if (!max_len.ok()) return max_len.status();
+  const int64_t min = std::max<int64_t>(*min_len, 0), max = *max_len;
+  if (min > options_.max_repetition) {
+    return UnsupportedKeyword("minLength", path,
+                              absl::StrCat("over the limit of ", options_.max_repetition));
+  }
+  if (max >= 0 && max < min) return MaybeSymbols();
+  auto pattern = schema.find("pattern");
+  auto format = schema.find("format");
+  std::string regex;
+  const char* keyword = nullptr;
+  if (pattern != schema.end()) {
+    if (!pattern->is_string()) return InvalidSchema(path, "pattern must be a string");
+    regex = pattern->get<std::string>();
+    keyword = "pattern";
+  }
+  if (format != schema.end()) {
+    if (!format->is_string()) return InvalidSchema(path, "format must be a string");
+    const std::string name = format->get<std::string>();
+    const std::string format_regex = FormatRegex(name);
+    if (format_regex.empty()) {
+      return UnsupportedKeyword("format", path,
+                                absl::StrCat("format \"", name,
+                                             "\" (supported: date-time, date, time, uuid, email, "
+                                             "uri, ipv4, hostname)"));
+    }
+    if (keyword) return UnsupportedKeyword("format", path, "format together with pattern");
+    regex = format_regex;
+    keyword = "format";
+  }
+  Alternative content;
+  if (keyword) {
+    absl::StatusOr<RegexAst> ast = ParseRegex(regex);
+    if (!ast.ok()) return UnsupportedKeyword(keyword, path, std::string(ast.status().message()));
+    RegexRuleOptions ro;
+    ro.search = pattern != schema.end();
+    ro.min_length = min;
+    ro.max_length = max;
+    absl::StatusOr<RuleId> rule = AddRegexRulesWith(json_chars_, **ast, Name(keyword), ro);
+    if (!rule.ok()) return UnsupportedKeyword(keyword, path, std::string(rule.status().message()));
+    content = {Symbol::Rule(*rule)};
+  } else if (max > options_.max_repetition) {
+    return UnsupportedKeyword("maxLength", path,
+                              absl::StrCat("over the limit of ", options_.max_repetition));
+  } else if (min == 0 && max < 0) {
+    content = {Symbol::Rule(builder_.Star(Name("chars"), {AnyChar()}))};
+  } else if (max != 0) {
+    content = {Symbol::Rule(builder_.Repeat(Name("chars"), {AnyChar()}, static_cast<int>(min),
+                                            static_cast<int>(max)))};
+  }
+  Alternative alt = {builder_.Bytes(ByteClass::Of('"'))};
+  alt.insert(alt.end(), content.begin(), content.end());
+  alt.push_back(builder_.Bytes(ByteClass::Of('"')));
+  return MaybeSymbols(std::move(alt));
+}
+
+absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileEnum(const Json& schema,
+                                                         const std::string& path, unsigned types) {
+  // Besides type, the keywords whose effect on a listed value is checked here; any other
+  // assertion next to enum/const would need the intersection of two grammars.
+  static const char* const kChecked[] = {
+      "type", "nullable", "enum", "const", "minLength", "maxLength", "minimum", "maximum",
+      "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "required",
+      "minProperties", "maxProperties"};
+  for (const auto& [key, value] : schema.items()) {
+    if (!IsKnownKeyword(key) || IsAnnotationKeyword(key)) continue;
+    bool checked = false;
+    for (const char* k : kChecked) checked = checked || key == k;
+    if (!checked) return UnsupportedKeyword(key, path, "together with enum/const");
+  }
+  std::vector<Json> values;
+  if (auto e = schema.find("enum"); e != schema.end()) {
+    if (!e->is_array()) return InvalidSchema(path, "enum must be an array");
+    for (const Json& v : *e) values.push_back(v);
+  }
+  if (auto c = schema.find("const"); c != schema.end()) {
+    if (schema.contains("enum")) {
+      bool listed = false;
+      for (const Json& v : values) listed = listed || v == *c;
+      values.clear();
+      if (listed) values.push_back(*c);
+    } else {
+      values = {*c};
+    }
+  }
+  auto count = [&](const char* key) {
+    absl::StatusOr<int64_t> n = CountKeyword(schema, key, path);
+    return n.ok() ? *n : int64_t{-1};
+  };
+  std::vector<Alternative> alts;
+  for (const Json& v : values) {
+    const unsigned t = ValueType(v);
+    if (!(types & t) && !(t == kNumber && (types & kNumber))) continue;
+    if (t == kString) {
+      const int64_t n = static_cast<int64_t>(CodePointCount(v.get_ref<const std::string&>()));
+      if (n < count("minLength") || (count("maxLength") >= 0 && n > count("maxLength"))) continue;
+    }
+    if ((t == kInteger || t == kNumber) && !NumberIn(schema, v)) continue;
+    if (t == kArray) {
+      const int64_t n = static_cast<int64_t>(v.size());
+      if (n < count("minItems") || (count("maxItems") >= 0 && n > count("maxItems"))) continue;
+    }
+    if (t == kObject) {
+      const int64_t n = static_cast<int64_t>(v.size());
+      if (n < count("minProperties") || (count("maxProperties") >= 0 && n > count("maxProperties"))) {
+        continue;
+      }
+      bool has_required = true;
+      if (auto r = schema.find("required"); r != schema.end() && r->is_array()) {
+        for (const Json& k : *r) has_required = has_required && k.is_string() && v.contains(k.get<std::string>());
+      }
+      if (!has_required) continue;
+    }
+    alts.push_back(ValueLiteral(v));
+  }
+  if (alts.empty()) return MaybeSymbols();
+  if (alts.size() == 1) return MaybeSymbols(alts[0]);
+  return MaybeSymbols(Alternative{Symbol::Rule(builder_.Choice(Name("enum"), std::move(alts)))});
+}
+
+}  // namespace deltaserve::common::grammar::internal

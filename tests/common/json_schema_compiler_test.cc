@@ -1,0 +1,245 @@
+// The JSON Schema compiler (common/grammar/json_schema_compiler.h) walked by GrammarMatcher.
+// Verdicts: json_schema_cases.inc, written by grammar_cases.py from Python's `jsonschema` (with
+// its format checker) — valid instances in four spellings (json.dumps default, compact,
+// indent=2, ensure_ascii=False) must be accepted and complete, invalid ones rejected. The other
+// tests state their source: the JSON Schema spec for refusals, OpenAPI 3.0 for `nullable`.
+#include "common/grammar/json_schema_compiler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/grammar/grammar_matcher.h"
+
+namespace deltaserve::common::grammar {
+namespace {
+
+struct SchemaCase {
+  int index;
+  const char* schema;
+  const char* instance;
+  bool valid;  // per jsonschema
+};
+
+const SchemaCase kCases[] = {
+#include "tests/common/json_schema_cases.inc"
+};
+
+bool Accepts(const std::shared_ptr<CompiledGrammar>& g, std::string_view text) {
+  GrammarMatcher m(g);
+  return m.AcceptBytes(text) && m.IsAccepting();
+}
+
+std::shared_ptr<CompiledGrammar> MustCompile(std::string_view schema,
+                                             const JsonGrammarOptions& o = {}) {
+  absl::StatusOr<Grammar> g = CompileJsonSchema(schema, o);
+  EXPECT_TRUE(g.ok()) << schema << ": " << g.status();
+  if (!g.ok()) return nullptr;
+  return std::make_shared<CompiledGrammar>(*std::move(g));
+}
+
+TEST(JsonSchemaCompilerTest, AgreesWithJsonschemaOnTheCaseTable) {
+  std::map<int, std::shared_ptr<CompiledGrammar>> grammars;
+  for (const SchemaCase& c : kCases) {
+    auto& g = grammars[c.index];
+    if (!g) g = MustCompile(c.schema);
+    ASSERT_TRUE(g) << c.schema;
+    EXPECT_EQ(Accepts(g, c.instance), c.valid)
+        << "case " << c.index << " schema " << c.schema << "\ninstance " << c.instance;
+  }
+}
+
+TEST(JsonSchemaCompilerTest, NullableIsOpenApiNullable) {
+  // OpenAPI 3.0: `nullable: true` adds null to the type.
+  auto g = MustCompile(R"({"type": "string", "nullable": true})");
+  EXPECT_TRUE(Accepts(g, "\"a\""));
+  EXPECT_TRUE(Accepts(g, "null"));
+  EXPECT_FALSE(Accepts(g, "1"));
+}
+
+TEST(JsonSchemaCompilerTest, WhitespaceIsBounded) {
+  JsonGrammarOptions o;
+  o.max_whitespace = 4;
+  auto g = MustCompile(R"({"type": "object", "properties": {"a": {"type": "integer"}}})", o);
+  EXPECT_TRUE(Accepts(g, "{    \"a\"    :    1    }"));
+  EXPECT_FALSE(Accepts(g, "{     \"a\": 1}"));  // five spaces
+  EXPECT_FALSE(Accepts(g, " {\"a\": 1}"));      // none before the document
+}
+
+TEST(JsonSchemaCompilerTest, PropertiesComeInSchemaOrder) {
+  // jsonschema accepts any order; the grammar fixes the schema's, which keeps it small.
+  auto g = MustCompile(R"({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                           "required": ["a", "b"], "additionalProperties": false})");
+  EXPECT_TRUE(Accepts(g, R"({"a": 1, "b": 2})"));
+  EXPECT_FALSE(Accepts(g, R"({"b": 2, "a": 1})"));
+}
+
+TEST(JsonSchemaCompilerTest, AdditionalPropertiesDefaultOption) {
+  JsonGrammarOptions strict;
+  strict.additional_properties_default = false;
+  const char* schema = R"({"type": "object", "properties": {"a": {"type": "integer"}}})";
+  EXPECT_TRUE(Accepts(MustCompile(schema), R"({"a": 1, "b": 2})"));
+  EXPECT_FALSE(Accepts(MustCompile(schema, strict), R"({"a": 1, "b": 2})"));
+  EXPECT_TRUE(Accepts(MustCompile(schema, strict), R"({"a": 1})"));
+}
+
+TEST(JsonSchemaCompilerTest, AdditionalKeysAreNeverListedKeys) {
+  auto g = MustCompile(R"({"properties": {"ab": {"type": "integer"}},
+                           "additionalProperties": {"type": "string"}})");
+  EXPECT_TRUE(Accepts(g, R"({"ab": 1, "a": "x", "abc": "y", "b": "z"})"));
+  EXPECT_FALSE(Accepts(g, R"({"ab": "x"})"));        // ab is listed: integer
+  EXPECT_FALSE(Accepts(g, R"({"ab": 1, "ab": "x"})"));  // not again as an additional key
+  EXPECT_FALSE(Accepts(g, R"({"\u0061b": "x"})"));    // nor spelled with an escape
+}
+
+TEST(JsonSchemaCompilerTest, JsonObjectGrammarAcceptsObjectsOnly) {
+  auto g = std::make_shared<CompiledGrammar>(JsonObjectGrammar());
+  EXPECT_TRUE(Accepts(g, "{}"));
+  EXPECT_TRUE(Accepts(g, R"({"a": [1, 2.5e3, -0.5, true, null, "s\u00e9\n", {"b": {}}]})"));
+  EXPECT_FALSE(Accepts(g, "[]"));
+  EXPECT_FALSE(Accepts(g, "\"x\""));
+  EXPECT_FALSE(Accepts(g, R"({"a": 01})"));
+  EXPECT_FALSE(Accepts(g, R"({"a": })"));
+  JsonGrammarOptions shallow;
+  shallow.max_schema_depth = 3;
+  auto g3 = std::make_shared<CompiledGrammar>(JsonObjectGrammar(shallow));
+  EXPECT_TRUE(Accepts(g3, R"({"a": {"b": {}}})"));
+  EXPECT_FALSE(Accepts(g3, R"({"a": {"b": {"c": {}}}})"));
+}
+
+TEST(JsonSchemaCompilerTest, EmbedsInALargerGrammar) {
+  GrammarBuilder b;
+  absl::StatusOr<RuleId> p1 = AddJsonSchemaRules(b, R"({"type": "integer", "maximum": 9})", "p1_");
+  absl::StatusOr<RuleId> p2 = AddJsonSchemaRules(b, R"({"enum": ["x", "y"]})", "p2_");
+  ASSERT_TRUE(p1.ok() && p2.ok());
+  const RuleId root = b.AddRule("call");
+  Alternative alt = b.Literal("<a>");
+  alt.push_back(Symbol::Rule(*p1));
+  for (const Symbol& s : b.Literal("</a><b>")) alt.push_back(s);
+  alt.push_back(Symbol::Rule(*p2));
+  b.AddAlternative(root, alt);
+  absl::StatusOr<Grammar> g = std::move(b).Build(root);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto cg = std::make_shared<CompiledGrammar>(*std::move(g));
+  EXPECT_TRUE(Accepts(cg, "<a>7</a><b>\"y\""));
+  EXPECT_FALSE(Accepts(cg, "<a>10</a><b>\"y\""));
+}
+
+// Where each refusal comes from: the keyword is one the issue lists as unenforceable here (the
+// JSON Schema 2020-12 validation vocabulary), so the message must name it and its path.
+TEST(JsonSchemaCompilerTest, RefusesUnsupportedKeywordsNamingThem) {
+  const std::pair<const char*, const char*> kRefused[] = {
+      {R"({"not": {"type": "string"}})", R"(keyword "not" at #)"},
+      {R"({"if": {"type": "string"}, "then": {"minLength": 1}})", R"(keyword "if" at #)"},
+      {R"({"type": "array", "uniqueItems": true})", R"(keyword "uniqueItems" at #)"},
+      {R"({"type": "array", "contains": {"type": "integer"}})", R"(keyword "contains" at #)"},
+      {R"({"properties": {"a": {"type": "object", "patternProperties": {"^x": {}}}}})",
+       R"(keyword "patternProperties" at #/properties/a)"},
+      {R"({"type": "object", "propertyNames": {"pattern": "^a"}})", R"(keyword "propertyNames")"},
+      {R"({"type": "object", "dependentRequired": {"a": ["b"]}})", R"(keyword "dependentRequired")"},
+      {R"({"type": "number", "multipleOf": 0.01})", R"(keyword "multipleOf")"},
+      {R"({"type": "integer", "multipleOf": 3, "minimum": 1})", R"(keyword "multipleOf")"},
+      {R"({"type": "string", "format": "ipv6"})", R"(keyword "format")"},
+      {R"({"type": "string", "pattern": "(a)\\1"})", R"(keyword "pattern")"},
+      {R"({"$ref": "other.json#/x"})", R"(keyword "$ref")"},
+      {R"({"items": {"$dynamicRef": "#x"}})", R"(keyword "$dynamicRef" at #/items)"},
+      {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", R"(keyword "oneOf")"},
+      {R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})", R"(keyword "pattern")"},
+      {R"({"type": "object", "minProperties": 99999})", R"(keyword "minProperties")"},
+      {R"({"type": "array", "maxItems": 99999})", R"(keyword "maxItems")"},
+      {R"({"type": "string", "enum": ["a"], "pattern": "a"})", R"(keyword "pattern")"},
+      {R"({"allOf": [{"properties": {"a": {}}}, {"unevaluatedProperties": false}]})",
+       R"(keyword "unevaluatedProperties")"},
+  };
+  for (const auto& [schema, what] : kRefused) {
+    absl::StatusOr<Grammar> g = CompileJsonSchema(schema);
+    ASSERT_FALSE(g.ok()) << schema;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(g.status().message().find(what), absl::string_view::npos)
+        << schema << " -> " << g.status();
+  }
+}
+
+TEST(JsonSchemaCompilerTest, MootKeywordsAreAccepted) {
+  // Keywords that cannot change the verdict for the admitted types (JSON Schema: a keyword
+  // applies only to instances of its type), and trivially true values.
+  for (const char* schema : {R"({"type": "string", "uniqueItems": true})",
+                             R"({"type": "array", "uniqueItems": false})",
+                             R"({"type": "array", "uniqueItems": true, "maxItems": 1})",
+                             R"({"type": "integer", "multipleOf": 1})",
+                             R"({"type": "object", "patternProperties": {}})",
+                             R"({"type": "string", "contains": {}})",
+                             R"({"if": {"type": "string"}})",
+                             R"({"type": "object", "properties": {}, "unevaluatedProperties": false})"}) {
+    EXPECT_TRUE(CompileJsonSchema(schema).ok()) << schema << ": " << CompileJsonSchema(schema).status();
+  }
+}
+
+TEST(JsonSchemaCompilerTest, RefusesMalformedAndHostileSchemas) {
+  for (const char* schema : {"", "{", "[1]", "3", R"({"type": "strin"})",
+                             R"({"$ref": "#/nowhere"})", R"({"properties": []})", "false",
+                             R"({"$ref": "#"})", R"({"anyOf": [{"$ref": "#"}]})",
+                             R"({"type": "integer", "minimum": 5, "maximum": 4})"}) {
+    absl::StatusOr<Grammar> g = CompileJsonSchema(schema);
+    EXPECT_FALSE(g.ok()) << schema;
+    if (!g.ok()) {
+      EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+    }
+  }
+  // Deep nesting is refused, not recursed into.
+  std::string deep;
+  for (int i = 0; i < 10000; ++i) deep += R"({"items": )";
+  deep += "{}";
+  for (int i = 0; i < 10000; ++i) deep += "}";
+  EXPECT_FALSE(CompileJsonSchema(deep).ok());
+  // A $ref chain: each hop is a level.
+  std::string chain = R"({"$defs": {)";
+  for (int i = 0; i < 200; ++i) {
+    chain += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"},";
+  }
+  chain += R"("d200": {"type": "integer"}}, "$ref": "#/$defs/d0"})";
+  EXPECT_FALSE(CompileJsonSchema(chain).ok());
+}
+
+TEST(JsonSchemaCompilerTest, BoundedNumbersAreExactAtTheEdges) {
+  // Exact decimal bounds (no float rounding): 0.1 is the decimal 0.1.
+  auto g = MustCompile(R"({"type": "number", "minimum": 0.1, "exclusiveMaximum": 0.3})");
+  EXPECT_TRUE(Accepts(g, "0.1"));
+  EXPECT_TRUE(Accepts(g, "0.10"));
+  EXPECT_TRUE(Accepts(g, "0.2999999"));
+  EXPECT_FALSE(Accepts(g, "0.0999999"));
+  EXPECT_FALSE(Accepts(g, "0.3"));
+  EXPECT_FALSE(Accepts(g, "0.30"));
+  EXPECT_FALSE(Accepts(g, "1e-1"));  // bounded numbers are written without exponent
+  auto neg = MustCompile(R"({"type": "integer", "minimum": -1e20, "maximum": -99999999999999999})");
+  EXPECT_TRUE(Accepts(neg, "-100000000000000000000"));
+  EXPECT_TRUE(Accepts(neg, "-99999999999999999"));
+  EXPECT_TRUE(Accepts(neg, "-5000000000000000000"));
+  EXPECT_FALSE(Accepts(neg, "-99999999999999998"));
+  EXPECT_FALSE(Accepts(neg, "-100000000000000000001"));
+  auto draft4 = MustCompile(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true,
+                                "maximum": 3, "exclusiveMaximum": true})");
+  EXPECT_FALSE(Accepts(draft4, "0"));
+  EXPECT_TRUE(Accepts(draft4, "1"));
+  EXPECT_TRUE(Accepts(draft4, "2"));
+  EXPECT_FALSE(Accepts(draft4, "3"));
+  EXPECT_FALSE(Accepts(draft4, "-0"));
+}
+
+TEST(JsonSchemaCompilerTest, IntegerRangesMatchBruteForce) {
+  // Every integer in a window around the bounds against the arithmetic comparison.
+  const std::pair<int64_t, int64_t> kRanges[] = {{0, 0},     {-5, 5},     {7, 1234},  {-1000, -10},
+                                                 {99, 100},  {-1, 10001}, {123, 9876}};
+  for (auto [lo, hi] : kRanges) {
+    auto g = MustCompile("{\"type\": \"integer\", \"minimum\": " + std::to_string(lo) +
+                         ", \"maximum\": " + std::to_string(hi) + "}");
+    for (int64_t v = lo - 30; v <= hi + 30; v += (hi - lo > 2000 ? 7 : 1)) {
+      EXPECT_EQ(Accepts(g, std::to_string(v)), v >= lo && v <= hi) << lo << ".." << hi << ": " << v;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve::common::grammar
