@@ -31,9 +31,11 @@ class TokenMask {
   explicit TokenMask(int32_t n_vocab = 0) : bits_((n_vocab + 63) / 64, 0), n_vocab_(n_vocab) {}
   bool Has(int32_t token) const { return (bits_[token >> 6] >> (token & 63)) & 1; }
   void Set(int32_t token) { bits_[token >> 6] |= uint64_t{1} << (token & 63); }
+  void Clear(int32_t token) { bits_[token >> 6] &= ~(uint64_t{1} << (token & 63)); }
   int32_t Count() const;
   int32_t n_vocab() const { return n_vocab_; }
   absl::Span<const uint64_t> words() const { return bits_; }
+  absl::Span<uint64_t> mutable_words() { return absl::MakeSpan(bits_); }
 
  private:
   std::vector<uint64_t> bits_;
@@ -52,19 +54,22 @@ class TokenTrie {
   // One node per (prefix, byte), in depth-first order: node i's subtree is [i, subtree_end[i]).
   struct Node {
     uint8_t byte;
-    uint8_t depth;         // 1 for the first byte of a token
+    uint16_t depth;        // 1 for the first byte of a token
     uint32_t subtree_end;  // one past the last node of this subtree
     int32_t token;         // the token whose bytes end here, -1 if none
   };
   const std::vector<Node>& nodes() const { return nodes_; }
   // Tokens that share their bytes with an earlier id (several ids, one byte string).
   const std::vector<std::pair<int32_t, int32_t>>& duplicates() const { return duplicates_; }
+  // The longest token, bytes (the deepest node's depth).
+  size_t max_depth() const { return max_depth_; }
 
  private:
   int32_t n_vocab_ = 0;
   std::vector<Node> nodes_;
   std::vector<int32_t> end_tokens_;
   std::vector<std::pair<int32_t, int32_t>> duplicates_;  // (token, same bytes as this token)
+  size_t max_depth_ = 0;
 };
 
 // Computes `matcher`'s allowed tokens into `out` (sized to the trie's n_vocab), uncached.
