@@ -626,19 +626,21 @@ for s in "${scenario_list[@]}"; do
       ;;
     llama)
       llama_port="$(free_port)"
-      # Its RAM cache counts only llama.cpp's state (~100 MB here) against --cache_size, but each
-      # entry also keeps a copy of the logits buffer (n_batch x n_vocab floats, ~0.5 GB on a 248K
-      # vocabulary): at the 2 GiB default it grew past 23 GB and was OOM-killed at turn 7 (dmesg,
-      # 2026-11-25). 400 MiB keeps the last ~4 turns' states, all a conversation can reuse.
+      # The server's default --logits_all true computes the output layer for every prompt token
+      # (a 248K-vocabulary row each: 27% of its 4,832-token first turn here) and keeps them in an
+      # n_ctx x n_vocab float array (10 GB at --ctx 10240), which every RAM-cache entry copies:
+      # it was OOM-killed at turn 6-7 (22-24 GB RSS, dmesg, 2026-11-25). A chat completion needs
+      # the last row only, as in the engine. The cache's own size counts only llama.cpp's state
+      # (~100 MB a turn here); 400 MiB keeps the last ~4 turns, all a conversation can reuse.
       llama_cache_bytes=$((400 << 20))
       # numpy's OpenBLAS would otherwise start spinning threads next to llama.cpp's.
       start llama-server 's/.*Uvicorn running on.*/ok/p' env OPENBLAS_NUM_THREADS=1 \
         "${venv}/bin/python" -m llama_cpp.server --model "${model}" --model_alias bench \
         --host 127.0.0.1 --port "${llama_port}" --n_threads "${threads}" \
         --n_threads_batch "${threads}" --n_ctx "${ctx}" --chat_format chatml \
-        --cache true --cache_type ram --cache_size "${llama_cache_bytes}"
+        --logits_all false --cache true --cache_type ram --cache_size "${llama_cache_bytes}"
       wait_http "http://127.0.0.1:${llama_port}/v1/models" llama-server
-      scenario_cmd="python -m llama_cpp.server --n_threads ${threads} --n_threads_batch ${threads} --n_ctx ${ctx} --chat_format chatml --cache true --cache_type ram --cache_size ${llama_cache_bytes}"
+      scenario_cmd="python -m llama_cpp.server --n_threads ${threads} --n_threads_batch ${threads} --n_ctx ${ctx} --chat_format chatml --logits_all false --cache true --cache_type ram --cache_size ${llama_cache_bytes}"
       converse llama "http://127.0.0.1:${llama_port}"
       ;;
   esac
