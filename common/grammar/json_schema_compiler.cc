@@ -59,7 +59,7 @@ SchemaCompiler::SchemaCompiler(GrammarBuilder& builder, const Json& root, std::s
       json_chars_(builder, CodePointSpelling::kJsonString, absl::StrCat(Sv(prefix), "json_")) {}
 
 std::string SchemaCompiler::Name(std::string_view what) const {
-  return absl::StrCat(prefix_, Sv(what));
+  return absl::StrCat(prefix_, Sv(what), "_", next_name_++);
 }
 
 Symbol SchemaCompiler::Never() { return builder_.Bytes(ByteClass()); }
@@ -227,18 +227,7 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileAlternatives(const Json& sch
     alts.push_back(*std::move(merged));
   }
   if (one_of) {
-    for (size_t i = 0; i < alts.size(); ++i) {
-      for (size_t j = i + 1; j < alts.size(); ++j) {
-        if (!ProvablyDisjoint(alts[i], alts[j], depth)) {
-          return UnsupportedKeyword(
-              "oneOf", path,
-              absl::StrCat("alternatives ", i, " and ", j,
-                           " may both match an instance (which oneOf rejects); anyOf, or "
-                           "alternatives told apart by type, const/enum or required keys, are "
-                           "supported"));
-        }
-      }
-    }
+    if (absl::Status s = SeparateOneOf(alts, path, depth); !s.ok()) return s;
   }
   std::vector<Alternative> compiled;
   for (size_t i = 0; i < alts.size(); ++i) {

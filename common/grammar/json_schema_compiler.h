@@ -32,7 +32,9 @@ struct JsonGrammarOptions {
   // becomes a recursive rule).
   int max_schema_depth = 64;
   // Bounds on what the schema may make the grammar expand into.
-  int max_repetition = 4096;  // maxLength, maxItems, ... larger bounds are refused
+  // minItems/maxItems, min/maxProperties, and minLength/maxLength next to a pattern or format:
+  // larger bounds are refused (a plain string's lengths take O(log n) rules and are not limited).
+  int max_repetition = 4096;
   GrammarLimits limits;
 };
 

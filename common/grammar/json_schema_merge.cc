@@ -272,41 +272,103 @@ absl::StatusOr<Json> SchemaCompiler::Merge(const Json& schema, const std::string
   return m.Normalize(schema, 0);
 }
 
+namespace {
+
+// `s` with plain `$ref`s followed (a few hops).
+const Json& Deref(const SchemaCompiler& c, const Json& s_in) {
+  const Json* s = &s_in;
+  for (int hops = 0; hops < 8 && s->is_object() && s->contains("$ref") && s->size() == 1 &&
+                     (*s)["$ref"].is_string();
+       ++hops) {
+    auto target = c.Resolve((*s)["$ref"].get<std::string>(), "#");
+    if (!target.ok()) break;
+    s = target->first;
+  }
+  return *s;
+}
+
+// The types whose instances `s` may accept (type, nullable, and the values of enum/const).
+unsigned AdmittedTypes(const Json& s) {
+  if (IsFalse(s)) return 0;
+  if (!s.is_object()) return kAllTypes;
+  absl::StatusOr<unsigned> t = SchemaTypes(s, "#");
+  unsigned bits = t.ok() ? *t : kAllTypes;
+  if (std::optional<std::vector<Json>> values = ListedValues(s)) {
+    unsigned vt = 0;
+    for (const Json& v : *values) vt |= ValueType(v);
+    // An integral value is a number too; a fractional one only matches "number".
+    const unsigned integer = (vt & kInteger) ? unsigned{kInteger} : 0u;
+    const unsigned number = (vt & kNumber) ? unsigned{kNumber} : 0u;
+    bits &= integer | number | (vt & ~unsigned{kInteger | kNumber});
+  }
+  return bits;
+}
+
+std::vector<std::string> RequiredKeys(const Json& s) {
+  std::vector<std::string> keys;
+  if (!s.is_object()) return keys;
+  if (auto r = s.find("required"); r != s.end() && r->is_array()) {
+    for (const Json& k : *r) {
+      if (k.is_string()) keys.push_back(k.get<std::string>());
+    }
+  }
+  return keys;
+}
+
+}  // namespace
+
+absl::Status SchemaCompiler::SeparateOneOf(std::vector<Json>& alts, const std::string& path,
+                                           int depth) const {
+  std::vector<Json> forbid(alts.size(), Json::object());
+  for (size_t i = 0; i < alts.size(); ++i) {
+    for (size_t j = i + 1; j < alts.size(); ++j) {
+      if (ProvablyDisjoint(alts[i], alts[j], depth)) continue;
+      const Json& a = Deref(*this, alts[i]);
+      const Json& b = Deref(*this, alts[j]);
+      const std::vector<std::string> ra = RequiredKeys(a), rb = RequiredKeys(b);
+      auto missing = [](const std::vector<std::string>& from, const std::vector<std::string>& in) {
+        for (const std::string& k : from) {
+          if (std::find(in.begin(), in.end(), k) == in.end()) return k;
+        }
+        return std::string();
+      };
+      const std::string only_a = missing(ra, rb), only_b = missing(rb, ra);
+      if ((AdmittedTypes(a) & AdmittedTypes(b)) == kObject && !only_a.empty() && !only_b.empty()) {
+        // Each alternative forbids a key the other requires: an instance one accepts then lacks
+        // what the other needs, so no instance the grammar accepts matches both.
+        forbid[j][only_a] = false;
+        forbid[i][only_b] = false;
+        continue;
+      }
+      return UnsupportedKeyword(
+          "oneOf", path,
+          absl::StrCat("alternatives ", i, " and ", j,
+                       " may both match an instance (which oneOf rejects); anyOf, or "
+                       "alternatives told apart by type, const/enum or required keys, are "
+                       "supported"));
+    }
+  }
+  for (size_t i = 0; i < alts.size(); ++i) {
+    if (forbid[i].empty()) continue;
+    Json both = {{"allOf", Json::array({alts[i], Json{{"properties", forbid[i]}}})}};
+    absl::StatusOr<Json> merged = const_cast<SchemaCompiler*>(this)->Merge(both, path, depth);
+    if (!merged.ok()) return merged.status();
+    alts[i] = *std::move(merged);
+  }
+  return absl::OkStatus();
+}
+
 bool SchemaCompiler::ProvablyDisjoint(const Json& a_in, const Json& b_in, int depth) const {
   if (depth > options_.max_schema_depth) return false;
-  // Follow plain $refs (a few hops).
-  auto deref = [&](const Json* s) {
-    for (int hops = 0; hops < 8 && s->is_object() && s->contains("$ref") && s->size() == 1 &&
-                       (*s)["$ref"].is_string();
-         ++hops) {
-      auto target = Resolve((*s)["$ref"].get<std::string>(), "#");
-      if (!target.ok()) break;
-      s = target->first;
-    }
-    return s;
-  };
-  const Json& a = *deref(&a_in);
-  const Json& b = *deref(&b_in);
+  const Json& a = Deref(*this, a_in);
+  const Json& b = Deref(*this, b_in);
   if (IsFalse(a) || IsFalse(b)) return true;
   if (!a.is_object() || !b.is_object()) return false;
   if (a.contains("$ref") || b.contains("$ref") || a.contains("allOf") || b.contains("allOf") ||
       a.contains("anyOf") || b.contains("anyOf") || a.contains("oneOf") || b.contains("oneOf")) {
     return false;  // would need merging first; unknown
   }
-  auto types = [&](const Json& s) {
-    absl::StatusOr<unsigned> t = SchemaTypes(s, "#");
-    unsigned bits = t.ok() ? *t : kAllTypes;
-    if (std::optional<std::vector<Json>> values = ListedValues(s)) {
-      unsigned vt = 0;
-      for (const Json& v : *values) vt |= ValueType(v);
-      // An integral value is a number too; a fractional one only matches "number".
-      const unsigned integer = (vt & kInteger) ? unsigned{kInteger} : 0u;
-      const unsigned number = (vt & kNumber) ? unsigned{kNumber} : 0u;
-      bits &= integer | number | (vt & ~unsigned{kInteger | kNumber});
-    }
-    return bits;
-  };
-  const unsigned common = types(a) & types(b);
+  const unsigned common = AdmittedTypes(a) & AdmittedTypes(b);
   if (common == 0) return true;
   std::optional<std::vector<Json>> va = ListedValues(a), vb = ListedValues(b);
   if (va && vb) {
@@ -317,22 +379,13 @@ bool SchemaCompiler::ProvablyDisjoint(const Json& a_in, const Json& b_in, int de
   if (common != kObject) return false;
   // Only objects remain: a key one requires that the other forbids, or that both require with
   // disjoint schemas, tells them apart.
-  auto required = [](const Json& s) {
-    std::vector<std::string> keys;
-    if (auto r = s.find("required"); r != s.end() && r->is_array()) {
-      for (const Json& k : *r) {
-        if (k.is_string()) keys.push_back(k.get<std::string>());
-      }
-    }
-    return keys;
-  };
   auto property = [](const Json& s, const std::string& key) -> const Json* {
     auto p = s.find("properties");
     if (p != s.end() && p->is_object() && p->contains(key)) return &(*p)[key];
     auto ap = s.find("additionalProperties");
     return ap != s.end() ? &*ap : nullptr;
   };
-  const std::vector<std::string> ra = required(a), rb = required(b);
+  const std::vector<std::string> ra = RequiredKeys(a), rb = RequiredKeys(b);
   for (int side = 0; side < 2; ++side) {
     const Json& x = side == 0 ? a : b;
     const Json& y = side == 0 ? b : a;

@@ -3,6 +3,7 @@
 // written to accept only what the validator Python's `jsonschema` uses would accept (sound), and
 // what it would refuse is refused here too, except where docs/structured_outputs.md says the
 // grammar is stricter.
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -97,6 +98,60 @@ bool NumberIn(const Json& schema, const Json& v) {
   return ok;
 }
 
+// x{min,max} in O(log max) rules (a plain string's maxLength may be 65535): powers
+// P_i ::= P_{i-1} P_{i-1} match x^(2^i); exactly n is the powers of n's bits, and "up to n" is
+// U(n) ::= O_{k-1} ... O_0 | P_k U(n - 2^k) with 2^k <= n < 2^(k+1) and O_i ::= P_i | "".
+// Each count still has its own matcher state (the language needs them), built lazily.
+Alternative CompactRepeat(GrammarBuilder& b, const SchemaCompiler& c, Symbol x, int64_t min,
+                          int64_t max) {
+  std::vector<Symbol> powers = {x};
+  auto power = [&](size_t i) {
+    while (powers.size() <= i) {
+      const RuleId r = b.AddRule(c.Name("pow"));
+      b.AddAlternative(r, {powers.back(), powers.back()});
+      powers.push_back(Symbol::Rule(r));
+    }
+    return powers[i];
+  };
+  Alternative out;
+  for (int i = 62; i >= 0; --i) {
+    if ((min >> i) & 1) out.push_back(power(static_cast<size_t>(i)));
+  }
+  if (max < 0) {
+    out.push_back(Symbol::Rule(b.Star(c.Name("chars"), {x})));
+    return out;
+  }
+  std::vector<Symbol> optional;  // O_i
+  auto opt = [&](size_t i) {
+    while (optional.size() <= i) {
+      const size_t j = optional.size();
+      optional.push_back(Symbol::Rule(b.Optional(c.Name("opt_pow"), {power(j)})));
+    }
+    return optional[i];
+  };
+  // Built from the smallest remainder up: U(n) refers to U(n - 2^k).
+  std::vector<int64_t> chain;
+  for (int64_t n = max - min; n > 0;) {
+    chain.push_back(n);
+    int k = 63 - __builtin_clzll(static_cast<uint64_t>(n));
+    n -= int64_t{1} << k;
+  }
+  std::optional<Symbol> up_to;  // U(0) is the empty string
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const int k = 63 - __builtin_clzll(static_cast<uint64_t>(*it));
+    const RuleId r = b.AddRule(c.Name("up_to"));
+    Alternative all;
+    for (int i = k - 1; i >= 0; --i) all.push_back(opt(static_cast<size_t>(i)));
+    b.AddAlternative(r, std::move(all));
+    Alternative more = {power(static_cast<size_t>(k))};
+    if (up_to) more.push_back(*up_to);
+    b.AddAlternative(r, std::move(more));
+    up_to = Symbol::Rule(r);
+  }
+  if (up_to) out.push_back(*up_to);
+  return out;
+}
+
 }  // namespace
 
 Alternative SchemaCompiler::StringLiteral(std::string_view text) {
@@ -145,10 +200,6 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
   if (!min_len.ok()) return min_len.status();
   if (!max_len.ok()) return max_len.status();
   const int64_t min = std::max<int64_t>(*min_len, 0), max = *max_len;
-  if (min > options_.max_repetition) {
-    return UnsupportedKeyword("minLength", path,
-                              absl::StrCat("over the limit of ", options_.max_repetition));
-  }
   if (max >= 0 && max < min) return MaybeSymbols();
   auto pattern = schema.find("pattern");
   auto format = schema.find("format");
@@ -175,6 +226,11 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
   }
   Alternative content;
   if (keyword) {
+    if (min > options_.max_repetition) {
+      return UnsupportedKeyword("minLength", path,
+                                absl::StrCat("over the limit of ", options_.max_repetition,
+                                             " next to ", keyword));
+    }
     absl::StatusOr<RegexAst> ast = ParseRegex(regex);
     if (!ast.ok()) return UnsupportedKeyword(keyword, path, std::string(ast.status().message()));
     RegexRuleOptions ro;
@@ -184,11 +240,10 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
     absl::StatusOr<RuleId> rule = AddRegexRulesWith(json_chars_, **ast, Name(keyword), ro);
     if (!rule.ok()) return UnsupportedKeyword(keyword, path, std::string(rule.status().message()));
     content = {Symbol::Rule(*rule)};
-  } else if (max > options_.max_repetition) {
-    return UnsupportedKeyword("maxLength", path,
-                              absl::StrCat("over the limit of ", options_.max_repetition));
   } else if (min == 0 && max < 0) {
     content = {Symbol::Rule(builder_.Star(Name("chars"), {AnyChar()}))};
+  } else if (max > 64 || min > 64) {
+    content = CompactRepeat(builder_, *this, AnyChar(), min, max);
   } else if (max != 0) {
     content = {Symbol::Rule(builder_.Repeat(Name("chars"), {AnyChar()}, static_cast<int>(min),
                                             static_cast<int>(max)))};

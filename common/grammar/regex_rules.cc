@@ -128,7 +128,7 @@ class StructuralEmitter {
         return out;
       }
       case RegexNode::Kind::kAlternation: {
-        RuleId r = b.AddRule(absl::StrCat(name_, "_alt"));
+        RuleId r = b.AddRule(Unique("_alt"));
         for (const auto& c : n.children) b.AddAlternative(r, Emit(*c));
         return {Symbol::Rule(r)};
       }
@@ -145,19 +145,19 @@ class StructuralEmitter {
     if (max == 0) return {};
     Alternative body = Emit(child);
     if (max == 1 && min == 1) return body;
-    if (max == 1) return {Symbol::Rule(b.Optional(absl::StrCat(name_, "_opt"), body))};
+    if (max == 1) return {Symbol::Rule(b.Optional(Unique("_opt"), body))};
     if (max > 0) {
-      return {Symbol::Rule(b.Repeat(absl::StrCat(name_, "_rep"), body, min, max))};
+      return {Symbol::Rule(b.Repeat(Unique("_rep"), body, min, max))};
     }
     if (!RegexNullable(child)) {
-      if (min == 0) return {Symbol::Rule(b.Star(absl::StrCat(name_, "_star"), body))};
-      if (min == 1) return {Symbol::Rule(b.Plus(absl::StrCat(name_, "_plus"), body))};
-      return {Symbol::Rule(b.Repeat(absl::StrCat(name_, "_rep"), body, min, -1))};
+      if (min == 0) return {Symbol::Rule(b.Star(Unique("_star"), body))};
+      if (min == 1) return {Symbol::Rule(b.Plus(Unique("_plus"), body))};
+      return {Symbol::Rule(b.Repeat(Unique("_rep"), body, min, -1))};
     }
     Alternative out;
-    if (min > 0) out = {Symbol::Rule(b.Repeat(absl::StrCat(name_, "_rep"), body, min, min))};
+    if (min > 0) out = {Symbol::Rule(b.Repeat(Unique("_rep"), body, min, min))};
     std::optional<Alternative> nn = EmitNonNullable(child);
-    if (nn) out.push_back(Symbol::Rule(b.Star(absl::StrCat(name_, "_star"), *nn)));
+    if (nn) out.push_back(Symbol::Rule(b.Star(Unique("_star"), *nn)));
     return out;
   }
 
@@ -177,7 +177,7 @@ class StructuralEmitter {
           if (std::optional<Alternative> a = EmitNonNullable(*c)) alts.push_back(*std::move(a));
         }
         if (alts.empty()) return std::nullopt;
-        return Alternative{Symbol::Rule(b.Choice(absl::StrCat(name_, "_alt"), std::move(alts)))};
+        return Alternative{Symbol::Rule(b.Choice(Unique("_alt"), std::move(alts)))};
       }
       case RegexNode::Kind::kConcat: {
         // Every child is nullable here: (c0 c1 ... ck) minus "" = nn(c0) c1..ck | nn(c1) c2..ck
@@ -190,7 +190,7 @@ class StructuralEmitter {
           if (seq.size() <= 1) {
             suffix[j] = std::move(seq);
           } else {
-            const RuleId r = b.AddRule(absl::StrCat(name_, "_suffix"));
+            const RuleId r = b.AddRule(Unique("_suffix"));
             b.AddAlternative(r, std::move(seq));
             suffix[j] = {Symbol::Rule(r)};
           }
@@ -203,7 +203,7 @@ class StructuralEmitter {
           alts.push_back(*std::move(head));
         }
         if (alts.empty()) return std::nullopt;
-        return Alternative{Symbol::Rule(b.Choice(absl::StrCat(name_, "_seq"), std::move(alts)))};
+        return Alternative{Symbol::Rule(b.Choice(Unique("_seq"), std::move(alts)))};
       }
       case RegexNode::Kind::kRepeat: {
         const RegexNode& child = *n.children[0];
@@ -218,9 +218,12 @@ class StructuralEmitter {
   }
 
   static void Append(Alternative& a, const Alternative& b) { a.insert(a.end(), b.begin(), b.end()); }
+  // A name no other rule has (AddRule would otherwise probe suffixes, quadratic in repeats).
+  std::string Unique(const char* what) { return absl::StrCat(name_, what, "_", next_name_++); }
 
   CodePointSetRules& sets_;
   std::string name_;
+  uint64_t next_name_ = 0;
   std::map<const RegexNode*, Alternative> emitted_;
   std::map<const RegexNode*, std::optional<Alternative>> non_nullable_;
 };

@@ -133,6 +133,8 @@ SCHEMA_CASES = [
     ({"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
                 {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]}]},
      [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}], [{"kind": "c"}, {"kind": "a", "x": "s"}, {"x": 1}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+     [{"a": 1}, {"b": None}, {"a": 1, "c": 2}], [{}, {"a": 1, "b": 2}, {"a": "x"}]),
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
      [{"a": 1}, {"b": None}, {"a": 1, "b": 2}], [{}, {"a": "x"}]),
     ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},

@@ -275,7 +275,7 @@ Symbol CodePointSetRules::Set(const CodePointRanges& ranges) {
   } else if (seqs.size() == 1 && seqs[0].size() == 1) {
     sym = builder_.Bytes(seqs[0][0]);
   } else {
-    RuleId rule = builder_.AddRule(absl::StrCat(prefix_, "char"));
+    RuleId rule = builder_.AddRule(absl::StrCat(prefix_, "char_", next_name_++));
     for (const ByteSequence& seq : seqs) {
       Alternative alt;
       for (const ByteClass& c : seq) alt.push_back(builder_.Bytes(c));

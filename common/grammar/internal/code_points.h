@@ -69,6 +69,7 @@ class CodePointSetRules {
   CodePointSpelling spelling_;
   std::string prefix_;
   std::map<CodePointRanges, Symbol> cache_;
+  uint64_t next_name_ = 0;  // unique rule names (see SchemaCompiler::Name)
 };
 
 // Whether `cp` is spelled only by its own single byte in `spelling` (printable ASCII without `"`,

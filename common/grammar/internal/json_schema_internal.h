@@ -85,7 +85,8 @@ class SchemaCompiler {
   Alternative StringLiteral(std::string_view text);
   // The JSON text of `value` (keys in its order, whitespace between tokens as Ws()).
   Alternative ValueLiteral(const Json& value);
-  // A new rule name within this compiler's prefix.
+  // A new rule name within this compiler's prefix, unique (a counter): GrammarBuilder::AddRule
+  // probes suffixes for a taken name, which would make thousands of same-named rules quadratic.
   std::string Name(std::string_view what) const;
 
   // `$ref` resolution: the schema `ref` points to and its path; InvalidArgument for a remote or
@@ -105,6 +106,11 @@ class SchemaCompiler {
   absl::StatusOr<Json> Merge(const Json& schema, const std::string& path, int depth);
   // Whether no instance can match both `a` and `b` (a sufficient check; false = unknown).
   bool ProvablyDisjoint(const Json& a, const Json& b, int depth) const;
+  // Makes oneOf's alternatives pairwise disjoint so that they compile as anyOf: a pair that is
+  // not provably disjoint but only admits objects, each requiring a key the other does not,
+  // gets in each a key the other requires forbidden (sound: the grammar is then stricter than
+  // oneOf); any other pair is refused naming oneOf.
+  absl::Status SeparateOneOf(std::vector<Json>& alts, const std::string& path, int depth) const;
 
  private:
   absl::StatusOr<MaybeSymbols> CompileObjectSchema(const Json& schema, const std::string& path,
@@ -130,6 +136,7 @@ class SchemaCompiler {
   CodePointSetRules json_chars_;
   std::optional<Symbol> ws_, any_value_, any_object_, any_string_, any_char_;
   std::map<std::string, RuleId> ref_rules_;  // by resolved JSON pointer
+  mutable uint64_t next_name_ = 0;
 };
 
 }  // namespace deltaserve::common::grammar::internal
