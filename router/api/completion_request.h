@@ -39,6 +39,17 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias in [-100, 100]
 };
 
+enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
+
+// `response_format` (chat and completions): "text" (default), "json_object" or "json_schema".
+struct ResponseFormat {
+  enum class Type { kText, kJsonObject, kJsonSchema };
+  Type type = Type::kText;
+  std::string name;         // json_schema.name
+  std::string schema_json;  // json_schema.schema as compact JSON ("{}" when absent)
+  bool strict = false;      // json_schema.strict
+};
+
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
   std::string model;
@@ -47,6 +58,10 @@ struct CompletionRequest {
   std::vector<ChatMessage> messages;
   std::string tools_json;               // "tools" as JSON, or empty
   std::string tool_choice_json;         // "tool_choice" as JSON, or empty
+  // "tool_choice" read: "required" and a named function force a call (constrained decoding in
+  // the model's call format, docs/structured_outputs.md); "auto" is the default.
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_function;     // kFunction: the function's name (declared in tools)
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
   // chat_template_kwargs as sent (a JSON object, client's key order), or empty; every key
   // reaches the chat template as a top-level variable.
@@ -74,6 +89,8 @@ struct CompletionRequest {
   bool parse_special_tokens = true;
 
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; >= 1
+  // Validated: a json_schema's schema compiles (common/grammar/output_constraint.h).
+  ResponseFormat response_format;
   SamplingParams sampling;
   std::vector<std::string> stop;  // at most 4, none empty
 

@@ -8,6 +8,7 @@
 #include "router/api/api_error.h"
 #include "router/api/internal/chat_tools_validation.h"
 #include "router/api/internal/json_fields.h"
+#include "router/api/internal/response_format.h"
 
 namespace deltaserve::router::api {
 namespace {
@@ -273,6 +274,8 @@ absl::Status ParseCommon(const json& doc, bool chat, CompletionRequest* r) {
     }
   }
 
+  DS_RETURN_IF_ERROR(internal::ParseResponseFormat(doc, &r->response_format));
+
   std::optional<std::string> user;
   DS_RETURN_IF_ERROR(ReadString(doc, "user", "user", &user));
   if (user) r->user = std::move(*user);
@@ -358,12 +361,19 @@ absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view bo
   DS_RETURN_IF_ERROR(internal::ValidateTools(tools));
   if (tools != nullptr) r.tools_json = tools->dump(-1, ' ', false, json::error_handler_t::replace);
   if (const json* choice = Member(*doc, "tool_choice")) {
-    DS_RETURN_IF_ERROR(internal::ValidateToolChoice(choice, tools));
+    DS_RETURN_IF_ERROR(internal::ValidateToolChoice(choice, tools, &r));
     r.tool_choice_json = choice->dump(-1, ' ', false, json::error_handler_t::replace);
   }
   std::optional<bool> parallel;
   DS_RETURN_IF_ERROR(ReadBool(*doc, "parallel_tool_calls", "parallel_tool_calls", &parallel));
   r.parallel_tool_calls = parallel.value_or(true);
+  if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kFunction) &&
+      r.response_format.type != ResponseFormat::Type::kText) {
+    // Both would constrain the same output: a call's markup is not a JSON document.
+    return InvalidRequestError("response_format", "invalid_value",
+                               "'response_format' cannot be combined with a 'tool_choice' that "
+                               "forces a tool call");
+  }
   std::optional<int64_t> budget;
   if (const json* kwargs = Member(*doc, "chat_template_kwargs")) {
     if (!kwargs->is_object()) return TypeError("chat_template_kwargs", "an object", *kwargs);

@@ -9,6 +9,7 @@
 #include "router/chat/chat_output_shaper.h"
 #include "router/chat/chat_template_context.h"
 #include "router/chat/message_boundaries.h"
+#include "router/chat/output_constraint_request.h"
 #include "router/chat/qwen_chat_template.h"
 
 namespace deltaserve::router::chat {
@@ -106,6 +107,10 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
   }
 
   RenderedPrompt out;
+  absl::StatusOr<std::optional<v1::OutputConstraint>> constraint = RequestOutputConstraint(
+      request, source.empty() ? common::grammar::ToolCallFormat::kJson : ToolCallFormatOf(source));
+  if (!constraint.ok()) return constraint.status();
+  out.output_constraint = std::move(*constraint);
   // A template that writes the BOS text itself (Llama) must not get a second one.
   const bool add_bos = special != nullptr && special->add_bos() && bos_id >= 0 &&
                        !(source.empty() ? false : text.text.starts_with(tokens.bos_token));

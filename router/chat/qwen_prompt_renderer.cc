@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "router/chat/message_boundaries.h"
+#include "router/chat/output_constraint_request.h"
 #include "router/chat/qwen_chat_template.h"
 
 namespace deltaserve::router::chat {
@@ -54,6 +55,11 @@ absl::StatusOr<RenderedPrompt> QwenPromptRenderer::Render(const api::CompletionR
     out.turn_end_token_ids.push_back(turn_end.eot_id);
     if (turn_end.newline_id >= 0) out.turn_end_token_ids.push_back(turn_end.newline_id);
   }
+  // The built-in template is Qwen3's: calls as JSON in <tool_call>.
+  absl::StatusOr<std::optional<v1::OutputConstraint>> constraint =
+      RequestOutputConstraint(request, common::grammar::ToolCallFormat::kJson);
+  if (!constraint.ok()) return constraint.status();
+  out.output_constraint = std::move(*constraint);
   if (out.token_ids.empty()) {
     return absl::InvalidArgumentError(request.endpoint == api::Endpoint::kChatCompletions
                                           ? "messages: the rendered prompt is empty"

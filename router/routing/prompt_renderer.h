@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/tokenizer.h"
+#include "deltaserve/v1/worker.pb.h"
 #include "router/api/completion_backend.h"
 #include "router/api/completion_request.h"
 #include "router/routing/worker_pool.h"
@@ -44,6 +46,10 @@ struct RenderedPrompt {
   // What the template writes after an assistant message (GenerateRequest.turn_end_token_ids);
   // empty for completions.
   std::vector<int32_t> turn_end_token_ids;
+  // What the output must match (GenerateRequest.output_constraint): response_format, or a
+  // tool_choice that forces a call in this model's call format (router/chat/
+  // output_constraint_request.h); nullopt: none.
+  std::optional<deltaserve::v1::OutputConstraint> output_constraint;
   // Makes the shaper of one attempt's output; null: the text goes to the client as generated.
   // `whole_output`: the request is not streamed, so the shaper may wait for the whole text.
   std::function<std::unique_ptr<OutputShaper>(bool whole_output)> output_shaper;

@@ -129,6 +129,14 @@ constexpr std::string_view kGenerateRequest = R"pb(
   message_boundaries: [ 12, 40, 97 ]
   turn_end_token_ids: [ 151645, 198 ]
   reasoning_budget: 512
+  output_constraint {
+    tool_call {
+      functions { name: "get_weather" parameters_schema: "{\"type\":\"object\"}" }
+      format: TOOL_CALL_FORMAT_QWEN_XML
+      parallel: true
+    }
+    after_reasoning: true
+  }
 )pb";
 
 constexpr std::string_view kTokenEvent = R"pb(
@@ -240,6 +248,17 @@ TEST(WorkerProtoRoundTrip, GenerateRequestWithEveryField) {
   EXPECT_EQ(back.priority(), -2);
 }
 
+// The other kinds of output constraint (a oneof: the request above carries tool_call).
+TEST(WorkerProtoRoundTrip, OutputConstraintKinds) {
+  for (std::string_view text : {
+           R"pb(json_schema { schema: "{\"type\":\"boolean\"}" strict: true } after_reasoning: true)pb",
+           R"pb(json_object {} after_reasoning: true)pb",
+           R"pb(regex: "[a-z]+" after_reasoning: true)pb",
+       }) {
+    ExpectFullRoundTrip(FromText<v1::OutputConstraint>(text));
+  }
+}
+
 TEST(WorkerProtoRoundTrip, TokenEventWithLogprobs) {
   const auto event = FromText<v1::GenerateEvent>(kTokenEvent);
   ExpectFullRoundTrip(event);
@@ -317,6 +336,19 @@ constexpr FrozenField kFrozenFields[] = {
     {"GenerateRequest", "message_boundaries", 7},
     {"GenerateRequest", "turn_end_token_ids", 8},
     {"GenerateRequest", "reasoning_budget", 9},
+    {"GenerateRequest", "output_constraint", 10},
+    {"OutputConstraint", "json_schema", 1},
+    {"OutputConstraint", "json_object", 2},
+    {"OutputConstraint", "regex", 3},
+    {"OutputConstraint", "tool_call", 4},
+    {"OutputConstraint", "after_reasoning", 10},
+    {"JsonSchemaConstraint", "schema", 1},
+    {"JsonSchemaConstraint", "strict", 2},
+    {"ToolCallConstraint", "functions", 1},
+    {"ToolCallConstraint", "format", 2},
+    {"ToolCallConstraint", "parallel", 3},
+    {"ToolFunction", "name", 1},
+    {"ToolFunction", "parameters_schema", 2},
     {"SamplingParams", "temperature", 1},
     {"SamplingParams", "top_k", 2},
     {"SamplingParams", "top_p", 3},

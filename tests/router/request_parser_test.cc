@@ -200,17 +200,32 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
       {Chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])"),
        "tools[0].function.parameters"},
       {Chat(R"("tool_choice":"always")"), "tool_choice"},
-      // Well-formed but not enforced before constrained decoding: refused, not served as auto.
+      // "required" needs a tool to call.
       {Chat(R"("tool_choice":"required")"), "tool_choice"},
-      {Chat(R"("tools":[{"type":"function","function":{"name":"f"}}],)"
-            R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
-       "tool_choice"},
+      {Chat(R"("tools":[],"tool_choice":"required")"), "tool_choice"},
       {Chat(R"("tool_choice":{"type":"function"})"), "tool_choice.function.name"},
       {Chat(R"("tool_choice":{"type":"x","function":{"name":"f"}})"), "tool_choice.type"},
       {Chat(R"("tools":[{"type":"function","function":{"name":"f"}}],)"
             R"("tool_choice":{"type":"function","function":{"name":"g"}})"),
        "tool_choice.function.name"},
       {Chat(R"("parallel_tool_calls":1)"), "parallel_tool_calls"},
+      // response_format (docs/structured_outputs.md, "The API").
+      {Chat(R"("response_format":"json")"), "response_format"},
+      {Chat(R"("response_format":{})"), "response_format.type"},
+      {Chat(R"("response_format":{"type":"xml"})"), "response_format.type"},
+      {Chat(R"("response_format":{"type":"json_schema"})"), "response_format.json_schema"},
+      {Chat(R"("response_format":{"type":"json_schema","json_schema":{"schema":{}}})"),
+       "response_format.json_schema.name"},
+      {Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"a b"}})"),
+       "response_format.json_schema.name"},
+      {Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"n","strict":1}})"),
+       "response_format.json_schema.strict"},
+      {Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"n","schema":[1]}})"),
+       "response_format.json_schema.schema"},
+      {Chat(R"("response_format":{"type":"json_object"},"tools":[{"type":"function",)"
+            R"("function":{"name":"f"}}],"tool_choice":"required")"),
+       "response_format"},
+
       {Chat(R"("thinking_budget":-1)"), "thinking_budget"},
       {Chat(R"("thinking_budget":"many")"), "thinking_budget"},
       {Chat(R"("chat_template_kwargs":{"thinking_budget":1.5})"),
@@ -241,6 +256,73 @@ TEST(ChatRequestParserTest, ToolAndReasoningFields) {
   ASSERT_TRUE(kw.ok()) << kw.status();
   EXPECT_EQ(kw->thinking_budget, 0);
   EXPECT_TRUE(kw->parallel_tool_calls);
+}
+
+// response_format as OpenAI's API reference and its Python SDK send it, and the tool_choice
+// values that force a call (docs/structured_outputs.md, "The API").
+TEST(ChatRequestParserTest, ResponseFormatAndForcedToolChoice) {
+  auto schema = ParseChatCompletionRequest(
+      Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"answer",)"
+           R"("description":"d","strict":true,"schema":{"type":"object","properties":)"
+           R"({"ok":{"type":"boolean"}},"required":["ok"],"additionalProperties":false}}})"));
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ(schema->response_format.type, ResponseFormat::Type::kJsonSchema);
+  EXPECT_EQ(schema->response_format.name, "answer");
+  EXPECT_TRUE(schema->response_format.strict);
+  // Compact, in the client's key order.
+  EXPECT_EQ(schema->response_format.schema_json,
+            R"({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"],)"
+            R"("additionalProperties":false})");
+
+  auto no_schema = ParseChatCompletionRequest(Chat(
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"any","strict":null}})"));
+  ASSERT_TRUE(no_schema.ok()) << no_schema.status();
+  EXPECT_EQ(no_schema->response_format.schema_json, "{}");
+  EXPECT_FALSE(no_schema->response_format.strict);
+
+  auto object = ParseChatCompletionRequest(Chat(R"("response_format":{"type":"json_object"})"));
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_EQ(object->response_format.type, ResponseFormat::Type::kJsonObject);
+  auto text = ParseChatCompletionRequest(Chat(R"("response_format":{"type":"text"})"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->response_format.type, ResponseFormat::Type::kText);
+  auto completion = ParseCompletionRequest(
+      R"({"model":"m","prompt":"x","response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  EXPECT_EQ(completion->response_format.type, ResponseFormat::Type::kJsonObject);
+
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{}}},)"
+      R"({"type":"function","function":{"name":"g"}}])";
+  auto required = ParseChatCompletionRequest(Chat(tools + R"(,"tool_choice":"required")"));
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_EQ(required->tool_choice, ToolChoice::kRequired);
+  auto named = ParseChatCompletionRequest(
+      Chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"g"}})"));
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->tool_choice, ToolChoice::kFunction);
+  EXPECT_EQ(named->tool_choice_function, "g");
+  auto none = ParseChatCompletionRequest(Chat(tools + R"(,"tool_choice":"none")"));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->tool_choice, ToolChoice::kNone);
+}
+
+// A schema the grammar engine cannot enforce is a 400 before any worker is involved, naming the
+// keyword (the compiler's message), with the schema's path as param.
+TEST(ChatRequestParserTest, UnenforceableSchemaIsA400NamingTheKeyword) {
+  auto r = ParseChatCompletionRequest(
+      Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"n","schema":)"
+           R"({"type":"object","properties":{"a":{"$ref":"https://example.com/a.json"}}}}})"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ErrorParam(r.status()), "response_format.json_schema.schema");
+  EXPECT_EQ(ApiErrorFromStatus(r.status()).http_status, 400);
+  EXPECT_NE(r.status().message().find("$ref"), std::string_view::npos) << r.status();
+
+  auto not_json_schema = ParseChatCompletionRequest(
+      Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"n","schema":)"
+           R"({"type":"strange"}}})"));
+  ASSERT_FALSE(not_json_schema.ok());
+  EXPECT_EQ(ErrorParam(not_json_schema.status()), "response_format.json_schema.schema");
 }
 
 TEST(CompletionRequestParserTest, PromptForms) {

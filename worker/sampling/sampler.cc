@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "worker/sampling/token_mask.h"
 
 namespace deltaserve::worker {
 namespace {
@@ -443,15 +444,38 @@ void Sampler::ApplyPenaltiesAndBias(absl::Span<const float> logits, std::vector<
   }
 }
 
+void Sampler::MaskDisallowed(const TokenMask& allowed, std::vector<float>& logits) {
+  const size_t n = logits.size();
+  const absl::Span<const uint64_t> words = allowed.words();
+  const size_t covered = std::min(n, static_cast<size_t>(allowed.n_vocab()));
+  // A word at a time: grammar masks are mostly all-zero or all-one words.
+  for (size_t w = 0; w * 64 < covered; ++w) {
+    const size_t base = w * 64;
+    const size_t end = std::min(covered, base + 64);
+    const uint64_t bits = words[w];
+    if (bits == ~uint64_t{0}) continue;
+    if (bits == 0) {
+      std::fill(logits.begin() + base, logits.begin() + end, -kInf);
+      continue;
+    }
+    for (size_t i = base; i < end; ++i) {
+      if (((bits >> (i - base)) & 1) == 0) logits[i] = -kInf;
+    }
+  }
+  std::fill(logits.begin() + covered, logits.end(), -kInf);
+}
+
 double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-int32_t Sampler::Sample(absl::Span<const float> logits, TokenLogprobs* logprobs) {
+int32_t Sampler::Sample(absl::Span<const float> logits, TokenLogprobs* logprobs,
+                        const TokenMask* allowed) {
   const int32_t n = std::min<int32_t>(n_valid_, static_cast<int32_t>(logits.size()));
   if (n <= 0) return 0;
   Scratch& scratch = ThreadScratch();
   absl::Span<const float> row = logits.first(n);
-  if (HasAdjustments()) {
+  if (HasAdjustments() || allowed != nullptr) {
     ApplyPenaltiesAndBias(row, scratch.adjusted);
+    if (allowed != nullptr) MaskDisallowed(*allowed, scratch.adjusted);
     row = scratch.adjusted;
   }
   const float m = MaxLogit(row.data(), row.size());

@@ -19,6 +19,8 @@
 
 namespace deltaserve::worker {
 
+class TokenMask;  // token_mask.h
+
 // Most alternatives a request may ask logprobs for (OpenAI's limit).
 inline constexpr int kMaxTopLogprobs = 20;
 
@@ -88,7 +90,12 @@ class Sampler {
   // The next token for `logits` (one row of n_vocab >= n_valid floats, [n_vocab]); never an id
   // >= n_valid. Does not Accept it. When `logprobs` is given it is filled (its vectors are
   // reused). Draws exactly one number from the RNG when not greedy, none when greedy.
-  int32_t Sample(absl::Span<const float> logits, TokenLogprobs* logprobs = nullptr);
+  // `allowed` (grammar-constrained decoding, constrained_decoding.h): tokens outside it (ids at
+  // or past its n_vocab included) get a logit of -inf after the penalties and bias, before
+  // temperature and truncation, so logprobs are those of the constrained distribution. The
+  // caller makes sure it allows at least one token.
+  int32_t Sample(absl::Span<const float> logits, TokenLogprobs* logprobs = nullptr,
+                 const TokenMask* allowed = nullptr);
 
   // The seed in use: params.seed, or the one drawn when it was unset.
   uint64_t seed() const { return seed_; }
@@ -100,6 +107,8 @@ class Sampler {
   // Penalties and bias over `logits` (copied into `out`, [n] floats).
   void ApplyPenaltiesAndBias(absl::Span<const float> logits, std::vector<float>& out) const;
   bool HasAdjustments() const;
+  // Sets the logits of tokens outside `allowed` to -inf.
+  static void MaskDisallowed(const TokenMask& allowed, std::vector<float>& logits);
   void RecordForRepetition(int32_t token);
   // A double in [0, 1) from 53 bits of the RNG (same on every platform, unlike
   // std::uniform_real_distribution).

@@ -75,6 +75,12 @@ struct Scheduler::Sequence {
   std::vector<int32_t> reasoning_end;
   bool in_reasoning = false;
   int32_t reasoning_used = 0;
+  // Output constraint (GenerationRequest.grammar): what Submit took, and the constraint made
+  // from it at the first admission; null when unconstrained.
+  std::shared_ptr<common::grammar::CompiledGrammar> grammar;
+  std::shared_ptr<const TokenTrie> trie;
+  SequenceConstraintOptions constraint_options;
+  std::unique_ptr<SequenceConstraint> constraint;
 
   int64_t n_past() const { return state == nullptr ? 0 : state->n_past; }
   RecurrentSlot& slot() const { return static_cast<RecurrentSlot&>(*state->state); }
@@ -112,6 +118,15 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
 }
 
 Scheduler::~Scheduler() { Stop(/*drain=*/false); }
+
+void Scheduler::StartConstraint(Sequence& seq) {
+  if (seq.grammar == nullptr || seq.constraint != nullptr) return;
+  if (masks_ == nullptr) masks_ = std::make_unique<TokenMaskCache>(seq.trie, mask_budget_bytes_);
+  seq.constraint = std::make_unique<SequenceConstraint>(std::move(seq.grammar),
+                                                        std::move(seq.constraint_options));
+  seq.grammar.reset();
+  seq.trie.reset();
+}
 
 absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
                                            std::shared_ptr<GenerationSink> sink) {
@@ -166,6 +181,24 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
     }
     seq->turn_end = std::move(request.turn_end_tokens);
     seq->remote = std::move(request.remote_snapshot);
+  }
+  if (request.grammar != nullptr) {
+    if (tokenizer_ == nullptr || request.trie == nullptr) {
+      return absl::FailedPreconditionError("constrained decoding is not enabled on this model");
+    }
+    SequenceConstraintOptions o;
+    o.n_vocab = request.trie->n_vocab();
+    o.waiting_for_reasoning = request.grammar_after_reasoning && request.reasoning_open &&
+                              !request.reasoning_end_tokens.empty();
+    o.reasoning_start = request.reasoning_start_token;
+    o.reasoning_end =
+        request.reasoning_end_tokens.empty() ? -1 : request.reasoning_end_tokens.front();
+    o.end_tokens = request.sampling.stop_token_ids;
+    if (!request.sampling.ignore_eos)
+      o.end_tokens.insert(o.end_tokens.end(), eos_.begin(), eos_.end());
+    seq->grammar = std::move(request.grammar);
+    seq->trie = std::move(request.trie);
+    seq->constraint_options = std::move(o);
   }
   if (request.reasoning_budget >= 0 && !request.reasoning_end_tokens.empty()) {
     for (int32_t id : request.reasoning_end_tokens) {
@@ -323,6 +356,7 @@ void Scheduler::Admit() {
         model_->NewSequence(cache_, slots_, options_.max_context);
     if (!state.ok()) break;  // no free slot: wait
     seq.state = std::move(*state);
+    StartConstraint(seq);
     const bool first_admission = !seq.was_admitted;
     if (!seq.was_admitted) {
       seq.was_admitted = true;
@@ -484,11 +518,23 @@ void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n
   std::vector<GeneratedToken> out;
   int64_t accepted = 0;
   EndReason end = EndReason::kStop;
+  absl::Status end_error;
   bool ended = false;
   for (int64_t i = 0; i <= k && !ended; ++i) {
     TokenLogprobs lp;
+    const TokenMask* allowed = nullptr;
+    if (seq.constraint != nullptr) {
+      allowed = &seq.constraint->Allowed(*masks_);
+      if (allowed->Count() == 0) {
+        ended = true;
+        end = EndReason::kError;
+        end_error = absl::ResourceExhaustedError(
+            "the output constraint allows no token here (its grammar reached a size limit)");
+        break;
+      }
+    }
     const int32_t sampled = seq.sampler.Sample(logits.subspan((first + i) * n_vocab, n_vocab),
-                                               seq.want_logprobs ? &lp : nullptr);
+                                               seq.want_logprobs ? &lp : nullptr, allowed);
     // A spent reasoning budget: the closing tokens go out instead of the sampled one.
     const bool forced = seq.reasoning_budget >= 0 && ReasoningBudgetSpent(seq, sampled);
     const absl::Span<const int32_t> emit =
@@ -510,6 +556,25 @@ void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n
         break;
       }
       out.push_back(std::move(g));
+      if (seq.constraint != nullptr) {
+        switch (seq.constraint->Accept(token, tokenizer_->Piece(token), forced)) {
+          case SequenceConstraint::Step::kContinue:
+            break;
+          case SequenceConstraint::Step::kComplete:
+            // Complete and nothing can follow: the output is whole ("stop", even on the
+            // max_tokens-th token).
+            ended = true;
+            end = EndReason::kStop;
+            break;
+          case SequenceConstraint::Step::kRejected:
+            ended = true;
+            end = EndReason::kError;
+            end_error = absl::InternalError(
+                absl::StrCat("token ", token, " does not continue the output constraint"));
+            break;
+        }
+        if (ended) break;
+      }
       if (why == FinishReason::kLength ||
           static_cast<int64_t>(seq.tokens.size()) >= options_.max_context) {
         ended = true;
@@ -530,7 +595,7 @@ void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n
   }
   if (!out.empty() && seq.sink != nullptr) seq.sink->OnTokens(out);
   if (ended) {
-    Finish(seq, end);
+    Finish(seq, end, std::move(end_error));
     return;
   }
   if (k > 0) {
@@ -579,6 +644,11 @@ bool Scheduler::RunBatch() {
         const int64_t room = options_.max_context - static_cast<int64_t>(s.tokens.size());
         o.draft_max = static_cast<int>(std::min<int64_t>({o.draft_max, room, budget - take}));
         if (o.draft_max > 0) s.draft = DraftFromHistory(s.tokens, o);
+        if (!s.draft.empty() && s.constraint != nullptr) {
+          // Drafts the grammar rejects could never be sampled: not worth feeding.
+          s.draft.resize(s.constraint->AllowedPrefix(
+              s.draft, [this](int32_t t) { return tokenizer_->Piece(t); }));
+        }
         if (!s.draft.empty()) {
           absl::StatusOr<std::unique_ptr<RecurrentSlot>> snap = RecurrentSlot::Acquire(slots_);
           if (snap.ok() && (*snap)->CopyFrom(s.slot()).ok()) {

@@ -19,6 +19,13 @@
 // tokens are fed again with the next step. Sampling consumes the RNG exactly as without
 // speculation, so the same seed gives the same tokens either way.
 //
+// Output constraints (constrained_decoding.h, docs/structured_outputs.md): a sequence with a
+// grammar samples each token from the logits masked to what continues it (the masks cached per
+// grammar state in the scheduler's TokenMaskCache), and ends with "stop" as soon as the grammar
+// is complete and nothing can follow. Speculation drafts are cut where the grammar rejects them
+// before they are fed; every kept token is still sampled from its masked row, so a constrained
+// output is the same with speculation or without.
+//
 // Session snapshots (docs/snapshots.md), when a SnapshotCache is given: Submit hashes the
 // prompt at its snapshot positions (the message boundaries the request carries, every
 // snapshot_interval tokens inside long messages); admission restores the longest prefix held in
@@ -53,8 +60,10 @@
 #include "worker/cache/recurrent_state_slots.h"
 #include "worker/cache/snapshot_cache.h"
 #include "worker/engine/qwen35.h"
-#include "worker/sampling/sampler.h"
+#include "worker/sampling/constrained_decoding.h"
 #include "worker/sampling/ngram_draft.h"
+#include "worker/sampling/sampler.h"
+#include "worker/sampling/token_mask.h"
 
 namespace deltaserve::worker {
 
@@ -91,6 +100,14 @@ struct GenerationRequest {
   bool reasoning_open = false;
   int32_t reasoning_start_token = -1;
   std::vector<int32_t> reasoning_end_tokens;
+  // Output constraint (proto GenerateRequest.output_constraint; constrained_decoding.h): the
+  // compiled grammar every generated token must continue, from the first token or, with
+  // grammar_after_reasoning, once the reasoning block the prompt left open (reasoning_open)
+  // closes; `trie` is the model's token trie (the same for every request of a scheduler). Needs
+  // SetConstrainedDecoding. Null: unconstrained.
+  std::shared_ptr<common::grammar::CompiledGrammar> grammar;
+  std::shared_ptr<const TokenTrie> trie;
+  bool grammar_after_reasoning = false;
 };
 
 // One generated token as streamed.
@@ -163,6 +180,14 @@ class Scheduler {
 
   // Where the snapshots of finished sequences go (set before Start).
   void SetSnapshotPublisher(SnapshotPublisher publisher) { publisher_ = std::move(publisher); }
+  // Enables grammar-constrained decoding (GenerationRequest.grammar), set before Start: the
+  // model's tokenizer (token bytes for the matchers; must outlive the scheduler) and the byte
+  // budget of the scheduler's mask cache (made on the first constrained sequence, with the
+  // request's trie).
+  void SetConstrainedDecoding(const common::Tokenizer* tokenizer, size_t mask_budget_bytes) {
+    tokenizer_ = tokenizer;
+    mask_budget_bytes_ = mask_budget_bytes;
+  }
   // The RAM tier, or null when snapshots are off.
   SnapshotCache* snapshots() const { return snapshots_.get(); }
 
@@ -197,6 +222,9 @@ class Scheduler {
   bool RunBatch();
   void Finish(Sequence& seq, EndReason reason, absl::Status error = absl::OkStatus());
   void Preempt(Sequence& seq);
+  // Makes the sequence's SequenceConstraint at its first admission (on the stepping thread: a
+  // matcher steps its grammar's state table, which only this thread may touch).
+  void StartConstraint(Sequence& seq);
   // Samples the last token's row and those of its drafts in `logits` ([n_rows][n_vocab]), emits
   // the tokens, and rewinds the state to `fed_before` positions when a draft was rejected.
   void Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows, int64_t fed_before);
@@ -223,6 +251,10 @@ class Scheduler {
   int32_t n_valid_ = 0;
   std::shared_ptr<SnapshotCache> snapshots_;
   SnapshotPublisher publisher_;
+  // Constrained decoding (stepping thread only once started); null when not enabled.
+  const common::Tokenizer* tokenizer_ = nullptr;
+  size_t mask_budget_bytes_ = 0;
+  std::unique_ptr<TokenMaskCache> masks_;
 
   // Shared with other threads.
   mutable std::mutex mu_;

@@ -369,6 +369,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
       *m->model_, m->cache_, m->slots_, so, m->eos_, m->n_valid_, m->snapshots_);
   if (!sched.ok()) return sched.status();
   m->scheduler_ = std::move(*sched);
+  // Masks: 19 KB each on Qwen's 151K vocabulary, so about 1,700 grammar states.
+  m->scheduler_->SetConstrainedDecoding(m->tokenizer_.get(), size_t{32} << 20);
   {
     const common::Tokenizer& tok = *m->tokenizer_;
     const int32_t start = tok.Find("<think>"), close = tok.Find("</think>");
@@ -394,6 +396,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
 }
 
 ServedModel::~ServedModel() = default;
+
+std::shared_ptr<const TokenTrie> ServedModel::token_trie() {
+  std::call_once(trie_once_, [this] { trie_ = TokenTrie::Build(*tokenizer_); });
+  return trie_;
+}
 
 bool PromptOpensReasoning(absl::Span<const int32_t> prompt, int32_t start, int32_t end_first) {
   for (size_t i = prompt.size(); i-- > 0;) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,7 +29,9 @@
 #include "worker/cache/recurrent_state_slots.h"
 #include "worker/cache/snapshot_cache.h"
 #include "worker/engine/qwen35.h"
+#include "worker/sampling/constrained_decoding.h"
 #include "worker/sampling/ngram_draft.h"
+#include "worker/sampling/token_mask.h"
 #include "worker/sched/scheduler.h"
 
 namespace deltaserve::worker {
@@ -167,6 +170,11 @@ class ServedModel {
   int32_t n_valid_tokens() const { return n_valid_; }
   const PagedKvCache& kv_cache() const { return *cache_; }
   const ReasoningTokens& reasoning_tokens() const { return reasoning_; }
+  // Constrained decoding (docs/structured_outputs.md): compiled output constraints, and the
+  // vocabulary's token trie, built on the first call (it is not in the memory plan: a worker
+  // that never sees a constraint never pays for it). Both thread-safe.
+  GrammarCache& grammar_cache() { return grammar_cache_; }
+  std::shared_ptr<const TokenTrie> token_trie();
   const RecurrentStateSlots& state_slots() const { return *slots_; }
   // The RAM tier of session snapshots (enabled() false when --snapshot-ram is 0).
   SnapshotCache& snapshots() { return *snapshots_; }
@@ -186,6 +194,9 @@ class ServedModel {
   std::vector<int32_t> eos_;
   int32_t n_valid_ = 0;
   ReasoningTokens reasoning_;
+  GrammarCache grammar_cache_;
+  std::once_flag trie_once_;
+  std::shared_ptr<const TokenTrie> trie_;
   // Declaration order is destruction order reversed: the scheduler goes first, the model last.
   std::unique_ptr<Qwen35Model> model_;
   std::unique_ptr<common::Tokenizer> tokenizer_;

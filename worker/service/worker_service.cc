@@ -308,6 +308,48 @@ void SubmitGeneration(ServedModel& model, GenerationRequest g,
 
 }  // namespace
 
+absl::StatusOr<common::grammar::OutputConstraintSpec> ConstraintFromProto(
+    const pb::OutputConstraint& c) {
+  using Spec = common::grammar::OutputConstraintSpec;
+  Spec spec;
+  switch (c.kind_case()) {
+    case pb::OutputConstraint::kJsonSchema:
+      spec.kind = Spec::Kind::kJsonSchema;
+      spec.schema_json = c.json_schema().schema();
+      spec.strict = c.json_schema().strict();
+      break;
+    case pb::OutputConstraint::kJsonObject:
+      spec.kind = Spec::Kind::kJsonObject;
+      break;
+    case pb::OutputConstraint::kRegex:
+      spec.kind = Spec::Kind::kRegex;
+      spec.regex = c.regex();
+      break;
+    case pb::OutputConstraint::kToolCall: {
+      spec.kind = Spec::Kind::kToolCall;
+      switch (c.tool_call().format()) {
+        case pb::TOOL_CALL_FORMAT_QWEN_XML:
+          spec.format = common::grammar::ToolCallFormat::kQwenXml;
+          break;
+        case pb::TOOL_CALL_FORMAT_JSON:
+          spec.format = common::grammar::ToolCallFormat::kJson;
+          break;
+        default:
+          return absl::InvalidArgumentError(
+              absl::StrCat("tool_call.format ", static_cast<int>(c.tool_call().format()), " is not known"));
+      }
+      spec.parallel = c.tool_call().parallel();
+      for (const pb::ToolFunction& f : c.tool_call().functions()) {
+        spec.functions.push_back({f.name(), f.parameters_schema()});
+      }
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError("no constraint kind is set (or it is not known)");
+  }
+  return spec;
+}
+
 SamplingParams SamplingFromProto(const pb::SamplingParams& p) {
   SamplingParams s;
   if (p.has_temperature()) s.temperature = p.temperature();
@@ -370,11 +412,29 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
     return new RefusedReactor(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                            "reasoning_budget must be >= 0"));
   }
-  if (const ReasoningTokens& rt = model.reasoning_tokens(); budget >= 0 && rt.start >= 0) {
+  if (const ReasoningTokens& rt = model.reasoning_tokens(); rt.start >= 0) {
+    // The markers serve the budget and the output constraint's start alike.
     g.reasoning_budget = budget;
     g.reasoning_start_token = rt.start;
     g.reasoning_end_tokens = rt.end;
     g.reasoning_open = PromptOpensReasoning(g.prompt, rt.start, rt.end.front());
+  }
+  if (request->has_output_constraint()) {
+    absl::StatusOr<common::grammar::OutputConstraintSpec> spec =
+        ConstraintFromProto(request->output_constraint());
+    absl::StatusOr<std::shared_ptr<common::grammar::CompiledGrammar>> grammar =
+        spec.ok()
+            ? model.grammar_cache().Get(*spec)
+            : absl::StatusOr<std::shared_ptr<common::grammar::CompiledGrammar>>(spec.status());
+    if (!grammar.ok()) {
+      ++counters_.requests_failed;
+      return new RefusedReactor(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("output_constraint: ", grammar.status().message())));
+    }
+    g.grammar = std::move(*grammar);
+    g.trie = model.token_trie();
+    g.grammar_after_reasoning = request->output_constraint().after_reasoning();
   }
   if (!g.sampling.seed.has_value()) {
     // Drawn here so the final event can report it (the sampler would draw its own otherwise).

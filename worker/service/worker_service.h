@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "common/grammar/output_constraint.h"
 #include "deltaserve/v1/worker.grpc.pb.h"
 #include "worker/cache/redis_snapshot_tier.h"
 #include "worker/sched/served_model.h"
@@ -80,6 +82,11 @@ class WorkerService final : public deltaserve::v1::Worker::CallbackService {
 // The sampling settings of a request, the model's defaults where a field is unset; validation is
 // the sampler's (Sampler::Create), at Submit.
 SamplingParams SamplingFromProto(const deltaserve::v1::SamplingParams& p);
+
+// GenerateRequest.output_constraint as the grammar compiler's spec; InvalidArgument for a kind
+// or tool-call format this worker does not know.
+absl::StatusOr<common::grammar::OutputConstraintSpec> ConstraintFromProto(
+    const deltaserve::v1::OutputConstraint& constraint);
 
 // Fills `info` for one served model; the tokenizer only when `with_tokenizer`.
 void DescribeModel(const std::string& name, ServedModel& model, bool with_tokenizer,

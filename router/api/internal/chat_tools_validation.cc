@@ -82,24 +82,23 @@ absl::Status ValidateTools(const json* tools) {
   return absl::OkStatus();
 }
 
-// "required" and a named function are well-formed but not enforced until constrained decoding
-// (issue 13): refused rather than silently served as "auto".
-namespace {
-absl::Status ToolChoiceNotEnforced(const char* what) {
-  return InvalidRequestError(
-      "tool_choice", "unsupported_value",
-      absl::StrCat("'tool_choice' ", what,
-                   " is not supported yet (it needs constrained decoding); use \"auto\" "
-                   "or \"none\""));
-}
-}  // namespace
-
-absl::Status ValidateToolChoice(const json* choice, const json* tools) {
+absl::Status ValidateToolChoice(const json* choice, const json* tools, CompletionRequest* out) {
   if (choice == nullptr) return absl::OkStatus();
+  const bool has_tools = tools != nullptr && tools->is_array() && !tools->empty();
   if (choice->is_string()) {
     const std::string& s = choice->get_ref<const std::string&>();
-    if (s == "none" || s == "auto") return absl::OkStatus();
-    if (s == "required") return ToolChoiceNotEnforced("\"required\"");
+    if (s == "none" || s == "auto") {
+      out->tool_choice = s == "none" ? ToolChoice::kNone : ToolChoice::kAuto;
+      return absl::OkStatus();
+    }
+    if (s == "required") {
+      if (!has_tools) {
+        return InvalidRequestError("tool_choice", "invalid_value",
+                                   "'tool_choice' \"required\" needs at least one tool in 'tools'");
+      }
+      out->tool_choice = ToolChoice::kRequired;
+      return absl::OkStatus();
+    }
     return InvalidRequestError("tool_choice", "invalid_value",
                                absl::StrCat("'tool_choice' must be \"none\", \"auto\", "
                                             "\"required\" or a function object, got '",
@@ -119,12 +118,14 @@ absl::Status ValidateToolChoice(const json* choice, const json* tools) {
                                "'tool_choice.function.name' is required (a string)");
   }
   const std::string& wanted = name->get_ref<const std::string&>();
-  if (tools != nullptr && tools->is_array()) {
+  if (has_tools) {
     for (const json& tool : *tools) {
       const json* f = Member(tool, "function");
       const json* n = f != nullptr ? Member(*f, "name") : nullptr;
       if (n != nullptr && n->is_string() && n->get_ref<const std::string&>() == wanted) {
-        return ToolChoiceNotEnforced("naming a function");
+        out->tool_choice = ToolChoice::kFunction;
+        out->tool_choice_function = wanted;
+        return absl::OkStatus();
       }
     }
   }

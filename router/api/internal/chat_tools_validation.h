@@ -17,10 +17,11 @@ namespace deltaserve::router::api::internal {
 // object.
 absl::Status ValidateTools(const nlohmann::ordered_json* tools);
 
-// `tool_choice` (may be null): "none", "auto", "required" or {"type":"function","function":
-// {"name": N}} with N declared in `tools`.
+// `tool_choice` (may be null): "none", "auto", "required" (with at least one tool) or
+// {"type":"function","function":{"name": N}} with N declared in `tools`; sets out->tool_choice
+// and out->tool_choice_function.
 absl::Status ValidateToolChoice(const nlohmann::ordered_json* tool_choice,
-                                const nlohmann::ordered_json* tools);
+                                const nlohmann::ordered_json* tools, CompletionRequest* out);
 
 // Every role-"tool" message's tool_call_id is the id of a call in an earlier assistant
 // message's tool_calls. `messages` is the body's array that `request.messages` was parsed from.

@@ -1,0 +1,497 @@
+#include "common/grammar/output_constraint.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grammar/json_schema_compiler.h"
+#include "common/grammar/regex.h"
+#include "common/json_reader.h"
+#include "common/sha256.h"
+#include "common/str_util.h"
+
+namespace deltaserve::common::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+#define DS_ASSIGN_OR_RETURN_IMPL(var, lhs, expr) \
+  auto var = (expr);                             \
+  if (!var.ok()) return var.status();            \
+  lhs = std::move(*var)
+#define DS_CONCAT_INNER(a, b) a##b
+#define DS_CONCAT(a, b) DS_CONCAT_INNER(a, b)
+#define DS_ASSIGN_OR_RETURN(lhs, expr) \
+  DS_ASSIGN_OR_RETURN_IMPL(DS_CONCAT(_status_or_, __LINE__), lhs, expr)
+
+// A parameters schema is at most 1 MiB (the router's max_tool_schema_bytes); the worker reads it
+// under the router's request limits too.
+constexpr JsonReadLimits kSchemaLimits{.max_depth = 64,
+                                       .max_object_keys = 10'000,
+                                       .max_array_elements = 1 << 16,
+                                       .max_containers = 1 << 18};
+
+// Keywords that only annotate (json_schema_compiler.h ignores the same ones).
+bool IsAnnotation(std::string_view k) {
+  return k == "title" || k == "description" || k == "default" || k == "examples" ||
+         k == "$schema" || k == "$id" || k == "$comment" || k == "deprecated" || k == "readOnly" ||
+         k == "writeOnly";
+}
+
+bool ValidFunctionName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status Refused(std::string_view keyword, std::string_view where, std::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("unsupported JSON Schema keyword \"", Sv(keyword),
+                                                 "\" at ", Sv(where), ": ", Sv(why)));
+}
+
+// Builds the rules shared by the raw-text (XML) values: one UTF-8 code point from a set.
+class RawText {
+ public:
+  explicit RawText(GrammarBuilder& b) : b_(b) {}
+
+  // One code point other than '<' (and, when `no_slash`, '/'): tab, newline, carriage return,
+  // printable ASCII, or a well-formed multi-byte UTF-8 sequence.
+  RuleId Char(bool no_slash) {
+    RuleId& cached = no_slash ? char_no_slash_ : char_;
+    if (cached != kNone) return cached;
+    const RuleId r = b_.AddRule(no_slash ? "raw_char_no_slash" : "raw_char");
+    ByteClass ascii = ByteClass::Range(0x20, 0x7e);
+    ascii.Add('\t');
+    ascii.Add('\n');
+    ascii.Add('\r');
+    ascii.Remove('<');
+    if (no_slash) ascii.Remove('/');
+    const ByteClass tail = ByteClass::Range(0x80, 0xbf);
+    b_.AddAlternative(r, {b_.Bytes(ascii)});
+    b_.AddAlternative(r, {b_.Bytes(ByteClass::Range(0xc2, 0xdf)), b_.Bytes(tail)});
+    b_.AddAlternative(
+        r, {b_.Bytes(ByteClass::Of(0xe0)), b_.Bytes(ByteClass::Range(0xa0, 0xbf)), b_.Bytes(tail)});
+    ByteClass e1 = ByteClass::Range(0xe1, 0xec);
+    e1.AddRange(0xee, 0xef);
+    b_.AddAlternative(r, {b_.Bytes(e1), b_.Bytes(tail), b_.Bytes(tail)});
+    b_.AddAlternative(
+        r, {b_.Bytes(ByteClass::Of(0xed)), b_.Bytes(ByteClass::Range(0x80, 0x9f)), b_.Bytes(tail)});
+    b_.AddAlternative(r, {b_.Bytes(ByteClass::Of(0xf0)), b_.Bytes(ByteClass::Range(0x90, 0xbf)),
+                          b_.Bytes(tail), b_.Bytes(tail)});
+    b_.AddAlternative(r, {b_.Bytes(ByteClass::Range(0xf1, 0xf3)), b_.Bytes(tail), b_.Bytes(tail),
+                          b_.Bytes(tail)});
+    b_.AddAlternative(r, {b_.Bytes(ByteClass::Of(0xf4)), b_.Bytes(ByteClass::Range(0x80, 0x8f)),
+                          b_.Bytes(tail), b_.Bytes(tail)});
+    cached = r;
+    return r;
+  }
+
+  // Any text without "</" (so no value can end its own parameter early):
+  //   free ::= "" | char free | "<" after_lt      after_lt ::= "" | char_no_slash free | "<"
+  //   after_lt
+  RuleId Free() {
+    if (free_ != kNone) return free_;
+    free_ = b_.AddRule("raw_text");
+    const RuleId after_lt = b_.AddRule("raw_text_after_lt");
+    const Symbol lt = b_.Bytes(ByteClass::Of('<'));
+    b_.AddAlternative(free_, {});
+    b_.AddAlternative(free_, {Symbol::Rule(Char(false)), Symbol::Rule(free_)});
+    b_.AddAlternative(free_, {lt, Symbol::Rule(after_lt)});
+    b_.AddAlternative(after_lt, {});
+    b_.AddAlternative(after_lt, {Symbol::Rule(Char(true)), Symbol::Rule(free_)});
+    b_.AddAlternative(after_lt, {lt, Symbol::Rule(after_lt)});
+    return free_;
+  }
+
+ private:
+  static constexpr RuleId kNone = ~RuleId{0};
+  GrammarBuilder& b_;
+  RuleId char_ = kNone, char_no_slash_ = kNone, free_ = kNone;
+};
+
+// The schema of one value with the root's `$defs` / `definitions` carried along, so that its
+// local `$ref`s resolve when it is compiled on its own.
+std::string WithRootDefinitions(const json& value_schema, const json& root) {
+  if (!value_schema.is_object()) return value_schema.dump();
+  json copy = value_schema;
+  for (const char* key : {"$defs", "definitions"}) {
+    auto it = root.find(key);
+    if (it != root.end() && !copy.contains(key)) copy[key] = *it;
+  }
+  return copy.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Whether a parameter's value is raw text in the XML format (rule 6: type "string", no type, or
+// a union whose first non-null member is "string"). A union with "string" after another type is
+// refused: the parser would read a JSON string there as raw text with its quotes.
+absl::StatusOr<bool> IsRawTextParameter(const json& schema, const std::string& where) {
+  if (!schema.is_object()) return true;  // `true` / `false` schemas: raw text (false never)
+  auto type = schema.find("type");
+  if (type == schema.end()) return true;
+  if (type->is_string()) return type->get<std::string>() == "string";
+  if (!type->is_array()) return false;  // the JSON compiler reports the bad type
+  std::string first;
+  bool has_string = false;
+  for (const json& t : *type) {
+    if (!t.is_string()) continue;
+    const std::string& name = t.get_ref<const std::string&>();
+    if (name == "string") has_string = true;
+    if (first.empty() && name != "null") first = name;
+  }
+  if (first == "string") return true;
+  if (has_string) {
+    return Refused("type", where,
+                   "a forced Qwen XML call writes a value of a type union as its first non-null "
+                   "type; list \"string\" first or drop it");
+  }
+  return false;
+}
+
+// The rule for a raw-text value (see ToolCallFormat::kQwenXml): string keywords enforced,
+// applicators and `format` refused, keywords of other types moot (the value is a string).
+absl::StatusOr<RuleId> AddRawTextValue(GrammarBuilder& b, RawText& raw, const json& schema,
+                                       const std::string& where, const std::string& name) {
+  if (schema.is_boolean()) {
+    if (!schema.get<bool>()) {
+      return absl::InvalidArgumentError(absl::StrCat("the schema at ", where, " is false"));
+    }
+    return raw.Free();
+  }
+  std::optional<int64_t> min_length, max_length;
+  const json* enum_values = nullptr;
+  const json* const_value = nullptr;
+  const json* pattern = nullptr;
+  for (auto it = schema.begin(); it != schema.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "anyOf" || k == "oneOf" || k == "allOf" || k == "not" || k == "if" || k == "then" ||
+        k == "else" || k == "$ref" || k == "$dynamicRef" || k == "format" ||
+        k == "contentEncoding" || k == "contentSchema") {
+      return Refused(k, where,
+                     "a string parameter of a forced Qwen XML call is raw text, where only "
+                     "enum, const, pattern, minLength and maxLength are enforced");
+    }
+    if (k == "minLength" || k == "maxLength") {
+      if (!it->is_number_integer() && !it->is_number_unsigned()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("\"", k, "\" at ", where, " must be a non-negative integer"));
+      }
+      const int64_t v = it->get<int64_t>();
+      if (v < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("\"", k, "\" at ", where, " must be a non-negative integer"));
+      }
+      (k == "minLength" ? min_length : max_length) = v;
+    } else if (k == "enum") {
+      enum_values = &*it;
+    } else if (k == "const") {
+      const_value = &*it;
+    } else if (k == "pattern") {
+      pattern = &*it;
+    }
+  }
+  auto literal_ok = [](const std::string& s) { return s.find("</") == std::string::npos; };
+  if (const_value != nullptr || enum_values != nullptr) {
+    std::vector<Alternative> choices;
+    auto add = [&](const json& v) {
+      if (!v.is_string()) return;  // a non-string member cannot be written as raw text
+      const std::string& s = v.get_ref<const std::string&>();
+      // Code points: every byte but UTF-8 continuation bytes starts one.
+      const int64_t n = std::count_if(
+          s.begin(), s.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xc0) != 0x80; });
+      if (!literal_ok(s) || (max_length && n > *max_length) || (min_length && n < *min_length)) {
+        return;
+      }
+      choices.push_back(b.Literal(s));
+    };
+    if (const_value != nullptr) {
+      add(*const_value);
+    } else if (enum_values->is_array()) {
+      for (const json& v : *enum_values) add(v);
+    }
+    if (choices.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"", const_value != nullptr ? "const" : "enum", "\" at ", where,
+          " has no string value a raw-text parameter can take (strings without \"</\")"));
+    }
+    return b.Choice(absl::StrCat(name, "_enum"), std::move(choices));
+  }
+  if (pattern != nullptr) {
+    if (!pattern->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"pattern\" at ", where, " must be a string"));
+    }
+    if (min_length || max_length) {
+      return Refused(max_length ? "maxLength" : "minLength", where,
+                     "a raw-text parameter enforces \"pattern\" or a length, not both");
+    }
+    absl::StatusOr<RegexAst> ast = ParseRegex(pattern->get_ref<const std::string&>());
+    if (!ast.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"pattern\" at ", where, ": ", ast.status().message()));
+    }
+    absl::StatusOr<RuleId> r =
+        AddRegexRules(b, **ast, absl::StrCat(name, "_pattern"), RegexTarget::kRawBytes);
+    if (!r.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"pattern\" at ", where, ": ", r.status().message()));
+    }
+    return *r;
+  }
+  const int64_t lo = min_length.value_or(0);
+  if (max_length && *max_length < lo) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"maxLength\" at ", where, " is below \"minLength\""));
+  }
+  constexpr int64_t kMaxRepetition = 4096;  // JsonGrammarOptions::max_repetition's default
+  if (lo > kMaxRepetition || (max_length && *max_length > kMaxRepetition)) {
+    return Refused(max_length && *max_length > kMaxRepetition ? "maxLength" : "minLength", where,
+                   absl::StrCat("bounds above ", kMaxRepetition, " are refused"));
+  }
+  if (!max_length && lo == 0) return raw.Free();
+  const Alternative one_char = {Symbol::Rule(raw.Char(false))};
+  if (!max_length) {
+    // At least `lo` characters without '<', then any text without "</".
+    const RuleId head =
+        b.Repeat(absl::StrCat(name, "_min"), one_char, static_cast<int>(lo), static_cast<int>(lo));
+    const RuleId r = b.AddRule(name);
+    b.AddAlternative(r, {Symbol::Rule(head), Symbol::Rule(raw.Free())});
+    return r;
+  }
+  // Bounded: code points other than '<', counted exactly.
+  return b.Repeat(name, one_char, static_cast<int>(lo), static_cast<int>(*max_length));
+}
+
+// One value in the XML format: raw text or JSON (rule 6).
+absl::StatusOr<RuleId> AddXmlValue(GrammarBuilder& b, RawText& raw, const json& schema,
+                                   const json& root, const std::string& where,
+                                   const std::string& name) {
+  absl::StatusOr<bool> is_raw = IsRawTextParameter(schema, where);
+  if (!is_raw.ok()) return is_raw.status();
+  if (*is_raw) return AddRawTextValue(b, raw, schema, where, name);
+  JsonGrammarOptions options;
+  options.additional_properties_default = false;
+  absl::StatusOr<RuleId> r =
+      AddJsonSchemaRules(b, WithRootDefinitions(schema, root), name, options);
+  if (!r.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", r.status().message()));
+  }
+  return *r;
+}
+
+// The parameters of one function in the XML format: "<parameter=P>\nVALUE\n</parameter>\n" per
+// property, in `properties` order, optional ones skippable; `required` names missing from
+// `properties` follow as free text.
+absl::StatusOr<Alternative> AddXmlParameters(GrammarBuilder& b, RawText& raw, const json& root,
+                                             const std::string& fn) {
+  Alternative seq;
+  if (root.is_boolean() || root.is_null()) return seq;
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError("the parameters schema must be an object");
+  }
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "type") {
+      if (!(it->is_string() && it->get<std::string>() == "object")) {
+        return Refused("type", "#", "a function's parameters are an object");
+      }
+    } else if (k != "properties" && k != "required" && k != "additionalProperties" &&
+               k != "$defs" && k != "definitions" && k != "strict" && !IsAnnotation(k)) {
+      return Refused(k, "#",
+                     "the parameters of a forced Qwen XML call take \"properties\", "
+                     "\"required\" and \"additionalProperties\" at the top level");
+    }
+  }
+  std::vector<std::string> required;
+  if (auto req = root.find("required"); req != root.end()) {
+    if (!req->is_array()) {
+      return absl::InvalidArgumentError("\"required\" at # must be an array of strings");
+    }
+    for (const json& r : *req) {
+      if (!r.is_string()) {
+        return absl::InvalidArgumentError("\"required\" at # must be an array of strings");
+      }
+      required.push_back(r.get<std::string>());
+    }
+  }
+  auto is_required = [&](const std::string& p) {
+    return std::find(required.begin(), required.end(), p) != required.end();
+  };
+  auto param_name_ok = [](const std::string& p) {
+    return !p.empty() && p.find_first_of("<>\n") == std::string::npos;
+  };
+  const json empty_properties = json::object();
+  const json* properties = &empty_properties;
+  if (auto props = root.find("properties"); props != root.end()) {
+    if (!props->is_object()) {
+      return absl::InvalidArgumentError("\"properties\" at # must be an object");
+    }
+    properties = &*props;
+  }
+  int index = 0;
+  auto add_param = [&](const std::string& p, const json& schema) -> absl::Status {
+    const std::string where = absl::StrCat("#/properties/", p);
+    if (!param_name_ok(p)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the parameter name \"", p,
+                       "\" cannot be written in a Qwen XML call ('<', '>' or a "
+                       "newline)"));
+    }
+    const std::string rule_name = absl::StrCat(fn, "_p", index++);
+    absl::StatusOr<RuleId> value = AddXmlValue(b, raw, schema, root, where, rule_name);
+    if (!value.ok()) return value.status();
+    Alternative body = b.Literal(absl::StrCat("<parameter=", p, ">\n"));
+    body.push_back(Symbol::Rule(*value));
+    const Alternative close = b.Literal("\n</parameter>\n");
+    body.insert(body.end(), close.begin(), close.end());
+    if (is_required(p)) {
+      const RuleId r = b.AddRule(rule_name + "_param");
+      b.AddAlternative(r, std::move(body));
+      seq.push_back(Symbol::Rule(r));
+    } else {
+      seq.push_back(Symbol::Rule(b.Optional(rule_name + "_param", std::move(body))));
+    }
+    return absl::OkStatus();
+  };
+  for (auto it = properties->begin(); it != properties->end(); ++it) {
+    if (absl::Status s = add_param(it.key(), *it); !s.ok()) return s;
+  }
+  for (const std::string& p : required) {
+    if (properties->contains(p)) continue;
+    if (absl::Status s = add_param(p, json(true)); !s.ok()) return s;
+  }
+  return seq;
+}
+
+absl::StatusOr<RuleId> AddToolCall(GrammarBuilder& b, RawText& raw, const ToolFunctionSpec& f,
+                                   ToolCallFormat format, size_t index) {
+  if (!ValidFunctionName(f.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tool name '", f.name, "' does not match ^[a-zA-Z0-9_-]{1,64}$"));
+  }
+  const std::string fn = absl::StrCat("call", index);
+  const RuleId call = b.AddRule(fn);
+  if (format == ToolCallFormat::kJson) {
+    JsonGrammarOptions options;
+    options.additional_properties_default = false;
+    const std::string schema = f.parameters_json.empty()
+                                   ? std::string(R"({"type":"object","properties":{}})")
+                                   : f.parameters_json;
+    absl::StatusOr<RuleId> args = AddJsonSchemaRules(b, schema, fn + "_args", options);
+    if (!args.ok()) return args.status();
+    Alternative alt =
+        b.Literal(absl::StrCat("<tool_call>\n{\"name\": \"", f.name, "\", \"arguments\": "));
+    alt.push_back(Symbol::Rule(*args));
+    const Alternative tail = b.Literal("}\n</tool_call>");
+    alt.insert(alt.end(), tail.begin(), tail.end());
+    b.AddAlternative(call, std::move(alt));
+    return call;
+  }
+  json root = json::object();
+  if (!f.parameters_json.empty()) {
+    absl::StatusOr<json> parsed = ReadOrderedJson(f.parameters_json, kSchemaLimits);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the parameters schema is not JSON: ", parsed.status().message()));
+    }
+    root = std::move(*parsed);
+  }
+  absl::StatusOr<Alternative> params = AddXmlParameters(b, raw, root, fn);
+  if (!params.ok()) return params.status();
+  Alternative alt = b.Literal(absl::StrCat("<tool_call>\n<function=", f.name, ">\n"));
+  alt.insert(alt.end(), params->begin(), params->end());
+  const Alternative tail = b.Literal("</function>\n</tool_call>");
+  alt.insert(alt.end(), tail.begin(), tail.end());
+  b.AddAlternative(call, std::move(alt));
+  return call;
+}
+
+// ws ::= [ \t\n\r]{0,kLeadingWhitespace}
+RuleId LeadingWhitespace(GrammarBuilder& b) {
+  ByteClass ws = ByteClass::Of(' ');
+  ws.Add('\t');
+  ws.Add('\n');
+  ws.Add('\r');
+  return b.Repeat("leading_ws", {b.Bytes(ws)}, 0, kLeadingWhitespace);
+}
+
+void HashField(Sha256Hasher& h, std::string_view s) {
+  const uint64_t n = s.size();
+  h.Update(&n, sizeof(n));
+  h.Update(s.data(), s.size());
+}
+
+}  // namespace
+
+std::array<uint8_t, 32> OutputConstraintSpec::CacheKey() const {
+  Sha256Hasher h;
+  const uint8_t head[] = {static_cast<uint8_t>(kind), static_cast<uint8_t>(strict),
+                          static_cast<uint8_t>(format), static_cast<uint8_t>(parallel)};
+  h.Update(head, sizeof(head));
+  HashField(h, schema_json);
+  HashField(h, regex);
+  const uint64_t n = functions.size();
+  h.Update(&n, sizeof(n));
+  for (const ToolFunctionSpec& f : functions) {
+    HashField(h, f.name);
+    HashField(h, f.parameters_json);
+  }
+  return h.Finish();
+}
+
+absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec) {
+  using Kind = OutputConstraintSpec::Kind;
+  if (spec.kind == Kind::kRegex) return CompileRegex(spec.regex);
+  GrammarBuilder b;
+  const RuleId root = b.AddRule("root");
+  const Symbol ws = Symbol::Rule(LeadingWhitespace(b));
+  switch (spec.kind) {
+    case Kind::kJsonSchema:
+    case Kind::kJsonObject: {
+      JsonGrammarOptions options;
+      options.additional_properties_default = !spec.strict;
+      const std::string_view schema = spec.kind == Kind::kJsonSchema
+                                          ? std::string_view(spec.schema_json)
+                                          : R"({"type":"object"})";
+      DS_ASSIGN_OR_RETURN(const RuleId value, AddJsonSchemaRules(b, schema, "schema", options));
+      b.AddAlternative(root, {ws, Symbol::Rule(value)});
+      break;
+    }
+    case Kind::kToolCall: {
+      if (spec.functions.empty()) {
+        return absl::InvalidArgumentError("a forced tool call needs at least one function");
+      }
+      RawText raw(b);
+      std::vector<Alternative> calls;
+      for (size_t i = 0; i < spec.functions.size(); ++i) {
+        absl::StatusOr<RuleId> call = AddToolCall(b, raw, spec.functions[i], spec.format, i);
+        if (!call.ok()) {
+          return absl::Status(call.status().code(), absl::StrCat("tool '", spec.functions[i].name,
+                                                                 "': ", call.status().message()));
+        }
+        calls.push_back({Symbol::Rule(*call)});
+      }
+      const RuleId any_call = b.Choice("call", std::move(calls));
+      Alternative alt = {ws, Symbol::Rule(any_call)};
+      if (spec.parallel) {
+        // More calls, each after a newline (as the templates separate them).
+        Alternative more = b.Literal("\n");
+        more.push_back(Symbol::Rule(any_call));
+        alt.push_back(Symbol::Rule(b.Star("more_calls", std::move(more))));
+      }
+      b.AddAlternative(root, std::move(alt));
+      break;
+    }
+    case Kind::kRegex:
+      break;
+  }
+  return std::move(b).Build(root);
+}
+
+}  // namespace deltaserve::common::grammar

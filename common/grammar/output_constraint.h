@@ -1,0 +1,72 @@
+// Output constraints as the API states them -> one Grammar: `response_format` json_schema and
+// json_object, a plain regex, and forced tool calls (`tool_choice: "required"` or a named
+// function) in the model's own call markup, Qwen XML or a JSON body. Shared by the router, which
+// compiles a request's constraint to answer a bad one with 400 before any worker is involved,
+// and the worker, which compiles it once per distinct constraint (CacheKey) and masks tokens
+// with it. docs/structured_outputs.md, "The API".
+//
+//   OutputConstraintSpec spec;
+//   spec.kind = OutputConstraintSpec::Kind::kJsonSchema;
+//   spec.schema_json = R"({"type":"object","properties":{"ok":{"type":"boolean"}}})";
+//   ASSIGN_OR_RETURN(Grammar g, CompileOutputConstraint(spec));
+//
+// JSON kinds and tool calls accept up to kLeadingWhitespace whitespace bytes first (what a
+// model writes after `</think>`; JSON allows it) and end where the value or the last call ends,
+// so a matcher that is accepting and cannot continue means the output is complete.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/grammar/grammar.h"
+
+namespace deltaserve::common::grammar {
+
+inline constexpr int kLeadingWhitespace = 4;
+
+// How the model writes a tool call (from its chat template).
+enum class ToolCallFormat {
+  // Qwen3.5 / Qwen3-Coder: "<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n
+  // ...</function>\n</tool_call>". Parameters in the schema's `properties` order, every
+  // `required` one present; a string parameter's VALUE is raw text (its enum/const/pattern/
+  // minLength/maxLength enforced, no "</" inside), any other type JSON text
+  // (../shared/fixtures/toolcalls.md rule 6).
+  kQwenXml,
+  // Qwen3 / Qwen2.5 / Hermes: "<tool_call>\n{\"name\": \"NAME\", \"arguments\":
+  // ARGS}\n</tool_call>"
+  // with ARGS an instance of the parameters schema.
+  kJson,
+};
+
+struct ToolFunctionSpec {
+  std::string name;             // ^[a-zA-Z0-9_-]{1,64}$
+  std::string parameters_json;  // the `parameters` JSON Schema as JSON text; empty: none
+};
+
+struct OutputConstraintSpec {
+  enum class Kind { kJsonSchema, kJsonObject, kRegex, kToolCall };
+  Kind kind = Kind::kJsonObject;
+  std::string schema_json;  // kJsonSchema
+  bool strict = false;      // kJsonSchema: no properties beyond `properties` unless allowed
+  std::string regex;        // kRegex: the whole output, anchored at both ends
+  // kToolCall: the callable functions (at least one), the markup, and whether more than one
+  // call may follow (separated by "\n", as the templates write them).
+  std::vector<ToolFunctionSpec> functions;
+  ToolCallFormat format = ToolCallFormat::kQwenXml;
+  bool parallel = false;
+
+  // SHA-256 of everything above (not of how it is used): equal keys, equal grammars.
+  std::array<uint8_t, 32> CacheKey() const;
+};
+
+// The constraint's grammar (see the file comment). InvalidArgument, naming the keyword and its
+// place, for what cannot be enforced: the JSON Schema compiler's refusals, a bad regex, a tool
+// name outside ^[a-zA-Z0-9_-]{1,64}$, no functions, and XML parameters the raw-text form cannot
+// express (a string parameter with "format" or an applicator such as "anyOf"; a type union that
+// lists "string" after another type).
+absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec);
+
+}  // namespace deltaserve::common::grammar
