@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Structured outputs through the official OpenAI Python SDK against a running deltaserve-router.
+
+Run by tests/integration/structured_outputs_test.cc (label integration), which starts a worker
+on the tiny random-weight golden model and a router serving it twice: as "tiny" (the model
+file's Qwen3 template: tool calls as JSON in <tool_call>) and as "tiny-xml" (the Qwen3.5
+template from ../shared/fixtures: Qwen XML calls, and a generation prompt that opens <think>
+when thinking is on). Then:
+
+    python3 structured_outputs_check.py --base-url http://127.0.0.1:PORT/v1
+
+The model's weights are random, so whatever it writes is what the grammar allowed: every check
+asserts on the outputs with an independent reference, the `jsonschema` package (Draft 2020-12)
+and Python's json module, never on the engine's own view. Schemas have bounded instances (enums,
+booleans, bounded integers, strings with maxLength), so with max_tokens well above their longest
+text every output must be complete: 100% must parse and validate. Requests run 4 at a time, so
+several constrained sequences share the worker's batches.
+
+Every check runs even when an earlier one failed; exit status 0 only when all passed.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import signal
+import sys
+import traceback
+from typing import Literal, Optional
+
+import jsonschema
+import openai
+import pydantic
+from openai import OpenAI
+
+N = 12  # outputs per schema and configuration (seeds 0..N-1, temperature 1.0)
+MAX_TOKENS = 1200  # far above the longest instance (whitespace runs are bounded too)
+
+PROMPT = [{"role": "user", "content": "Answer in JSON."}]
+
+SCHEMAS = {
+    "flat": {
+        "type": "object",
+        "properties": {
+            "answer": {"type": "string", "enum": ["yes", "no", "maybe"]},
+            "confidence": {"type": "integer", "minimum": 0, "maximum": 10},
+            "ok": {"type": "boolean"},
+            "note": {"type": "string", "maxLength": 8},
+        },
+        "required": ["answer", "confidence", "ok", "note"],
+        "additionalProperties": False,
+    },
+    "nested": {
+        "type": "object",
+        "properties": {
+            "point": {
+                "type": "object",
+                "properties": {
+                    "x": {"type": "integer", "minimum": -20, "maximum": 99},
+                    "y": {"type": "integer", "minimum": 0, "maximum": 9},
+                },
+                "required": ["x", "y"],
+                "additionalProperties": False,
+            },
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]},
+                     "minItems": 1, "maxItems": 3},
+            "mode": {"const": "fast"},
+            "maybe": {"type": ["boolean", "null"]},
+            "label": {"type": "string", "minLength": 1, "maxLength": 4},
+        },
+        "required": ["point", "tags", "mode"],
+        "additionalProperties": False,
+    },
+}
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "detailed": {"type": "boolean"},
+            },
+            "required": ["city", "days"],
+        },
+    },
+}
+PING = {"type": "function", "function": {"name": "ping", "parameters": {
+    "type": "object", "properties": {"level": {"type": "integer", "minimum": 0, "maximum": 3}},
+    "required": ["level"]}}}
+TOOLS = [WEATHER, PING]
+PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+# Thinking configurations: the model name, chat_template_kwargs and a reasoning budget (the
+# random model rarely writes </think> itself; the worker closes the block after the budget).
+THINKING = {
+    "tiny": dict(model="tiny", extra_body={}),
+    "xml-nothink": dict(model="tiny-xml",
+                        extra_body={"chat_template_kwargs": {"enable_thinking": False}}),
+    "xml-think": dict(model="tiny-xml",
+                      extra_body={"chat_template_kwargs": {"enable_thinking": True},
+                                  "thinking_budget": 6}),
+}
+
+
+def validate(instance, schema):
+    jsonschema.validate(instance, schema, cls=jsonschema.Draft202012Validator)
+
+
+class Checks:
+    def __init__(self, args):
+        self.client = OpenAI(api_key=args.api_key, base_url=args.base_url, max_retries=0,
+                             timeout=120.0)
+        self.pool = concurrent.futures.ThreadPoolExecutor(4)
+
+    def many(self, make_request, n=N):
+        """make_request(seed) for seeds 0..n-1, 4 at a time; the responses in seed order."""
+        return list(self.pool.map(make_request, range(n)))
+
+    def chat(self, seed, config="tiny", max_tokens=MAX_TOKENS, **kwargs):
+        c = THINKING[config]
+        return self.client.chat.completions.create(
+            model=c["model"], messages=PROMPT, temperature=1.0, seed=seed,
+            max_tokens=max_tokens, extra_body=dict(c["extra_body"]), **kwargs)
+
+    # --- response_format json_schema ---------------------------------------------------------
+    def check_json_schema_every_output_validates(self):
+        reasoned = 0
+        for config in THINKING:
+            for name, schema in SCHEMAS.items():
+                for strict in (True, False):
+                    fmt = {"type": "json_schema",
+                           "json_schema": {"name": name, "schema": schema, "strict": strict}}
+                    for seed, r in enumerate(self.many(
+                            lambda s: self.chat(s, config, response_format=fmt))):
+                        what = f"{config} {name} strict={strict} seed={seed}"
+                        choice = r.choices[0]
+                        assert choice.finish_reason == "stop", (what, choice)
+                        validate(json.loads(choice.message.content), schema)
+                        if config == "xml-think":
+                            # The JSON lands in content (it parsed above); the reasoning before
+                            # it stayed free and went to reasoning_content.
+                            reasoned += bool(getattr(choice.message, "reasoning_content", None))
+        assert reasoned > 0, "no output under thinking had reasoning_content"
+
+    def check_json_schema_streamed(self):
+        schema = SCHEMAS["flat"]
+        fmt = {"type": "json_schema", "json_schema": {"name": "flat", "schema": schema}}
+        for seed in range(4):
+            stream = self.chat(seed, "xml-think", response_format=fmt, stream=True)
+            content, finish = "", None
+            for chunk in stream:
+                for c in chunk.choices:
+                    content += c.delta.content or ""
+                    finish = c.finish_reason or finish
+            assert finish == "stop", (seed, finish, content)
+            validate(json.loads(content), schema)
+
+    def check_json_schema_on_completions(self):
+        schema = SCHEMAS["nested"]
+        for seed in range(4):
+            r = self.client.completions.create(
+                model="tiny", prompt="JSON:", temperature=1.0, seed=seed, max_tokens=MAX_TOKENS,
+                extra_body={"response_format": {"type": "json_schema", "json_schema": {
+                    "name": "nested", "schema": schema}}})
+            assert r.choices[0].finish_reason == "stop", r
+            validate(json.loads(r.choices[0].text), schema)
+
+    def check_sdk_parse_with_a_pydantic_model(self):
+        """client.beta.chat.completions.parse sends the strict schema pydantic generates."""
+        class Point(pydantic.BaseModel):
+            x: int = pydantic.Field(ge=0, le=50)
+            y: int = pydantic.Field(ge=0, le=50)
+
+        class Answer(pydantic.BaseModel):
+            verdict: Literal["yes", "no"]
+            point: Point
+            note: Optional[pydantic.constr(max_length=6)]
+            done: bool
+
+        for seed in range(6):
+            r = self.client.beta.chat.completions.parse(
+                model="tiny", messages=PROMPT, temperature=1.0, seed=seed,
+                max_tokens=MAX_TOKENS, response_format=Answer)
+            choice = r.choices[0]
+            assert choice.finish_reason == "stop", choice
+            assert isinstance(choice.message.parsed, Answer), choice
+            validate(json.loads(choice.message.content), Answer.model_json_schema())
+
+    # --- response_format json_object ---------------------------------------------------------
+    def check_json_object_is_one_object_or_length(self):
+        fmt = {"type": "json_object"}
+        finishes = []
+        for config in ("tiny", "xml-think"):
+            for seed, r in enumerate(self.many(
+                    lambda s: self.chat(s, config, response_format=fmt, max_tokens=300))):
+                choice = r.choices[0]
+                finishes.append(choice.finish_reason)
+                assert choice.finish_reason in ("stop", "length"), (config, seed, choice)
+                if choice.finish_reason == "stop":
+                    assert isinstance(json.loads(choice.message.content), dict), (seed, choice)
+        assert "stop" in finishes, finishes
+
+    # --- forced tool calls -------------------------------------------------------------------
+    def check_tool_choice_required(self):
+        for config in THINKING:
+            for parallel in (True, False):
+                for seed, r in enumerate(self.many(lambda s: self.chat(
+                        s, config, tools=TOOLS, tool_choice="required",
+                        parallel_tool_calls=parallel))):
+                    what = f"{config} parallel={parallel} seed={seed}"
+                    choice = r.choices[0]
+                    assert choice.finish_reason == "tool_calls", (what, choice)
+                    calls = choice.message.tool_calls
+                    assert calls, (what, choice)
+                    if not parallel:
+                        assert len(calls) == 1, (what, calls)
+                    for call in calls:
+                        assert call.type == "function", (what, call)
+                        validate(json.loads(call.function.arguments),
+                                 PARAMETERS[call.function.name])
+                    assert not (choice.message.content or "").strip(), (what, choice)
+
+    def check_tool_choice_named_function(self):
+        for config in THINKING:
+            for name in PARAMETERS:
+                choice_param = {"type": "function", "function": {"name": name}}
+                for seed, r in enumerate(self.many(lambda s: self.chat(
+                        s, config, tools=TOOLS, tool_choice=choice_param), n=6)):
+                    what = f"{config} {name} seed={seed}"
+                    choice = r.choices[0]
+                    assert choice.finish_reason == "tool_calls", (what, choice)
+                    calls = choice.message.tool_calls
+                    assert len(calls) == 1 and calls[0].function.name == name, (what, calls)
+                    validate(json.loads(calls[0].function.arguments), PARAMETERS[name])
+
+    def check_cut_call_is_length_not_a_call(self):
+        for config in ("tiny", "xml-nothink"):
+            for seed in range(4):
+                r = self.chat(seed, config, tools=TOOLS, tool_choice="required", max_tokens=6)
+                choice = r.choices[0]
+                assert choice.finish_reason == "length", (config, seed, choice)
+                assert not choice.message.tool_calls, (config, seed, choice)
+
+    def check_stop_string_still_applies(self):
+        fmt = {"type": "json_schema", "json_schema": {"name": "flat", "schema": SCHEMAS["flat"]}}
+        r = self.chat(0, "tiny", response_format=fmt, stop=["\"answer\""])
+        choice = r.choices[0]
+        assert choice.finish_reason == "stop", choice
+        assert "\"answer\"" not in choice.message.content, choice
+
+    # --- refusals before any worker ----------------------------------------------------------
+    def check_unenforceable_schema_is_400_naming_the_keyword(self):
+        fmt = {"type": "json_schema", "json_schema": {"name": "bad", "schema": {
+            "type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}}}
+        try:
+            self.chat(0, response_format=fmt)
+        except openai.BadRequestError as e:
+            body = e.body if isinstance(e.body, dict) else {}
+            assert body.get("param") == "response_format.json_schema.schema", e.body
+            assert "$ref" in body.get("message", ""), e.body
+        else:
+            raise AssertionError("an unenforceable schema was accepted")
+
+    def check_unenforceable_tool_parameters_are_400(self):
+        bad = {"type": "function", "function": {"name": "when", "parameters": {
+            "type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}}
+        try:
+            self.chat(0, "xml-nothink", tools=[WEATHER, bad], tool_choice="required")
+        except openai.BadRequestError as e:
+            body = e.body if isinstance(e.body, dict) else {}
+            assert body.get("param") == "tools[1].function.parameters", e.body
+            assert "\"format\"" in body.get("message", ""), e.body
+        else:
+            raise AssertionError("unenforceable parameters were accepted")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--api-key", default="sk-none")
+    parser.add_argument("--only", default="", help="run the checks whose name contains this")
+    args = parser.parse_args()
+    signal.alarm(1200)  # the wrapper waits without a timeout of its own
+
+    print(f"openai {openai.__version__}, jsonschema, Python {sys.version.split()[0]}, "
+          f"{args.base_url}")
+    checks = Checks(args)
+    names = sorted(n for n in dir(checks) if n.startswith("check_") and args.only in n)
+    failed = []
+    for name in names:
+        try:
+            getattr(checks, name)()
+            print(f"PASS {name}", flush=True)
+        except Exception:  # noqa: BLE001 -- every failure is reported, then the next check runs
+            failed.append(name)
+            print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
+    print(f"{len(names) - len(failed)} of {len(names)} checks passed")
+    return 1 if failed or not names else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

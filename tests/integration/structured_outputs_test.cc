@@ -1,0 +1,64 @@
+// Structured outputs end to end (label integration; docs/structured_outputs.md): a worker on the
+// tiny random-weight golden model and a router serving it as "tiny" (the model file's Qwen3
+// template: JSON tool-call bodies) and as "tiny-xml" (the Qwen3.5 template from
+// ../shared/fixtures: Qwen XML calls, <think> opened by the generation prompt), then
+// tests/integration/structured_outputs/structured_outputs_check.py with the OpenAI SDK's
+// interpreter: json_schema outputs all parse and validate with the `jsonschema` package, forced
+// tool calls come back as valid tool_calls, json_object yields one object or "length", thinking
+// on and off, streamed and not, 400s naming the keyword. Requires exit 0 (the script prints one
+// PASS / FAIL line per check, with the traceback).
+//
+// The interpreter is $DELTASERVE_OPENAI_PYTHON, else build/ci-venv/bin/python3 (tests/run_all.sh
+// installs openai and jsonschema there). Without one that imports both the test is SKIPPED with
+// the reason.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/integration/router_service.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_paths.h"
+
+namespace deltaserve {
+namespace {
+
+using ::deltaserve::testing::FixturesPath;
+using ::deltaserve::testing::RouterService;
+using ::deltaserve::testing::RunProcess;
+
+std::string SdkPython() {
+  const char* env = std::getenv("DELTASERVE_OPENAI_PYTHON");
+  return env != nullptr && *env != '\0' ? env : DELTASERVE_STRUCTURED_OUTPUTS_DEFAULT_PYTHON;
+}
+
+TEST(StructuredOutputsTest, SchemasAndForcedToolCallsThroughTheSdk) {
+  const std::string python = SdkPython();
+  if (::access(python.c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "no Python for the OpenAI SDK at " << python
+                 << " (set DELTASERVE_OPENAI_PYTHON, or run tests/run_all.sh's venv step)";
+  }
+  const auto probe = RunProcess({python, "-c", "import openai, jsonschema, pydantic"});
+  if (probe.exit_code != 0) {
+    GTEST_SKIP() << python << " cannot import openai, jsonschema and pydantic: " << probe.err;
+  }
+  const std::string config =
+      "models:\n"
+      "  - name: tiny\n"
+      "  - name: tiny-xml\n"
+      "    served_name: tiny\n"
+      "    chat_template: " +
+      FixturesPath("templates/qwen3.5.jinja") + "\n";
+  // Room for the longest bounded instance with its whitespace, and 4 sequences per batch.
+  RouterService s(config, {"--ctx", "2048", "--parallel", "4"});
+  ASSERT_GT(s.port(), 0);
+  const auto run = RunProcess({python, DELTASERVE_STRUCTURED_OUTPUTS_SCRIPT, "--base-url",
+                               "http://127.0.0.1:" + std::to_string(s.port()) + "/v1"});
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\n--- router stderr ---\n"
+                              << s.router().err() << "\n--- worker stderr ---\n"
+                              << s.worker().err();
+}
+
+}  // namespace
+}  // namespace deltaserve
