@@ -228,6 +228,24 @@ TEST(JsonSchemaCompilerTest, BoundedNumbersAreExactAtTheEdges) {
   EXPECT_FALSE(Accepts(draft4, "-0"));
 }
 
+TEST(JsonSchemaCompilerTest, LongStringLengthsMatchBruteForce) {
+  // Lengths past 64 take the powers-of-two rules: every length around the bounds, in code points
+  // (a two-byte character counts once).
+  const std::pair<int, int> kBounds[] = {{0, 65}, {77, 300}, {128, 128}, {100, -1}, {0, 1000}};
+  for (auto [min, max] : kBounds) {
+    std::string schema = "{\"type\": \"string\", \"minLength\": " + std::to_string(min);
+    if (max >= 0) schema += ", \"maxLength\": " + std::to_string(max);
+    auto g = MustCompile(schema + "}");
+    const int last = (max >= 0 ? max : min) + 40;
+    for (int n = 0; n <= last; ++n) {
+      std::string text = "\"";
+      for (int i = 0; i < n; ++i) text += i % 3 == 0 ? "\u00e9" : "x";
+      text += "\"";
+      EXPECT_EQ(Accepts(g, text), n >= min && (max < 0 || n <= max)) << schema << " n=" << n;
+    }
+  }
+}
+
 TEST(JsonSchemaCompilerTest, IntegerRangesMatchBruteForce) {
   // Every integer in a window around the bounds against the arithmetic comparison.
   const std::pair<int64_t, int64_t> kRanges[] = {{0, 0},     {-5, 5},     {7, 1234},  {-1000, -10},
