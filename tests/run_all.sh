@@ -21,6 +21,14 @@ step "python SDKs and schemathesis for the client tests (build/ci-venv)"
 build/ci-venv/bin/pip install -q --disable-pip-version-check openai==1.109.1 openai-agents==0.3.3 \
   schemathesis==4.32.5
 
+# The JSON Schema corpus test (tests/integration/json_schema_corpus) generates instances with
+# hypothesis-jsonschema, whose last release (0.23.1) fails on hypothesis releases newer than
+# ~6.108 while schemathesis needs >= 6.130: so a venv of its own.
+step "hypothesis-jsonschema for the JSON Schema corpus test (build/grammar-venv)"
+[ -x build/grammar-venv/bin/python3 ] || python3 -m venv build/grammar-venv
+build/grammar-venv/bin/pip install -q --disable-pip-version-check hypothesis==6.108.5 \
+  hypothesis-jsonschema==0.23.1 jsonschema==4.26.0
+
 step "release: configure and build"
 cmake --preset release
 cmake --build --preset release -j "$jobs"
