@@ -56,6 +56,11 @@ class CompiledGrammar {
   StateId CachedStep(StateId state, uint8_t byte) const {
     return transitions_[state * class_count_ + class_of_[byte]];
   }
+  // The raw table for hot loops (the token-mask walk): transition_table()[state * class_count() +
+  // byte_class()[byte]] is CachedStep. The pointer changes when Step adds a state.
+  const StateId* transition_table() const { return transitions_.data(); }
+  const std::array<uint8_t, 256>& byte_class() const { return class_of_; }
+  uint32_t class_count() const { return class_count_; }
   // Whether the root rule can end in `state` (the bytes so far are a complete sentence).
   bool IsAccepting(StateId state) const;
   // Whether any byte continues `state` (false at kDeadState, and where only the end is left).

@@ -7,12 +7,14 @@
 #include "worker/sampling/token_mask.h"
 
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "common/gguf_file.h"
 #include "common/grammar/grammar.h"
 #include "common/grammar/grammar_matcher.h"
+#include "common/grammar/json_schema_compiler.h"
 #include "common/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_paths.h"
@@ -252,6 +254,65 @@ TEST_F(TokenMaskTest, CacheStaysCorrectUnderEvictionAndAcrossGrammars) {
     ComputeTokenMask(*trie(), m, expected);
     ASSERT_TRUE(std::equal(got.words().begin(), got.words().end(), expected.words().begin()));
   }
+}
+
+// The cache computes masks through loop indexes (string content, keys, pattern loops) and chains
+// (maxLength counters); the plain walk (ComputeTokenMask, checked against the brute force above)
+// must agree at every step of documents and of random allowed-token walks, and the brute force
+// itself at a sample of steps.
+TEST_F(TokenMaskTest, CachedMasksThroughLoopsAndChainsEqualThePlainWalk) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {R"({"type":"object","properties":{"name":{"type":"string"},"note":{"type":"string",
+          "maxLength":5},"long":{"type":"string","minLength":2,"maxLength":30},"code":{"type":
+          "string","pattern":"^[a-z]+-[0-9]{2,4}$"},"kind":{"enum":["alpha","beta"]},"mail":
+          {"type":"string","format":"email"},"when":{"type":"string","format":"date-time"}},
+          "required":["name"]})",
+       {R"({"name": "Zoë \"q\" 世界 ok", "note": "abcde", "long": "0123456789 héllo wörld 12345", "code": "abc-123", "kind": "beta", "mail": "a.b@example.org", "when": "2026-11-25T08:00:00Z"})",
+        R"({"name":"","note":"","long":"ab","extra":[1,{"x":null}]})"}},
+      {R"({"type":"array","items":{"type":"string","maxLength":20},"maxItems":3})",
+       {R"(["short", "a bit longer text", "世界世界世界"])"}},
+  };
+  std::mt19937 rng(7);
+  TokenMaskCache cache(trie(), 256 << 20);
+  TokenMask plain;
+  int steps = 0;
+  for (const auto& [schema, docs] : cases) {
+    auto grammar = CompileJsonSchema(schema);
+    ASSERT_TRUE(grammar.ok()) << grammar.status();
+    auto g = std::make_shared<CompiledGrammar>(*std::move(grammar));
+    auto check = [&](const GrammarMatcher& m, const std::string& where) {
+      const TokenMask& got = cache.Get(m);
+      ComputeTokenMask(*trie(), m, plain);
+      ASSERT_TRUE(std::equal(got.words().begin(), got.words().end(), plain.words().begin()))
+          << where << ": " << got.Count() << " tokens, plain walk " << plain.Count();
+      if (steps++ % 16 == 0) ExpectMaskIsBruteForce(m, got, where);
+    };
+    for (const std::string& doc : docs) {
+      GrammarMatcher m(g);
+      for (common::TokenId t : tok().Encode(doc, false)) {
+        check(m, doc.substr(0, 40));
+        ASSERT_TRUE(m.AcceptBytes(tok().Piece(t))) << doc;
+      }
+      EXPECT_TRUE(m.IsAccepting()) << doc;
+    }
+    for (int walk = 0; walk < 6; ++walk) {  // random allowed tokens
+      GrammarMatcher m(g);
+      for (int k = 0; k < 40; ++k) {
+        check(m, "random walk");
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < plain.n_vocab(); ++t) {
+          if (plain.Has(t) && !tok().IsEndOfGeneration(t)) allowed.push_back(t);
+        }
+        if (allowed.empty()) break;
+        ASSERT_TRUE(m.AcceptBytes(tok().Piece(allowed[rng() % allowed.size()])));
+      }
+    }
+    EXPECT_FALSE(g->exhausted());
+  }
+  // All three ways were taken (strings loop, maxLength counts, structure by first byte).
+  EXPECT_GT(cache.miss_kinds().loop, 0u);
+  EXPECT_GT(cache.miss_kinds().chain, 0u);
+  EXPECT_GT(cache.miss_kinds().by_first_byte, 0u);
 }
 
 }  // namespace

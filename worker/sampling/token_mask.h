@@ -85,12 +85,19 @@ class TokenMaskCache {
   const TokenMask& Get(const common::grammar::GrammarMatcher& matcher);
   size_t hits() const { return hits_; }
   size_t misses() const { return misses_; }
+  // How the misses were computed (internal/token_mask_loops.h): through a loop index, a chain
+  // (counter) index, or first byte by first byte (a walk, with loop indexes below).
+  struct MissKinds {
+    size_t loop = 0, chain = 0, by_first_byte = 0;
+  };
+  const MissKinds& miss_kinds() const { return miss_kinds_; }
 
  private:
   struct Impl;
   std::shared_ptr<const TokenTrie> trie_;
   std::shared_ptr<Impl> impl_;
   size_t hits_ = 0, misses_ = 0;
+  MissKinds miss_kinds_;
 };
 
 }  // namespace deltaserve::worker
