@@ -9,7 +9,7 @@
 //                     [--speculation] [--ngram-min 3] [--draft-max 8] [--metrics-port P]
 //                     [--snapshot-ram 4GiB] [--snapshot-interval 1024]
 //                     [--redis redis://[user:pass@]host:port[/db]] [--redis-timeout 50]
-//                     [--redis-ttl 3600] [--redis-max-bytes 512MiB] [--redis-compression none]
+//                     [--redis-min-rate 100] [--redis-ttl 3600] [--redis-max-bytes 512MiB] [--redis-compression none]
 //                     [--tls-cert worker.crt --tls-key worker.key [--tls-client-ca ca.crt]]
 //                     [--auth-secret-file FILE]   (or $DELTASERVE_WORKER_SECRET)
 #include <grpcpp/grpcpp.h>
@@ -70,8 +70,8 @@ int Usage(const std::string& why) {
                "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
                "         [--draft-max N] [--metrics-port P] [--worker-id ID]\n"
                "         [--snapshot-ram SIZE] [--snapshot-interval N] [--reasoning-budget N]\n"
-               "         [--redis URL] [--redis-timeout MS] [--redis-ttl SECONDS]\n"
-               "         [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
+               "         [--redis URL] [--redis-timeout MS] [--redis-min-rate MB/S]\n"
+               "         [--redis-ttl SECONDS] [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
                "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
                "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n";
   return 2;
@@ -149,6 +149,10 @@ std::string Parse(int argc, char** argv, Flags& f) {
       int64_t ms = 0;
       if (!integer(ms, 1) || ms > 60000) return "--redis-timeout needs milliseconds in 1..60000";
       f.redis.timeout = absl::Milliseconds(ms);
+    } else if (a == "--redis-min-rate") {
+      int64_t mb = 0;
+      if (!integer(mb, 1) || mb > 100000) return "--redis-min-rate needs MB/s in 1..100000";
+      f.redis.min_bytes_per_second = static_cast<double>(mb) * 1e6;
     } else if (a == "--redis-ttl") {
       int64_t sec = 0;
       if (!integer(sec, 1) || sec > 365ll * 86400) {
@@ -328,7 +332,8 @@ int Run(Flags& f, uint64_t baseline) {
             tier->Publish(std::move(s), prompt_tokens);
           });
       std::cerr << "  session snapshots in Redis: " << f.redis.redis.RedactedUrl() << ", timeout "
-                << absl::ToInt64Milliseconds(f.redis.timeout) << " ms, TTL "
+                << absl::ToInt64Milliseconds(f.redis.timeout) << " ms + size at "
+                << f.redis.min_bytes_per_second / 1e6 << " MB/s, TTL "
                 << absl::ToInt64Seconds(f.redis.ttl) << " s, at most " << f.redis.max_bytes
                 << " bytes a blob, compression "
                 << (f.redis.compression == common::SnapshotCompression::kZstd ? "zstd" : "none")

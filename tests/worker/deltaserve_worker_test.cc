@@ -343,6 +343,8 @@ TEST(DeltaserveWorkerTest, BadStartsExitNonZeroWithAMessage) {
       {{"--redis"}, "--redis needs a URL"},
       {{"--redis-timeout", "0"}, "--redis-timeout needs milliseconds"},
       {{"--redis-timeout", "abc"}, "--redis-timeout needs milliseconds"},
+      {{"--redis-min-rate", "0"}, "--redis-min-rate needs MB/s"},
+      {{"--redis-min-rate", "100001"}, "--redis-min-rate needs MB/s"},
       {{"--redis-ttl", "0"}, "--redis-ttl needs seconds"},
       {{"--redis-max-bytes", "12XB"}, "--redis-max-bytes: "},
       {{"--redis-max-bytes", "100"}, "--redis-max-bytes must be at least 4KiB"},

@@ -286,8 +286,7 @@ void RedisSnapshotTier::Write(common::RedisClient& client, const LocalSnapshot& 
                                           options_.max_bytes, "; not written"));
     return;
   }
-  const absl::Duration deadline =
-      options_.timeout + absl::Seconds(static_cast<double>(blob->size()) / kRedisGetBytesPerSecond);
+  const absl::Duration deadline = TransferDeadline(blob->size());
   const std::string name = RedisSnapshotKey(snap.key());
   absl::Status s = WithOneReconnect(
       client, deadline, [&](absl::Duration d) { return client.Set(name, *blob, options_.ttl, d); });
@@ -396,8 +395,7 @@ std::shared_ptr<const SnapshotImage> RedisSnapshotTier::Fetch(common::RedisClien
              absl::StrCat(size, " bytes, over --redis-max-bytes"));
       continue;
     }
-    const absl::Duration deadline =
-        options_.timeout + absl::Seconds(static_cast<double>(size) / kRedisGetBytesPerSecond);
+    const absl::Duration deadline = TransferDeadline(size);
     absl::StatusOr<std::optional<std::string>> blob = WithOneReconnect(
         client, deadline, [&](absl::Duration d) { return client.Get(names[i], d); });
     if (!blob.ok()) {

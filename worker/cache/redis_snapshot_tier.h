@@ -21,7 +21,7 @@
 // PlanLookup (cheap: key hashing and SnapshotCache::Contains) on the gRPC thread and then
 // FetchAsync on a small pool of fetch threads, each with its own RedisClient: one pipelined
 // STRLEN round trip for every candidate key longer than the RAM hit (deadline: `timeout`), then
-// a GET of the longest existing one (deadline: timeout + size / 250 MB/s, the size being known
+// a GET of the longest existing one (deadline: timeout + size / min rate, the size being known
 // from STRLEN), verified by DecodeSnapshot against this worker's domain, layout and the key; a
 // rejected blob is counted by reason and the next shorter existing key is tried (two GETs at
 // most). The callback gets the image (or nullptr) and submits the request; so a slow or dead
@@ -64,8 +64,8 @@ namespace deltaserve::worker {
 
 // Redis key prefix of version-1 snapshot blobs; the key is this plus SnapshotKey::Hex().
 inline constexpr std::string_view kRedisSnapshotKeyPrefix = "ds:snap:v1:";
-// Assumed transfer rate of a GET, bytes per second: a GET of n bytes gets timeout + n / this.
-inline constexpr double kRedisGetBytesPerSecond = 250e6;
+// Default of RedisTierOptions::min_bytes_per_second (--redis-min-rate 100 MB/s).
+inline constexpr double kRedisDefaultMinBytesPerSecond = 100e6;
 
 // The Redis key of a snapshot.
 std::string RedisSnapshotKey(const common::SnapshotKey& key);
@@ -78,6 +78,10 @@ struct RedisTierOptions {
   common::RedisOptions redis;                       // --redis URL
   absl::Duration timeout = absl::Milliseconds(50);  // --redis-timeout: the lookup round trip
   absl::Duration ttl = absl::Seconds(3600);         // --redis-ttl
+  // --redis-min-rate: the slowest transfer a GET or SET of a blob may have before it is given
+  // up: a blob of n bytes gets timeout + n / this. 250 MB/s cut off a 90 MB GET at 408 ms on a
+  // 2-core guest where the other worker's SET shared the Redis server (bench, 2026-11-25).
+  double min_bytes_per_second = kRedisDefaultMinBytesPerSecond;
   uint64_t max_bytes = uint64_t{512} << 20;         // --redis-max-bytes: largest blob
   common::SnapshotCompression compression = common::SnapshotCompression::kNone;
   int fetch_threads = 2;          // concurrent lookups; each has its own connection
@@ -168,6 +172,11 @@ class RedisSnapshotTier {
   void FetchLoop(common::RedisClient& client);
   void Write(common::RedisClient& client, const LocalSnapshot& snap,
              std::chrono::steady_clock::time_point published);
+  // Deadline of a GET or SET of `bytes`: the round trip plus the transfer at the slowest rate.
+  absl::Duration TransferDeadline(uint64_t bytes) const {
+    return options_.timeout +
+           absl::Seconds(static_cast<double>(bytes) / options_.min_bytes_per_second);
+  }
   // One log line per kind of degraded event: the first, then at most one a minute.
   void LogDegraded(absl::string_view kind, absl::string_view message);
 
