@@ -149,6 +149,7 @@ struct TokenMaskCache::Impl {
   absl::flat_hash_map<const CompiledGrammar*, Shapes> shapes;
   std::vector<StateId> states;  // the walk's per-depth states
   std::vector<StateId> chain;   // a chain's states by characters taken
+  size_t indexes_built = 0;
 
   Shape ShapeOf(const TokenTrie& trie, CompiledGrammar& g, Shapes& sh, StateId s);
   Shapes& ShapesOf(const GrammarMatcher& matcher);
@@ -178,7 +179,7 @@ TokenMaskCache::Impl::Shapes& TokenMaskCache::Impl::ShapesOf(const GrammarMatche
   return sh;
 }
 
-TokenMaskCache::Impl::Shape TokenMaskCache::Impl::ShapeOf(const TokenTrie& trie,
+TokenMaskCache::Impl::Shape TokenMaskCache::Impl::ShapeOf(const TokenTrie& /*trie*/,
                                                           CompiledGrammar& g, Shapes& sh,
                                                           StateId s) {
   if (s < sh.of_state.size() && sh.of_state[s].loop != kUnknown) return sh.of_state[s];
@@ -190,7 +191,7 @@ TokenMaskCache::Impl::Shape TokenMaskCache::Impl::ShapeOf(const TokenTrie& trie,
       shape.loop = it->second;
     } else if (loops.size() < kMaxLoopIndexes) {
       shape.loop = static_cast<int32_t>(loops.size());
-      loops.push_back(internal::BuildLoopIndex(trie, key));
+      loops.push_back(std::make_unique<LoopIndex>());
       loop_keys.push_back(key);
       loop_ids.emplace(key, shape.loop);
     }
@@ -246,7 +247,9 @@ void TokenMaskCache::Impl::Compute(const TokenTrie& trie, const GrammarMatcher& 
     if (shape.loop >= 0 && shape.next == s) {
       // A loop: the tokens inside at once, then the exits from the state itself.
       ++kinds.loop;
-      const LoopIndex& index = *loops[shape.loop];
+      LoopIndex& index = *loops[shape.loop];
+      indexes_built += !index.root_built;
+      internal::BuildRootIndex(trie, loop_keys[shape.loop], index);
       std::copy(index.within.begin(), index.within.end(), words);
       for (const LoopIndex::Exit& e : index.exits) walk_exit(e, s);
     } else if (shape.loop >= 0 && FollowChain(trie, g, sh, s, shape)) {
@@ -254,6 +257,7 @@ void TokenMaskCache::Impl::Compute(const TokenTrie& trie, const GrammarMatcher& 
       // exits from the count they leave at.
       ++kinds.chain;
       LoopIndex& index = *loops[shape.loop];
+      indexes_built += !index.chain_built;
       internal::BuildChainIndex(trie, loop_keys[shape.loop], index);
       const size_t left = chain.size() - 1;
       set_tokens(index.by_chars.data() + index.by_chars_begin[1],
@@ -275,7 +279,9 @@ void TokenMaskCache::Impl::Compute(const TokenTrie& trie, const GrammarMatcher& 
           WalkSubtrees(trie, g, r + 1, nodes[r].subtree_end, t, states.data(), words);
           continue;
         }
-        const LoopIndex& index = *loops[sub.loop];
+        LoopIndex& index = *loops[sub.loop];
+        indexes_built += !index.first_byte_built;
+        internal::BuildFirstByteIndex(trie, loop_keys[sub.loop], index);
         const uint8_t b = nodes[r].byte;
         set_tokens(index.within1.data() + index.within1_begin[b],
                    index.within1.data() + index.within1_begin[b + 1]);
@@ -320,6 +326,7 @@ const TokenMask& TokenMaskCache::Get(const GrammarMatcher& matcher) {
     m.entries.pop_back();
   }
   m.Compute(*trie_, matcher, mask, miss_kinds_);
+  miss_kinds_.indexes_built = m.indexes_built;
   m.entries.push_front(
       Impl::Entry{key.first, matcher.shared_grammar(), key.second, std::move(mask)});
   m.index.emplace(key, m.entries.begin());

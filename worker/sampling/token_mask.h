@@ -89,6 +89,7 @@ class TokenMaskCache {
   // (counter) index, or first byte by first byte (a walk, with loop indexes below).
   struct MissKinds {
     size_t loop = 0, chain = 0, by_first_byte = 0;
+    size_t indexes_built = 0;  // parts of loop indexes built (a full scan of the trie each)
   };
   const MissKinds& miss_kinds() const { return miss_kinds_; }
 

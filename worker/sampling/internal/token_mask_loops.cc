@@ -145,30 +145,36 @@ void WalkSubtrees(const TokenTrie& trie, CompiledGrammar& g, uint32_t begin, uin
   }
 }
 
-std::unique_ptr<LoopIndex> BuildLoopIndex(const TokenTrie& trie, const LoopKey& key) {
-  auto index = std::make_unique<LoopIndex>();
-  index->within.assign((trie.n_vocab() + 63) / 64, 0);
+void BuildRootIndex(const TokenTrie& trie, const LoopKey& key, LoopIndex& index) {
+  if (index.root_built) return;
+  index.within.assign((trie.n_vocab() + 63) / 64, 0);
+  std::vector<Utf8Position> at(trie.max_depth() + 1);
+  ScanLoop(
+      trie, key, 0, static_cast<uint32_t>(trie.nodes().size()), 0, 0, at,
+      [&](int32_t t, int) { index.within[t >> 6] |= uint64_t{1} << (t & 63); }, index.exits);
+  index.root_built = true;
+}
+
+void BuildFirstByteIndex(const TokenTrie& trie, const LoopKey& key, LoopIndex& index) {
+  if (index.first_byte_built) return;
   std::vector<Utf8Position> at(trie.max_depth() + 1);
   const std::vector<Node>& nodes = trie.nodes();
   const uint32_t n = static_cast<uint32_t>(nodes.size());
-  ScanLoop(
-      trie, key, 0, n, 0, 0, at,
-      [&](int32_t t, int) { index->within[t >> 6] |= uint64_t{1} << (t & 63); }, index->exits);
   int byte = 0;
   for (uint32_t r = 0; r < n; r = nodes[r].subtree_end) {
     for (; byte <= nodes[r].byte; ++byte) {
-      index->within1_begin[byte] = static_cast<uint32_t>(index->within1.size());
-      index->exits1_begin[byte] = static_cast<uint32_t>(index->exits1.size());
+      index.within1_begin[byte] = static_cast<uint32_t>(index.within1.size());
+      index.exits1_begin[byte] = static_cast<uint32_t>(index.exits1.size());
     }
     ScanLoop(
         trie, key, r + 1, nodes[r].subtree_end, 1, 0, at,
-        [&](int32_t t, int) { index->within1.push_back(t); }, index->exits1);
+        [&](int32_t t, int) { index.within1.push_back(t); }, index.exits1);
   }
   for (; byte <= 256; ++byte) {
-    index->within1_begin[byte] = static_cast<uint32_t>(index->within1.size());
-    index->exits1_begin[byte] = static_cast<uint32_t>(index->exits1.size());
+    index.within1_begin[byte] = static_cast<uint32_t>(index.within1.size());
+    index.exits1_begin[byte] = static_cast<uint32_t>(index.exits1.size());
   }
-  return index;
+  index.first_byte_built = true;
 }
 
 void BuildChainIndex(const TokenTrie& trie, const LoopKey& key, LoopIndex& index) {
