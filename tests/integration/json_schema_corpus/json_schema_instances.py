@@ -6,6 +6,7 @@ hypothesis==6.108.5, hypothesis-jsonschema==0.23.1 and jsonschema.
 """
 import collections
 import copy
+import decimal
 import json
 import re
 import signal
@@ -187,6 +188,24 @@ def compact(doc):
 
 def spaced(doc):
     return json.dumps(doc)
+
+
+def has_exponent(doc):
+    return any(isinstance(v, float) and "e" in repr(v) for _, v in paths(doc))
+
+
+def plain(doc):
+    """Compact JSON with every number written without exponent (1e-05 as 0.00001): how the
+    grammar writes numbers that have bounds (docs/structured_outputs.md)."""
+    if isinstance(doc, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + plain(v)
+                              for k, v in doc.items()) + "}"
+    if isinstance(doc, list):
+        return "[" + ",".join(plain(v) for v in doc) + "]"
+    if isinstance(doc, float) and "e" in repr(doc):
+        text = format(decimal.Decimal(repr(doc)), "f")
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    return json.dumps(doc, ensure_ascii=False)
 
 
 # ---------------------------------------------------------------------------------------------
