@@ -111,6 +111,15 @@ absl::StatusOr<RenderedPrompt> ChatPromptRenderer::Render(
       request, source.empty() ? common::grammar::ToolCallFormat::kJson : ToolCallFormatOf(source));
   if (!constraint.ok()) return constraint.status();
   out.output_constraint = std::move(*constraint);
+  if (out.output_constraint) {
+    // Thinking on and no block opened by the prompt: a template that leaves opening <think> to
+    // the model (Qwen3's), unless it closed an empty block itself (thinking off).
+    std::string_view tail = text.text;
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.remove_suffix(1);
+    out.output_constraint->set_reasoning_may_open(request.enable_thinking.value_or(true) &&
+                                                  !PromptOpensThink(text.text) &&
+                                                  !tail.ends_with("</think>"));
+  }
   // A template that writes the BOS text itself (Llama) must not get a second one.
   const bool add_bos = special != nullptr && special->add_bos() && bos_id >= 0 &&
                        !(source.empty() ? false : text.text.starts_with(tokens.bos_token));

@@ -136,6 +136,7 @@ constexpr std::string_view kGenerateRequest = R"pb(
       parallel: true
     }
     after_reasoning: true
+    reasoning_may_open: true
   }
 )pb";
 
@@ -251,9 +252,13 @@ TEST(WorkerProtoRoundTrip, GenerateRequestWithEveryField) {
 // The other kinds of output constraint (a oneof: the request above carries tool_call).
 TEST(WorkerProtoRoundTrip, OutputConstraintKinds) {
   for (std::string_view text : {
-           R"pb(json_schema { schema: "{\"type\":\"boolean\"}" strict: true } after_reasoning: true)pb",
-           R"pb(json_object {} after_reasoning: true)pb",
-           R"pb(regex: "[a-z]+" after_reasoning: true)pb",
+           R"pb(json_schema { schema: "{\"type\":\"boolean\"}" strict: true }
+                after_reasoning: true
+                reasoning_may_open: true)pb",
+           R"pb(json_object {}
+                after_reasoning: true
+                reasoning_may_open: true)pb",
+           R"pb(regex: "[a-z]+" after_reasoning: true reasoning_may_open: true)pb",
        }) {
     ExpectFullRoundTrip(FromText<v1::OutputConstraint>(text));
   }
@@ -342,6 +347,7 @@ constexpr FrozenField kFrozenFields[] = {
     {"OutputConstraint", "regex", 3},
     {"OutputConstraint", "tool_call", 4},
     {"OutputConstraint", "after_reasoning", 10},
+    {"OutputConstraint", "reasoning_may_open", 11},
     {"JsonSchemaConstraint", "schema", 1},
     {"JsonSchemaConstraint", "strict", 2},
     {"ToolCallConstraint", "functions", 1},

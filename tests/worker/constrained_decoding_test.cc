@@ -225,6 +225,43 @@ TEST_F(ConstrainedDecodingTest, ReasoningStaysFreeAndTheDocumentFollowsIt) {
   }
 }
 
+// Qwen3's templates leave opening <think> to the model: with reasoning_may_open the first token
+// may be <think> (here forced by a logit bias the grammar alone would defeat), the block stays
+// free until the budget closes it, and the document follows; without it <think> is masked out.
+TEST_F(ConstrainedDecodingTest, AModelOpenedBlockIsFreeOnlyWhenAllowed) {
+  const int32_t think = tokenizer_->Find("<think>"), close = tokenizer_->Find("</think>");
+  const int32_t newline = tokenizer_->Find("\xC4\x8A");
+  ASSERT_GE(think, 0);
+  ASSERT_GE(close, 0);
+  auto sched = MakeScheduler(false);
+  auto opened = std::make_shared<CollectingSink>(), masked = std::make_shared<CollectingSink>();
+  for (bool may_open : {true, false}) {
+    GenerationRequest r = Request(Encode("Answer:"), 2, 1.0f);
+    r.sampling.logit_bias[think] = 100.0f;
+    r.reasoning_budget = 3;
+    r.reasoning_start_token = think;
+    r.reasoning_end_tokens = {close, newline, newline};
+    r.grammar_after_reasoning = true;
+    r.grammar_reasoning_may_open = may_open;
+    ASSERT_TRUE(sched->Submit(std::move(r), may_open ? opened : masked).ok());
+  }
+  RunAll(*sched);
+  ASSERT_TRUE(opened->result.has_value() && masked->result.has_value());
+  EXPECT_EQ(opened->result->reason, EndReason::kStop);
+  ASSERT_FALSE(opened->tokens.empty());
+  EXPECT_EQ(opened->tokens[0], think);
+  auto at = std::find(opened->tokens.begin(), opened->tokens.end(), close);
+  ASSERT_NE(at, opened->tokens.end()) << Text(opened->tokens);
+  const std::string answer = Text(std::vector<int32_t>(at + 1, opened->tokens.end()));
+  ASSERT_NE(answer.find('{'), std::string::npos) << answer;
+  ExpectValid(answer.substr(answer.find('{')));
+
+  EXPECT_EQ(masked->result->reason, EndReason::kStop);
+  EXPECT_EQ(std::count(masked->tokens.begin(), masked->tokens.end(), think), 0);
+  const std::string text = Text(masked->tokens);
+  ExpectValid(text.substr(text.find('{')));
+}
+
 TEST_F(ConstrainedDecodingTest, MaxTokensCutsWithLength) {
   auto sched = MakeScheduler(false);
   auto sink = std::make_shared<CollectingSink>();
@@ -235,6 +272,19 @@ TEST_F(ConstrainedDecodingTest, MaxTokensCutsWithLength) {
   ASSERT_TRUE(sink->result.has_value());
   EXPECT_EQ(sink->result->reason, EndReason::kLength);
   EXPECT_EQ(sink->tokens.size(), 3u);
+}
+
+TEST_F(ConstrainedDecodingTest, CancelEndsAConstrainedSequence) {
+  auto sched = MakeScheduler(false);
+  auto sink = std::make_shared<CollectingSink>();
+  absl::StatusOr<uint64_t> handle = sched->Submit(Request(Encode("Answer:"), 4, 1.0f), sink);
+  ASSERT_TRUE(handle.ok());
+  for (int i = 0; i < 3; ++i) sched->Step();
+  sched->Cancel(*handle);
+  RunAll(*sched);
+  ASSERT_TRUE(sink->result.has_value());
+  EXPECT_EQ(sink->result->reason, EndReason::kCancelled);
+  EXPECT_EQ(sched->stats().running, 0);
 }
 
 TEST(SamplerMaskTest, OnlyAllowedTokensAreSampledAndLogprobsAreOverThem) {

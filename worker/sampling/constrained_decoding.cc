@@ -76,6 +76,10 @@ const TokenMask& SequenceConstraint::Allowed(TokenMaskCache& masks) {
   for (int32_t t : {options_.reasoning_start, options_.reasoning_end}) {
     if (t >= 0 && t < n) mask_.Clear(t);
   }
+  if (first_token_ && options_.reasoning_may_open && options_.reasoning_start >= 0 &&
+      options_.reasoning_start < n && options_.reasoning_end >= 0) {
+    mask_.Set(options_.reasoning_start);
+  }
   const bool complete = matcher_.IsAccepting();
   for (int32_t t : options_.end_tokens) {
     if (t < 0 || t >= n) continue;
@@ -90,6 +94,12 @@ const TokenMask& SequenceConstraint::Allowed(TokenMaskCache& masks) {
 
 SequenceConstraint::Step SequenceConstraint::Accept(int32_t token, std::string_view piece,
                                                     bool forced) {
+  if (std::exchange(first_token_, false) && !waiting_ && options_.reasoning_may_open &&
+      token == options_.reasoning_start && options_.reasoning_start >= 0 &&
+      options_.reasoning_end >= 0) {
+    waiting_ = true;  // the model opened a reasoning block: the constraint starts after it
+    return Step::kContinue;
+  }
   if (waiting_) {
     if (token == options_.reasoning_end) {
       waiting_ = false;
@@ -109,6 +119,11 @@ size_t SequenceConstraint::AllowedPrefix(
   for (size_t i = 0; i < draft.size(); ++i) {
     const int32_t t = draft[i];
     if (IsEnd(t)) return i;  // an end token is never worth drafting past
+    if (i == 0 && first_token_ && !waiting && options_.reasoning_may_open &&
+        t == options_.reasoning_start && options_.reasoning_end >= 0) {
+      waiting = true;
+      continue;
+    }
     if (waiting) {
       if (t == options_.reasoning_end) waiting = false;
       continue;

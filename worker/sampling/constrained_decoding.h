@@ -10,12 +10,13 @@
 //   switch (c.Accept(t, tokenizer.Piece(t), /*forced=*/false)) ...
 //
 // Reasoning: with `waiting_for_reasoning` the output starts inside a `<think>` block the prompt
-// opened; the constraint starts after `reasoning_end` (`</think>`). Until then every token but
-// the end tokens is allowed, so the model cannot stop before its answer. Once active, the
-// reasoning markers are masked out (a JSON string must not reopen a think block) and the end
-// tokens are allowed exactly where the grammar is complete. Tokens the worker writes itself
-// (the reasoning budget's closing `</think>\n\n`) are `forced`: the matcher takes their bytes
-// when it can and is not failed when it cannot.
+// opened; the constraint starts after `reasoning_end` (`</think>`). With `reasoning_may_open`
+// the model may also open such a block as its first token (Qwen3's templates leave that to it).
+// Until then every token but the end tokens is allowed, so the model cannot stop before its answer.
+// Once active, the reasoning markers are masked out (a JSON string must not reopen a think block)
+// and the end tokens are allowed exactly where the grammar is complete. Tokens the worker writes
+// itself (the reasoning budget's closing `</think>\n\n`) are `forced`: the matcher takes their
+// bytes when it can and is not failed when it cannot.
 //
 // Threading: GrammarCache is thread-safe; a CompiledGrammar it hands out, and every
 // SequenceConstraint over it, are used from the model's scheduler thread only
@@ -70,8 +71,11 @@ class GrammarCache {
 struct SequenceConstraintOptions {
   int32_t n_vocab = 0;                 // the token trie's (TokenMask size)
   bool waiting_for_reasoning = false;  // see the file comment
-  int32_t reasoning_start = -1;        // `<think>`, masked out once active (-1: none)
-  int32_t reasoning_end = -1;          // `</think>`
+  // Not waiting, but the model may open a reasoning block as its first token (`reasoning_start`
+  // is allowed then); once opened, the constraint waits for `reasoning_end` as above.
+  bool reasoning_may_open = false;
+  int32_t reasoning_start = -1;  // `<think>`, masked out once active (-1: none)
+  int32_t reasoning_end = -1;    // `</think>`
   // Tokens that end the sequence (end-of-generation and stop ids): allowed only where the
   // grammar is complete (and never while waiting for the reasoning to close).
   std::vector<int32_t> end_tokens;
@@ -109,6 +113,7 @@ class SequenceConstraint {
   common::grammar::GrammarMatcher matcher_;
   SequenceConstraintOptions options_;
   bool waiting_;
+  bool first_token_ = true;  // nothing accepted yet
   bool waiting_mask_ready_ = false;
   TokenMask mask_;  // this sequence's adjusted copy of the cached mask
 };

@@ -190,6 +190,8 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
     o.n_vocab = request.trie->n_vocab();
     o.waiting_for_reasoning = request.grammar_after_reasoning && request.reasoning_open &&
                               !request.reasoning_end_tokens.empty();
+    o.reasoning_may_open = request.grammar_after_reasoning && !request.reasoning_open &&
+                           request.grammar_reasoning_may_open;
     o.reasoning_start = request.reasoning_start_token;
     o.reasoning_end =
         request.reasoning_end_tokens.empty() ? -1 : request.reasoning_end_tokens.front();

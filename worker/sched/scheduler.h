@@ -108,6 +108,8 @@ struct GenerationRequest {
   std::shared_ptr<common::grammar::CompiledGrammar> grammar;
   std::shared_ptr<const TokenTrie> trie;
   bool grammar_after_reasoning = false;
+  // With grammar_after_reasoning and no block open: the model may open one as its first token.
+  bool grammar_reasoning_may_open = false;
 };
 
 // One generated token as streamed.

@@ -435,6 +435,7 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
     g.grammar = std::move(*grammar);
     g.trie = model.token_trie();
     g.grammar_after_reasoning = request->output_constraint().after_reasoning();
+    g.grammar_reasoning_may_open = request->output_constraint().reasoning_may_open();
   }
   if (!g.sampling.seed.has_value()) {
     // Drawn here so the final event can report it (the sampler would draw its own otherwise).

@@ -147,6 +147,23 @@ class Checks:
                             reasoned += bool(getattr(choice.message, "reasoning_content", None))
         assert reasoned > 0, "no output under thinking had reasoning_content"
 
+    def check_model_opened_reasoning_then_json(self):
+        """Qwen3's template (model "tiny") leaves opening <think> to the model: a logit bias makes
+        it open one (id 2024 in the tiny vocabulary, ../shared/golden/README.md), the budget
+        closes it, and the document lands in content."""
+        schema = SCHEMAS["flat"]
+        fmt = {"type": "json_schema", "json_schema": {"name": "flat", "schema": schema}}
+        for seed in range(4):
+            r = self.client.chat.completions.create(
+                model="tiny", messages=PROMPT, temperature=1.0, seed=seed, max_tokens=MAX_TOKENS,
+                response_format=fmt, logit_bias={"2024": 100},
+                extra_body={"thinking_budget": 4,
+                            "chat_template_kwargs": {"enable_thinking": True}})
+            choice = r.choices[0]
+            assert choice.finish_reason == "stop", (seed, choice)
+            validate(json.loads(choice.message.content), schema)
+            assert getattr(choice.message, "reasoning_content", None) is not None, (seed, r)
+
     def check_json_schema_streamed(self):
         schema = SCHEMAS["flat"]
         fmt = {"type": "json_schema", "json_schema": {"name": "flat", "schema": schema}}
