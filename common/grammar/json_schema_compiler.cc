@@ -285,11 +285,12 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
   const Json& props = props_it != schema.end() ? *props_it : empty;
   if (!props.is_object()) return InvalidSchema(path, "properties must be an object");
   std::set<std::string> required;
+  std::vector<std::string> required_order;  // unlisted required keys come in this order
   if (auto r = schema.find("required"); r != schema.end()) {
     if (!r->is_array()) return InvalidSchema(path, "required must be an array");
     for (const Json& k : *r) {
       if (!k.is_string()) return InvalidSchema(path, "required must list strings");
-      required.insert(k.get<std::string>());
+      if (required.insert(k.get<std::string>()).second) required_order.push_back(k.get<std::string>());
     }
   }
   // additionalProperties: a schema for the other keys, or none (false).
@@ -317,7 +318,7 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
     }
     members.push_back({key, *std::move(v), req});
   }
-  for (const std::string& key : required) {
+  for (const std::string& key : required_order) {
     if (props.contains(key)) continue;
     if (!additional) return MaybeSymbols();
     members.push_back({key, additional, true});

@@ -41,11 +41,11 @@ std::string PercentDecode(std::string_view s) {
 const Json* FindAnchor(const Json& node, std::string_view name, std::string& path, int depth) {
   if (depth > 128) return nullptr;
   if (node.is_object()) {
-    for (const char* key : {"$anchor", "$id", "id"}) {
+    for (const char* key : {"$anchor", "$dynamicAnchor", "$id", "id"}) {
       auto it = node.find(key);
       if (it == node.end() || !it->is_string()) continue;
       const std::string& v = it->get_ref<const std::string&>();
-      if ((std::string_view(key) == "$anchor" && v == name) ||
+      if ((std::string_view(key).find("nchor") != std::string_view::npos && v == name) ||
           (!v.empty() && v[0] == '#' && std::string_view(v).substr(1) == name)) {
         return &node;
       }

@@ -245,7 +245,9 @@ class Merger {
     for (const Json* side : {&a, &b}) {
       for (const auto& [key, value] : side->items()) {
         if (key == "unevaluatedProperties" || key == "unevaluatedItems") {
-          return UnsupportedKeyword(key, path_, "under allOf/$ref");
+          return UnsupportedKeyword(key, path_,
+                                    "next to allOf, anyOf, oneOf or $ref (it would see their "
+                                    "properties)");
         }
         if (!IsKnownKeyword(key) || IsAnnotationKeyword(key) || out.contains(key)) continue;
         static const char* const kDone[] = {"type", "nullable", "enum", "const", "properties",
