@@ -324,6 +324,19 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
     members.push_back({key, additional, true});
     listed.push_back(key);
   }
+  // Other keys: any key but the listed ones with the additionalProperties schema, or, under
+  // patternProperties, keys matching a pattern with that pattern's schema.
+  Alternative other_key;
+  MaybeSymbols other_value = additional;
+  if (auto pp = schema.find("patternProperties"); pp != schema.end() && pp->is_object() && !pp->empty()) {
+    absl::StatusOr<std::pair<Alternative, MaybeSymbols>> keys =
+        PatternKeys(*pp, listed, JoinPath(path, "patternProperties"), depth);
+    if (!keys.ok()) return keys.status();
+    other_key = keys->first;
+    other_value = keys->second;
+  } else if (additional) {
+    other_key = {KeyExcluding(listed)};
+  }
   absl::StatusOr<int64_t> min_props = CountKeyword(schema, "minProperties", path);
   absl::StatusOr<int64_t> max_props = CountKeyword(schema, "maxProperties", path);
   if (!min_props.ok()) return min_props.status();
@@ -352,7 +365,6 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
     pending.emplace_back(i, c);
     return Symbol::Rule(r);
   };
-  const Alternative other_key = additional ? Alternative{KeyExcluding(listed)} : Alternative{};
   const Alternative start = {builder_.Bytes(ByteClass::Of('{')), ws, rule_for(0, 0)};
   while (!pending.empty()) {
     const size_t i = pending.back().first;
@@ -377,7 +389,9 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
       continue;
     }
     if (c >= min_count) builder_.AddAlternative(r, c > 0 ? Alternative{ws, close} : Alternative{close});
-    if (additional && room) builder_.AddAlternative(r, member(other_key, *additional, rule_for(n, next)));
+    if (other_value && room) {
+      builder_.AddAlternative(r, member(other_key, *other_value, rule_for(n, next)));
+    }
   }
   return MaybeSymbols(start);
 }

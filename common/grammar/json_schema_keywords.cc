@@ -193,8 +193,8 @@ absl::Status SchemaCompiler::CheckKeywords(const Json& schema, const std::string
         return UnsupportedKeyword(key, path, "uniqueItems: true");
       }
     }
-    if (object && key == "patternProperties" && !IsEmptyObject(value)) {
-      return UnsupportedKeyword(key, path);
+    if (object && key == "patternProperties" && !value.is_object()) {
+      return InvalidSchema(path, "patternProperties must be an object");
     }
     if (object && key == "propertyNames" && !IsTrivialSchema(value)) {
       return UnsupportedKeyword(key, path);

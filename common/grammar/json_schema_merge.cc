@@ -52,6 +52,20 @@ std::optional<std::vector<Json>> ListedValues(const Json& s) {
   return out;
 }
 
+// Keywords MergePlain combines itself (the others are copied, and must agree when both sides
+// have them).
+bool IsMergedKeyword(std::string_view key) {
+  static const char* const kMerged[] = {
+      "type", "nullable", "enum", "const", "properties", "additionalProperties", "required",
+      "items", "prefixItems", "minimum", "exclusiveMinimum", "minLength", "minItems",
+      "minProperties", "maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties",
+      "uniqueItems", "pattern", "format", "multipleOf"};
+  for (const char* k : kMerged) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
 class Merger {
  public:
   Merger(const SchemaCompiler& c, const std::string& path) : c_(c), path_(path) {}
@@ -249,13 +263,19 @@ class Merger {
                                     "next to allOf, anyOf, oneOf or $ref (it would see their "
                                     "properties)");
         }
-        if (!IsKnownKeyword(key) || IsAnnotationKeyword(key) || out.contains(key)) continue;
-        static const char* const kDone[] = {"type", "nullable", "enum", "const", "properties",
-                                            "additionalProperties", "required", "items",
-                                            "prefixItems"};
-        bool done = false;
-        for (const char* d : kDone) done = done || key == d;
-        if (!done) out[key] = value;
+        if (key == "patternProperties" && !(value.is_object() && value.empty())) {
+          // additionalProperties of one side would have to skip the other's pattern keys.
+          return UnsupportedKeyword(key, path_, "under allOf/$ref");
+        }
+        if (!IsKnownKeyword(key) || IsAnnotationKeyword(key)) continue;
+        if (out.contains(key)) {
+          // Both sides have it: only the same value can be kept without losing one.
+          if (side == &b && a.contains(key) && a[key] != value && !IsMergedKeyword(key)) {
+            return UnsupportedKeyword(key, path_, "two different values under allOf");
+          }
+          continue;
+        }
+        if (!IsMergedKeyword(key)) out[key] = value;
       }
     }
     return out;

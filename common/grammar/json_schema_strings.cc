@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grammar/grammar_matcher.h"
 #include "common/grammar/internal/json_schema_internal.h"
 #include "common/grammar/internal/regex_rules.h"
 #include "common/grammar/regex.h"
@@ -252,6 +253,47 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
   alt.insert(alt.end(), content.begin(), content.end());
   alt.push_back(builder_.Bytes(ByteClass::Of('"')));
   return MaybeSymbols(std::move(alt));
+}
+
+absl::StatusOr<std::pair<Alternative, MaybeSymbols>> SchemaCompiler::PatternKeys(
+    const Json& patterns, const std::vector<std::string>& listed, const std::string& path,
+    int depth) {
+  const Json& first = patterns.begin().value();
+  std::vector<Alternative> keys;
+  if (listed.size() * patterns.size() > 4096) {
+    return UnsupportedKeyword("patternProperties", path, "too many patterns and properties");
+  }
+  for (const auto& [pattern, sub] : patterns.items()) {
+    if (sub != first) {
+      return UnsupportedKeyword("patternProperties", path,
+                                "patterns with different schemas (a key may match several)");
+    }
+    absl::StatusOr<RegexAst> ast = ParseRegex(pattern);
+    if (!ast.ok()) return UnsupportedKeyword("patternProperties", path, std::string(ast.status().message()));
+    // A listed key that matches would need both schemas, and must not come twice.
+    for (const std::string& key : listed) {
+      GrammarBuilder b;
+      CodePointSetRules raw(b, CodePointSpelling::kUtf8, "");
+      absl::StatusOr<RuleId> rule = AddRegexRulesWith(raw, **ast, "key", RegexRuleOptions{});
+      if (!rule.ok()) return UnsupportedKeyword("patternProperties", path, std::string(rule.status().message()));
+      absl::StatusOr<Grammar> g = std::move(b).Build(*rule);
+      if (!g.ok()) continue;  // the pattern matches nothing
+      GrammarMatcher m(std::make_shared<CompiledGrammar>(*std::move(g)));
+      if (m.AcceptBytes(key) && m.IsAccepting()) {
+        return UnsupportedKeyword("patternProperties", path,
+                                  absl::StrCat("pattern \"", pattern, "\" matches the listed property \"",
+                                               key, "\""));
+      }
+    }
+    absl::StatusOr<RuleId> rule = AddRegexRulesWith(json_chars_, **ast, Name("key_pattern"), RegexRuleOptions{});
+    if (!rule.ok()) return UnsupportedKeyword("patternProperties", path, std::string(rule.status().message()));
+    keys.push_back({builder_.Bytes(ByteClass::Of('"')), Symbol::Rule(*rule),
+                    builder_.Bytes(ByteClass::Of('"'))});
+  }
+  absl::StatusOr<MaybeSymbols> value = Compile(first, JoinPath(path, patterns.begin().key()), depth + 1);
+  if (!value.ok()) return value.status();
+  return std::make_pair(Alternative{Symbol::Rule(builder_.Choice(Name("pattern_keys"), std::move(keys)))},
+                        *std::move(value));
 }
 
 absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileEnum(const Json& schema,

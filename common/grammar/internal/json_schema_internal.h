@@ -128,6 +128,13 @@ class SchemaCompiler {
   absl::Status CheckKeywords(const Json& schema, const std::string& path, unsigned types) const;
   // "any string but these keys", quotes included.
   Symbol KeyExcluding(const std::vector<std::string>& keys);
+  // patternProperties (json_schema_strings.cc): the key (quotes included) and value symbols of
+  // the keys its patterns allow. Keys that match no pattern are not generated (stricter than
+  // additionalProperties when that allows them); refused when the patterns have different
+  // schemas or a listed key matches a pattern.
+  absl::StatusOr<std::pair<Alternative, MaybeSymbols>> PatternKeys(
+      const Json& patterns, const std::vector<std::string>& listed, const std::string& path,
+      int depth);
 
   GrammarBuilder& builder_;
   const Json& root_;
