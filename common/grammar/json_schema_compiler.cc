@@ -449,6 +449,10 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileArray(const Json& schema,
     return UnsupportedKeyword(min_count > options_.max_repetition ? "minItems" : "maxItems", path,
                               absl::StrCat("over the limit of ", options_.max_repetition));
   }
+  if (auto u = schema.find("uniqueItems");
+      u != schema.end() && u->is_boolean() && u->get<bool>() && (max_count < 0 || max_count > 1)) {
+    return CompileUniqueItems(schema, path, min_count, max_count);
+  }
   // E(i): i items so far. Past the positional ones and minItems nothing changes but whether a
   // comma comes first, so counts saturate at `cap` unless maxItems needs them all.
   const int64_t np = static_cast<int64_t>(prefix.size());

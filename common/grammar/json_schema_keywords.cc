@@ -187,12 +187,6 @@ absl::Status SchemaCompiler::CheckKeywords(const Json& schema, const std::string
     if (array && (key == "contains" || (key == "unevaluatedItems" && !IsTrivialSchema(value)))) {
       return UnsupportedKeyword(key, path);
     }
-    if (array && key == "uniqueItems" && value.is_boolean() && value.get<bool>()) {
-      auto max = schema.find("maxItems");
-      if (max == schema.end() || !max->is_number() || max->get<double>() > 1) {
-        return UnsupportedKeyword(key, path, "uniqueItems: true");
-      }
-    }
     if (object && key == "patternProperties" && !value.is_object()) {
       return InvalidSchema(path, "patternProperties must be an object");
     }

@@ -138,6 +138,8 @@ TEST(JsonSchemaCompilerTest, RefusesUnsupportedKeywordsNamingThem) {
       {R"({"not": {"type": "string"}})", R"(keyword "not" at #)"},
       {R"({"if": {"type": "string"}, "then": {"minLength": 1}})", R"(keyword "if" at #)"},
       {R"({"type": "array", "uniqueItems": true})", R"(keyword "uniqueItems" at #)"},
+      {R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})",
+       R"(keyword "uniqueItems" at #)"},
       {R"({"type": "array", "contains": {"type": "integer"}})", R"(keyword "contains" at #)"},
       {R"({"properties": {"a": {"type": "object", "properties": {"x1": {}},
                                   "patternProperties": {"^x": {}}}}})",

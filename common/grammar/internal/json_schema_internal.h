@@ -128,6 +128,10 @@ class SchemaCompiler {
   absl::Status CheckKeywords(const Json& schema, const std::string& path, unsigned types) const;
   // "any string but these keys", quotes included.
   Symbol KeyExcluding(const std::vector<std::string>& keys);
+  // uniqueItems: true (json_schema_unique_items.cc): arrays of distinct values from a small
+  // finite set, minItems..maxItems (max < 0: none) long; refused for other items.
+  absl::StatusOr<MaybeSymbols> CompileUniqueItems(const Json& schema, const std::string& path,
+                                                  int64_t min_count, int64_t max_count);
   // patternProperties (json_schema_strings.cc): the key (quotes included) and value symbols of
   // the keys its patterns allow. Keys that match no pattern are not generated (stricter than
   // additionalProperties when that allows them); refused when the patterns have different
