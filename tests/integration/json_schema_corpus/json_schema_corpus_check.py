@@ -17,8 +17,8 @@ For every schema of tests/data/json_schema_corpus (README.md there says where ea
             rejected: accepted false or complete false.
 
 The grammar takes object keys in the schema's `properties` order, then the required keys the
-properties do not list (sorted), then any others (json_schema_compiler.h); instances are
-reordered that way before they are written.
+properties do not list (in `required`'s order), then any others (json_schema_compiler.h);
+instances are reordered that way before they are written.
 
 JSON-Schema-Test-Suite (draft 2020-12) is a second, independent check: for each of its schemas
 the compiler accepts, each test instance must be accepted and complete exactly when the suite
