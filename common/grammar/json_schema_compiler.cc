@@ -163,6 +163,18 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::Compile(const Json& schema, const s
 absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObjectSchema(const Json& schema,
                                                                  const std::string& path,
                                                                  int depth) {
+  if (auto n = schema.find("not"); n != schema.end()) {
+    // `not` as a positive constraint where one exists (json_schema_merge.cc), merged in.
+    absl::StatusOr<Json> constraint = NotAsConstraint(*n, JoinPath(path, "not"));
+    if (!constraint.ok()) return constraint.status();
+    Json rest = schema;
+    rest.erase("not");
+    if (constraint->is_boolean() && !constraint->get<bool>()) return MaybeSymbols();
+    absl::StatusOr<Json> merged =
+        Merge(Json{{"allOf", Json::array({std::move(rest), *std::move(constraint)})}}, path, depth);
+    if (!merged.ok()) return merged.status();
+    return Compile(*merged, path, depth + 1);
+  }
   auto ref = schema.find("$ref");
   if (ref != schema.end()) {
     if (!ref->is_string()) return InvalidSchema(path, "$ref must be a string");

@@ -339,6 +339,54 @@ std::vector<std::string> RequiredKeys(const Json& s) {
 
 }  // namespace
 
+absl::StatusOr<Json> SchemaCompiler::NotAsConstraint(const Json& not_in,
+                                                     const std::string& path) const {
+  const Json& n = Deref(*this, not_in);
+  if (IsTrue(n)) return Json(false);
+  if (IsFalse(n)) return Json(true);
+  auto refuse = [&](std::string_view detail) {
+    return UnsupportedKeyword("not", path, detail);
+  };
+  if (!n.is_object()) return refuse("not of a non-schema");
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : n.items()) {
+    if (IsKnownKeyword(key) && !IsAnnotationKeyword(key)) keys.push_back(key);
+  }
+  if (keys.size() == 1 && keys[0] == "type") {
+    absl::StatusOr<unsigned> excluded = SchemaTypes(n, path);
+    if (!excluded.ok()) return excluded.status();
+    if ((*excluded & kInteger) && !(*excluded & kNumber)) {
+      return refuse("not of integer (the numbers that are not integers have no grammar here)");
+    }
+    return Json{{"type", TypeNames(kAllTypes & ~*excluded)}};
+  }
+  // not(required [k, ...]): an object missing one of the keys; forbidding the first is enough.
+  auto first_required = [](const Json& s) -> std::string {
+    if (!s.is_object()) return "";
+    for (const auto& [key, value] : s.items()) {
+      if (IsKnownKeyword(key) && !IsAnnotationKeyword(key) && key != "required") return "";
+    }
+    auto r = s.find("required");
+    if (r == s.end() || !r->is_array() || r->empty() || !(*r)[0].is_string()) return "";
+    return (*r)[0].get<std::string>();
+  };
+  Json forbidden = Json::object();
+  if (keys.size() == 1 && keys[0] == "required") {
+    const std::string k = first_required(n);
+    if (k.empty()) return refuse("not of an empty required");
+    forbidden[k] = false;
+  } else if (keys.size() == 1 && keys[0] == "anyOf" && n["anyOf"].is_array()) {
+    for (const Json& alt : n["anyOf"]) {
+      const std::string k = first_required(Deref(*this, alt));
+      if (k.empty()) return refuse("not of an anyOf whose alternatives are not plain required lists");
+      forbidden[k] = false;
+    }
+  } else {
+    return refuse("only not of {}, a type, required keys, or an anyOf of required keys is supported");
+  }
+  return Json{{"type", "object"}, {"properties", std::move(forbidden)}};
+}
+
 absl::Status SchemaCompiler::SeparateOneOf(std::vector<Json>& alts, const std::string& path,
                                            int depth) const {
   std::vector<Json> forbid(alts.size(), Json::object());

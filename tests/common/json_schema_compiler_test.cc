@@ -135,7 +135,8 @@ TEST(JsonSchemaCompilerTest, EmbedsInALargerGrammar) {
 // JSON Schema 2020-12 validation vocabulary), so the message must name it and its path.
 TEST(JsonSchemaCompilerTest, RefusesUnsupportedKeywordsNamingThem) {
   const std::pair<const char*, const char*> kRefused[] = {
-      {R"({"not": {"type": "string"}})", R"(keyword "not" at #)"},
+      {R"({"not": {"minimum": 3}})", R"(keyword "not" at #/not)"},
+      {R"({"type": "number", "not": {"type": "integer"}})", R"(keyword "not" at #/not)"},
       {R"({"if": {"type": "string"}, "then": {"minLength": 1}})", R"(keyword "if" at #)"},
       {R"({"type": "array", "uniqueItems": true})", R"(keyword "uniqueItems" at #)"},
       {R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})",

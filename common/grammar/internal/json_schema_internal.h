@@ -104,6 +104,11 @@ class SchemaCompiler {
   // json_schema_merge.cc: `schema` (with allOf, or $ref beside other assertions) as one schema
   // without them; may contain anyOf/oneOf from distributing over alternatives.
   absl::StatusOr<Json> Merge(const Json& schema, const std::string& path, int depth);
+  // `not: S` as a schema to merge in, for the shapes that have one: S trivially true (-> false),
+  // false (-> true), only `type` (-> the other types), only `required` or an anyOf of only
+  // `required`s (-> an object with a key of each forbidden; stricter when a list has several
+  // keys). Anything else is refused naming `not`.
+  absl::StatusOr<Json> NotAsConstraint(const Json& not_schema, const std::string& path) const;
   // Whether no instance can match both `a` and `b` (a sufficient check; false = unknown).
   bool ProvablyDisjoint(const Json& a, const Json& b, int depth) const;
   // Makes oneOf's alternatives pairwise disjoint so that they compile as anyOf: a pair that is
