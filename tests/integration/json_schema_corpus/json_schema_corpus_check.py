@@ -25,8 +25,8 @@ the compiler accepts, each test instance must be accepted and complete exactly w
 says it is valid. Its `format` files are checked with format as an assertion (the grammar
 enforces the formats it supports); the plain format.json (format as an annotation) is skipped.
 
-Exit status: 0 when nothing failed, 1 on any failure, 77 (ctest's skip) when the Python packages
-are missing. The summary table goes to stdout and to --summary; failing cases to --failures as
+Exit status: 0 when nothing failed, 1 on any failure (or no golden vocabulary), 77 (ctest's skip)
+when the Python packages are missing. The summary table goes to stdout and to --summary; failing cases to --failures as
 JSON lines (schema, document, what the CLI said).
 
 In CI a seeded sample of the corpus is checked (--sample, default 0.35 of each part); set
@@ -350,9 +350,9 @@ def main():
     args = ap.parse_args()
     if args.sample is None:
         args.sample = 1.0 if os.environ.get("DELTASERVE_CORPUS_FULL") == "1" else 0.35
-    if not os.path.isfile(args.model):
-        print(f"SKIPPED: no model at {args.model}")
-        return SKIP
+    if not os.path.isfile(args.model):  # golden data is never optional (docs/testing.md)
+        print(f"FAILED: no model at {args.model} (DELTASERVE_GOLDEN_DIR)")
+        return 1
     cfg = {"cli": args.cli, "model": args.model, "instances": args.instances,
            "mutants": args.mutants, "gen_seconds": args.gen_seconds}
     started = time.monotonic()
