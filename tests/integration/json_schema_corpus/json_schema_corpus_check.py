@@ -25,9 +25,9 @@ the compiler accepts, each test instance must be accepted and complete exactly w
 says it is valid. Its `format` files are checked with format as an assertion (the grammar
 enforces the formats it supports); the plain format.json (format as an annotation) is skipped.
 
-Exit status: 0 when nothing failed, 1 on any failure (or no golden vocabulary), 77 (ctest's skip)
-when the Python packages are missing. The summary table goes to stdout and to --summary; failing cases to --failures as
-JSON lines (schema, document, what the CLI said).
+Exit status: 0 when nothing failed, 1 on any failure (or no golden vocabulary), 77 (ctest's
+skip) when the Python packages are missing. The summary table goes to stdout and to --summary;
+failing cases to --failures as JSON lines (schema, document, what the CLI said).
 
 In CI a seeded sample of the corpus is checked (--sample, default 0.35 of each part); set
 DELTASERVE_CORPUS_FULL=1 (or --sample 1) for all of it.
