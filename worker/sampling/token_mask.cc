@@ -301,6 +301,11 @@ TokenMaskCache::TokenMaskCache(std::shared_ptr<const TokenTrie> trie, size_t bud
                        4 * sizeof(void*);  // list links and the index slot
 }
 
+void TokenMaskCache::ComputeUncached(const GrammarMatcher& matcher, TokenMask& out) {
+  MissKinds kinds;
+  impl_->Compute(*trie_, matcher, out, kinds);
+}
+
 const TokenMask& TokenMaskCache::Get(const GrammarMatcher& matcher) {
   Impl& m = *impl_;
   const Impl::Key key{&matcher.grammar(), matcher.state()};

@@ -12,7 +12,12 @@
 // walk that skips a whole subtree as soon as its prefix is rejected; the walk steps the
 // CompiledGrammar's DFA (grammar_matcher.h), whose transitions are table lookups once warm.
 // Masks are cached per (grammar, StateId) under a byte budget (LRU), so a state the sequence or
-// another request with the same schema met before costs a lookup.
+// another request with the same schema met before costs a lookup. A miss inside a string, a key,
+// a pattern loop or a maxLength counter, where a walk would visit most of the trie, is computed
+// from a loop index instead (internal/token_mask_loops.h): the tokens such a state allows are
+// known from the shape of its loop alone, so only the tokens that leave it are walked. Loop
+// indexes are built once per shape and cache (~1 ms each on 151K tokens; at most 64, outside the
+// byte budget, ~0.5 MB each).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +88,9 @@ class TokenMaskCache {
   TokenMaskCache(std::shared_ptr<const TokenTrie> trie, size_t budget_bytes);
   // The mask for the matcher's current state; valid until the next Get.
   const TokenMask& Get(const common::grammar::GrammarMatcher& matcher);
+  // The mask computed as a miss computes it (loop indexes and all), neither looked up nor kept:
+  // what one computed mask costs, for benchmarks.
+  void ComputeUncached(const common::grammar::GrammarMatcher& matcher, TokenMask& out);
   size_t hits() const { return hits_; }
   size_t misses() const { return misses_; }
   // How the misses were computed (internal/token_mask_loops.h): through a loop index, a chain
