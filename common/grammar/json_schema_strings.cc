@@ -50,7 +50,7 @@ std::string FormatRegex(std::string_view format) {
     const std::string atom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
     return absl::StrCat(atom, "(?:\\.", atom, ")*@", kLabel, "(?:\\.", kLabel, ")*");
   }
-  if (format == "uri") {
+  if (format == "uri" || format == "uri-reference") {
     // RFC 3986 URI (absolute, with optional query and fragment); no IP-literal hosts.
     const std::string pct = "%[0-9A-Fa-f]{2}";
     const std::string sub = "!$&'()*+,;=";
@@ -62,7 +62,15 @@ std::string FormatRegex(std::string_view format) {
                                           segments, "|/(?:", pchar, "+", segments, ")?|", pchar,
                                           "+", segments, "|)");
     const std::string tail = absl::StrCat("(?:", pchar, "|[/?])*");
-    return absl::StrCat("[A-Za-z][A-Za-z0-9+.-]*:", hier, "(?:\\?", tail, ")?(?:#", tail, ")?");
+    const std::string query_fragment = absl::StrCat("(?:\\?", tail, ")?(?:#", tail, ")?");
+    const std::string uri = absl::StrCat("[A-Za-z][A-Za-z0-9+.-]*:", hier, query_fragment);
+    if (format == "uri") return uri;
+    // RFC 3986 relative-ref: its first segment has no ':' (it would read as a scheme).
+    const std::string segment_nc = absl::StrCat("(?:[A-Za-z0-9._~", sub, "@-]|", pct, ")");
+    const std::string relative =
+        absl::StrCat("(?://(?:", userinfo, "@)?", regname, "(?::[0-9]*)?", segments, "|/(?:",
+                     pchar, "+", segments, ")?|", segment_nc, "+", segments, "|)", query_fragment);
+    return absl::StrCat("(?:", uri, ")|(?:", relative, ")");
   }
   return "";
 }
@@ -219,7 +227,7 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
       return UnsupportedKeyword("format", path,
                                 absl::StrCat("format \"", name,
                                              "\" (supported: date-time, date, time, uuid, email, "
-                                             "uri, ipv4, hostname)"));
+                                             "uri, uri-reference, ipv4, hostname)"));
     }
     if (keyword) return UnsupportedKeyword("format", path, "format together with pattern");
     regex = format_regex;
