@@ -31,9 +31,8 @@ int64_t NonNegativeInt(const Json& v) {
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d >= 0 && d == static_cast<double>(static_cast<int64_t>(std::min(d, 9.2e18)))) {
-      return static_cast<int64_t>(d);
-    }
+    if (d >= 9.2e18) return INT64_MAX;  // as good as unbounded (and no out-of-range cast)
+    if (d >= 0 && d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
   }
   return -1;
 }

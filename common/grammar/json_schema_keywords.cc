@@ -1,5 +1,6 @@
 // The JSON Schema compiler's keyword tables and checks: which keywords annotate, which constrain,
 // which are refused (and when they are moot), `type`, and `$ref` resolution.
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -164,10 +165,9 @@ unsigned ValueType(const Json& v) {
     case Json::value_t::number_integer:
     case Json::value_t::number_unsigned: return kInteger;
     case Json::value_t::number_float: {
+      // No cast to an integer type: 1e97 is integral too, and out of int64's range.
       const double d = v.get<double>();
-      return d == static_cast<double>(static_cast<int64_t>(d)) && d > -9.2e18 && d < 9.2e18
-                 ? kInteger
-                 : kNumber;
+      return std::isfinite(d) && std::trunc(d) == d ? kInteger : kNumber;
     }
     default: return 0;
   }

@@ -216,6 +216,19 @@ TEST(JsonSchemaCompilerTest, RefusesMalformedAndHostileSchemas) {
   EXPECT_FALSE(CompileJsonSchema(chain).ok());
 }
 
+TEST(JsonSchemaCompilerTest, HugeNumbersInTheSchema) {
+  // Found by json_schema_fuzz: a const of 1e97 was cast to int64 to test integrality (UB).
+  auto c = MustCompile(R"({"type": "object", "properties": {"a": {"const": 1.6666e97}}})");
+  EXPECT_TRUE(Accepts(c, R"({"a": 1.6666e+97})"));
+  auto huge_max = MustCompile(R"({"type": "string", "maxLength": 1e19})");
+  EXPECT_TRUE(Accepts(huge_max, "\"abc\""));
+  auto bound = MustCompile(R"({"type": "number", "minimum": -1e308, "maximum": 1e-300})");
+  EXPECT_TRUE(Accepts(bound, "0"));
+  EXPECT_TRUE(Accepts(bound, "-5.5"));
+  EXPECT_FALSE(Accepts(bound, "0.5"));
+  EXPECT_FALSE(CompileJsonSchema(R"({"type": "array", "maxItems": 1e300})").ok());
+}
+
 TEST(JsonSchemaCompilerTest, BoundedNumbersAreExactAtTheEdges) {
   // Exact decimal bounds (no float rounding): 0.1 is the decimal 0.1.
   auto g = MustCompile(R"({"type": "number", "minimum": 0.1, "exclusiveMaximum": 0.3})");
