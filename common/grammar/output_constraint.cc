@@ -128,30 +128,101 @@ std::string WithRootDefinitions(const json& value_schema, const json& root) {
   return copy.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-// Whether a parameter's value is raw text in the XML format (rule 6: type "string", no type, or
-// a union whose first non-null member is "string"). A union with "string" after another type is
-// refused: the parser would read a JSON string there as raw text with its quotes.
-absl::StatusOr<bool> IsRawTextParameter(const json& schema, const std::string& where) {
-  if (!schema.is_object()) return true;  // `true` / `false` schemas: raw text (false never)
+// The type the tool-call parser reads a value as (router/chat/tool_call_types.h,
+// DeclaredTypeOf; ../shared/fixtures/toolcalls.md rule 6): the first non-null member of "type"
+// ("null" when that is all), else that of the first anyOf / oneOf member whose type is not
+// null; else "string" (raw text). `from_combinator` says which member decided, if one did.
+std::string DeclaredType(const json& schema, const json** from_combinator) {
+  *from_combinator = nullptr;
+  auto first_type = [](const json& type) -> std::string {
+    if (type.is_string()) return type.get<std::string>();
+    if (!type.is_array()) return "";
+    bool saw_null = false;
+    for (const json& t : type) {
+      if (!t.is_string()) continue;
+      if (t.get_ref<const std::string&>() == "null") {
+        saw_null = true;
+        continue;
+      }
+      return t.get<std::string>();
+    }
+    return saw_null ? "null" : "";
+  };
+  if (!schema.is_object()) return "string";
+  if (auto type = schema.find("type"); type != schema.end()) {
+    if (std::string t = first_type(*type); !t.empty()) return t;
+  }
+  for (const char* combinator : {"anyOf", "oneOf"}) {
+    auto members = schema.find(combinator);
+    if (members == schema.end() || !members->is_array()) continue;
+    for (const json& m : *members) {
+      if (!m.is_object() || !m.contains("type")) continue;
+      const std::string t = first_type(m["type"]);
+      if (!t.empty() && t != "null") {
+        *from_combinator = &m;
+        return t;
+      }
+    }
+  }
+  return "string";
+}
+
+// Whether `schema` admits strings as far as its own "type" says (no type: yes).
+bool MayBeString(const json& schema) {
+  if (!schema.is_object()) return !(schema.is_boolean() && !schema.get<bool>());
   auto type = schema.find("type");
   if (type == schema.end()) return true;
   if (type->is_string()) return type->get<std::string>() == "string";
-  if (!type->is_array()) return false;  // the JSON compiler reports the bad type
-  std::string first;
-  bool has_string = false;
-  for (const json& t : *type) {
-    if (!t.is_string()) continue;
-    const std::string& name = t.get_ref<const std::string&>();
-    if (name == "string") has_string = true;
-    if (first.empty() && name != "null") first = name;
-  }
-  if (first == "string") return true;
-  if (has_string) {
-    return Refused("type", where,
-                   "a forced Qwen XML call writes a value of a type union as its first non-null "
-                   "type; list \"string\" first or drop it");
+  if (type->is_array()) {
+    for (const json& t : *type) {
+      if (t.is_string() && t.get_ref<const std::string&>() == "string") return true;
+    }
   }
   return false;
+}
+
+// A local `$ref` ("#/$defs/Name", "#/definitions/Name") resolved against `root`, following
+// chains up to 16 hops; nullptr when it is not such a reference or does not resolve.
+const json* ResolveLocalRef(const json& schema, const json& root) {
+  const json* at = &schema;
+  for (int hop = 0; hop < 16; ++hop) {
+    if (!at->is_object()) return at;
+    auto ref = at->find("$ref");
+    if (ref == at->end()) return at;
+    if (!ref->is_string()) return nullptr;
+    const std::string& r = ref->get_ref<const std::string&>();
+    const json* target = nullptr;
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      const std::string_view p(prefix);
+      if (r.compare(0, p.size(), p) != 0) continue;
+      std::string name;  // JSON pointer unescaping: ~1 is '/', ~0 is '~'
+      for (size_t i = p.size(); i < r.size(); ++i) {
+        if (r[i] == '/') return nullptr;  // deeper pointers are not followed here
+        if (r[i] == '~' && i + 1 < r.size() && (r[i + 1] == '0' || r[i + 1] == '1')) {
+          name += r[++i] == '0' ? '~' : '/';
+        } else {
+          name += r[i];
+        }
+      }
+      auto defs = root.find(std::string(p.substr(2, p.size() - 3)));
+      if (defs != root.end() && defs->is_object()) {
+        auto it = defs->find(name);
+        if (it != defs->end()) target = &*it;
+      }
+    }
+    if (target == nullptr) return nullptr;
+    at = target;
+  }
+  return nullptr;
+}
+
+// Whether a keyword only annotates or names a combinator member here (what may sit beside
+// "$ref" / "anyOf" in a raw-text parameter without constraining it further).
+bool OnlyBeside(const json& schema, std::string_view keyword) {
+  for (auto it = schema.begin(); it != schema.end(); ++it) {
+    if (it.key() != keyword && !IsAnnotation(it.key()) && it.key() != "type") return false;
+  }
+  return true;
 }
 
 // The rule for a raw-text value (see ToolCallFormat::kQwenXml): string keywords enforced,
@@ -268,13 +339,96 @@ absl::StatusOr<RuleId> AddRawTextValue(GrammarBuilder& b, RawText& raw, const js
   return b.Repeat(name, one_char, static_cast<int>(lo), static_cast<int>(*max_length));
 }
 
-// One value in the XML format: raw text or JSON (rule 6).
+// One value in the XML format: raw text where the parser reads a string, else JSON (rule 6).
 absl::StatusOr<RuleId> AddXmlValue(GrammarBuilder& b, RawText& raw, const json& schema,
                                    const json& root, const std::string& where,
-                                   const std::string& name) {
-  absl::StatusOr<bool> is_raw = IsRawTextParameter(schema, where);
-  if (!is_raw.ok()) return is_raw.status();
-  if (*is_raw) return AddRawTextValue(b, raw, schema, where, name);
+                                   const std::string& name, int depth = 0) {
+  if (depth > 16) {
+    return Refused("$ref", where, "more than 16 $ref / anyOf hops to a parameter's own schema");
+  }
+  const json* member = nullptr;
+  const std::string declared = DeclaredType(schema, &member);
+  const json* combinator = nullptr;
+  std::string combinator_name;
+  if (schema.is_object()) {
+    for (const char* c : {"anyOf", "oneOf"}) {
+      if (auto it = schema.find(c); it != schema.end()) {
+        combinator = &*it;
+        combinator_name = c;
+      }
+    }
+  }
+  if (declared == "string") {
+    if (schema.is_object() && schema.contains("type") && member == nullptr) {
+      // "type" decided. A union listing string first is written as a string.
+      return AddRawTextValue(b, raw, schema, where, name);
+    }
+    if (member != nullptr) {
+      // Optional[str] and the like: the string member is written; every other member must not
+      // admit strings (a string could then match them instead, or none).
+      for (const json& m : *combinator) {
+        if (&m != member && MayBeString(m)) {
+          return Refused(combinator_name, where,
+                         "a raw-text parameter takes one string member of anyOf / oneOf; the "
+                         "others must not admit strings");
+        }
+      }
+      if (!OnlyBeside(schema, combinator_name)) {
+        return Refused(combinator_name, where,
+                       "a raw-text parameter takes anyOf / oneOf only beside annotations");
+      }
+      return AddRawTextValue(b, raw, *member, where, name);
+    }
+    if (schema.is_object() && schema.contains("$ref") && OnlyBeside(schema, "$ref")) {
+      // An enum class as pydantic writes it: {"$ref": "#/$defs/Color"}. The parser reads it as
+      // a string (it does not follow $ref), so the target must be a string schema.
+      const json* target = ResolveLocalRef(schema, root);
+      const json* ignored = nullptr;
+      if (target == nullptr || DeclaredType(*target, &ignored) != "string" ||
+          (target->is_object() && !target->contains("type") && target->contains("enum") &&
+           !std::all_of((*target)["enum"].begin(), (*target)["enum"].end(),
+                        [](const json& v) { return v.is_string(); }))) {
+        return Refused("$ref", where,
+                       "a parameter given by $ref is read back as a string: it must resolve "
+                       "(locally) to a string schema");
+      }
+      return AddXmlValue(b, raw, *target, root, where, name, depth + 1);
+    }
+    if (combinator != nullptr && OnlyBeside(schema, combinator_name)) {
+      // Optional[Enum] as pydantic writes it: one member that is not {"type": "null"} (a $ref,
+      // or an untyped enum), read back as a string: that member is written.
+      const json* only = nullptr;
+      int others = 0;
+      for (const json& m : *combinator) {
+        const bool is_null = m.is_object() && m.contains("type") && m["type"] == "null";
+        if (!is_null) {
+          only = &m;
+          ++others;
+        }
+      }
+      if (others == 1) return AddXmlValue(b, raw, *only, root, where, name, depth + 1);
+    }
+    return AddRawTextValue(b, raw, schema, where, name);
+  }
+  // JSON text. Where the parser's declared type is not string but the schema admits a string,
+  // a JSON string would come back as raw text with its quotes: refused.
+  if (schema.is_object()) {
+    auto type = schema.find("type");
+    if (type != schema.end() && type->is_array() && MayBeString(schema)) {
+      return Refused("type", where,
+                     "a forced Qwen XML call writes a value of a type union as its first "
+                     "non-null type; list \"string\" first or drop it");
+    }
+    if (type == schema.end() && combinator != nullptr) {
+      for (const json& m : *combinator) {
+        if (MayBeString(m)) {
+          return Refused(combinator_name, where,
+                         "a member admitting strings would come back as raw text; a value whose "
+                         "members are not all strings or all non-strings cannot be written");
+        }
+      }
+    }
+  }
   JsonGrammarOptions options;
   options.additional_properties_default = false;
   absl::StatusOr<RuleId> r =

@@ -31,9 +31,11 @@ inline constexpr int kLeadingWhitespace = 4;
 enum class ToolCallFormat {
   // Qwen3.5 / Qwen3-Coder: "<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n
   // ...</function>\n</tool_call>". Parameters in the schema's `properties` order, every
-  // `required` one present; a string parameter's VALUE is raw text (its enum/const/pattern/
-  // minLength/maxLength enforced, no "</" inside), any other type JSON text
-  // (../shared/fixtures/toolcalls.md rule 6).
+  // `required` one present. Each VALUE is written as the tool-call parser reads it back
+  // (../shared/fixtures/toolcalls.md rule 6: the declared type from "type", else from the first
+  // typed anyOf/oneOf member): raw text for a string (enum/const/pattern/minLength/maxLength
+  // enforced, no "</" inside; pydantic's Optional[str], enum-class $ref and Optional[Enum]
+  // shapes followed), JSON text for any other type.
   kQwenXml,
   // Qwen3 / Qwen2.5 / Hermes: "<tool_call>\n{\"name\": \"NAME\", \"arguments\":
   // ARGS}\n</tool_call>"
@@ -65,8 +67,8 @@ struct OutputConstraintSpec {
 // The constraint's grammar (see the file comment). InvalidArgument, naming the keyword and its
 // place, for what cannot be enforced: the JSON Schema compiler's refusals, a bad regex, a tool
 // name outside ^[a-zA-Z0-9_-]{1,64}$, no functions, and XML parameters the raw-text form cannot
-// express (a string parameter with "format" or an applicator such as "anyOf"; a type union that
-// lists "string" after another type).
+// express (`format` or an applicator on a string value, a non-local or non-string `$ref`, string
+// and non-string members mixed where the parser would read a JSON string back with its quotes).
 absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec);
 
 }  // namespace deltaserve::common::grammar

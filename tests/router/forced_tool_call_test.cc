@@ -172,7 +172,8 @@ TEST(ForcedToolCallTest, UnenforceableParametersAreA400NamingToolAndKeyword) {
       {R"({"type":"object","properties":{"d":{"type":"string","format":"date"}}})", "format"},
       {R"({"type":"object","properties":{"d":{"type":["integer","string"]}}})", "type"},
       {R"({"type":"object","anyOf":[{"required":["a"]}],"properties":{"a":{}}})", "anyOf"},
-      {R"({"type":"object","properties":{"d":{"anyOf":[{"type":"string"}]}}})", "anyOf"},
+      {R"({"type":"object","properties":{"d":{"anyOf":[{"type":"string"},{"enum":[1,2]}]}}})",
+       "anyOf"},
   };
   for (const Case& c : cases) {
     const api::CompletionRequest r =
@@ -293,6 +294,76 @@ TEST(ForcedToolCallTest, EveryAcceptedTextParsesIntoValidCalls) {
       }
       EXPECT_GE(parsed, 250) << "most walks should complete";
     }
+  }
+}
+
+// Parameters as pydantic writes them (Optional[...] as anyOf with null, enum classes as $ref to
+// $defs): in the XML format each is written the way the parser reads it back (a string member
+// as raw text, an integer member as JSON), so random walks parse into arguments the schema's
+// rules accept. A member mix the parser would misread is refused, naming the keyword.
+TEST(ForcedToolCallTest, PydanticShapedParametersParseBackValid) {
+  const ordered_json parameters = ordered_json::parse(R"({
+    "$defs": {"Color": {"enum": ["red", "green"], "title": "Color", "type": "string"}},
+    "type": "object",
+    "properties": {
+      "note": {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}], "default": null},
+      "color": {"$ref": "#/$defs/Color"},
+      "maybe_color": {"anyOf": [{"$ref": "#/$defs/Color"}, {"type": "null"}]},
+      "count": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 5}, {"type": "null"}]}},
+    "required": ["note", "color", "maybe_color", "count"]})");
+  OutputConstraintSpec spec;
+  spec.kind = OutputConstraintSpec::Kind::kToolCall;
+  spec.format = ToolCallFormat::kQwenXml;
+  spec.functions.push_back({"paint", parameters.dump()});
+  auto g = Compile(spec);
+  ASSERT_NE(g, nullptr);
+  const ordered_json tools = ordered_json::array(
+      {{{"type", "function"}, {"function", {{"name", "paint"}, {"parameters", parameters}}}}});
+  std::mt19937_64 rng(3);
+  int checked = 0;
+  for (int i = 0; i < 200; ++i) {
+    const std::string text = RandomWalk(g, rng, 4096);
+    if (text.empty()) continue;
+    OutputParseOptions options;
+    options.tools = tools;
+    options.call_id_seed = 1;
+    const ParsedOutput out = ParseModelOutput(text, options);
+    ASSERT_EQ(out.tool_calls.size(), 1u) << text;
+    const ordered_json& a = out.tool_calls[0].arguments;
+    ASSERT_TRUE(a["note"].is_string()) << text;
+    size_t code_points = 0;
+    for (char c : a["note"].get<std::string>())
+      code_points += (static_cast<uint8_t>(c) & 0xc0) != 0x80;
+    EXPECT_LE(code_points, 5u) << text;
+    EXPECT_TRUE(a["color"] == "red" || a["color"] == "green") << text;
+    EXPECT_TRUE(a["maybe_color"] == "red" || a["maybe_color"] == "green") << text;
+    const ordered_json& count = a["count"];
+    EXPECT_TRUE(count.is_null() ||
+                (count.is_number_integer() && count.get<int>() >= 0 && count.get<int>() <= 5))
+        << text;
+    ++checked;
+  }
+  EXPECT_GE(checked, 150);
+
+  struct Refusal {
+    std::string property;
+    std::string keyword;
+  };
+  for (const Refusal& r : std::vector<Refusal>{
+           {R"({"anyOf": [{"type": "integer"}, {"type": "string"}]})", "anyOf"},
+           {R"({"$ref": "#/$defs/Number"})", "$ref"},
+           {R"({"$ref": "#/$defs/Missing"})", "$ref"},
+           {R"({"$ref": "#/$defs/Loop"})", "$ref"},
+       }) {
+    OutputConstraintSpec bad = spec;
+    bad.functions[0].parameters_json =
+        R"({"$defs": {"Number": {"type": "integer"}, "Loop": {"anyOf": [{"$ref": "#/$defs/Loop"},)"
+        R"( {"type": "null"}]}}, "type": "object", "properties": {"p": )" +
+        r.property + "}}";
+    absl::StatusOr<common::grammar::Grammar> out = common::grammar::CompileOutputConstraint(bad);
+    ASSERT_FALSE(out.ok()) << r.property;
+    EXPECT_NE(out.status().message().find("\"" + r.keyword + "\""), std::string_view::npos)
+        << out.status();
   }
 }
 

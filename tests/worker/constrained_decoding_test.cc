@@ -162,6 +162,12 @@ TEST_F(ConstrainedDecodingTest, SampledOutputsAreValidDocumentsEndingWithStop) {
     ExpectValid(text);
     EXPECT_EQ(text.back(), '}') << "ends where the grammar completes: " << text;
   }
+  // The metrics' figures: 8 constrained sequences, masks computed once per state and reused.
+  const SchedulerStats st = sched->stats();
+  EXPECT_EQ(st.constrained_sequences, 8);
+  EXPECT_GT(st.grammar_mask_misses, 0);
+  EXPECT_GT(st.grammar_mask_hits, 0);
+  EXPECT_EQ(st.constraint_failures, 0);
 }
 
 TEST_F(ConstrainedDecodingTest, SpeculationGivesTheSameConstrainedTokens) {
@@ -344,6 +350,7 @@ TEST(GrammarCacheTest, CompilesOncePerDistinctConstraintAndStaysBounded) {
   OutputConstraintSpec bad = a;
   bad.schema_json = "{\"type\": 7}";
   EXPECT_EQ(cache.Get(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.refused(), 1u);
 }
 
 }  // namespace

@@ -22,7 +22,11 @@ absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(
   }
   // Compiled outside the lock: a large schema must not hold up requests whose grammar is cached.
   absl::StatusOr<common::grammar::Grammar> grammar = common::grammar::CompileOutputConstraint(spec);
-  if (!grammar.ok()) return grammar.status();
+  if (!grammar.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refused_;
+    return grammar.status();
+  }
   auto compiled = std::make_shared<CompiledGrammar>(std::move(*grammar));
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) return it->second->grammar;  // a racer won
@@ -43,6 +47,11 @@ size_t GrammarCache::hits() const {
 size_t GrammarCache::misses() const {
   std::lock_guard<std::mutex> lock(mu_);
   return misses_;
+}
+
+size_t GrammarCache::refused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refused_;
 }
 
 SequenceConstraint::SequenceConstraint(std::shared_ptr<CompiledGrammar> grammar,

@@ -53,7 +53,8 @@ class GrammarCache {
       const common::grammar::OutputConstraintSpec& spec);
 
   size_t hits() const;
-  size_t misses() const;
+  size_t misses() const;   // compiles, refused ones included
+  size_t refused() const;  // constraints that did not compile
 
  private:
   using Key = std::array<uint8_t, 32>;
@@ -65,7 +66,7 @@ class GrammarCache {
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // most recent first
   absl::flat_hash_map<Key, std::list<Entry>::iterator> index_;
-  size_t hits_ = 0, misses_ = 0;
+  size_t hits_ = 0, misses_ = 0, refused_ = 0;
 };
 
 struct SequenceConstraintOptions {

@@ -126,6 +126,8 @@ void Scheduler::StartConstraint(Sequence& seq) {
                                                         std::move(seq.constraint_options));
   seq.grammar.reset();
   seq.trie.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.constrained_sequences;
 }
 
 absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
@@ -597,6 +599,10 @@ void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n
   }
   if (!out.empty() && seq.sink != nullptr) seq.sink->OnTokens(out);
   if (ended) {
+    if (end == EndReason::kError) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.constraint_failures;  // the only errors Consume ends a sequence with
+    }
     Finish(seq, end, std::move(end_error));
     return;
   }
@@ -791,6 +797,10 @@ bool Scheduler::Step() {
       cache_->free_pages() + (snapshots_ != nullptr ? snapshots_->EvictablePages() : 0);
   stats_.total_pages = cache_->total_pages();
   stats_.free_slots = slots_->free_slots();
+  if (masks_ != nullptr) {
+    stats_.grammar_mask_hits = static_cast<int64_t>(masks_->hits());
+    stats_.grammar_mask_misses = static_cast<int64_t>(masks_->misses());
+  }
   return worked || !waiting_.empty();
 }
 

@@ -161,6 +161,12 @@ struct SchedulerStats {
   int64_t snapshot_lookups = 0, snapshot_hits_ram = 0, snapshot_hits_remote = 0;
   int64_t snapshot_misses = 0, snapshot_tokens_reused = 0;
   int64_t snapshot_restore_failures = 0;  // a restore failed; the sequence ran cold
+  // Constrained decoding: sequences admitted with an output constraint, allowed-token masks
+  // served from the scheduler's cache or computed, and constrained sequences ended with an error
+  // (a grammar limit left no token, or a token did not continue the grammar).
+  int64_t constrained_sequences = 0;
+  int64_t grammar_mask_hits = 0, grammar_mask_misses = 0;
+  int64_t constraint_failures = 0;
 };
 
 // Receives the snapshots a finished sequence took, in position order, and its prompt's length

@@ -214,9 +214,11 @@ std::string RenderWorkerMetrics(const WorkerService& service) {
     int64_t SchedulerStats::*field;
   };
   const Series series[] = {
-      {"deltaserve_model_running_sequences", "gauge", "Sequences running.", &SchedulerStats::running},
+      {"deltaserve_model_running_sequences", "gauge", "Sequences running.",
+       &SchedulerStats::running},
       {"deltaserve_model_waiting_sequences", "gauge", "Requests queued.", &SchedulerStats::waiting},
-      {"deltaserve_model_free_kv_pages", "gauge", "Free KV cache pages.", &SchedulerStats::free_pages},
+      {"deltaserve_model_free_kv_pages", "gauge", "Free KV cache pages.",
+       &SchedulerStats::free_pages},
       {"deltaserve_model_kv_pages", "gauge", "KV cache pages.", &SchedulerStats::total_pages},
       {"deltaserve_model_free_state_slots", "gauge", "Free recurrent-state slots.",
        &SchedulerStats::free_slots},
@@ -239,6 +241,18 @@ std::string RenderWorkerMetrics(const WorkerService& service) {
       {"deltaserve_model_snapshot_restore_failures_total", "counter",
        "Snapshot restores that failed; the sequence ran cold.",
        &SchedulerStats::snapshot_restore_failures},
+      {"deltaserve_model_constrained_sequences_total", "counter",
+       "Sequences admitted with an output constraint (docs/structured_outputs.md).",
+       &SchedulerStats::constrained_sequences},
+      {"deltaserve_model_grammar_mask_hits_total", "counter",
+       "Allowed-token masks served from the scheduler's mask cache.",
+       &SchedulerStats::grammar_mask_hits},
+      {"deltaserve_model_grammar_mask_misses_total", "counter",
+       "Allowed-token masks computed (a grammar state met for the first time, or evicted).",
+       &SchedulerStats::grammar_mask_misses},
+      {"deltaserve_model_constraint_failures_total", "counter",
+       "Constrained sequences ended with an error (a grammar limit left no token).",
+       &SchedulerStats::constraint_failures},
   };
   for (const Series& s : series) {
     absl::StrAppend(&out, "# HELP ", s.name, " ", s.help, "\n# TYPE ", s.name, " ", s.type, "\n");
@@ -294,6 +308,27 @@ std::string RenderWorkerMetrics(const WorkerService& service) {
     absl::StrAppend(&out, "# HELP ", s.name, " ", s.help, "\n# TYPE ", s.name, " ", s.type, "\n");
     for (const auto& [name, model] : service.models()) {
       absl::StrAppend(&out, s.name, "{model=\"", name, "\"} ", s.value(model->snapshots().stats()),
+                      "\n");
+    }
+  }
+  struct GrammarSeries {
+    const char* name;
+    const char* help;
+    size_t (GrammarCache::*value)() const;
+  };
+  const GrammarSeries grammar_series[] = {
+      {"deltaserve_model_grammar_cache_hits_total",
+       "Output constraints whose grammar was already compiled.", &GrammarCache::hits},
+      {"deltaserve_model_grammar_compiles_total",
+       "Output constraints compiled (refused ones included).", &GrammarCache::misses},
+      {"deltaserve_model_grammar_refusals_total",
+       "Output constraints refused by the compiler (INVALID_ARGUMENT naming the keyword).",
+       &GrammarCache::refused},
+  };
+  for (const GrammarSeries& s : grammar_series) {
+    absl::StrAppend(&out, "# HELP ", s.name, " ", s.help, "\n# TYPE ", s.name, " counter\n");
+    for (const auto& [name, model] : service.models()) {
+      absl::StrAppend(&out, s.name, "{model=\"", name, "\"} ", (model->grammar_cache().*s.value)(),
                       "\n");
     }
   }

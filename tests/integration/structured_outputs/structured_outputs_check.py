@@ -21,6 +21,7 @@ Every check runs even when an earlier one failed; exit status 0 only when all pa
 
 import argparse
 import concurrent.futures
+import enum
 import json
 import signal
 import sys
@@ -254,6 +255,29 @@ class Checks:
                     calls = choice.message.tool_calls
                     assert len(calls) == 1 and calls[0].function.name == name, (what, calls)
                     validate(json.loads(calls[0].function.arguments), PARAMETERS[name])
+
+    def check_pydantic_function_tool(self):
+        """openai.pydantic_function_tool's strict schema ($defs for an enum class, Optional as
+        anyOf with null) forced in both call formats, validated with jsonschema."""
+        class Color(str, enum.Enum):
+            RED = "red"
+            GREEN = "green"
+
+        class Paint(pydantic.BaseModel):
+            color: Color
+            note: Optional[pydantic.constr(max_length=5)]
+            count: Optional[pydantic.conint(ge=0, le=5)]
+
+        tool = openai.pydantic_function_tool(Paint)
+        parameters = tool["function"]["parameters"]
+        choice = {"type": "function", "function": {"name": tool["function"]["name"]}}
+        for config in ("tiny", "xml-nothink"):
+            for seed, r in enumerate(self.many(
+                    lambda s: self.chat(s, config, tools=[tool], tool_choice=choice), n=6)):
+                c = r.choices[0]
+                assert c.finish_reason == "tool_calls", (config, seed, c)
+                assert len(c.message.tool_calls) == 1, (config, seed, c)
+                validate(json.loads(c.message.tool_calls[0].function.arguments), parameters)
 
     def check_cut_call_is_length_not_a_call(self):
         for config in ("tiny", "xml-nothink"):
