@@ -13,7 +13,6 @@
 #include "common/grammar/internal/json_schema_internal.h"
 #include "common/json_reader.h"
 #include "common/str_util.h"
-#include "common/unicode.h"
 
 namespace deltaserve::common::grammar {
 namespace internal {
@@ -27,7 +26,8 @@ bool HasAssertionsBesides(const Json& schema, std::string_view except) {
 }
 
 int64_t NonNegativeInt(const Json& v) {
-  if (v.is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
+  if (v.is_number_unsigned())
+    return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
@@ -68,8 +68,8 @@ Symbol SchemaCompiler::Ws() {
     ByteClass ws;
     for (char c : {' ', '\t', '\n', '\r'}) ws.Add(static_cast<uint8_t>(c));
     if (options_.max_whitespace > 0) {
-      ws_ = Symbol::Rule(builder_.Repeat(Name("ws"), {builder_.Bytes(ws)}, 0,
-                                         options_.max_whitespace));
+      ws_ = Symbol::Rule(
+          builder_.Repeat(Name("ws"), {builder_.Bytes(ws)}, 0, options_.max_whitespace));
     } else {
       const RuleId r = builder_.AddRule(Name("ws"));
       builder_.AddAlternative(r, {});
@@ -104,26 +104,29 @@ Symbol SchemaCompiler::AnyValue() {
   const int depth = std::max(options_.max_schema_depth, 1);
   absl::StatusOr<MaybeSymbols> number = CompileNumber(Json::object(), "#", false);
   const Symbol ws = Ws();
-  std::vector<Alternative> scalars = {builder_.Literal("null"), builder_.Literal("true"),
-                                      builder_.Literal("false"), {AnyString()}, **number};
+  std::vector<Alternative> scalars = {builder_.Literal("null"),
+                                      builder_.Literal("true"),
+                                      builder_.Literal("false"),
+                                      {AnyString()},
+                                      **number};
   Symbol below = Symbol::Rule(builder_.Choice(Name("value0"), scalars));
   for (int d = 1; d <= depth; ++d) {
     const Symbol comma = builder_.Bytes(ByteClass::Of(','));
     // array_d ::= "[" ws ( "]" | v ( ws "," ws v )* ws "]" )
     const RuleId more_items = builder_.Star(Name("items_more"), {ws, comma, ws, below});
     const RuleId array = builder_.AddRule(Name(absl::StrCat("array", d)));
-    builder_.AddAlternative(array, {builder_.Bytes(ByteClass::Of('[')), ws,
-                                    builder_.Bytes(ByteClass::Of(']'))});
-    builder_.AddAlternative(array, {builder_.Bytes(ByteClass::Of('[')), ws, below,
-                                    Symbol::Rule(more_items), ws,
-                                    builder_.Bytes(ByteClass::Of(']'))});
+    builder_.AddAlternative(
+        array, {builder_.Bytes(ByteClass::Of('[')), ws, builder_.Bytes(ByteClass::Of(']'))});
+    builder_.AddAlternative(
+        array, {builder_.Bytes(ByteClass::Of('[')), ws, below, Symbol::Rule(more_items), ws,
+                builder_.Bytes(ByteClass::Of(']'))});
     const Alternative member = {AnyString(), ws, builder_.Bytes(ByteClass::Of(':')), ws, below};
     Alternative more_member = {ws, comma, ws};
     more_member.insert(more_member.end(), member.begin(), member.end());
     const RuleId more_members = builder_.Star(Name("members_more"), more_member);
     const RuleId object = builder_.AddRule(Name(absl::StrCat("object", d)));
-    builder_.AddAlternative(object, {builder_.Bytes(ByteClass::Of('{')), ws,
-                                     builder_.Bytes(ByteClass::Of('}'))});
+    builder_.AddAlternative(
+        object, {builder_.Bytes(ByteClass::Of('{')), ws, builder_.Bytes(ByteClass::Of('}'))});
     Alternative full = {builder_.Bytes(ByteClass::Of('{')), ws};
     full.insert(full.end(), member.begin(), member.end());
     full.push_back(Symbol::Rule(more_members));
@@ -232,8 +235,8 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileAlternatives(const Json& sch
     }
     Json both = siblings;
     both["allOf"] = Json::array({list[i]});
-    absl::StatusOr<Json> merged = Merge(both, JoinPath(JoinPath(path, key), std::to_string(i)),
-                                        depth);
+    absl::StatusOr<Json> merged =
+        Merge(both, JoinPath(JoinPath(path, key), std::to_string(i)), depth);
     if (!merged.ok()) return merged.status();
     alts.push_back(*std::move(merged));
   }
@@ -301,7 +304,8 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
     if (!r->is_array()) return InvalidSchema(path, "required must be an array");
     for (const Json& k : *r) {
       if (!k.is_string()) return InvalidSchema(path, "required must list strings");
-      if (required.insert(k.get<std::string>()).second) required_order.push_back(k.get<std::string>());
+      if (required.insert(k.get<std::string>()).second)
+        required_order.push_back(k.get<std::string>());
     }
   }
   // additionalProperties: a schema for the other keys, or none (false).
@@ -339,7 +343,8 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
   // patternProperties, keys matching a pattern with that pattern's schema.
   Alternative other_key;
   MaybeSymbols other_value = additional;
-  if (auto pp = schema.find("patternProperties"); pp != schema.end() && pp->is_object() && !pp->empty()) {
+  if (auto pp = schema.find("patternProperties");
+      pp != schema.end() && pp->is_object() && !pp->empty()) {
     absl::StatusOr<std::pair<Alternative, MaybeSymbols>> keys =
         PatternKeys(*pp, listed, JoinPath(path, "patternProperties"), depth);
     if (!keys.ok()) return keys.status();
@@ -355,8 +360,9 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
   const int64_t min_count = std::max<int64_t>(*min_props, 0);
   const int64_t max_count = *max_props;  // -1: none
   if (min_count > options_.max_repetition || max_count > options_.max_repetition) {
-    return UnsupportedKeyword(min_count > options_.max_repetition ? "minProperties" : "maxProperties",
-                              path, absl::StrCat("over the limit of ", options_.max_repetition));
+    return UnsupportedKeyword(
+        min_count > options_.max_repetition ? "minProperties" : "maxProperties", path,
+        absl::StrCat("over the limit of ", options_.max_repetition));
   }
   // Rules P(i, c): members i.. still to place, c placed so far (saturated at `cap`, which only
   // needs to tell 0 (no comma yet) and the counts the bounds mention apart).
@@ -396,10 +402,12 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
     if (i < n) {
       const Member& m = members[i];
       if (!m.required) builder_.AddAlternative(r, {rule_for(i + 1, c)});
-      if (room) builder_.AddAlternative(r, member(StringLiteral(m.key), *m.value, rule_for(i + 1, next)));
+      if (room)
+        builder_.AddAlternative(r, member(StringLiteral(m.key), *m.value, rule_for(i + 1, next)));
       continue;
     }
-    if (c >= min_count) builder_.AddAlternative(r, c > 0 ? Alternative{ws, close} : Alternative{close});
+    if (c >= min_count)
+      builder_.AddAlternative(r, c > 0 ? Alternative{ws, close} : Alternative{close});
     if (other_value && room) {
       builder_.AddAlternative(r, member(other_key, *other_value, rule_for(n, next)));
     }
@@ -486,7 +494,8 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileArray(const Json& schema,
     const int64_t i = pending.back();
     pending.pop_back();
     const RuleId r = rules[i];
-    if (i >= min_count) builder_.AddAlternative(r, i > 0 ? Alternative{ws, close} : Alternative{close});
+    if (i >= min_count)
+      builder_.AddAlternative(r, i > 0 ? Alternative{ws, close} : Alternative{close});
     const MaybeSymbols& item = i < np ? prefix[static_cast<size_t>(i)] : rest;
     if (!item || (max_count >= 0 && i >= max_count)) continue;
     Alternative alt;
@@ -496,71 +505,6 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileArray(const Json& schema,
     builder_.AddAlternative(r, std::move(alt));
   }
   return MaybeSymbols(start);
-}
-
-// A trie of the listed keys over code points: at a trie node, a character that continues a
-// listed key follows the trie, any other leaves it for good; the closing quote is allowed
-// except right after a whole listed key.
-Symbol SchemaCompiler::KeyExcluding(const std::vector<std::string>& keys) {
-  struct Node {
-    std::map<uint32_t, size_t> next;
-    bool terminal = false;
-  };
-  std::vector<Node> trie(1);
-  for (const std::string& key : keys) {
-    size_t at = 0, pos = 0;
-    while (pos < key.size()) {
-      const uint32_t cp = DecodeUtf8(key, pos);
-      auto it = trie[at].next.find(cp);
-      if (it == trie[at].next.end()) {
-        trie.emplace_back();
-        it = trie[at].next.emplace(cp, trie.size() - 1).first;
-      }
-      at = it->second;
-    }
-    trie[at].terminal = true;
-  }
-  const Symbol quote = builder_.Bytes(ByteClass::Of('"'));
-  const RuleId free_rest = builder_.Star(Name("key_chars"), {AnyChar()});
-  std::vector<RuleId> rules(trie.size());
-  for (size_t i = 0; i < trie.size(); ++i) rules[i] = builder_.AddRule(Name("key"));
-  // Characters other than a node's children: when those are all plain ASCII (the usual keys),
-  // one byte class plus a rule shared by all nodes for everything that is not plain ASCII,
-  // instead of a rule per node.
-  CodePointRanges plain;
-  for (uint32_t cp = 0; cp < 0x80; ++cp) {
-    if (IsPlainByte(cp, CodePointSpelling::kJsonString)) plain.emplace_back(cp, cp);
-  }
-  plain = NormalizeRanges(plain);
-  const Symbol not_plain = json_chars_.Set(ComplementRanges(plain));
-  for (size_t i = 0; i < trie.size(); ++i) {
-    CodePointRanges children;
-    ByteClass other_plain;
-    for (const auto& r : plain) other_plain.AddRange(static_cast<uint8_t>(r.first), static_cast<uint8_t>(r.second));
-    bool all_plain = true;
-    for (const auto& [cp, child] : trie[i].next) {
-      children.emplace_back(cp, cp);
-      if (IsPlainByte(cp, CodePointSpelling::kJsonString)) {
-        other_plain.Remove(static_cast<uint8_t>(cp));
-      } else {
-        all_plain = false;
-      }
-      builder_.AddAlternative(rules[i], {json_chars_.Set({{cp, cp}}), Symbol::Rule(rules[child])});
-    }
-    if (!trie[i].terminal) builder_.AddAlternative(rules[i], {quote});
-    if (all_plain) {
-      if (!other_plain.Empty()) {
-        builder_.AddAlternative(rules[i], {builder_.Bytes(other_plain), Symbol::Rule(free_rest), quote});
-      }
-      builder_.AddAlternative(rules[i], {not_plain, Symbol::Rule(free_rest), quote});
-    } else {
-      builder_.AddAlternative(rules[i], {json_chars_.Set(ComplementRanges(children)),
-                                         Symbol::Rule(free_rest), quote});
-    }
-  }
-  const RuleId key = builder_.AddRule(Name("other_key"));
-  builder_.AddAlternative(key, {quote, Symbol::Rule(rules[0])});
-  return Symbol::Rule(key);
 }
 
 }  // namespace internal
@@ -606,8 +550,8 @@ absl::StatusOr<Grammar> CompileJsonSchema(std::string_view schema_json,
   if (!root.ok()) return root.status();
   absl::StatusOr<Grammar> g = std::move(builder).Build(*root, options.limits);
   if (!g.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JSON Schema compiles to a grammar the engine refuses: ", g.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JSON Schema compiles to a grammar the engine refuses: ", g.status().message()));
   }
   return g;
 }

@@ -98,26 +98,78 @@ std::string JoinPath(std::string_view path, std::string_view segment) {
 }
 
 bool IsAnnotationKeyword(std::string_view key) {
-  static const absl::flat_hash_set<std::string_view> kAnnotations = {
-      "title",           "description",      "default",       "examples",
-      "example",         "$schema",          "$id",           "id",
-      "$comment",        "deprecated",       "readOnly",      "writeOnly",
-      "contentEncoding", "contentMediaType", "contentSchema", "$anchor",
-      "$vocabulary",     "$defs",            "definitions",   "discriminator",
-      "xml",             "externalDocs",     "$dynamicAnchor", "$recursiveAnchor"};
+  static const absl::flat_hash_set<std::string_view> kAnnotations = {"title",
+                                                                     "description",
+                                                                     "default",
+                                                                     "examples",
+                                                                     "example",
+                                                                     "$schema",
+                                                                     "$id",
+                                                                     "id",
+                                                                     "$comment",
+                                                                     "deprecated",
+                                                                     "readOnly",
+                                                                     "writeOnly",
+                                                                     "contentEncoding",
+                                                                     "contentMediaType",
+                                                                     "contentSchema",
+                                                                     "$anchor",
+                                                                     "$vocabulary",
+                                                                     "$defs",
+                                                                     "definitions",
+                                                                     "discriminator",
+                                                                     "xml",
+                                                                     "externalDocs",
+                                                                     "$dynamicAnchor",
+                                                                     "$recursiveAnchor"};
   return kAnnotations.contains(key);
 }
 
 bool IsKnownKeyword(std::string_view key) {
-  static const absl::flat_hash_set<std::string_view> kKeywords = {
-      "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
-      "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems",
-      "uniqueItems", "maxContains", "minContains", "maxProperties", "minProperties", "required",
-      "dependentRequired", "format", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
-      "dependentSchemas", "prefixItems", "items", "additionalItems", "contains", "properties",
-      "patternProperties", "additionalProperties", "propertyNames", "unevaluatedItems",
-      "unevaluatedProperties", "dependencies", "$ref", "$dynamicRef", "$recursiveRef",
-      "nullable"};
+  static const absl::flat_hash_set<std::string_view> kKeywords = {"type",
+                                                                  "enum",
+                                                                  "const",
+                                                                  "multipleOf",
+                                                                  "maximum",
+                                                                  "exclusiveMaximum",
+                                                                  "minimum",
+                                                                  "exclusiveMinimum",
+                                                                  "maxLength",
+                                                                  "minLength",
+                                                                  "pattern",
+                                                                  "maxItems",
+                                                                  "minItems",
+                                                                  "uniqueItems",
+                                                                  "maxContains",
+                                                                  "minContains",
+                                                                  "maxProperties",
+                                                                  "minProperties",
+                                                                  "required",
+                                                                  "dependentRequired",
+                                                                  "format",
+                                                                  "allOf",
+                                                                  "anyOf",
+                                                                  "oneOf",
+                                                                  "not",
+                                                                  "if",
+                                                                  "then",
+                                                                  "else",
+                                                                  "dependentSchemas",
+                                                                  "prefixItems",
+                                                                  "items",
+                                                                  "additionalItems",
+                                                                  "contains",
+                                                                  "properties",
+                                                                  "patternProperties",
+                                                                  "additionalProperties",
+                                                                  "propertyNames",
+                                                                  "unevaluatedItems",
+                                                                  "unevaluatedProperties",
+                                                                  "dependencies",
+                                                                  "$ref",
+                                                                  "$dynamicRef",
+                                                                  "$recursiveRef",
+                                                                  "nullable"};
   return kKeywords.contains(key) || IsAnnotationKeyword(key);
 }
 
@@ -157,19 +209,26 @@ absl::StatusOr<unsigned> SchemaTypes(const Json& schema, std::string_view path) 
 
 unsigned ValueType(const Json& v) {
   switch (v.type()) {
-    case Json::value_t::null: return kNull;
-    case Json::value_t::boolean: return kBoolean;
-    case Json::value_t::object: return kObject;
-    case Json::value_t::array: return kArray;
-    case Json::value_t::string: return kString;
+    case Json::value_t::null:
+      return kNull;
+    case Json::value_t::boolean:
+      return kBoolean;
+    case Json::value_t::object:
+      return kObject;
+    case Json::value_t::array:
+      return kArray;
+    case Json::value_t::string:
+      return kString;
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return kInteger;
+    case Json::value_t::number_unsigned:
+      return kInteger;
     case Json::value_t::number_float: {
       // No cast to an integer type: 1e97 is integral too, and out of int64's range.
       const double d = v.get<double>();
       return std::isfinite(d) && std::trunc(d) == d ? kInteger : kNumber;
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -193,8 +252,8 @@ absl::Status SchemaCompiler::CheckKeywords(const Json& schema, const std::string
     if (object && key == "propertyNames" && !IsTrivialSchema(value)) {
       return UnsupportedKeyword(key, path);
     }
-    if (object && (key == "dependentRequired" || key == "dependentSchemas" ||
-                   key == "dependencies") &&
+    if (object &&
+        (key == "dependentRequired" || key == "dependentSchemas" || key == "dependencies") &&
         !IsEmptyObject(value)) {
       return UnsupportedKeyword(key, path);
     }
@@ -215,7 +274,8 @@ absl::StatusOr<std::pair<const Json*, std::string>> SchemaCompiler::Resolve(
   if (r.empty() || r[0] != '#') {
     return UnsupportedKeyword("$ref", path,
                               absl::StrCat("only references within the schema (\"#...\") are "
-                                           "supported, not \"", Sv(ref), "\""));
+                                           "supported, not \"",
+                                           Sv(ref), "\""));
   }
   const std::string fragment = PercentDecode(r.substr(1));
   if (fragment.empty()) return std::make_pair(&root_, std::string("#"));

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <optional>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/grammar/internal/json_schema_internal.h"
@@ -22,7 +22,9 @@ constexpr int kMaxMergeSteps = 4096;
 constexpr size_t kMaxDistributed = 64;
 
 bool IsFalse(const Json& s) { return s.is_boolean() && !s.get<bool>(); }
-bool IsTrue(const Json& s) { return (s.is_boolean() && s.get<bool>()) || (s.is_object() && s.empty()); }
+bool IsTrue(const Json& s) {
+  return (s.is_boolean() && s.get<bool>()) || (s.is_object() && s.empty());
+}
 
 Json TypeNames(unsigned t) {
   Json names = Json::array();
@@ -43,7 +45,8 @@ Json TypeNames(unsigned t) {
 std::optional<std::vector<Json>> ListedValues(const Json& s) {
   if (!s.is_object()) return std::nullopt;
   std::optional<std::vector<Json>> out;
-  if (auto e = s.find("enum"); e != s.end() && e->is_array()) out = std::vector<Json>(e->begin(), e->end());
+  if (auto e = s.find("enum"); e != s.end() && e->is_array())
+    out = std::vector<Json>(e->begin(), e->end());
   if (auto c = s.find("const"); c != s.end()) {
     std::vector<Json> v;
     if (!out || std::find(out->begin(), out->end(), *c) != out->end()) v.push_back(*c);
@@ -55,11 +58,29 @@ std::optional<std::vector<Json>> ListedValues(const Json& s) {
 // Keywords MergePlain combines itself (the others are copied, and must agree when both sides
 // have them).
 bool IsMergedKeyword(std::string_view key) {
-  static const char* const kMerged[] = {
-      "type", "nullable", "enum", "const", "properties", "additionalProperties", "required",
-      "items", "prefixItems", "minimum", "exclusiveMinimum", "minLength", "minItems",
-      "minProperties", "maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties",
-      "uniqueItems", "pattern", "format", "multipleOf"};
+  static const char* const kMerged[] = {"type",
+                                        "nullable",
+                                        "enum",
+                                        "const",
+                                        "properties",
+                                        "additionalProperties",
+                                        "required",
+                                        "items",
+                                        "prefixItems",
+                                        "minimum",
+                                        "exclusiveMinimum",
+                                        "minLength",
+                                        "minItems",
+                                        "minProperties",
+                                        "maximum",
+                                        "exclusiveMaximum",
+                                        "maxLength",
+                                        "maxItems",
+                                        "maxProperties",
+                                        "uniqueItems",
+                                        "pattern",
+                                        "format",
+                                        "multipleOf"};
   for (const char* k : kMerged) {
     if (key == k) return true;
   }
@@ -91,7 +112,8 @@ class Merger {
     std::vector<Json> parts;
     if (auto r = base.find("$ref"); r != base.end()) {
       if (!r->is_string()) return InvalidSchema(path_, "$ref must be a string");
-      absl::StatusOr<std::pair<const Json*, std::string>> target = c_.Resolve(r->get<std::string>(), path_);
+      absl::StatusOr<std::pair<const Json*, std::string>> target =
+          c_.Resolve(r->get<std::string>(), path_);
       if (!target.ok()) return target.status();
       parts.push_back(*target->first);
       base.erase("$ref");
@@ -120,7 +142,8 @@ class Merger {
     if (IsFalse(*a) || IsFalse(*b)) return Json(false);
     if (IsTrue(*a)) return *b;
     if (IsTrue(*b)) return *a;
-    if (!a->is_object() || !b->is_object()) return InvalidSchema(path_, "a schema must be an object or a boolean");
+    if (!a->is_object() || !b->is_object())
+      return InvalidSchema(path_, "a schema must be an object or a boolean");
     for (const Json* side : {&*a, &*b}) {
       for (const char* key : {"anyOf", "oneOf"}) {
         auto alts = side->find(key);
@@ -138,7 +161,8 @@ class Merger {
           out.push_back(*std::move(m));
         }
         if (out.size() > kMaxDistributed) {
-          return UnsupportedKeyword("allOf", path_, "too many combinations of anyOf/oneOf alternatives");
+          return UnsupportedKeyword("allOf", path_,
+                                    "too many combinations of anyOf/oneOf alternatives");
         }
         return Json{{key, std::move(out)}};
       }
@@ -207,7 +231,8 @@ class Merger {
       out["required"] = std::move(req);
     }
     // Bounds: the tighter one.
-    for (const char* key : {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"}) {
+    for (const char* key :
+         {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"}) {
       const Json *x = get(a, key), *y = get(b, key);
       if (x && y && x->is_number() && y->is_number()) {
         out[key] = x->get<double>() >= y->get<double>() ? *x : *y;
@@ -215,7 +240,8 @@ class Merger {
         out[key] = x ? *x : *y;
       }
     }
-    for (const char* key : {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"}) {
+    for (const char* key :
+         {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"}) {
       const Json *x = get(a, key), *y = get(b, key);
       if (x && y && x->is_number() && y->is_number()) {
         out[key] = x->get<double>() <= y->get<double>() ? *x : *y;
@@ -223,8 +249,9 @@ class Merger {
         out[key] = x ? *x : *y;
       }
     }
-    if (const Json *x = get(a, "uniqueItems"), *y = get(b, "uniqueItems"); x || y) {
-      out["uniqueItems"] = (x && x->is_boolean() && x->get<bool>()) || (y && y->is_boolean() && y->get<bool>());
+    if (const Json* x = get(a, "uniqueItems"), *y = get(b, "uniqueItems"); x || y) {
+      out["uniqueItems"] =
+          (x && x->is_boolean() && x->get<bool>()) || (y && y->is_boolean() && y->get<bool>());
     }
     // Items: the positional schemas pairwise, each side's `items` standing in past its own.
     const Json* ia = get(a, "items");
@@ -344,9 +371,7 @@ absl::StatusOr<Json> SchemaCompiler::NotAsConstraint(const Json& not_in,
   const Json& n = Deref(*this, not_in);
   if (IsTrue(n)) return Json(false);
   if (IsFalse(n)) return Json(true);
-  auto refuse = [&](std::string_view detail) {
-    return UnsupportedKeyword("not", path, detail);
-  };
+  auto refuse = [&](std::string_view detail) { return UnsupportedKeyword("not", path, detail); };
   if (!n.is_object()) return refuse("not of a non-schema");
   std::vector<std::string> keys;
   for (const auto& [key, value] : n.items()) {
@@ -378,11 +403,13 @@ absl::StatusOr<Json> SchemaCompiler::NotAsConstraint(const Json& not_in,
   } else if (keys.size() == 1 && keys[0] == "anyOf" && n["anyOf"].is_array()) {
     for (const Json& alt : n["anyOf"]) {
       const std::string k = first_required(Deref(*this, alt));
-      if (k.empty()) return refuse("not of an anyOf whose alternatives are not plain required lists");
+      if (k.empty())
+        return refuse("not of an anyOf whose alternatives are not plain required lists");
       forbidden[k] = false;
     }
   } else {
-    return refuse("only not of {}, a type, required keys, or an anyOf of required keys is supported");
+    return refuse(
+        "only not of {}, a type, required keys, or an anyOf of required keys is supported");
   }
   return Json{{"type", "object"}, {"properties", std::move(forbidden)}};
 }

@@ -67,8 +67,10 @@ std::optional<Decimal> ToDecimal(const Json& v) {
   if (point < 0) point = static_cast<int64_t>(digits.size());
   point += exponent;  // a double's exponent: |point| stays below ~330
   std::string int_part, frac_part;
-  for (int64_t i = std::min<int64_t>(point, 0); i < std::max<int64_t>(point, static_cast<int64_t>(digits.size())); ++i) {
-    const char digit = i >= 0 && i < static_cast<int64_t>(digits.size()) ? digits[static_cast<size_t>(i)] : '0';
+  for (int64_t i = std::min<int64_t>(point, 0);
+       i < std::max<int64_t>(point, static_cast<int64_t>(digits.size())); ++i) {
+    const char digit =
+        i >= 0 && i < static_cast<int64_t>(digits.size()) ? digits[static_cast<size_t>(i)] : '0';
     (i < point ? int_part : frac_part).push_back(digit);
   }
   d.int_digits = std::move(int_part);
@@ -170,7 +172,8 @@ FracDfa LowerDfa(const std::string& d, bool inclusive) {
   for (int i = 0; i < k; ++i) {
     const int di = d[static_cast<size_t>(i)] - '0';
     for (int x = 0; x < 10; ++x) {
-      f.next[static_cast<size_t>(i)][static_cast<size_t>(x)] = x > di ? free : (x == di ? i + 1 : -1);
+      f.next[static_cast<size_t>(i)][static_cast<size_t>(x)] =
+          x > di ? free : (x == di ? i + 1 : -1);
     }
   }
   f.accept[static_cast<size_t>(k)] = inclusive;
@@ -190,7 +193,8 @@ FracDfa UpperDfa(const std::string& d, bool inclusive) {
   for (int i = 0; i < k; ++i) {
     const int di = d[static_cast<size_t>(i)] - '0';
     for (int x = 0; x < 10; ++x) {
-      f.next[static_cast<size_t>(i)][static_cast<size_t>(x)] = x < di ? free : (x == di ? i + 1 : -1);
+      f.next[static_cast<size_t>(i)][static_cast<size_t>(x)] =
+          x < di ? free : (x == di ? i + 1 : -1);
     }
   }
   // All of D matched: only zeros may follow, and then F == D.
@@ -213,8 +217,9 @@ FracDfa Product(const FracDfa& a, const FracDfa& b) {
       if (s2 < 0 || t2 < 0) continue;
       auto it = index.find({s2, t2});
       if (it == index.end()) {
-        it = index.emplace(std::make_pair(s2, t2),
-                           p.Add(a.accept[static_cast<size_t>(s2)] && b.accept[static_cast<size_t>(t2)]))
+        it = index
+                 .emplace(std::make_pair(s2, t2), p.Add(a.accept[static_cast<size_t>(s2)] &&
+                                                        b.accept[static_cast<size_t>(t2)]))
                  .first;
         work.emplace_back(s2, t2);
       }
@@ -364,7 +369,8 @@ class NumberRules {
     for (auto& r : rem) r = b_.AddRule(c_.Name("mod"));
     auto edges = [&](int64_t r, int first_digit, RuleId into, Alternative prefix) {
       std::map<int64_t, ByteClass> by_target;
-      for (int x = first_digit; x < 10; ++x) by_target[(r * 10 + x) % k].Add(static_cast<uint8_t>('0' + x));
+      for (int x = first_digit; x < 10; ++x)
+        by_target[(r * 10 + x) % k].Add(static_cast<uint8_t>('0' + x));
       for (const auto& [t, cls] : by_target) {
         Alternative alt = prefix;
         alt.push_back(b_.Bytes(cls));
@@ -420,8 +426,7 @@ absl::Status ReadBound(const Json& schema, const std::string& path, bool lower,
 }  // namespace
 
 absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileNumber(const Json& schema,
-                                                           const std::string& path,
-                                                           bool integer) {
+                                                           const std::string& path, bool integer) {
   std::optional<Bound> lower, upper;
   if (absl::Status s = ReadBound(schema, path, true, lower); !s.ok()) return s;
   if (absl::Status s = ReadBound(schema, path, false, upper); !s.ok()) return s;
@@ -450,11 +455,12 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileNumber(const Json& schema,
     // -?(0|[1-9][0-9]*) (\.[0-9]+)? ([eE][+-]?[0-9]+)?
     const Symbol digit = builder_.Bytes(Digits(0, 9));
     const RuleId digits = builder_.Star(Name("digits"), {digit});
-    const RuleId int_part = builder_.Choice(
-        Name("int"), {{builder_.Bytes(ByteClass::Of('0'))},
-                      {builder_.Bytes(Digits(1, 9)), Symbol::Rule(digits)}});
-    Alternative alt = {Symbol::Rule(builder_.Optional(Name("sign"), {builder_.Bytes(ByteClass::Of('-'))})),
-                       Symbol::Rule(int_part)};
+    const RuleId int_part =
+        builder_.Choice(Name("int"), {{builder_.Bytes(ByteClass::Of('0'))},
+                                      {builder_.Bytes(Digits(1, 9)), Symbol::Rule(digits)}});
+    Alternative alt = {
+        Symbol::Rule(builder_.Optional(Name("sign"), {builder_.Bytes(ByteClass::Of('-'))})),
+        Symbol::Rule(int_part)};
     if (!integer) {
       const RuleId plus = builder_.Plus(Name("digits"), {digit});
       ByteClass e, sign;
@@ -464,9 +470,10 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileNumber(const Json& schema,
       sign.Add('-');
       alt.push_back(rules.AnyFraction());
       alt.push_back(Symbol::Rule(builder_.Optional(
-          Name("exponent"), {builder_.Bytes(e),
-                             Symbol::Rule(builder_.Optional(Name("exp_sign"), {builder_.Bytes(sign)})),
-                             Symbol::Rule(plus)})));
+          Name("exponent"),
+          {builder_.Bytes(e),
+           Symbol::Rule(builder_.Optional(Name("exp_sign"), {builder_.Bytes(sign)})),
+           Symbol::Rule(plus)})));
     }
     return MaybeSymbols(std::move(alt));
   }

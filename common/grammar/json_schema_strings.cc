@@ -1,8 +1,10 @@
-// JSON Schema strings (minLength/maxLength/pattern/format) and literal values (enum/const, keys).
+// JSON Schema strings (minLength/maxLength/pattern/format), literal values (enum/const) and
+// object keys (listed ones, any other key, patternProperties keys).
 // Formats are regexes in our own subset, compiled like a `pattern` but matched whole; each is
 // written to accept only what the validator Python's `jsonschema` uses would accept (sound), and
 // what it would refuse is refused here too, except where docs/structured_outputs.md says the
 // grammar is stricter.
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -58,9 +60,9 @@ std::string FormatRegex(std::string_view format) {
     const std::string userinfo = absl::StrCat("(?:[A-Za-z0-9._~", sub, ":-]|", pct, ")*");
     const std::string regname = absl::StrCat("(?:[A-Za-z0-9._~", sub, "-]|", pct, ")*");
     const std::string segments = absl::StrCat("(?:/", pchar, "*)*");
-    const std::string hier = absl::StrCat("(?://(?:", userinfo, "@)?", regname, "(?::[0-9]*)?",
-                                          segments, "|/(?:", pchar, "+", segments, ")?|", pchar,
-                                          "+", segments, "|)");
+    const std::string hier =
+        absl::StrCat("(?://(?:", userinfo, "@)?", regname, "(?::[0-9]*)?", segments, "|/(?:", pchar,
+                     "+", segments, ")?|", pchar, "+", segments, "|)");
     const std::string tail = absl::StrCat("(?:", pchar, "|[/?])*");
     const std::string query_fragment = absl::StrCat("(?:\\?", tail, ")?(?:#", tail, ")?");
     const std::string uri = absl::StrCat("[A-Za-z][A-Za-z0-9+.-]*:", hier, query_fragment);
@@ -68,8 +70,8 @@ std::string FormatRegex(std::string_view format) {
     // RFC 3986 relative-ref: its first segment has no ':' (it would read as a scheme).
     const std::string segment_nc = absl::StrCat("(?:[A-Za-z0-9._~", sub, "@-]|", pct, ")");
     const std::string relative =
-        absl::StrCat("(?://(?:", userinfo, "@)?", regname, "(?::[0-9]*)?", segments, "|/(?:",
-                     pchar, "+", segments, ")?|", segment_nc, "+", segments, "|)", query_fragment);
+        absl::StrCat("(?://(?:", userinfo, "@)?", regname, "(?::[0-9]*)?", segments, "|/(?:", pchar,
+                     "+", segments, ")?|", segment_nc, "+", segments, "|)", query_fragment);
     return absl::StrCat("(?:", uri, ")|(?:", relative, ")");
   }
   return "";
@@ -199,7 +201,8 @@ Alternative SchemaCompiler::ValueLiteral(const Json& value) {
     alt.push_back(builder_.Bytes(ByteClass::Of('}')));
     return alt;
   }
-  return builder_.Literal(value.dump());  // null, true, false, numbers as nlohmann (shortest) writes them
+  return builder_.Literal(
+      value.dump());  // null, true, false, numbers as nlohmann (shortest) writes them
 }
 
 absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
@@ -236,9 +239,9 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
   Alternative content;
   if (keyword) {
     if (min > options_.max_repetition) {
-      return UnsupportedKeyword("minLength", path,
-                                absl::StrCat("over the limit of ", options_.max_repetition,
-                                             " next to ", keyword));
+      return UnsupportedKeyword(
+          "minLength", path,
+          absl::StrCat("over the limit of ", options_.max_repetition, " next to ", keyword));
     }
     absl::StatusOr<RegexAst> ast = ParseRegex(regex);
     if (!ast.ok()) return UnsupportedKeyword(keyword, path, std::string(ast.status().message()));
@@ -254,13 +257,80 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileString(const Json& schema,
   } else if (max > 64 || min > 64) {
     content = CompactRepeat(builder_, *this, AnyChar(), min, max);
   } else if (max != 0) {
-    content = {Symbol::Rule(builder_.Repeat(Name("chars"), {AnyChar()}, static_cast<int>(min),
-                                            static_cast<int>(max)))};
+    content = {Symbol::Rule(
+        builder_.Repeat(Name("chars"), {AnyChar()}, static_cast<int>(min), static_cast<int>(max)))};
   }
   Alternative alt = {builder_.Bytes(ByteClass::Of('"'))};
   alt.insert(alt.end(), content.begin(), content.end());
   alt.push_back(builder_.Bytes(ByteClass::Of('"')));
   return MaybeSymbols(std::move(alt));
+}
+
+// A trie of the listed keys over code points: at a trie node, a character that continues a
+// listed key follows the trie, any other leaves it for good; the closing quote is allowed
+// except right after a whole listed key.
+Symbol SchemaCompiler::KeyExcluding(const std::vector<std::string>& keys) {
+  struct Node {
+    std::map<uint32_t, size_t> next;
+    bool terminal = false;
+  };
+  std::vector<Node> trie(1);
+  for (const std::string& key : keys) {
+    size_t at = 0, pos = 0;
+    while (pos < key.size()) {
+      const uint32_t cp = DecodeUtf8(key, pos);
+      auto it = trie[at].next.find(cp);
+      if (it == trie[at].next.end()) {
+        trie.emplace_back();
+        it = trie[at].next.emplace(cp, trie.size() - 1).first;
+      }
+      at = it->second;
+    }
+    trie[at].terminal = true;
+  }
+  const Symbol quote = builder_.Bytes(ByteClass::Of('"'));
+  const RuleId free_rest = builder_.Star(Name("key_chars"), {AnyChar()});
+  std::vector<RuleId> rules(trie.size());
+  for (size_t i = 0; i < trie.size(); ++i) rules[i] = builder_.AddRule(Name("key"));
+  // Characters other than a node's children: when those are all plain ASCII (the usual keys),
+  // one byte class plus a rule shared by all nodes for everything that is not plain ASCII,
+  // instead of a rule per node.
+  CodePointRanges plain;
+  for (uint32_t cp = 0; cp < 0x80; ++cp) {
+    if (IsPlainByte(cp, CodePointSpelling::kJsonString)) plain.emplace_back(cp, cp);
+  }
+  plain = NormalizeRanges(plain);
+  const Symbol not_plain = json_chars_.Set(ComplementRanges(plain));
+  for (size_t i = 0; i < trie.size(); ++i) {
+    CodePointRanges children;
+    ByteClass other_plain;
+    for (const auto& r : plain)
+      other_plain.AddRange(static_cast<uint8_t>(r.first), static_cast<uint8_t>(r.second));
+    bool all_plain = true;
+    for (const auto& [cp, child] : trie[i].next) {
+      children.emplace_back(cp, cp);
+      if (IsPlainByte(cp, CodePointSpelling::kJsonString)) {
+        other_plain.Remove(static_cast<uint8_t>(cp));
+      } else {
+        all_plain = false;
+      }
+      builder_.AddAlternative(rules[i], {json_chars_.Set({{cp, cp}}), Symbol::Rule(rules[child])});
+    }
+    if (!trie[i].terminal) builder_.AddAlternative(rules[i], {quote});
+    if (all_plain) {
+      if (!other_plain.Empty()) {
+        builder_.AddAlternative(rules[i],
+                                {builder_.Bytes(other_plain), Symbol::Rule(free_rest), quote});
+      }
+      builder_.AddAlternative(rules[i], {not_plain, Symbol::Rule(free_rest), quote});
+    } else {
+      builder_.AddAlternative(
+          rules[i], {json_chars_.Set(ComplementRanges(children)), Symbol::Rule(free_rest), quote});
+    }
+  }
+  const RuleId key = builder_.AddRule(Name("other_key"));
+  builder_.AddAlternative(key, {quote, Symbol::Rule(rules[0])});
+  return Symbol::Rule(key);
 }
 
 absl::StatusOr<std::pair<Alternative, MaybeSymbols>> SchemaCompiler::PatternKeys(
@@ -277,41 +347,58 @@ absl::StatusOr<std::pair<Alternative, MaybeSymbols>> SchemaCompiler::PatternKeys
                                 "patterns with different schemas (a key may match several)");
     }
     absl::StatusOr<RegexAst> ast = ParseRegex(pattern);
-    if (!ast.ok()) return UnsupportedKeyword("patternProperties", path, std::string(ast.status().message()));
+    if (!ast.ok())
+      return UnsupportedKeyword("patternProperties", path, std::string(ast.status().message()));
     // A listed key that matches would need both schemas, and must not come twice.
     for (const std::string& key : listed) {
       GrammarBuilder b;
       CodePointSetRules raw(b, CodePointSpelling::kUtf8, "");
       absl::StatusOr<RuleId> rule = AddRegexRulesWith(raw, **ast, "key", RegexRuleOptions{});
-      if (!rule.ok()) return UnsupportedKeyword("patternProperties", path, std::string(rule.status().message()));
+      if (!rule.ok())
+        return UnsupportedKeyword("patternProperties", path, std::string(rule.status().message()));
       absl::StatusOr<Grammar> g = std::move(b).Build(*rule);
       if (!g.ok()) continue;  // the pattern matches nothing
       GrammarMatcher m(std::make_shared<CompiledGrammar>(*std::move(g)));
       if (m.AcceptBytes(key) && m.IsAccepting()) {
-        return UnsupportedKeyword("patternProperties", path,
-                                  absl::StrCat("pattern \"", pattern, "\" matches the listed property \"",
-                                               key, "\""));
+        return UnsupportedKeyword(
+            "patternProperties", path,
+            absl::StrCat("pattern \"", pattern, "\" matches the listed property \"", key, "\""));
       }
     }
-    absl::StatusOr<RuleId> rule = AddRegexRulesWith(json_chars_, **ast, Name("key_pattern"), RegexRuleOptions{});
-    if (!rule.ok()) return UnsupportedKeyword("patternProperties", path, std::string(rule.status().message()));
+    absl::StatusOr<RuleId> rule =
+        AddRegexRulesWith(json_chars_, **ast, Name("key_pattern"), RegexRuleOptions{});
+    if (!rule.ok())
+      return UnsupportedKeyword("patternProperties", path, std::string(rule.status().message()));
     keys.push_back({builder_.Bytes(ByteClass::Of('"')), Symbol::Rule(*rule),
                     builder_.Bytes(ByteClass::Of('"'))});
   }
-  absl::StatusOr<MaybeSymbols> value = Compile(first, JoinPath(path, patterns.begin().key()), depth + 1);
+  absl::StatusOr<MaybeSymbols> value =
+      Compile(first, JoinPath(path, patterns.begin().key()), depth + 1);
   if (!value.ok()) return value.status();
-  return std::make_pair(Alternative{Symbol::Rule(builder_.Choice(Name("pattern_keys"), std::move(keys)))},
-                        *std::move(value));
+  return std::make_pair(
+      Alternative{Symbol::Rule(builder_.Choice(Name("pattern_keys"), std::move(keys)))},
+      *std::move(value));
 }
 
 absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileEnum(const Json& schema,
                                                          const std::string& path, unsigned types) {
   // Besides type, the keywords whose effect on a listed value is checked here; any other
   // assertion next to enum/const would need the intersection of two grammars.
-  static const char* const kChecked[] = {
-      "type", "nullable", "enum", "const", "minLength", "maxLength", "minimum", "maximum",
-      "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "required",
-      "minProperties", "maxProperties"};
+  static const char* const kChecked[] = {"type",
+                                         "nullable",
+                                         "enum",
+                                         "const",
+                                         "minLength",
+                                         "maxLength",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum",
+                                         "minItems",
+                                         "maxItems",
+                                         "required",
+                                         "minProperties",
+                                         "maxProperties"};
   for (const auto& [key, value] : schema.items()) {
     if (!IsKnownKeyword(key) || IsAnnotationKeyword(key)) continue;
     bool checked = false;
@@ -352,12 +439,14 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileEnum(const Json& schema,
     }
     if (t == kObject) {
       const int64_t n = static_cast<int64_t>(v.size());
-      if (n < count("minProperties") || (count("maxProperties") >= 0 && n > count("maxProperties"))) {
+      if (n < count("minProperties") ||
+          (count("maxProperties") >= 0 && n > count("maxProperties"))) {
         continue;
       }
       bool has_required = true;
       if (auto r = schema.find("required"); r != schema.end() && r->is_array()) {
-        for (const Json& k : *r) has_required = has_required && k.is_string() && v.contains(k.get<std::string>());
+        for (const Json& k : *r)
+          has_required = has_required && k.is_string() && v.contains(k.get<std::string>());
       }
       if (!has_required) continue;
     }

@@ -41,8 +41,8 @@ std::optional<std::vector<Json>> FiniteValues(const SchemaCompiler& c, const Jso
       values.assign(e->begin(), e->end());
     }
     if (auto k = items->find("const"); k != items->end()) {
-      const bool listed = !items->contains("enum") ||
-                          std::find(values.begin(), values.end(), *k) != values.end();
+      const bool listed =
+          !items->contains("enum") || std::find(values.begin(), values.end(), *k) != values.end();
       values.clear();
       if (listed) values.push_back(*k);
     }
@@ -75,7 +75,8 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileUniqueItems(const Json& sche
   if (!values || values->size() > kMaxUniqueValues) {
     return UnsupportedKeyword("uniqueItems", path,
                               absl::StrCat("uniqueItems: true needs items from enum/const/boolean/"
-                                           "null with at most ", kMaxUniqueValues, " values"));
+                                           "null with at most ",
+                                           kMaxUniqueValues, " values"));
   }
   std::vector<Alternative> literals;
   for (const Json& v : *values) literals.push_back(ValueLiteral(v));
@@ -99,7 +100,8 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileUniqueItems(const Json& sche
     pending.pop_back();
     const RuleId r = rules[used];
     const int64_t count = std::popcount(used);
-    if (count >= min_count) builder_.AddAlternative(r, count > 0 ? Alternative{ws, close} : Alternative{close});
+    if (count >= min_count)
+      builder_.AddAlternative(r, count > 0 ? Alternative{ws, close} : Alternative{close});
     if (max_count >= 0 && count >= max_count) continue;
     for (size_t i = 0; i < literals.size(); ++i) {
       if (used & (1u << i)) continue;

@@ -38,9 +38,16 @@ const CodePointRanges& WordRanges() {
 }
 // ECMA-262 WhiteSpace and LineTerminator (what \s matches).
 const CodePointRanges& SpaceRanges() {
-  static const CodePointRanges r = internal::NormalizeRanges(
-      {{0x09, 0x0D}, {0x20, 0x20}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-       {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
+  static const CodePointRanges r = internal::NormalizeRanges({{0x09, 0x0D},
+                                                              {0x20, 0x20},
+                                                              {0xA0, 0xA0},
+                                                              {0x1680, 0x1680},
+                                                              {0x2000, 0x200A},
+                                                              {0x2028, 0x2029},
+                                                              {0x202F, 0x202F},
+                                                              {0x205F, 0x205F},
+                                                              {0x3000, 0x3000},
+                                                              {0xFEFF, 0xFEFF}});
   return r;
 }
 
@@ -51,9 +58,9 @@ class Parser {
 
   absl::StatusOr<RegexAst> Parse() {
     if (pattern_.size() > limits_.max_pattern_bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("regex: pattern of ", pattern_.size(), " bytes is over the limit of ",
-                       limits_.max_pattern_bytes));
+      return absl::InvalidArgumentError(absl::StrCat("regex: pattern of ", pattern_.size(),
+                                                     " bytes is over the limit of ",
+                                                     limits_.max_pattern_bytes));
     }
     if (!IsValidUtf8(pattern_)) return absl::InvalidArgumentError("regex: pattern is not UTF-8");
     absl::StatusOr<RegexAst> ast = ParseAlternation();
@@ -92,10 +99,9 @@ class Parser {
   absl::StatusOr<RegexAst> ParseConcat() {
     std::vector<RegexAst> items;
     while (!AtEnd() && Peek() != '|' && Peek() != ')') {
-      const size_t atom_at = pos_;
       absl::StatusOr<RegexAst> atom = ParseAtom();
       if (!atom.ok()) return atom.status();
-      absl::StatusOr<RegexAst> quantified = ParseQuantifiers(*std::move(atom), atom_at);
+      absl::StatusOr<RegexAst> quantified = ParseQuantifiers(*std::move(atom));
       if (!quantified.ok()) return quantified.status();
       items.push_back(*std::move(quantified));
     }
@@ -143,7 +149,7 @@ class Parser {
     return true;
   }
 
-  absl::StatusOr<RegexAst> ParseQuantifiers(RegexAst atom, size_t atom_at) {
+  absl::StatusOr<RegexAst> ParseQuantifiers(RegexAst atom) {
     bool quantified = false;
     while (!AtEnd()) {
       int min = 0, max = -1;
@@ -177,7 +183,6 @@ class Parser {
       atom = std::move(rep);
       quantified = true;
     }
-    (void)atom_at;
     return atom;
   }
 
@@ -201,8 +206,9 @@ class Parser {
         }
         pos_ = p + 1;
       } else {
-        return ErrorAt(open, "group syntax (? other than (?: and (?<name> (inline flags, "
-                             "(?P...) and the like are not ECMA-262)");
+        return ErrorAt(open,
+                       "group syntax (? other than (?: and (?<name> (inline flags, "
+                       "(?P...) and the like are not ECMA-262)");
       }
     }
     if (++depth_ > limits_.max_nesting) {
@@ -298,24 +304,41 @@ class Parser {
       return absl::OkStatus();
     };
     switch (c) {
-      case 'd': return add_class(DigitRanges(), false);
-      case 'D': return add_class(DigitRanges(), true);
-      case 'w': return add_class(WordRanges(), false);
-      case 'W': return add_class(WordRanges(), true);
-      case 's': return add_class(SpaceRanges(), false);
-      case 'S': return add_class(SpaceRanges(), true);
-      case 'n': ++pos_; return one('\n');
-      case 'r': ++pos_; return one('\r');
-      case 't': ++pos_; return one('\t');
-      case 'v': ++pos_; return one('\v');
-      case 'f': ++pos_; return one('\f');
+      case 'd':
+        return add_class(DigitRanges(), false);
+      case 'D':
+        return add_class(DigitRanges(), true);
+      case 'w':
+        return add_class(WordRanges(), false);
+      case 'W':
+        return add_class(WordRanges(), true);
+      case 's':
+        return add_class(SpaceRanges(), false);
+      case 'S':
+        return add_class(SpaceRanges(), true);
+      case 'n':
+        ++pos_;
+        return one('\n');
+      case 'r':
+        ++pos_;
+        return one('\r');
+      case 't':
+        ++pos_;
+        return one('\t');
+      case 'v':
+        ++pos_;
+        return one('\v');
+      case 'f':
+        ++pos_;
+        return one('\f');
       case 'b':
         if (in_class) {
           ++pos_;
           return one('\b');
         }
         return ErrorAt(at, "word boundary \\b is not supported");
-      case 'B': return ErrorAt(at, "word boundary \\B is not supported");
+      case 'B':
+        return ErrorAt(at, "word boundary \\B is not supported");
       case '0':
         if (Peek(1) >= '0' && Peek(1) <= '9') return ErrorAt(at, "octal escape");
         ++pos_;
@@ -369,7 +392,8 @@ class Parser {
       case 'p':
       case 'P':
         return ErrorAt(at, "unicode property escape \\p{...} is not supported");
-      case 'k': return ErrorAt(at, "named backreference \\k<...> is not supported");
+      case 'k':
+        return ErrorAt(at, "named backreference \\k<...> is not supported");
       default:
         break;
     }

@@ -1,5 +1,7 @@
 // Regex AST -> grammar rules (internal/regex_rules.h), and the public AddRegexRules and
 // CompileRegex of regex.h built on it.
+#include "common/grammar/internal/regex_rules.h"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/grammar/internal/regex_rules.h"
 #include "common/grammar/regex.h"
 #include "common/str_util.h"
 
@@ -217,7 +218,9 @@ class StructuralEmitter {
     return std::nullopt;
   }
 
-  static void Append(Alternative& a, const Alternative& b) { a.insert(a.end(), b.begin(), b.end()); }
+  static void Append(Alternative& a, const Alternative& b) {
+    a.insert(a.end(), b.begin(), b.end());
+  }
   // A name no other rule has (AddRule would otherwise probe suffixes, quadratic in repeats).
   std::string Unique(const char* what) { return absl::StrCat(name_, what, "_", next_name_++); }
 
@@ -307,7 +310,8 @@ class LengthBoundedEmitter {
   // The count after one more code point, or -1 past max_length. Without a max, counts saturate
   // at min_length (all that matters beyond it is "at least min_length").
   int64_t NextCount(int64_t count) const {
-    if (options_.max_length < 0) return std::min(count + 1, std::max<int64_t>(options_.min_length, 1));
+    if (options_.max_length < 0)
+      return std::min(count + 1, std::max<int64_t>(options_.min_length, 1));
     return count + 1 <= options_.max_length ? count + 1 : -1;
   }
 
@@ -443,7 +447,9 @@ bool RegexNullable(const RegexNode& n) {
 }
 
 RegexLength RegexLengthBounds(const RegexNode& n) {
-  auto mul = [](int64_t a, int64_t b) { return a == 0 || b == 0 ? 0 : std::min(a * b, kLengthCap); };
+  auto mul = [](int64_t a, int64_t b) {
+    return a == 0 || b == 0 ? 0 : std::min(a * b, kLengthCap);
+  };
   switch (n.kind) {
     case RegexNode::Kind::kCodePointSet:
       return {1, 1};
@@ -498,9 +504,8 @@ absl::StatusOr<RuleId> AddRegexRulesWith(CodePointSetRules& sets, const RegexNod
     len.min = std::min(len.min, al.min);
     len.max = (len.max < 0 || al.max < 0) ? -1 : std::max(len.max, al.max);
   }
-  const bool implied =
-      len.min >= options.min_length &&
-      (options.max_length < 0 || (len.max >= 0 && len.max <= options.max_length));
+  const bool implied = len.min >= options.min_length &&
+                       (options.max_length < 0 || (len.max >= 0 && len.max <= options.max_length));
   if (!implied) return LengthBoundedEmitter(sets, name, options).Build(*alts);
 
   GrammarBuilder& b = sets.builder();

@@ -93,9 +93,9 @@ TEST(JsonSchemaCompilerTest, AdditionalKeysAreNeverListedKeys) {
   auto g = MustCompile(R"({"properties": {"ab": {"type": "integer"}},
                            "additionalProperties": {"type": "string"}})");
   EXPECT_TRUE(Accepts(g, R"({"ab": 1, "a": "x", "abc": "y", "b": "z"})"));
-  EXPECT_FALSE(Accepts(g, R"({"ab": "x"})"));        // ab is listed: integer
+  EXPECT_FALSE(Accepts(g, R"({"ab": "x"})"));           // ab is listed: integer
   EXPECT_FALSE(Accepts(g, R"({"ab": 1, "ab": "x"})"));  // not again as an additional key
-  EXPECT_FALSE(Accepts(g, R"({"\u0061b": "x"})"));    // nor spelled with an escape
+  EXPECT_FALSE(Accepts(g, R"({"\u0061b": "x"})"));      // nor spelled with an escape
 }
 
 TEST(JsonSchemaCompilerTest, JsonObjectGrammarAcceptsObjectsOnly) {
@@ -150,7 +150,8 @@ TEST(JsonSchemaCompilerTest, RefusesUnsupportedKeywordsNamingThem) {
       {R"({"allOf": [{"patternProperties": {"^x": {}}}, {"additionalProperties": false}]})",
        R"(keyword "patternProperties")"},
       {R"({"type": "object", "propertyNames": {"pattern": "^a"}})", R"(keyword "propertyNames")"},
-      {R"({"type": "object", "dependentRequired": {"a": ["b"]}})", R"(keyword "dependentRequired")"},
+      {R"({"type": "object", "dependentRequired": {"a": ["b"]}})",
+       R"(keyword "dependentRequired")"},
       {R"({"type": "number", "multipleOf": 0.01})", R"(keyword "multipleOf")"},
       {R"({"type": "integer", "multipleOf": 3, "minimum": 1})", R"(keyword "multipleOf")"},
       {R"({"type": "string", "format": "ipv6"})", R"(keyword "format")"},
@@ -177,24 +178,23 @@ TEST(JsonSchemaCompilerTest, RefusesUnsupportedKeywordsNamingThem) {
 TEST(JsonSchemaCompilerTest, MootKeywordsAreAccepted) {
   // Keywords that cannot change the verdict for the admitted types (JSON Schema: a keyword
   // applies only to instances of its type), and trivially true values.
-  for (const char* schema : {R"({"type": "string", "uniqueItems": true})",
-                             R"({"type": "array", "uniqueItems": false})",
-                             R"({"type": "array", "uniqueItems": true, "maxItems": 1})",
-                             R"({"type": "integer", "multipleOf": 1})",
-                             R"({"type": "object", "patternProperties": {}})",
-                             R"({"type": "object", "patternProperties": {"^a": true}})",
-                             R"({"type": "string", "contains": {}})",
-                             R"({"if": {"type": "string"}})",
-                             R"({"type": "object", "properties": {}, "unevaluatedProperties": false})"}) {
-    EXPECT_TRUE(CompileJsonSchema(schema).ok()) << schema << ": " << CompileJsonSchema(schema).status();
+  for (const char* schema :
+       {R"({"type": "string", "uniqueItems": true})", R"({"type": "array", "uniqueItems": false})",
+        R"({"type": "array", "uniqueItems": true, "maxItems": 1})",
+        R"({"type": "integer", "multipleOf": 1})", R"({"type": "object", "patternProperties": {}})",
+        R"({"type": "object", "patternProperties": {"^a": true}})",
+        R"({"type": "string", "contains": {}})", R"({"if": {"type": "string"}})",
+        R"({"type": "object", "properties": {}, "unevaluatedProperties": false})"}) {
+    EXPECT_TRUE(CompileJsonSchema(schema).ok())
+        << schema << ": " << CompileJsonSchema(schema).status();
   }
 }
 
 TEST(JsonSchemaCompilerTest, RefusesMalformedAndHostileSchemas) {
-  for (const char* schema : {"", "{", "[1]", "3", R"({"type": "strin"})",
-                             R"({"$ref": "#/nowhere"})", R"({"properties": []})", "false",
-                             R"({"$ref": "#"})", R"({"anyOf": [{"$ref": "#"}]})",
-                             R"({"type": "integer", "minimum": 5, "maximum": 4})"}) {
+  for (const char* schema :
+       {"", "{", "[1]", "3", R"({"type": "strin"})", R"({"$ref": "#/nowhere"})",
+        R"({"properties": []})", "false", R"({"$ref": "#"})", R"({"anyOf": [{"$ref": "#"}]})",
+        R"({"type": "integer", "minimum": 5, "maximum": 4})"}) {
     absl::StatusOr<Grammar> g = CompileJsonSchema(schema);
     EXPECT_FALSE(g.ok()) << schema;
     if (!g.ok()) {
@@ -210,7 +210,8 @@ TEST(JsonSchemaCompilerTest, RefusesMalformedAndHostileSchemas) {
   // A $ref chain: each hop is a level.
   std::string chain = R"({"$defs": {)";
   for (int i = 0; i < 200; ++i) {
-    chain += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"},";
+    chain +=
+        "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"},";
   }
   chain += R"("d200": {"type": "integer"}}, "$ref": "#/$defs/d0"})";
   EXPECT_FALSE(CompileJsonSchema(chain).ok());
@@ -287,8 +288,8 @@ TEST(JsonSchemaCompilerTest, LongStringLengthsMatchBruteForce) {
 
 TEST(JsonSchemaCompilerTest, IntegerRangesMatchBruteForce) {
   // Every integer in a window around the bounds against the arithmetic comparison.
-  const std::pair<int64_t, int64_t> kRanges[] = {{0, 0},     {-5, 5},     {7, 1234},  {-1000, -10},
-                                                 {99, 100},  {-1, 10001}, {123, 9876}};
+  const std::pair<int64_t, int64_t> kRanges[] = {{0, 0},    {-5, 5},     {7, 1234},  {-1000, -10},
+                                                 {99, 100}, {-1, 10001}, {123, 9876}};
   for (auto [lo, hi] : kRanges) {
     auto g = MustCompile("{\"type\": \"integer\", \"minimum\": " + std::to_string(lo) +
                          ", \"maximum\": " + std::to_string(hi) + "}");

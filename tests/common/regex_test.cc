@@ -79,8 +79,8 @@ TEST(RegexTest, JsonStringContentSpellsEscapes) {
   Grammar g = PatternGrammar("^a\"b\\\\c\\n\u00e9/$");
   EXPECT_TRUE(Matches(g, "a\\\"b\\\\c\\n\u00e9/"));
   EXPECT_TRUE(Matches(g, "a\\u0022b\\u005cc\\u000a\\u00E9\\/"));
-  EXPECT_FALSE(Matches(g, "a\"b\\\\c\\n\u00e9/"));   // raw quote
-  EXPECT_FALSE(Matches(g, "a\\\"b\\\\c\n\u00e9/"));  // raw newline
+  EXPECT_FALSE(Matches(g, "a\"b\\\\c\\n\u00e9/"));      // raw quote
+  EXPECT_FALSE(Matches(g, "a\\\"b\\\\c\n\u00e9/"));     // raw newline
   Grammar astral = PatternGrammar("^\\uD83D\\uDE00$");  // one code point, U+1F600
   EXPECT_TRUE(Matches(astral, "\U0001F600"));
   EXPECT_TRUE(Matches(astral, "\\ud83d\\ude00"));
@@ -159,8 +159,8 @@ TEST(RegexTest, BoundsNestingAndLength) {
 TEST(RegexTest, CodePointSetsSpellUtf8Exactly) {
   // Every code point of a few ranges, raw UTF-8: the sequences accept exactly the set (checked
   // code point by code point against the ranges).
-  const internal::CodePointRanges ranges = {{0x41, 0x5A}, {0x7F, 0x801}, {0xD7F0, 0xE010},
-                                            {0xFFF0, 0x10010}, {0x10FFF0, 0x10FFFF}};
+  const internal::CodePointRanges ranges = {
+      {0x41, 0x5A}, {0x7F, 0x801}, {0xD7F0, 0xE010}, {0xFFF0, 0x10010}, {0x10FFF0, 0x10FFFF}};
   GrammarBuilder b;
   internal::CodePointSetRules sets(b, internal::CodePointSpelling::kUtf8, "");
   const RuleId root = b.AddRule("root");

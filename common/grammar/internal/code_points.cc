@@ -239,15 +239,15 @@ std::vector<ByteSequence> JsonStringSequences(const CodePointRanges& ranges) {
   // Short escapes: \" \\ \/ \b \f \n \r \t.
   ByteClass short_escapes;
   auto in_set = [&](uint32_t cp) { return !IntersectRanges(set, {{cp, cp}}).empty(); };
-  const std::pair<uint32_t, char> kShort[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'}, {0x08, 'b'},
-                                               {0x0C, 'f'}, {0x0A, 'n'},  {0x0D, 'r'}, {0x09, 't'}};
+  const std::pair<uint32_t, char> kShort[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},  {0x08, 'b'},
+                                              {0x0C, 'f'}, {0x0A, 'n'},  {0x0D, 'r'}, {0x09, 't'}};
   for (auto [cp, letter] : kShort) {
     if (in_set(cp)) short_escapes.Add(static_cast<uint8_t>(letter));
   }
   if (!short_escapes.Empty()) out.push_back({ByteClass::Of('\\'), short_escapes});
   // \uXXXX for what must be escaped and for everything beyond printable ASCII.
-  const CodePointRanges escapable = IntersectRanges(
-      set, {{0x00, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, kMaxCodePoint}});
+  const CodePointRanges escapable =
+      IntersectRanges(set, {{0x00, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, kMaxCodePoint}});
   for (auto [lo, hi] : escapable) EscapeSequences(lo, hi, out);
   // Raw UTF-8 for U+007F and above.
   for (ByteSequence& s : Utf8Sequences(IntersectRanges(set, {{0x7F, kMaxCodePoint}}))) {
@@ -266,9 +266,8 @@ Symbol CodePointSetRules::Set(const CodePointRanges& ranges) {
   CodePointRanges set = WithoutSurrogates(NormalizeRanges(ranges));
   auto it = cache_.find(set);
   if (it != cache_.end()) return it->second;
-  std::vector<ByteSequence> seqs = spelling_ == CodePointSpelling::kUtf8
-                                       ? Utf8Sequences(set)
-                                       : JsonStringSequences(set);
+  std::vector<ByteSequence> seqs =
+      spelling_ == CodePointSpelling::kUtf8 ? Utf8Sequences(set) : JsonStringSequences(set);
   Symbol sym;
   if (seqs.empty()) {
     sym = builder_.Bytes(ByteClass());  // matches nothing

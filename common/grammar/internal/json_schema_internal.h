@@ -1,7 +1,9 @@
 // The JSON Schema compiler's insides, shared by json_schema_compiler.cc (dispatch, `$ref`,
-// objects, arrays, any-value), json_schema_strings.cc (strings, formats, enum/const literals),
-// json_schema_numbers.cc (integer and number ranges) and json_schema_merge.cc (allOf merging,
-// oneOf disjointness). One SchemaCompiler per compiled schema; not thread-safe.
+// objects, arrays, any-value), json_schema_strings.cc (strings, formats, enum/const literals,
+// keys), json_schema_numbers.cc (integer and number ranges), json_schema_merge.cc (allOf
+// merging, `not`, oneOf disjointness), json_schema_keywords.cc (keyword tables, `type`, `$ref`
+// resolution) and json_schema_unique_items.cc. One SchemaCompiler per compiled schema; not
+// thread-safe.
 //
 // A subschema compiles to the symbols matching one instance (its JSON text), or to nullopt when
 // no instance can match (`false`, an empty type intersection, a required property whose schema
@@ -120,16 +122,14 @@ class SchemaCompiler {
  private:
   absl::StatusOr<MaybeSymbols> CompileObjectSchema(const Json& schema, const std::string& path,
                                                    int depth);
-  absl::StatusOr<MaybeSymbols> CompileTypes(const Json& schema, const std::string& path,
-                                            int depth);
+  absl::StatusOr<MaybeSymbols> CompileTypes(const Json& schema, const std::string& path, int depth);
   absl::StatusOr<MaybeSymbols> CompileRef(const std::string& ref, const std::string& path,
                                           int depth);
   absl::StatusOr<MaybeSymbols> CompileAlternatives(const Json& schema, const std::string& path,
                                                    int depth);
   absl::StatusOr<MaybeSymbols> CompileObject(const Json& schema, const std::string& path,
                                              int depth);
-  absl::StatusOr<MaybeSymbols> CompileArray(const Json& schema, const std::string& path,
-                                            int depth);
+  absl::StatusOr<MaybeSymbols> CompileArray(const Json& schema, const std::string& path, int depth);
   absl::Status CheckKeywords(const Json& schema, const std::string& path, unsigned types) const;
   // "any string but these keys", quotes included.
   Symbol KeyExcluding(const std::vector<std::string>& keys);
