@@ -45,22 +45,47 @@ def ecma_regex(pattern):
     return "".join(out)
 
 
-def ecma_pattern(validator, pattern, instance, schema):
-    """jsonschema's `pattern` keyword with ECMA-262 regexes (JSON Schema's dialect) instead of
-    Python's, whose \\d also matches other scripts' digits."""
-    if not validator.is_type(instance, "string"):
-        return
+def ecma_search(pattern, text):
     try:
-        found = re.search(ecma_regex(pattern), instance, re.ASCII)
+        return re.search(ecma_regex(pattern), text, re.ASCII) is not None
     except re.error:
-        found = re.search(pattern, instance)
-    if not found:
+        return re.search(pattern, text) is not None
+
+
+# jsonschema's `pattern`, `patternProperties` and `additionalProperties` with ECMA-262 regexes
+# (JSON Schema's dialect) instead of Python's, whose \\d also matches other scripts' digits.
+def ecma_pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not ecma_search(pattern, instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def ecma_pattern_properties(validator, pattern_properties, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, sub in pattern_properties.items():
+        for k, v in instance.items():
+            if ecma_search(pattern, k):
+                yield from validator.descend(v, sub, path=k, schema_path=pattern)
+
+
+def ecma_additional_properties(validator, additional, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    props, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    extras = [k for k in instance
+              if k not in props and not any(ecma_search(p, k) for p in patterns)]
+    if validator.is_type(additional, "object"):
+        for k in extras:
+            yield from validator.descend(instance[k], additional, path=k)
+    elif additional is False and extras:
+        yield jsonschema.ValidationError(f"additional properties {extras!r} are not allowed")
 
 
 def validator_for(schema, formats):
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    ecma = jsonschema.validators.extend(cls, {"pattern": ecma_pattern})
+    ecma = jsonschema.validators.extend(cls, {
+        "pattern": ecma_pattern, "patternProperties": ecma_pattern_properties,
+        "additionalProperties": ecma_additional_properties})
     return ecma(schema, format_checker=cls.FORMAT_CHECKER if formats else None)
 
 
@@ -129,8 +154,10 @@ def reorder(instance, schema, validator, depth=0):
                 return order_like(instance, value)
     if isinstance(instance, dict):
         listed, required, subs = [], [], collections.defaultdict(list)
-        additional = []
+        additional, patterns = [], []
         for p in parts:
+            if isinstance(p.get("patternProperties"), dict):
+                patterns += list(p["patternProperties"].items())
             props = p.get("properties")
             if isinstance(props, dict):
                 for k, v in props.items():
@@ -146,7 +173,8 @@ def reorder(instance, schema, validator, depth=0):
         order += [k for k in instance if k not in order]
         out = {}
         for k in order:
-            child = subs.get(k) or additional
+            child = subs.get(k, []) + [sub for pat, sub in patterns if ecma_search(pat, k)]
+            child = child or additional
             out[k] = reorder(instance[k], {"allOf": child} if child else True, validator,
                              depth + 1)
         return out
