@@ -353,6 +353,27 @@ absl::StatusOr<MaybeSymbols> SchemaCompiler::CompileObject(const Json& schema,
   } else if (additional) {
     other_key = {KeyExcluding(listed)};
   }
+  if (auto pn = schema.find("propertyNames"); pn != schema.end() && !(pn->is_boolean() && pn->get<bool>()) &&
+                                              !(pn->is_object() && pn->empty())) {
+    if (schema.contains("patternProperties") && !schema["patternProperties"].empty()) {
+      return UnsupportedKeyword("propertyNames", path, "together with patternProperties");
+    }
+    absl::StatusOr<PropertyNameRules> names =
+        PropertyNames(*pn, listed, JoinPath(path, "propertyNames"), depth);
+    if (!names.ok()) return names.status();
+    // Listed keys that the names schema refuses cannot appear.
+    std::vector<Member> kept;
+    for (Member& m : members) {
+      if (names->allowed.count(m.key)) {
+        kept.push_back(std::move(m));
+      } else if (m.required) {
+        return MaybeSymbols();
+      }
+    }
+    members = std::move(kept);
+    if (!names->other_key) other_value.reset();  // no other key can be generated safely
+    if (other_value) other_key = *names->other_key;
+  }
   absl::StatusOr<int64_t> min_props = CountKeyword(schema, "minProperties", path);
   absl::StatusOr<int64_t> max_props = CountKeyword(schema, "maxProperties", path);
   if (!min_props.ok()) return min_props.status();

@@ -249,9 +249,6 @@ absl::Status SchemaCompiler::CheckKeywords(const Json& schema, const std::string
     if (object && key == "patternProperties" && !value.is_object()) {
       return InvalidSchema(path, "patternProperties must be an object");
     }
-    if (object && key == "propertyNames" && !IsTrivialSchema(value)) {
-      return UnsupportedKeyword(key, path);
-    }
     if (object &&
         (key == "dependentRequired" || key == "dependentSchemas" || key == "dependencies") &&
         !IsEmptyObject(value)) {

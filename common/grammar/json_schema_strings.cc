@@ -333,6 +333,57 @@ Symbol SchemaCompiler::KeyExcluding(const std::vector<std::string>& keys) {
   return Symbol::Rule(key);
 }
 
+absl::StatusOr<SchemaCompiler::PropertyNameRules> SchemaCompiler::PropertyNames(
+    const Json& names, const std::vector<std::string>& listed, const std::string& path,
+    int depth) {
+  // A key is a string: the names schema with type string (so that, e.g., a bare maxLength
+  // means what it says for keys).
+  const Json as_string = {{"allOf", Json::array({names, Json{{"type", "string"}}})}};
+  PropertyNameRules out;
+  if (listed.size() > 4096) return UnsupportedKeyword("propertyNames", path, "too many properties");
+  {
+    // Which listed keys it allows: their JSON text walked through its grammar, built apart.
+    GrammarBuilder b;
+    SchemaCompiler alone(b, root_, "names_", options_);
+    absl::StatusOr<MaybeSymbols> key = alone.Compile(as_string, path, depth + 1);
+    if (!key.ok()) return key.status();
+    if (key->has_value()) {
+      const RuleId root = b.AddRule("names_root");
+      b.AddAlternative(root, **key);
+      absl::StatusOr<Grammar> g = std::move(b).Build(root, options_.limits);
+      if (g.ok()) {
+        auto compiled = std::make_shared<CompiledGrammar>(*std::move(g));
+        for (const std::string& k : listed) {
+          GrammarMatcher m(compiled);
+          if (m.AcceptBytes(Json(k).dump()) && m.IsAccepting()) out.allowed.insert(k);
+        }
+      }
+    }
+  }
+  // The other keys it allows.
+  const Json& n = names;
+  if (n.is_object() && (n.contains("enum") || n.contains("const"))) {
+    std::vector<Alternative> keys;
+    std::vector<Json> values;
+    if (auto e = n.find("enum"); e != n.end() && e->is_array()) values.assign(e->begin(), e->end());
+    if (auto c = n.find("const"); c != n.end()) values = {*c};
+    for (const Json& v : values) {
+      if (!v.is_string()) continue;
+      const std::string& k = v.get_ref<const std::string&>();
+      if (std::find(listed.begin(), listed.end(), k) != listed.end()) continue;
+      keys.push_back(StringLiteral(k));
+    }
+    out.other_key = keys.empty() ? Alternative{Never()}
+                                 : Alternative{Symbol::Rule(builder_.Choice(Name("name_keys"), std::move(keys)))};
+    return out;
+  }
+  if (!out.allowed.empty()) return out;  // a generated key could repeat a listed one
+  absl::StatusOr<MaybeSymbols> key = Compile(as_string, path, depth + 1);
+  if (!key.ok()) return key.status();
+  out.other_key = key->has_value() ? **key : Alternative{Never()};
+  return out;
+}
+
 absl::StatusOr<std::pair<Alternative, MaybeSymbols>> SchemaCompiler::PatternKeys(
     const Json& patterns, const std::vector<std::string>& listed, const std::string& path,
     int depth) {

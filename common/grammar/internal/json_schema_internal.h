@@ -13,6 +13,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -137,6 +138,17 @@ class SchemaCompiler {
   // finite set, minItems..maxItems (max < 0: none) long; refused for other items.
   absl::StatusOr<MaybeSymbols> CompileUniqueItems(const Json& schema, const std::string& path,
                                                   int64_t min_count, int64_t max_count);
+  // propertyNames (json_schema_strings.cc): which listed keys the names schema allows, and the
+  // symbols of the other keys it allows — its string grammar when no listed key matches it, the
+  // remaining values when it lists them (enum/const); none (nullopt) otherwise, and then no
+  // other key is generated (stricter than additionalProperties).
+  struct PropertyNameRules {
+    std::set<std::string> allowed;
+    std::optional<Alternative> other_key;
+  };
+  absl::StatusOr<PropertyNameRules> PropertyNames(const Json& names,
+                                                  const std::vector<std::string>& listed,
+                                                  const std::string& path, int depth);
   // patternProperties (json_schema_strings.cc): the key (quotes included) and value symbols of
   // the keys its patterns allow. Keys that match no pattern are not generated (stricter than
   // additionalProperties when that allows them); refused when the patterns have different
