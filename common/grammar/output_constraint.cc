@@ -581,12 +581,41 @@ void HashField(Sha256Hasher& h, std::string_view s) {
   h.Update(s.data(), s.size());
 }
 
+// One call of any of spec.functions, or with spec.parallel one or more, each after a newline
+// (as the templates separate them).
+absl::StatusOr<RuleId> AddCalls(GrammarBuilder& b, const OutputConstraintSpec& spec) {
+  if (spec.functions.empty()) {
+    return absl::InvalidArgumentError("a tool call constraint needs at least one function");
+  }
+  RawText raw(b);
+  std::vector<Alternative> calls;
+  for (size_t i = 0; i < spec.functions.size(); ++i) {
+    absl::StatusOr<RuleId> call = AddToolCall(b, raw, spec.functions[i], spec.format, i);
+    if (!call.ok()) {
+      return absl::Status(call.status().code(), absl::StrCat("tool '", spec.functions[i].name,
+                                                             "': ", call.status().message()));
+    }
+    calls.push_back({Symbol::Rule(*call)});
+  }
+  const RuleId any_call = b.Choice("call", std::move(calls));
+  Alternative alt = {Symbol::Rule(any_call)};
+  if (spec.parallel) {
+    Alternative more = b.Literal("\n");
+    more.push_back(Symbol::Rule(any_call));
+    alt.push_back(Symbol::Rule(b.Star("more_calls", std::move(more))));
+  }
+  const RuleId r = b.AddRule("calls");
+  b.AddAlternative(r, std::move(alt));
+  return r;
+}
+
 }  // namespace
 
 std::array<uint8_t, 32> OutputConstraintSpec::CacheKey() const {
   Sha256Hasher h;
   const uint8_t head[] = {static_cast<uint8_t>(kind), static_cast<uint8_t>(strict),
-                          static_cast<uint8_t>(format), static_cast<uint8_t>(parallel)};
+                          static_cast<uint8_t>(format), static_cast<uint8_t>(parallel),
+                          static_cast<uint8_t>(or_calls)};
   h.Update(head, sizeof(head));
   HashField(h, schema_json);
   HashField(h, regex);
@@ -615,31 +644,16 @@ absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec
                                           : R"({"type":"object"})";
       DS_ASSIGN_OR_RETURN(const RuleId value, AddJsonSchemaRules(b, schema, "schema", options));
       b.AddAlternative(root, {ws, Symbol::Rule(value)});
+      if (spec.or_calls) {
+        // The document, or instead the calls: they start with '<', which no JSON text does.
+        DS_ASSIGN_OR_RETURN(const RuleId calls, AddCalls(b, spec));
+        b.AddAlternative(root, {ws, Symbol::Rule(calls)});
+      }
       break;
     }
     case Kind::kToolCall: {
-      if (spec.functions.empty()) {
-        return absl::InvalidArgumentError("a forced tool call needs at least one function");
-      }
-      RawText raw(b);
-      std::vector<Alternative> calls;
-      for (size_t i = 0; i < spec.functions.size(); ++i) {
-        absl::StatusOr<RuleId> call = AddToolCall(b, raw, spec.functions[i], spec.format, i);
-        if (!call.ok()) {
-          return absl::Status(call.status().code(), absl::StrCat("tool '", spec.functions[i].name,
-                                                                 "': ", call.status().message()));
-        }
-        calls.push_back({Symbol::Rule(*call)});
-      }
-      const RuleId any_call = b.Choice("call", std::move(calls));
-      Alternative alt = {ws, Symbol::Rule(any_call)};
-      if (spec.parallel) {
-        // More calls, each after a newline (as the templates separate them).
-        Alternative more = b.Literal("\n");
-        more.push_back(Symbol::Rule(any_call));
-        alt.push_back(Symbol::Rule(b.Star("more_calls", std::move(more))));
-      }
-      b.AddAlternative(root, std::move(alt));
+      DS_ASSIGN_OR_RETURN(const RuleId calls, AddCalls(b, spec));
+      b.AddAlternative(root, {ws, Symbol::Rule(calls)});
       break;
     }
     case Kind::kRegex:

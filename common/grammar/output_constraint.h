@@ -55,8 +55,11 @@ struct OutputConstraintSpec {
   bool strict = false;      // kJsonSchema: no properties beyond `properties` unless allowed
   std::string regex;        // kRegex: the whole output, anchored at both ends
   // kToolCall: the callable functions (at least one), the markup, and whether more than one
-  // call may follow (separated by "\n", as the templates write them).
+  // call may follow (separated by "\n", as the templates write them). With kJsonSchema or
+  // kJsonObject and `or_calls`: the output is the document or, instead, such calls (the tools of
+  // a `tool_choice: "auto"` request that also asked for structured output).
   std::vector<ToolFunctionSpec> functions;
+  bool or_calls = false;
   ToolCallFormat format = ToolCallFormat::kQwenXml;
   bool parallel = false;
 

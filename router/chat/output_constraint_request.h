@@ -1,7 +1,9 @@
 // What a request asks the worker to constrain its output to (docs/structured_outputs.md, "The
 // API"): `response_format` json_object / json_schema, or a `tool_choice` that forces a call
 // ("required": one or more calls of the declared tools; a named function: exactly one call of
-// it) in the model's own call markup. Built by the prompt renderers, which know the model's
+// it) in the model's own call markup; with `response_format` and tools under `tool_choice:
+// "auto"`, the document or instead calls (OutputConstraint.or_tool_call), so that an agent asked
+// for structured output can still call its tools. Built by the prompt renderers, which know the model's
 // template and so its call format, and checked by compiling it as the worker will: a parameters
 // schema the call grammar cannot enforce is a 400 naming the keyword, param
 // `tools[i].function.parameters`, before any worker is involved.

@@ -137,6 +137,11 @@ constexpr std::string_view kGenerateRequest = R"pb(
     }
     after_reasoning: true
     reasoning_may_open: true
+    or_tool_call {
+      functions { name: "ping" parameters_schema: "{}" }
+      format: TOOL_CALL_FORMAT_JSON
+      parallel: true
+    }
   }
 )pb";
 
@@ -251,16 +256,22 @@ TEST(WorkerProtoRoundTrip, GenerateRequestWithEveryField) {
 
 // The other kinds of output constraint (a oneof: the request above carries tool_call).
 TEST(WorkerProtoRoundTrip, OutputConstraintKinds) {
-  for (std::string_view text : {
-           R"pb(json_schema { schema: "{\"type\":\"boolean\"}" strict: true }
-                after_reasoning: true
-                reasoning_may_open: true)pb",
-           R"pb(json_object {}
-                after_reasoning: true
-                reasoning_may_open: true)pb",
-           R"pb(regex: "[a-z]+" after_reasoning: true reasoning_may_open: true)pb",
+  // Every field but the kind, which each case below sets.
+  constexpr std::string_view kRest = R"pb(
+    after_reasoning: true
+    reasoning_may_open: true
+    or_tool_call {
+      functions { name: "f" parameters_schema: "{}" }
+      format: TOOL_CALL_FORMAT_JSON
+      parallel: true
+    }
+  )pb";
+  for (std::string_view kind : {
+           R"pb(json_schema { schema: "{\"type\":\"boolean\"}" strict: true })pb",
+           R"pb(json_object {})pb",
+           R"pb(regex: "[a-z]+")pb",
        }) {
-    ExpectFullRoundTrip(FromText<v1::OutputConstraint>(text));
+    ExpectFullRoundTrip(FromText<v1::OutputConstraint>(std::string(kind) + std::string(kRest)));
   }
 }
 
@@ -348,6 +359,7 @@ constexpr FrozenField kFrozenFields[] = {
     {"OutputConstraint", "tool_call", 4},
     {"OutputConstraint", "after_reasoning", 10},
     {"OutputConstraint", "reasoning_may_open", 11},
+    {"OutputConstraint", "or_tool_call", 12},
     {"JsonSchemaConstraint", "schema", 1},
     {"JsonSchemaConstraint", "strict", 2},
     {"ToolCallConstraint", "functions", 1},

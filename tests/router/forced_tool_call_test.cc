@@ -151,6 +151,20 @@ TEST(ForcedToolCallTest, RequestBecomesTheWorkersConstraint) {
   ASSERT_TRUE(json.ok()) << json.status();
   ASSERT_TRUE(json->has_value());
   EXPECT_TRUE((*json)->has_json_object());
+  EXPECT_FALSE((*json)->has_or_tool_call());
+
+  // Structured output with tools under "auto": the document or, instead, calls.
+  auto either = chat::RequestOutputConstraint(
+      Parse(tools + R"(,"response_format":{"type":"json_object"})"), ToolCallFormat::kJson);
+  ASSERT_TRUE(either.ok()) << either.status();
+  ASSERT_TRUE((*either)->has_or_tool_call());
+  EXPECT_EQ((*either)->or_tool_call().functions_size(), 2);
+  EXPECT_TRUE((*either)->or_tool_call().parallel());
+  auto no_calls = chat::RequestOutputConstraint(
+      Parse(tools + R"(,"tool_choice":"none","response_format":{"type":"json_object"})"),
+      ToolCallFormat::kJson);
+  ASSERT_TRUE(no_calls.ok()) << no_calls.status();
+  EXPECT_FALSE((*no_calls)->has_or_tool_call());
 }
 
 TEST(ForcedToolCallTest, TemplateDecidesTheCallFormat) {
@@ -249,6 +263,27 @@ TEST(ForcedToolCallTest, JsonBodyGrammarAcceptsTheTemplatesForm) {
   EXPECT_FALSE(AcceptsWhole(g,
                             "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n"
                             "</tool_call>"));
+}
+
+// json_schema (or json_object) with or_calls: the document, or instead calls, nothing else.
+TEST(ForcedToolCallTest, DocumentOrCallsGrammar) {
+  OutputConstraintSpec spec;
+  spec.kind = OutputConstraintSpec::Kind::kJsonSchema;
+  spec.schema_json =
+      R"({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]})";
+  spec.strict = true;
+  spec.or_calls = true;
+  spec.format = ToolCallFormat::kQwenXml;
+  spec.functions.push_back({"ping", ""});
+  auto g = Compile(spec);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(AcceptsWhole(g, R"({"ok": true})"));
+  EXPECT_TRUE(AcceptsWhole(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(AcceptsWhole(g, R"({"ok": true}<tool_call>)"));
+  EXPECT_FALSE(AcceptsWhole(g, "Sure: {\"ok\": true}"));
+  OutputConstraintSpec plain = spec;
+  plain.or_calls = false;
+  EXPECT_NE(spec.CacheKey(), plain.CacheKey());
 }
 
 // Soundness through the parser: every random text the grammar accepts parses into calls of the

@@ -312,6 +312,24 @@ absl::StatusOr<common::grammar::OutputConstraintSpec> ConstraintFromProto(
     const pb::OutputConstraint& c) {
   using Spec = common::grammar::OutputConstraintSpec;
   Spec spec;
+  auto read_calls = [&spec](const pb::ToolCallConstraint& calls) -> absl::Status {
+    switch (calls.format()) {
+      case pb::TOOL_CALL_FORMAT_QWEN_XML:
+        spec.format = common::grammar::ToolCallFormat::kQwenXml;
+        break;
+      case pb::TOOL_CALL_FORMAT_JSON:
+        spec.format = common::grammar::ToolCallFormat::kJson;
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tool call format ", static_cast<int>(calls.format()), " is not known"));
+    }
+    spec.parallel = calls.parallel();
+    for (const pb::ToolFunction& f : calls.functions()) {
+      spec.functions.push_back({f.name(), f.parameters_schema()});
+    }
+    return absl::OkStatus();
+  };
   switch (c.kind_case()) {
     case pb::OutputConstraint::kJsonSchema:
       spec.kind = Spec::Kind::kJsonSchema;
@@ -325,27 +343,17 @@ absl::StatusOr<common::grammar::OutputConstraintSpec> ConstraintFromProto(
       spec.kind = Spec::Kind::kRegex;
       spec.regex = c.regex();
       break;
-    case pb::OutputConstraint::kToolCall: {
+    case pb::OutputConstraint::kToolCall:
       spec.kind = Spec::Kind::kToolCall;
-      switch (c.tool_call().format()) {
-        case pb::TOOL_CALL_FORMAT_QWEN_XML:
-          spec.format = common::grammar::ToolCallFormat::kQwenXml;
-          break;
-        case pb::TOOL_CALL_FORMAT_JSON:
-          spec.format = common::grammar::ToolCallFormat::kJson;
-          break;
-        default:
-          return absl::InvalidArgumentError(
-              absl::StrCat("tool_call.format ", static_cast<int>(c.tool_call().format()), " is not known"));
-      }
-      spec.parallel = c.tool_call().parallel();
-      for (const pb::ToolFunction& f : c.tool_call().functions()) {
-        spec.functions.push_back({f.name(), f.parameters_schema()});
-      }
+      if (absl::Status st = read_calls(c.tool_call()); !st.ok()) return st;
       break;
-    }
     default:
       return absl::InvalidArgumentError("no constraint kind is set (or it is not known)");
+  }
+  if (c.has_or_tool_call() &&
+      (spec.kind == Spec::Kind::kJsonSchema || spec.kind == Spec::Kind::kJsonObject)) {
+    spec.or_calls = true;
+    if (absl::Status st = read_calls(c.or_tool_call()); !st.ok()) return st;
   }
   return spec;
 }

@@ -279,6 +279,29 @@ class Checks:
                 assert len(c.message.tool_calls) == 1, (config, seed, c)
                 validate(json.loads(c.message.tool_calls[0].function.arguments), parameters)
 
+    def check_structured_output_with_tools_under_auto(self):
+        """response_format with tools and tool_choice "auto" (an agent with an output type):
+        each answer is a valid document in content, or instead valid tool_calls."""
+        schema = SCHEMAS["flat"]
+        fmt = {"type": "json_schema", "json_schema": {"name": "flat", "schema": schema}}
+        kinds = set()
+        for config in ("tiny", "xml-nothink"):
+            for seed, r in enumerate(self.many(lambda s: self.chat(
+                    s, config, tools=TOOLS, response_format=fmt,
+                    logit_bias={"2014": 5} if s % 2 else None))):
+                c = r.choices[0]
+                if c.message.tool_calls:
+                    assert c.finish_reason == "tool_calls", (config, seed, c)
+                    for call in c.message.tool_calls:
+                        validate(json.loads(call.function.arguments),
+                                 PARAMETERS[call.function.name])
+                    kinds.add("calls")
+                else:
+                    assert c.finish_reason == "stop", (config, seed, c)
+                    validate(json.loads(c.message.content), schema)
+                    kinds.add("document")
+        assert kinds == {"calls", "document"}, kinds
+
     def check_cut_call_is_length_not_a_call(self):
         for config in ("tiny", "xml-nothink"):
             for seed in range(4):
