@@ -325,6 +325,21 @@ TEST(ChatRequestParserTest, UnenforceableSchemaIsA400NamingTheKeyword) {
   EXPECT_EQ(ErrorParam(not_json_schema.status()), "response_format.json_schema.schema");
 }
 
+// max_response_schema_bytes (docs/router.md, "Request limits"): checked on the compact JSON
+// before the schema is compiled.
+TEST(ChatRequestParserTest, ResponseSchemaOverTheLimitIsA400) {
+  const std::string description((1 << 20) + 1, 'x');
+  auto r = ParseChatCompletionRequest(
+      Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"n","schema":)"
+           R"({"type":"object","description":")" +
+           description + R"("}}})"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ErrorParam(r.status()), "response_format.json_schema.schema");
+  EXPECT_EQ(ErrorCode(r.status()), "request_limit_exceeded");
+  EXPECT_NE(r.status().message().find("max_response_schema_bytes"), std::string_view::npos)
+      << r.status().message().substr(0, 200);
+}
+
 TEST(CompletionRequestParserTest, PromptForms) {
   auto text = ParseCompletionRequest(R"({"model":"m","prompt":"Once","logprobs":3})");
   ASSERT_TRUE(text.ok()) << text.status();
