@@ -70,6 +70,21 @@ struct CompiledGrammar::Impl {
   std::vector<uint32_t> visited;  // node id -> epoch it was last visited in
   uint32_t epoch = 0;
 
+  // The expansion of a rule under a continuation node: the nodes at byte classes it reaches,
+  // and whether it can end (derive the empty string) and so continue at `cont`. Nodes are
+  // interned, so it is the same every time: computed once, it spares the closure re-interning
+  // every alternative of every nested rule at each step (json_char's 17 alternatives under
+  // each count of a long maxLength string were most of a step's time).
+  struct Expansion {
+    std::vector<uint32_t> tops;
+    bool reaches_cont = false;
+  };
+  std::vector<Expansion> expansions;
+  absl::flat_hash_map<uint64_t, uint32_t> expansion_ids;  // rule << 32 | cont
+  std::vector<uint32_t> xwork;
+  std::vector<uint32_t> xvisited;  // node id -> expansion epoch
+  uint32_t xepoch = 0;
+
   // The node for (pos, parent), or kNoParent when the node limit is reached.
   uint32_t InternNode(uint32_t pos, uint32_t parent) {
     const uint64_t key = uint64_t{pos} << 32 | parent;
@@ -82,6 +97,7 @@ struct CompiledGrammar::Impl {
     const uint32_t id = static_cast<uint32_t>(nodes.size());
     nodes.push_back({pos, parent});
     visited.push_back(0);
+    xvisited.push_back(0);
     node_ids.emplace(key, id);
     return id;
   }
@@ -103,6 +119,63 @@ struct CompiledGrammar::Impl {
     return true;
   }
 
+  // The expansion of `rule` under `cont` (see Expansion); nullptr on a limit.
+  const Expansion* Expand(uint32_t rule, uint32_t cont) {
+    const uint64_t key = uint64_t{rule} << 32 | cont;
+    if (auto it = expansion_ids.find(key); it != expansion_ids.end()) {
+      return &expansions[it->second];
+    }
+    Expansion e;
+    if (++xepoch == 0) {
+      std::fill(xvisited.begin(), xvisited.end(), 0);
+      xepoch = 1;
+    }
+    xwork.clear();
+    // Pushes the node at `pos` under `parent`; an end mark pops to the parent at once (a parent
+    // is never at an end mark: see PushContinuation), and reaching `cont` is the rule's end.
+    auto push = [&](uint32_t pos, uint32_t parent) {
+      if (Kind(flat[pos]) == kEndKind) {
+        if (parent == cont) {
+          e.reaches_cont = true;
+        } else {
+          xwork.push_back(parent);
+        }
+        return true;
+      }
+      const uint32_t node = InternNode(pos, parent);
+      if (node == kNoParent) return false;
+      xwork.push_back(node);
+      return true;
+    };
+    for (uint32_t a = alt_begin[rule]; a < alt_begin[rule + 1]; ++a) {
+      if (!push(alt_start[a], cont)) return nullptr;
+    }
+    while (!xwork.empty()) {
+      const uint32_t id = xwork.back();
+      xwork.pop_back();
+      if (xvisited[id] == xepoch) continue;
+      xvisited[id] = xepoch;
+      const Node node = nodes[id];
+      const uint32_t symbol = flat[node.pos];
+      if (Kind(symbol) == kBytesKind) {
+        e.tops.push_back(id);
+        continue;
+      }
+      uint32_t inner = node.parent;
+      if (Kind(flat[node.pos + 1]) != kEndKind) {
+        inner = InternNode(node.pos + 1, node.parent);
+        if (inner == kNoParent) return nullptr;
+      }
+      const uint32_t r = Index(symbol);
+      for (uint32_t a = alt_begin[r]; a < alt_begin[r + 1]; ++a) {
+        if (!push(alt_start[a], inner)) return nullptr;
+      }
+    }
+    expansion_ids.emplace(key, static_cast<uint32_t>(expansions.size()));
+    expansions.push_back(std::move(e));
+    return &expansions.back();
+  }
+
   // Expands `work` into `result` (nodes at byte classes) and `accepts`; false on a limit.
   bool Close(bool& accepts) {
     while (!work.empty()) {
@@ -116,16 +189,27 @@ struct CompiledGrammar::Impl {
         result.push_back(id);
         continue;
       }
-      // A rule reference (Close never sees an end mark: PushContinuation skips them). The
-      // continuation is computed once for all the rule's alternatives.
+      // A rule reference (Close never sees an end mark: PushContinuation skips them): its
+      // expansion under the continuation, and the continuation itself where it can end.
       uint32_t cont = node.parent;
       if (Kind(flat[node.pos + 1]) != kEndKind) {
         cont = InternNode(node.pos + 1, node.parent);
         if (cont == kNoParent) return false;
       }
-      const uint32_t rule = Index(symbol);
-      for (uint32_t a = alt_begin[rule]; a < alt_begin[rule + 1]; ++a) {
-        if (!PushContinuation(alt_start[a], cont, accepts)) return false;
+      const Expansion* e = Expand(Index(symbol), cont);
+      if (e == nullptr) return false;
+      for (uint32_t top : e->tops) {
+        if (visited[top] != epoch) {
+          visited[top] = epoch;
+          result.push_back(top);
+        }
+      }
+      if (e->reaches_cont) {
+        if (cont == kNoParent) {
+          accepts = true;
+        } else {
+          work.push_back(cont);
+        }
       }
     }
     if (result.size() > limits.max_stacks_per_state) {
