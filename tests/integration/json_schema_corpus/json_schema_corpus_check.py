@@ -342,7 +342,7 @@ def main():
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--instances", type=int, default=8, help="generated instances per schema")
     ap.add_argument("--mutants", type=int, default=4, help="mutants kept per instance")
-    ap.add_argument("--gen-seconds", type=float, default=4.0, help="generation time per schema")
+    ap.add_argument("--gen-seconds", type=float, default=4.0, help="generation CPU seconds per schema")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--summary", default="", help="also write the summary (Markdown) here")
     ap.add_argument("--failures", default="", help="write failing cases (JSON lines) here")
