@@ -45,6 +45,11 @@ import tempfile
 import time
 import zlib
 
+# hypothesis keeps caches (its Unicode tables) in .hypothesis/ of the working directory unless
+# told otherwise: not in the source tree.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      os.path.join(tempfile.gettempdir(), "deltaserve-hypothesis"))
+
 NEEDED = "hypothesis==6.108.5 hypothesis-jsonschema==0.23.1 jsonschema==4.26.0"
 SKIP = 77
 
