@@ -4,6 +4,8 @@
 // non-zero. The expected rejected_at_token comes from the tokenizer alone: the index of the first
 // token that reaches past the longest valid prefix of the line, a prefix written down by hand
 // from the constraint.
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -23,8 +25,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A file in the temporary directory named after the process and `name`: ctest runs each test of
+// this file as a process of its own, in parallel, so a shared name let one test read another's
+// input (seen with ctest -j 2).
 std::string WriteTemp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/deltaserve_grammar_cli_" + name;
+  const std::string path = ::testing::TempDir() + "/deltaserve_grammar_cli_" +
+                           std::to_string(::getpid()) + "_" + name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }
