@@ -41,16 +41,6 @@ bool IsAnnotation(std::string_view k) {
          k == "writeOnly";
 }
 
-bool ValidFunctionName(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 absl::Status Refused(std::string_view keyword, std::string_view where, std::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("unsupported JSON Schema keyword \"", Sv(keyword),
                                                  "\" at ", Sv(where), ": ", Sv(why)));
@@ -525,7 +515,7 @@ absl::StatusOr<Alternative> AddXmlParameters(GrammarBuilder& b, RawText& raw, co
 
 absl::StatusOr<RuleId> AddToolCall(GrammarBuilder& b, RawText& raw, const ToolFunctionSpec& f,
                                    ToolCallFormat format, size_t index) {
-  if (!ValidFunctionName(f.name)) {
+  if (!IsValidFunctionName(f.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tool name '", f.name, "' does not match ^[a-zA-Z0-9_-]{1,64}$"));
   }
@@ -660,6 +650,16 @@ absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec
       break;
   }
   return std::move(b).Build(root);
+}
+
+bool IsValidFunctionName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
 }
 
 }  // namespace deltaserve::common::grammar

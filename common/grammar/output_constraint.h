@@ -74,4 +74,8 @@ struct OutputConstraintSpec {
 // and non-string members mixed where the parser would read a JSON string back with its quotes).
 absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec);
 
+// OpenAI's rule for function and response-format names: 1-64 of [a-zA-Z0-9_-]. The call markup a
+// grammar writes embeds the name, so this is also what keeps it from closing a tag.
+bool IsValidFunctionName(std::string_view name);
+
 }  // namespace deltaserve::common::grammar

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/grammar/output_constraint.h"
 #include "router/api/api_error.h"
 #include "router/api/internal/json_fields.h"
 #include "router/api/request_parser.h"
@@ -12,16 +13,6 @@ namespace deltaserve::router::api::internal {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-bool ValidFunctionName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 absl::Status Missing(const std::string& path, std::string_view what) {
   return InvalidRequestError(path, "missing_required_parameter",
@@ -56,7 +47,7 @@ absl::Status ValidateTools(const json* tools) {
     const json* name = Member(*function, "name");
     if (name == nullptr) return Missing(path + ".function.name", "the function's name");
     if (!name->is_string()) return TypeError(path + ".function.name", "a string", *name);
-    if (!ValidFunctionName(name->get<std::string>())) {
+    if (!common::grammar::IsValidFunctionName(name->get<std::string>())) {
       return InvalidRequestError(
           path + ".function.name", "invalid_value",
           absl::StrCat("'", path, ".function.name' must match ^[a-zA-Z0-9_-]{1,64}$, got '",

@@ -13,16 +13,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-bool ValidFormatName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 absl::Status SchemaError(std::string_view param, const absl::Status& compile_error) {
@@ -73,7 +63,7 @@ absl::Status ParseResponseFormat(const json& doc, ResponseFormat* out) {
     return InvalidRequestError("response_format.json_schema.name", "missing_required_parameter",
                                "'response_format.json_schema.name' is required");
   }
-  if (!ValidFormatName(*name)) {
+  if (!common::grammar::IsValidFunctionName(*name)) {
     return InvalidRequestError(
         "response_format.json_schema.name", "invalid_value",
         absl::StrCat("'response_format.json_schema.name' must match ^[a-zA-Z0-9_-]{1,64}$, got '",
