@@ -18,8 +18,10 @@ step() { printf '\n=== %s (%s) ===\n' "$1" "$(date +%H:%M:%S)"; }
 # run for all three keeps the set consistent (pip check passes with these pins).
 step "python SDKs and schemathesis for the client tests (build/ci-venv)"
 [ -x build/ci-venv/bin/python3 ] || python3 -m venv build/ci-venv
+# jsonschema: the reference structured_outputs_test validates outputs with (it came only as a
+# dependency of openai-agents' mcp before).
 build/ci-venv/bin/pip install -q --disable-pip-version-check openai==1.109.1 openai-agents==0.3.3 \
-  schemathesis==4.32.5
+  schemathesis==4.32.5 jsonschema==4.26.0
 
 # The JSON Schema corpus test (tests/integration/json_schema_corpus) generates instances with
 # hypothesis-jsonschema, whose last release (0.23.1) fails on hypothesis releases newer than
