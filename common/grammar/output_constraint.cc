@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grammar/internal/json_schema_internal.h"
 #include "common/grammar/json_schema_compiler.h"
 #include "common/grammar/regex.h"
 #include "common/json_reader.h"
@@ -33,13 +34,6 @@ constexpr JsonReadLimits kSchemaLimits{.max_depth = 64,
                                        .max_object_keys = 10'000,
                                        .max_array_elements = 1 << 16,
                                        .max_containers = 1 << 18};
-
-// Keywords that only annotate (json_schema_compiler.h ignores the same ones).
-bool IsAnnotation(std::string_view k) {
-  return k == "title" || k == "description" || k == "default" || k == "examples" ||
-         k == "$schema" || k == "$id" || k == "$comment" || k == "deprecated" || k == "readOnly" ||
-         k == "writeOnly";
-}
 
 absl::Status Refused(std::string_view keyword, std::string_view where, std::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("unsupported JSON Schema keyword \"", Sv(keyword),
@@ -210,7 +204,9 @@ const json* ResolveLocalRef(const json& schema, const json& root) {
 // "$ref" / "anyOf" in a raw-text parameter without constraining it further).
 bool OnlyBeside(const json& schema, std::string_view keyword) {
   for (auto it = schema.begin(); it != schema.end(); ++it) {
-    if (it.key() != keyword && !IsAnnotation(it.key()) && it.key() != "type") return false;
+    if (it.key() != keyword && !internal::IsAnnotationKeyword(it.key()) && it.key() != "type") {
+      return false;
+    }
   }
   return true;
 }
@@ -446,7 +442,7 @@ absl::StatusOr<Alternative> AddXmlParameters(GrammarBuilder& b, RawText& raw, co
         return Refused("type", "#", "a function's parameters are an object");
       }
     } else if (k != "properties" && k != "required" && k != "additionalProperties" &&
-               k != "$defs" && k != "definitions" && k != "strict" && !IsAnnotation(k)) {
+               k != "strict" && !internal::IsAnnotationKeyword(k)) {
       return Refused(k, "#",
                      "the parameters of a forced Qwen XML call take \"properties\", "
                      "\"required\" and \"additionalProperties\" at the top level");
