@@ -49,15 +49,19 @@ void OpenAiApi::Register(http::HttpServer& server) {
 }
 
 void OpenAiApi::Completion(Endpoint endpoint, std::shared_ptr<http::HttpExchange> exchange) {
+  RunPost(std::move(exchange), [this, endpoint](std::shared_ptr<http::HttpExchange> ex) {
+    HandleCompletion(endpoint, std::move(ex), backend_, metrics_);
+  });
+}
+
+void OpenAiApi::RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandler handler) {
   if (exchange->request().body.size() <= options_.inline_body_bytes) {
-    HandleCompletion(endpoint, std::move(exchange), backend_, metrics_);
+    handler(std::move(exchange));
     return;
   }
   // A copy of the exchange pointer: TrySubmit does not run a task it refuses, and then this
   // one still answers.
-  auto task = [this, endpoint, ex = exchange] {
-    HandleCompletion(endpoint, ex, backend_, metrics_);
-  };
+  auto task = [handler, ex = exchange] { handler(ex); };
   if (workers_.TrySubmit(std::move(task))) return;
   const absl::Status busy = absl::ResourceExhaustedError(
       absl::StrCat("the router already has ", options_.max_queued_requests,

@@ -74,6 +74,10 @@ class OpenAiApi {
  private:
   // A POST completion: at once when the body is small, else on workers_.
   void Completion(Endpoint endpoint, std::shared_ptr<http::HttpExchange> exchange);
+  // Runs `handler` for a POST exchange: at once when the body is small, else on workers_
+  // (429 with Retry-After when too many wait). Every POST endpoint goes through it.
+  using PostHandler = std::function<void(std::shared_ptr<http::HttpExchange>)>;
+  void RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandler handler);
   http::Response Models(const http::Request& request) const;
   http::Response Ready() const;
   http::Response Metrics() const;
