@@ -6,6 +6,9 @@
 // (new requests refused, /ready 503, streams in flight finish) and exit 0.
 //
 //   deltaserve-router --listen 127.0.0.1:8080 --worker 127.0.0.1:50051 [--config router.yaml]
+//   deltaserve-router --worker dns:///deltaserve-workers.ns.svc.cluster.local:50051  (each
+//     address of the name, looked up again every routing.dns_interval_ms; Kubernetes' headless
+//     Services)
 #include <sys/resource.h>
 
 #include <atomic>
@@ -35,6 +38,7 @@
 #include "router/routing/router_backend.h"
 #include "router/routing/routing_state.h"
 #include "router/routing/tokenizer_provider.h"
+#include "router/routing/worker_discovery.h"
 #include "router/routing/worker_pool.h"
 
 namespace deltaserve::router {
@@ -57,8 +61,8 @@ struct Flags {
 
 int Usage(const std::string& why) {
   std::cerr << "deltaserve-router: " << why << "\n"
-            << "usage: deltaserve-router [--listen HOST:PORT] [--worker HOST:PORT]... "
-               "[--config FILE.yaml]\n"
+            << "usage: deltaserve-router [--listen HOST:PORT] "
+               "[--worker HOST:PORT|dns:///NAME:PORT]... [--config FILE.yaml]\n"
                "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n"
                "         [--chat-template FILE.jinja]\n";
   return 2;
@@ -177,8 +181,12 @@ int Run(const Flags& f) {
       std::make_shared<auth::ApiKeyAuthority>(*config);
   ConfigSource source = [&config] { return std::atomic_load(&config); };
 
-  WorkerPool pool(config->workers, config->routing);
+  WorkerPool pool({}, config->routing);
+  // dns:/// workers become their addresses here, looked up before the first poll.
+  WorkerDiscovery discovery(&pool, SystemResolver());
+  discovery.SetEndpoints(config->workers, absl::Milliseconds(config->routing.dns_interval_ms));
   pool.Start();
+  discovery.Start();
   CachingTokenizerProvider tokenizers(chat::TokenizerFromProto);
   std::string default_template;
   if (!f.chat_template_path.empty()) {
@@ -193,6 +201,7 @@ int Run(const Flags& f) {
   RouterBackend routing(source, &pool, &tokenizers, &renderer);
   auth::AuthorizingBackend backend(routing, [&authority] { return std::atomic_load(&authority); });
   RoutingState state(source, &pool, api::UnixSecondsNow());
+  state.SetDiscovery(&discovery);
 
   api::ApiMetrics metrics;
   http::HttpServerOptions opts;
@@ -273,8 +282,8 @@ int Run(const Flags& f) {
       }
       auto fresh = std::make_shared<const RouterConfig>(std::move(*next));
       auto fresh_auth = std::make_shared<auth::ApiKeyAuthority>(*fresh, authority.get());
-      pool.SetWorkers(fresh->workers);
       pool.SetSettings(fresh->routing);
+      discovery.SetEndpoints(fresh->workers, absl::Milliseconds(fresh->routing.dns_interval_ms));
       std::atomic_store(&authority, fresh_auth);
       std::atomic_store(&config, std::shared_ptr<const RouterConfig>(fresh));
       std::cerr << "deltaserve-router: config reloaded (" << fresh->workers.size() << " worker(s), "

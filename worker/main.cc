@@ -7,6 +7,7 @@
 //                     [--ctx 4096] [--parallel 4] [--ram 8GiB] [--cache-type-k f16]
 //                     [--cache-type-v f16] [--page-tokens 256] [--batch-tokens 512]
 //                     [--speculation] [--ngram-min 3] [--draft-max 8] [--metrics-port P]
+//                     [--metrics-host 127.0.0.1]
 //                     [--snapshot-ram 4GiB] [--snapshot-interval 1024]
 //                     [--redis redis://[user:pass@]host:port[/db]] [--redis-timeout 50]
 //                     [--redis-min-rate 100] [--redis-ttl 3600] [--redis-max-bytes 512MiB] [--redis-compression none]
@@ -52,6 +53,9 @@ struct Flags {
   std::string snapshot_ram;  // empty: the default (a quarter of the RAM left after the plan)
   std::string worker_id;
   int metrics_port = -1;
+  // Where /metrics listens: loopback by default; 0.0.0.0 (or the pod's IP) where Prometheus
+  // scrapes from another host (Kubernetes).
+  std::string metrics_host = "127.0.0.1";
   ServingOptions serving;
   // Session snapshots in Redis (docs/snapshots.md, "Redis tier"); empty URL: the RAM tier alone.
   std::string redis_url;
@@ -68,7 +72,8 @@ int Usage(const std::string& why) {
                "         [--device cpu] [--threads N] [--ctx N] [--parallel N] [--ram SIZE]\n"
                "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
                "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
-               "         [--draft-max N] [--metrics-port P] [--worker-id ID]\n"
+               "         [--draft-max N] [--metrics-port P] [--metrics-host ADDR]\n"
+               "         [--worker-id ID]\n"
                "         [--snapshot-ram SIZE] [--snapshot-interval N] [--reasoning-budget N]\n"
                "         [--redis URL] [--redis-timeout MS] [--redis-min-rate MB/S]\n"
                "         [--redis-ttl SECONDS] [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
@@ -198,6 +203,10 @@ std::string Parse(int argc, char** argv, Flags& f) {
     } else if (a == "--metrics-port") {
       if (!integer(f.metrics_port, 0) || f.metrics_port > 65535)
         return "--metrics-port needs a port";
+    } else if (a == "--metrics-host") {
+      const char* v = value();
+      if (v == nullptr || *v == '\0') return "--metrics-host needs an address";
+      f.metrics_host = v;
     } else if (a == "--tls-cert" || a == "--tls-key" || a == "--tls-client-ca" ||
                a == "--auth-secret-file") {
       const char* v = value();
@@ -368,7 +377,7 @@ int Run(Flags& f, uint64_t baseline) {
   std::unique_ptr<MetricsEndpoint> metrics;
   if (f.metrics_port >= 0) {
     absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m =
-        MetricsEndpoint::Start("127.0.0.1", f.metrics_port, [&service, refusals] {
+        MetricsEndpoint::Start(f.metrics_host, f.metrics_port, [&service, refusals] {
           return RenderWorkerMetrics(service) + refusals->RenderPrometheus();
         });
     if (!m.ok()) {
@@ -378,7 +387,8 @@ int Run(Flags& f, uint64_t baseline) {
       return 1;
     }
     metrics = std::move(*m);
-    std::cerr << "deltaserve-worker: metrics on 127.0.0.1:" << metrics->port() << "/metrics\n";
+    std::cerr << "deltaserve-worker: metrics on " << f.metrics_host << ":" << metrics->port()
+              << "/metrics\n";
   }
   std::cerr << "deltaserve-worker: gRPC port: "
             << (security->tls() ? (security->client_ca_pem.empty() ? "TLS" : "mutual TLS")

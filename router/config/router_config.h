@@ -86,7 +86,8 @@ struct WorkerChannelConfig {
   bool operator==(const WorkerChannelConfig&) const = default;
 };
 
-// A worker endpoint (gRPC address host:port).
+// A worker endpoint: a gRPC address host:port, or dns:///NAME:PORT for every address NAME
+// resolves to (a Kubernetes headless Service; re-resolved every routing.dns_interval_ms).
 struct WorkerEndpoint {
   std::string address;
   // The worker's own `channel` in the YAML; unset: RouterConfig::worker_channel (the router's
@@ -107,6 +108,8 @@ struct RoutingSettings {
   // queued beyond its free slots; off: the session-affinity / least-loaded rule alone.
   bool prefix_affinity = true;
   int prefix_max_waiting = 4;
+  // How often `dns:///NAME:PORT` workers are looked up again (router/routing/worker_discovery.h).
+  int64_t dns_interval_ms = 5000;
 };
 
 // See the file comment.

@@ -151,8 +151,13 @@ absl::Status ValidateRouterConfig(const RouterConfig& config, const Locate& loca
   for (size_t i = 0; i < config.workers.size(); ++i) {
     const std::string path = absl::StrCat("workers[", i, "]");
     const std::string& a = config.workers[i].address;
-    if (std::string e = HostPortError(a, 1); !e.empty()) {
-      return c.Error(path, absl::StrCat("'", a, "' ", e));
+    // dns:///NAME:PORT: every address of NAME (router/routing/worker_discovery.h).
+    const bool dns = std::string_view(a).starts_with("dns:///");
+    if (std::string e = HostPortError(dns ? std::string_view(a).substr(7) : a, 1); !e.empty()) {
+      return c.Error(path, absl::StrCat("'", a, "' ", e, dns ? " (dns:///NAME:PORT)" : ""));
+    }
+    if (dns && a[7] == '[') {
+      return c.Error(path, absl::StrCat("'", a, "': dns:/// takes a name, not an IP address"));
     }
     if (auto [it, added] = worker_index.try_emplace(a, i); !added) {
       return c.Error(path,
@@ -290,6 +295,9 @@ absl::Status ValidateRouterConfig(const RouterConfig& config, const Locate& loca
   }
   if (auto s = c.IntRange("routing.health_interval_ms", r.health_interval_ms, 10, kHourMs);
       !s.ok()) {
+    return s;
+  }
+  if (auto s = c.IntRange("routing.dns_interval_ms", r.dns_interval_ms, 100, kHourMs); !s.ok()) {
     return s;
   }
   if (auto s = c.IntRange("routing.circuit_failures", r.circuit_failures, 1, 1000); !s.ok()) {

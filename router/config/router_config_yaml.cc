@@ -361,7 +361,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
           return ForEachField(v, p,
                               {"max_attempts", "retry_backoff_ms", "health_interval_ms",
                                "circuit_failures", "circuit_open_ms", "connect_timeout_ms",
-                               "prefix_affinity", "prefix_max_waiting"},
+                               "prefix_affinity", "prefix_max_waiting", "dns_interval_ms"},
                               [&](std::string_view k, const YAML::Node& rv, const std::string& rp) {
                                 if (k == "max_attempts") return Integer(rv, rp, r.max_attempts);
                                 if (k == "prefix_affinity") {
@@ -374,6 +374,8 @@ absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
                                   return Integer(rv, rp, r.prefix_max_waiting);
                                 if (k == "retry_backoff_ms")
                                   return Integer(rv, rp, r.retry_backoff_ms);
+                                if (k == "dns_interval_ms")
+                                  return Integer(rv, rp, r.dns_interval_ms);
                                 if (k == "health_interval_ms")
                                   return Integer(rv, rp, r.health_interval_ms);
                                 if (k == "circuit_failures")

@@ -33,6 +33,9 @@ api::Readiness RoutingState::Ready() const {
   return api::Readiness{ready > 0, absl::StrCat(ready, " of ", total, " workers ready")};
 }
 
-void RoutingState::WriteMetrics(api::PrometheusText& out) const { pool_->WriteMetrics(out); }
+void RoutingState::WriteMetrics(api::PrometheusText& out) const {
+  pool_->WriteMetrics(out);
+  if (discovery_ != nullptr) discovery_->WriteMetrics(out);
+}
 
 }  // namespace deltaserve::router

@@ -8,6 +8,7 @@
 
 #include "router/api/router_state.h"
 #include "router/routing/router_backend.h"
+#include "router/routing/worker_discovery.h"
 #include "router/routing/worker_pool.h"
 
 namespace deltaserve::router {
@@ -21,11 +22,14 @@ class RoutingState : public api::RouterState {
   std::vector<api::ModelCard> Models() const override;
   api::Readiness Ready() const override;
   void WriteMetrics(api::PrometheusText& out) const override;
+  // Adds the DNS lookups' metrics to WriteMetrics; `discovery` must outlive this.
+  void SetDiscovery(const WorkerDiscovery* discovery) { discovery_ = discovery; }
 
  private:
   ConfigSource config_;
   const WorkerPool* pool_;
   int64_t created_;
+  const WorkerDiscovery* discovery_ = nullptr;
 };
 
 }  // namespace deltaserve::router

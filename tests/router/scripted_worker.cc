@@ -76,6 +76,12 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
         }
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
       }
+      if (script.hold_until_release && sent == 1) {
+        std::unique_lock<std::mutex> lock(w_->mu_);
+        w_->cv_.wait_for(lock, std::chrono::seconds(20), [&] {
+          return w_->released_ || context->IsCancelled();
+        });
+      }
     }
     v1::GenerateEvent final_event;
     v1::FinalEvent* f = final_event.mutable_final_event();
@@ -133,10 +139,11 @@ ScriptedWorker::ScriptedWorker(std::vector<ScriptedModel> models)
 
 ScriptedWorker::~ScriptedWorker() { Stop(); }
 
-void ScriptedWorker::Start(int port) {
+void ScriptedWorker::Start(int port, const std::string& host) {
   grpc::ServerBuilder builder;
   int chosen = 0;
-  builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
+  host_ = host;
+  builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(),
                            &chosen);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
@@ -151,7 +158,13 @@ void ScriptedWorker::Stop() {
   }
 }
 
-std::string ScriptedWorker::address() const { return "127.0.0.1:" + std::to_string(port_); }
+void ScriptedWorker::Release() {
+  std::lock_guard<std::mutex> lock(mu_);
+  released_ = true;
+  cv_.notify_all();
+}
+
+std::string ScriptedWorker::address() const { return host_ + ":" + std::to_string(port_); }
 
 void ScriptedWorker::SetScript(GenerateScript script) {
   std::lock_guard<std::mutex> lock(mu_);

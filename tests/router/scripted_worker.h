@@ -49,6 +49,8 @@ struct GenerateScript {
   grpc::StatusCode break_code = grpc::StatusCode::INTERNAL;
   // After the first piece, wait until the client cancels.
   bool hold_after_first = false;
+  // After the first piece, wait until ScriptedWorker::Release() (or a cancel), then go on.
+  bool hold_until_release = false;
   deltaserve::v1::FinishReason finish = deltaserve::v1::FINISH_REASON_STOP;
   int32_t cached_prompt_tokens = 0;
 };
@@ -58,8 +60,9 @@ class ScriptedWorker {
   explicit ScriptedWorker(std::vector<ScriptedModel> models);
   ~ScriptedWorker();
 
-  // Starts serving on 127.0.0.1:`port` (0: any free port, remembered for a restart).
-  void Start(int port = 0);
+  // Starts serving on `host`:`port` (0: any free port, remembered for a restart); `host` another
+  // loopback address (127.0.0.2) for two workers on one port (DNS discovery tests).
+  void Start(int port = 0, const std::string& host = "127.0.0.1");
   // Shuts the server down at once (streams in flight are cut).
   void Stop();
   std::string address() const;
@@ -71,6 +74,8 @@ class ScriptedWorker {
   void SetModels(std::vector<ScriptedModel> models);
   void SetDraining(bool draining);
   void SetInfoFails(bool fails);  // GetWorkerInfo answers UNAVAILABLE
+  // Lets streams held by hold_until_release go on (and any later one pass without holding).
+  void Release();
 
   int generate_calls() const { return generate_calls_.load(); }
   int tokenizer_fetches() const { return tokenizer_fetches_.load(); }
@@ -89,6 +94,7 @@ class ScriptedWorker {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::string host_ = "127.0.0.1";
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<ScriptedModel> models_;
@@ -97,6 +103,7 @@ class ScriptedWorker {
   bool draining_ = false;
   bool info_fails_ = false;
   bool cancel_seen_ = false;
+  bool released_ = false;
   deltaserve::v1::GenerateRequest last_request_;
   std::vector<deltaserve::v1::GenerateRequest> requests_;
   std::string last_request_id_metadata_;
