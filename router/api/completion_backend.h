@@ -23,6 +23,9 @@ namespace deltaserve::router::api {
 
 struct GenerationStart {
   std::string model;  // the model that answers (after aliases and fallbacks)
+  // Tokens of the rendered prompt sent to that model (Anthropic's message_start reports them
+  // before the end); 0 when unknown.
+  int64_t prompt_tokens = 0;
 };
 
 struct GenerationDelta {
@@ -40,6 +43,8 @@ struct GenerationEnd {
   // has content null rather than "".
   bool content_null_when_empty = false;
   Usage usage;
+  // The stop string that ended the output (the worker's matched_stop_string); empty: none.
+  std::string matched_stop;
 };
 
 class GenerationObserver {

@@ -238,6 +238,7 @@ void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWork
   }
   tried_.push_back(worker.address);
 
+  prompt_tokens_ = static_cast<int64_t>(prepared.prompt.token_ids.size());
   auto call =
       std::make_shared<Call>(shared_from_this(), std::move(ticket), candidate_, prepared.tokenizer);
   if (prepared.prompt.output_shaper) call->shaper = prepared.prompt.output_shaper(buffered_);
@@ -257,7 +258,7 @@ void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWork
 void RouterBackend::Run::StartOnce(const Candidate& candidate) {
   if (started_) return;
   started_ = true;
-  observer_->OnStart(api::GenerationStart{candidate.name});
+  observer_->OnStart(api::GenerationStart{candidate.name, prompt_tokens_});
 }
 
 void RouterBackend::Run::Deliver(const Candidate& candidate,
@@ -321,6 +322,7 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
         end.usage.prompt_tokens = f.usage().prompt_tokens();
         end.usage.completion_tokens = f.usage().completion_tokens();
         end.usage.cached_tokens = f.usage().cached_prompt_tokens();
+        if (f.has_matched_stop_string()) end.matched_stop = f.matched_stop_string();
         FinishEnd(end);
         return;
       }

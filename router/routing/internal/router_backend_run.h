@@ -117,6 +117,7 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   absl::node_hash_map<std::string, internal::PreparedPrompt> prepared_;
   int attempts_ = 0;                                                     // Generate calls started
   bool started_ = false;                                                 // OnStart sent
+  int64_t prompt_tokens_ = 0;  // the prompt of the latest call started (GenerationStart)
   // A non-streaming request holds its deltas until the final event: the client sees nothing
   // before then, so a worker that fails mid-generation is retried from scratch elsewhere.
   const bool buffered_ = !request_.stream;
