@@ -650,7 +650,7 @@ done
 # --- 4. sizes and Redis throughput ---------------------------------------------------------------
 # From the worker's memory plan (any worker log): the f16 KV bytes per token and the recurrent
 # state per sequence.
-plan_log="$(ls "${out_dir}"/*worker*.log 2>/dev/null | head -1 || true)"
+plan_log="$(find "${out_dir}" -maxdepth 1 -name '*worker*.log' 2>/dev/null | sort | head -1 || true)"
 kv_per_token="" state_bytes=""
 if [[ -n "${plan_log}" ]]; then
   kv_per_token="$(awk '/<- chosen/ { gsub(",", "", $5); print $5; exit }' "${plan_log}")"

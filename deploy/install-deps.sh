@@ -25,6 +25,9 @@ PACKAGES=(
   libicu-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev redis-server
+  # deploy checks (tests/deploy, label deploy): shell scripts, systemd units, certificates for
+  # the rendered router config
+  shellcheck systemd openssl
 )
 
 SUDO=""

@@ -58,8 +58,10 @@ stop() {
   trap - INT TERM EXIT
   echo
   echo "== stopping: the router and the worker drain, then exit"
-  [[ -n "$router_pid" ]] && kill -TERM "$router_pid" 2>/dev/null || true
-  [[ -n "$router_pid" ]] && wait "$router_pid" 2>/dev/null || true
+  if [[ -n "$router_pid" ]]; then
+    kill -TERM "$router_pid" 2>/dev/null || true
+    wait "$router_pid" 2>/dev/null || true
+  fi
   kill -TERM "$worker_pid" 2>/dev/null || true
   wait "$worker_pid" 2>/dev/null || true
   echo "== stopped (logs: $logs/worker.log, $logs/router.log)"

