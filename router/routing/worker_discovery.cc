@@ -183,10 +183,10 @@ void WorkerDiscovery::ResolveAndPublish(bool force) {
       if (failed) {
         if (!was_failing) {
           const auto known = resolved_.find(name);
-          LogRouting(absl::StrCat(
-              "dns:///", name, ": lookup failed, keeping ",
-              known == resolved_.end() ? 0 : known->second.size(),
-              " known address(es) until it succeeds: ", answer.status().message()));
+          LogRouting(
+              absl::StrCat("dns:///", name, ": lookup failed, keeping ",
+                           known == resolved_.end() ? 0 : known->second.size(),
+                           " known address(es) until it succeeds: ", answer.status().message()));
         }
         continue;
       }
@@ -194,8 +194,8 @@ void WorkerDiscovery::ResolveAndPublish(bool force) {
       std::vector<std::string>& before = resolved_[name];
       if (was_failing) LogRouting(absl::StrCat("dns:///", name, ": lookups succeed again"));
       if (now != before) {
-        LogRouting(absl::StrCat("dns:///", name, " resolves to ", now.size(), " address(es): ",
-                                absl::StrJoin(now, ", ")));
+        LogRouting(absl::StrCat("dns:///", name, " resolves to ", now.size(),
+                                " address(es): ", absl::StrJoin(now, ", ")));
         before = std::move(now);
       }
     }

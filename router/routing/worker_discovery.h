@@ -102,8 +102,8 @@ class WorkerDiscovery {
   std::condition_variable cv_;
   std::vector<WorkerEndpoint> configured_;
   absl::Duration interval_ = absl::Seconds(5);
-  std::map<std::string, std::vector<std::string>> resolved_;  // name -> addresses, last good
-  std::map<std::string, bool> failing_;                       // name -> last lookup failed
+  std::map<std::string, std::vector<std::string>> resolved_;        // name -> addresses, last good
+  std::map<std::string, bool> failing_;                             // name -> last lookup failed
   std::map<std::pair<std::string, std::string>, int64_t> lookups_;  // (name, result) -> count
   std::vector<WorkerEndpoint> published_;
   bool published_once_ = false;

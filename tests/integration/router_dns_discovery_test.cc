@@ -243,9 +243,9 @@ TEST(RouterDnsDiscoveryTest, RouterProcessResolvesLocalhostAndServes) {
   EXPECT_NE(body.find("deltaserve_router_dns_lookups_total{name=\"deltaserve-no-such-worker."
                       "invalid\",result=\"error\"}"),
             std::string::npos);
-  EXPECT_TRUE(router.WaitForLine("dns:///deltaserve-no-such-worker.invalid: lookup failed",
-                                 seconds(10))
-                  .has_value())
+  EXPECT_TRUE(
+      router.WaitForLine("dns:///deltaserve-no-such-worker.invalid: lookup failed", seconds(10))
+          .has_value())
       << router.err();
   router.Signal(SIGTERM);
   EXPECT_EQ(router.Wait(seconds(30)), 0) << router.err();

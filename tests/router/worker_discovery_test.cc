@@ -22,11 +22,11 @@ TEST(ParseDnsTargetTest, TakesNameAndPortOfDnsAddressesOnly) {
   EXPECT_EQ(t->name, "deltaserve-workers.ns.svc.cluster.local");
   EXPECT_EQ(t->port, 50051);
   EXPECT_FALSE(ParseDnsTarget("10.0.0.5:50051").has_value());
-  EXPECT_FALSE(ParseDnsTarget("dns:///name").has_value());     // no port
-  EXPECT_FALSE(ParseDnsTarget("dns:///:50051").has_value());   // no name
-  EXPECT_FALSE(ParseDnsTarget("dns:///n:0").has_value());      // port out of range
+  EXPECT_FALSE(ParseDnsTarget("dns:///name").has_value());    // no port
+  EXPECT_FALSE(ParseDnsTarget("dns:///:50051").has_value());  // no name
+  EXPECT_FALSE(ParseDnsTarget("dns:///n:0").has_value());     // port out of range
   EXPECT_FALSE(ParseDnsTarget("dns:///n:65536").has_value());
-  EXPECT_FALSE(ParseDnsTarget("dns://n:50051").has_value());   // not dns:///
+  EXPECT_FALSE(ParseDnsTarget("dns://n:50051").has_value());  // not dns:///
 }
 
 WorkerEndpoint Endpoint(std::string address) {
@@ -68,9 +68,9 @@ TEST(ExpandWorkersTest, TlsChecksTheDnsNameUnlessAServerNameIsGiven) {
   named.channel->tls_server_name = "worker.internal";
   WorkerEndpoint plain = Endpoint("dns:///plain:50051");
   plain.channel.emplace();  // no TLS: no server name to check
-  const auto out = ExpandWorkers({tls, named, plain}, {{"workers.ns.svc", {"10.0.0.1"}},
-                                                       {"other", {"10.0.0.2"}},
-                                                       {"plain", {"10.0.0.3"}}});
+  const auto out = ExpandWorkers(
+      {tls, named, plain},
+      {{"workers.ns.svc", {"10.0.0.1"}}, {"other", {"10.0.0.2"}}, {"plain", {"10.0.0.3"}}});
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].channel->tls_server_name, "workers.ns.svc");
   EXPECT_EQ(out[0].channel->secret, "s3cret-s3cret-s3cret");
@@ -100,8 +100,8 @@ TEST(DnsWorkerConfigTest, DnsAddressesAndTheIntervalAreValidated) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->routing.dns_interval_ms, 2000);
   EXPECT_EQ(RouterConfig{}.routing.dns_interval_ms, 5000);
-  for (const char* bad : {"dns:///w", "dns:///:50051", "dns:///w:0", "dns:///[::1]:50051",
-                          "dns:///w x:50051"}) {
+  for (const char* bad :
+       {"dns:///w", "dns:///:50051", "dns:///w:0", "dns:///[::1]:50051", "dns:///w x:50051"}) {
     const absl::Status s = Validate(absl::StrCat("workers: [\"", bad, "\"]\n"));
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.message().find("workers[0]"), std::string::npos) << s;
