@@ -285,6 +285,23 @@ def check_refs(docs, values):
         if "secret_env" in channel:
             need(channel["secret_env"] in {e["name"] for e in rc.get("env", [])},
                  "secret_env not in the router's env")
+    # The dashboards ConfigMap carries deploy/grafana's files as they are (through the chart's
+    # dashboards/ link), when enabled and present.
+    dashboards = sorted((CHART / "dashboards").glob("*.json")) if (CHART / "dashboards").is_dir() else []
+    boards = [c for c in configmaps.values() if c["metadata"]["name"].endswith("-dashboards")]
+    if values.get("monitoring", {}).get("dashboards", {}).get("enabled") and dashboards:
+        need(len(boards) == 1, "no dashboards ConfigMap although dashboards are enabled")
+        if boards:
+            data = boards[0]["data"]
+            need(sorted(data) == [f.name for f in dashboards],
+                 f"dashboards ConfigMap holds {sorted(data)}, deploy/grafana has {[f.name for f in dashboards]}")
+            for f in dashboards:
+                if f.name in data:
+                    need(json.loads(data[f.name]) == json.loads(f.read_text()), f"{f.name} differs")
+            need(boards[0]["metadata"]["labels"].get("grafana_dashboard") == "1",
+                 "dashboards ConfigMap lacks the grafana_dashboard label")
+    else:
+        need(not boards, "dashboards ConfigMap rendered although disabled or no files")
     if problems:
         fail("\n  ".join(["cross-references:"] + problems))
     print(f"cross-references: {len(docs)} objects line up")
