@@ -36,6 +36,7 @@
 #include "router/config/router_config_yaml.h"
 #include "router/http/http_server.h"
 #include "router/routing/router_backend.h"
+#include "router/routing/router_tokenizer.h"
 #include "router/routing/routing_state.h"
 #include "router/routing/tokenizer_provider.h"
 #include "router/routing/worker_discovery.h"
@@ -231,6 +232,8 @@ int Run(const Flags& f) {
   api::OpenAiApi api(backend, state, metrics);
   auth::KeyedModelListGate model_list_gate([&authority] { return std::atomic_load(&authority); });
   api.SetModelListGate(&model_list_gate);
+  RouterTokenizer prompt_tokenizer(source, &pool, &tokenizers, &renderer);
+  api.SetPromptTokenizer(&prompt_tokenizer);
   api.Register(server);
 
   std::signal(SIGTERM, OnSignal);

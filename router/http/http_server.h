@@ -71,6 +71,10 @@ struct HttpServerOptions {
   // 431, 500 for a handler that threw or dropped its exchange). Default: the OpenAI shape
   // {"error":{"message","type","param":null,"code"}}.
   std::function<Response(int status, std::string_view message)> error_response;
+  // When set, used instead of error_response with the request's path ("" when not yet known),
+  // so an API mounted under a path (Anthropic's /v1/messages) answers in its own error shape.
+  std::function<Response(std::string_view path, int status, std::string_view message)>
+      error_response_at;
   // Called once per finished exchange, on a server thread; must not block.
   std::function<void(const ExchangeRecord&)> on_exchange_done;
 };
@@ -92,7 +96,9 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Registers `handler` for `method` and the exact `path` (no query). Before Start() only.
+  // Registers `handler` for `method` and the exact `path` (no query). A `path` ending in '*'
+  // ("/v1/models/*") matches every longer path with that prefix that no exact route takes (the
+  // handler reads request().path). Before Start() only.
   void Route(std::string method, std::string path, Handler handler);
   // Convenience for handlers that answer at once.
   void RouteSync(std::string method, std::string path,

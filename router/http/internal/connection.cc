@@ -210,10 +210,13 @@ void Connection::Dispatch() {
   const Handler* handler = core_->FindRoute(request.method, request.path, &path_known);
   if (handler == nullptr) {
     Response r = path_known
-                     ? core_->ErrorResponse(405, absl::StrCat("method ", request.method,
-                                                              " is not allowed on ", request.path))
+                     ? core_->ErrorResponse(405,
+                                            absl::StrCat("method ", request.method,
+                                                         " is not allowed on ", request.path),
+                                            request.path)
                      : core_->ErrorResponse(
-                           404, absl::StrCat("no route for ", request.method, " ", request.path));
+                           404, absl::StrCat("no route for ", request.method, " ", request.path),
+                           request.path);
     if (path_known) r.headers.push_back({"Allow", core_->AllowedMethods(request.path)});
     WriteResponse(std::move(r));
     DoRead();
@@ -225,9 +228,10 @@ void Connection::Dispatch() {
   try {
     (*handler)(exchange);
   } catch (const std::exception& e) {
-    exchange->Respond(core_->ErrorResponse(500, absl::StrCat("handler failed: ", e.what())));
+    exchange->Respond(
+        core_->ErrorResponse(500, absl::StrCat("handler failed: ", e.what()), record_.path));
   } catch (...) {
-    exchange->Respond(core_->ErrorResponse(500, "handler failed"));
+    exchange->Respond(core_->ErrorResponse(500, "handler failed", record_.path));
   }
   exchange.reset();  // a handler that kept no reference gets its 500 from ~HttpExchange
   DoRead();          // watch for a disconnect (and read ahead pipelined requests)
@@ -344,7 +348,7 @@ void Connection::WriteServerError(int status, std::string_view message) {
   record_.request_id = request_id_;
   parser_.reset();
   keep_alive_ = false;
-  Response r = core_->ErrorResponse(status, message);
+  Response r = core_->ErrorResponse(status, message, record_.path);
   if (over_limit_) r.headers.push_back({"Retry-After", "1"});
   std::string head = ResponseHead(status, r.content_type, r.headers, &r.body);
   state_ = State::kClosing;

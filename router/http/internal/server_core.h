@@ -28,7 +28,7 @@ struct ServerCore {
 
   const Handler* FindRoute(const std::string& method, const std::string& path,
                            bool* path_known) const {
-    auto it = routes.find(path);
+    auto it = Find(path);
     *path_known = it != routes.end();
     if (!*path_known) return nullptr;
     auto m = it->second.find(method);
@@ -39,7 +39,7 @@ struct ServerCore {
   // 15.5.6 requires the header on a 405).
   std::string AllowedMethods(const std::string& path) const {
     std::string allow;
-    auto it = routes.find(path);
+    auto it = Find(path);
     if (it == routes.end()) return allow;
     for (const auto& [method, handler] : it->second) {
       if (!allow.empty()) allow += ", ";
@@ -48,7 +48,23 @@ struct ServerCore {
     return allow;
   }
 
-  Response ErrorResponse(int status, std::string_view message) const {
+  // The route entry of `path`: its exact one, else the prefix route ("/a/*") it extends.
+  std::map<std::string, std::map<std::string, Handler>>::const_iterator Find(
+      const std::string& path) const {
+    auto it = routes.find(path);
+    if (it != routes.end()) return it;
+    for (auto p = routes.begin(); p != routes.end(); ++p) {
+      const std::string& key = p->first;
+      if (!key.empty() && key.back() == '*' && path.size() >= key.size() &&
+          path.compare(0, key.size() - 1, key, 0, key.size() - 1) == 0) {
+        return p;
+      }
+    }
+    return routes.end();
+  }
+
+  Response ErrorResponse(int status, std::string_view message, std::string_view path = "") const {
+    if (options.error_response_at) return options.error_response_at(path, status, message);
     return options.error_response ? options.error_response(status, message)
                                   : DefaultErrorResponse(status, message);
   }

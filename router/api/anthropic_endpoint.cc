@@ -1,0 +1,195 @@
+#include "router/api/anthropic_endpoint.h"
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "router/api/anthropic_request.h"
+#include "router/api/anthropic_response.h"
+#include "router/api/api_error.h"
+#include "router/api/tokenize_endpoint.h"
+
+namespace deltaserve::router::api {
+namespace {
+
+// One /v1/messages generation seen from the HTTP side.
+class MessagesSession : public GenerationObserver {
+ public:
+  MessagesSession(std::shared_ptr<http::HttpExchange> exchange, const CompletionRequest& req,
+                  ApiMetrics& metrics)
+      : exchange_(std::move(exchange)),
+        metrics_(metrics),
+        stream_(req.stream),
+        stops_(req.stop),
+        id_(NewMessageId()),
+        model_(req.model),
+        started_at_(std::chrono::steady_clock::now()) {}
+
+  ~MessagesSession() override {
+    if (stream_counted_) metrics_.StreamEnded();
+  }
+
+  void AttachHandle(std::unique_ptr<GenerationHandle> handle) {
+    bool cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle_ = std::move(handle);
+      cancel = cancel_requested_ && handle_ != nullptr;
+    }
+    if (cancel) handle_->Cancel();
+  }
+
+  void CancelForClient() {
+    GenerationHandle* handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancel_requested_ || finished_) return;
+      cancel_requested_ = true;
+      handle = handle_.get();
+    }
+    metrics_.RecordClientGone();
+    if (handle != nullptr) handle->Cancel();  // outside the lock: it may call OnError at once
+  }
+
+  void OnStart(const GenerationStart& start) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StartLocked(start.model, start.prompt_tokens);
+  }
+
+  void OnDelta(GenerationDelta delta) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    StartLocked(model_, 0);
+    if (!first_token_seen_ && (delta.tokens > 0 || !delta.text.empty())) {
+      first_token_seen_ = true;
+      metrics_.RecordTimeToFirstToken(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
+    }
+    if (!stream_) {
+      blocks_.Add(delta);
+      return;
+    }
+    Send(writer_->Delta(delta));
+  }
+
+  void OnEnd(const GenerationEnd& end) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    StartLocked(model_, end.usage.prompt_tokens);
+    finished_ = true;
+    metrics_.RecordFinished(end.usage, end.finish_reason);
+    if (!stream_) {
+      exchange_->Respond(http::Response::Json(
+          200, AnthropicMessageJson(id_, model_, blocks_.blocks(), AnthropicStop(end, stops_),
+                                    end.usage)));
+      return;
+    }
+    Send(writer_->End(end));
+    sse_->Finish();
+  }
+
+  void OnError(const absl::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    ApiError error = ApiErrorFromStatus(status.ok() ? absl::InternalError("no error") : status);
+    metrics_.RecordGenerationError(error.type);
+    if (!started_ || !stream_) {
+      exchange_->Respond(AnthropicErrorResponse(error));
+      return;
+    }
+    // Headers are out: Anthropic's `error` event, and the stream ends.
+    const SseEvent event = AnthropicStreamWriter::Error(error);
+    sse_->SendEvent(event.name, event.data);
+    sse_->Finish();
+  }
+
+ private:
+  void Send(const std::vector<SseEvent>& events) {
+    for (const SseEvent& e : events) sse_->SendEvent(e.name, e.data);
+  }
+
+  void StartLocked(const std::string& model, int64_t prompt_tokens) {
+    if (started_) return;
+    started_ = true;
+    if (!model.empty()) model_ = model;
+    if (!stream_) return;
+    metrics_.StreamStarted();
+    stream_counted_ = true;
+    sse_ = exchange_->StartSse();
+    writer_.emplace(id_, model_, stops_);
+    Send(writer_->Start(prompt_tokens));
+  }
+
+  const std::shared_ptr<http::HttpExchange> exchange_;
+  ApiMetrics& metrics_;
+  const bool stream_;
+  const std::vector<std::string> stops_;
+  const std::string id_;
+  std::string model_;
+  const std::chrono::steady_clock::time_point started_at_;
+
+  std::mutex mu_;
+  std::unique_ptr<GenerationHandle> handle_;
+  bool cancel_requested_ = false;
+  bool started_ = false;
+  bool finished_ = false;
+  bool first_token_seen_ = false;
+  bool stream_counted_ = false;
+  ContentBlocks blocks_;
+  std::shared_ptr<http::SseStream> sse_;
+  std::optional<AnthropicStreamWriter> writer_;
+};
+
+}  // namespace
+
+std::string AnthropicAuthorization(const http::Request& request) {
+  std::string_view authorization = request.Header("authorization");
+  if (!authorization.empty()) return std::string(authorization);
+  std::string_view key = request.Header("x-api-key");
+  return key.empty() ? std::string() : absl::StrCat("Bearer ", std::string(key));
+}
+
+void HandleAnthropicMessages(std::shared_ptr<http::HttpExchange> exchange,
+                             CompletionBackend& backend, ApiMetrics& metrics) {
+  const http::Request& http_request = exchange->request();
+  absl::StatusOr<CompletionRequest> parsed = ParseAnthropicMessagesRequest(http_request.body);
+  if (!parsed.ok()) {
+    exchange->Respond(AnthropicErrorResponse(ApiErrorFromStatus(parsed.status())));
+    return;
+  }
+  parsed->request_id = http_request.request_id;
+  parsed->authorization = AnthropicAuthorization(http_request);
+  auto session = std::make_shared<MessagesSession>(exchange, *parsed, metrics);
+  std::weak_ptr<MessagesSession> weak = session;
+  exchange->OnClientGone([weak] {
+    if (auto s = weak.lock()) s->CancelForClient();
+  });
+  session->AttachHandle(backend.Generate(*parsed, session));
+}
+
+void HandleAnthropicCountTokens(std::shared_ptr<http::HttpExchange> exchange,
+                                const PromptTokenizer* tokenizer, const ModelListGate* gate) {
+  const http::Request& http_request = exchange->request();
+  auto fail = [&](const absl::Status& status) {
+    exchange->Respond(AnthropicErrorResponse(ApiErrorFromStatus(status)));
+  };
+  absl::StatusOr<CompletionRequest> parsed = ParseAnthropicCountTokensRequest(http_request.body);
+  if (!parsed.ok()) return fail(parsed.status());
+  if (absl::Status s = CheckModelAccess(gate, AnthropicAuthorization(http_request), parsed->model);
+      !s.ok()) {
+    return fail(s);
+  }
+  if (tokenizer == nullptr) return fail(absl::UnavailableError("token counting is not available"));
+  absl::StatusOr<TokenizedPrompt> tokens = tokenizer->Tokenize(*parsed);
+  if (!tokens.ok()) return fail(tokens.status());
+  exchange->Respond(http::Response::Json(
+      200, absl::StrCat(R"({"input_tokens":)", tokens->token_ids.size(), "}")));
+}
+
+}  // namespace deltaserve::router::api
