@@ -409,6 +409,7 @@ def cmd_schema_rejects():
             "pvc": {"claimName": "c"}, "hostPath": {"path": "/m"}}))]}),
         ("workerPools/0/name", {"workerPools": [dict(pool, name="Bad_Name")]}),
         ("workerPools/0/cacheTypeK", {"workerPools": [dict(pool, cacheTypeK="f8")]}),
+        ("workerPools/0/redisUrl", {"workerPools": [dict(pool, redisUrl="redis://u:pw@r:6379")]}),
         ("apiKeys/keys/0/sha256", {"apiKeys": {"keys": [{"name": "a", "sha256": "beef"}]}}),
         ("router/configReload", {"router": {"configReload": "inotify"}}),
         ("config/routing", {"config": {"routing": {"dns_interval_ms": 5}}}),
