@@ -1,8 +1,8 @@
 #pragma once
 // The router's OpenAI-compatible HTTP API: registers POST /v1/chat/completions,
-// POST /v1/completions, GET /v1/models, GET /health, GET /ready and GET /metrics on an
-// HttpServer, backed by a CompletionBackend (generation) and a RouterState (models, readiness,
-// router metrics) that the rest of the router implements.
+// POST /v1/completions, POST /v1/responses (responses_endpoint.h), GET /v1/models, GET /health,
+// GET /ready and GET /metrics on an HttpServer, backed by a CompletionBackend (generation) and a
+// RouterState (models, readiness, router metrics) that the rest of the router implements.
 //
 //   ApiMetrics metrics;
 //   http::HttpServerOptions opts;  opts.port = 8080;
@@ -19,7 +19,6 @@
 
 #include "absl/status/statusor.h"
 
-#include "router/api/api_error.h"
 #include "router/api/api_metrics.h"
 #include "router/api/completion_backend.h"
 #include "router/api/request_workers.h"
@@ -27,8 +26,6 @@
 #include "router/http/http_server.h"
 
 namespace deltaserve::router::api {
-
-class PromptTokenizer;  // prompt_tokenizer.h
 
 // Who may list which models on GET /v1/models. The router's API keys implement it
 // (auth::KeyedModelListGate): with keys configured the list needs a valid key (401 otherwise,
@@ -68,10 +65,6 @@ class OpenAiApi {
   // Filters GET /v1/models through `gate` (must outlive the server); none: everything listed.
   void SetModelListGate(const ModelListGate* gate) { gate_ = gate; }
 
-  // Serves /v1/messages/count_tokens, /tokenize and /detokenize through `tokenizer` (must
-  // outlive the server); none: those answer 503.
-  void SetPromptTokenizer(const PromptTokenizer* tokenizer) { tokenizer_ = tokenizer; }
-
   // Large POST bodies waiting for a request thread right now.
   size_t queued_requests() const { return workers_.queued(); }
 
@@ -84,9 +77,7 @@ class OpenAiApi {
   // Runs `handler` for a POST exchange: at once when the body is small, else on workers_
   // (429 with Retry-After when too many wait). Every POST endpoint goes through it.
   using PostHandler = std::function<void(std::shared_ptr<http::HttpExchange>)>;
-  // `busy` writes that 429 (Anthropic's endpoints answer in their own shape).
-  void RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandler handler,
-               http::Response (*busy)(const ApiError&) = &ApiErrorResponse);
+  void RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandler handler);
   http::Response Models(const http::Request& request) const;
   http::Response Ready() const;
   http::Response Metrics() const;
@@ -98,7 +89,6 @@ class OpenAiApi {
   RequestWorkers workers_;
   std::atomic<bool> draining_{false};
   const ModelListGate* gate_ = nullptr;
-  const PromptTokenizer* tokenizer_ = nullptr;
 };
 
 }  // namespace deltaserve::router::api

@@ -1,0 +1,207 @@
+#include "router/api/responses_endpoint.h"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "router/api/api_error.h"
+#include "router/api/openai_response.h"
+#include "router/api/responses_output.h"
+#include "router/api/responses_request.h"
+
+namespace deltaserve::router::api {
+namespace {
+
+// Tool types a client may send that are counted by name; any other is counted as "other", so a
+// client cannot grow the metric's label set.
+constexpr std::array<std::string_view, 10> kKnownToolTypes = {
+    "web_search",  "web_search_preview", "file_search",      "local_shell", "custom",
+    "computer_use_preview", "code_interpreter", "image_generation", "mcp",  "other"};
+
+std::array<std::atomic<uint64_t>, kKnownToolTypes.size()> g_ignored_tools{};
+std::array<std::atomic<bool>, kKnownToolTypes.size()> g_ignored_logged{};
+
+void CountIgnoredTools(const std::vector<std::string>& types) {
+  for (const std::string& type : types) {
+    size_t k = kKnownToolTypes.size() - 1;
+    for (size_t i = 0; i + 1 < kKnownToolTypes.size(); ++i) {
+      if (type == kKnownToolTypes[i]) k = i;
+    }
+    g_ignored_tools[k].fetch_add(1, std::memory_order_relaxed);
+    // Logged once per type (a degraded mode logs its first occurrence, not every request).
+    if (!g_ignored_logged[k].exchange(true)) {
+      std::fprintf(stderr,
+                   "responses: ignoring tools of type '%s' (only function tools reach the model; "
+                   "counted in deltaserve_router_responses_ignored_tools_total)\n",
+                   (k + 1 == kKnownToolTypes.size() ? type : std::string(kKnownToolTypes[k])).c_str());
+    }
+  }
+}
+
+// One request's generation seen from the HTTP side.
+class ResponsesSession : public GenerationObserver {
+ public:
+  ResponsesSession(std::shared_ptr<http::HttpExchange> exchange, const ResponsesRequest& req,
+                   ApiMetrics& metrics)
+      : exchange_(std::move(exchange)),
+        metrics_(metrics),
+        stream_(req.completion.stream),
+        warning_(IgnoredToolsWarning(req.ignored_tool_types)),
+        started_at_(std::chrono::steady_clock::now()),
+        builder_(NewResponseId("resp_"), UnixSecondsNow(), req.completion.model, req.echo) {}
+
+  ~ResponsesSession() override {
+    if (stream_counted_) metrics_.StreamEnded();
+  }
+
+  void AttachHandle(std::unique_ptr<GenerationHandle> handle) {
+    bool cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle_ = std::move(handle);
+      cancel = cancel_requested_ && handle_ != nullptr;
+    }
+    if (cancel) handle_->Cancel();
+  }
+
+  void CancelForClient() {
+    GenerationHandle* handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancel_requested_ || finished_) return;
+      cancel_requested_ = true;
+      handle = handle_.get();
+    }
+    metrics_.RecordClientGone();
+    if (handle != nullptr) handle->Cancel();  // outside the lock: it may call OnError at once
+  }
+
+  void OnStart(const GenerationStart& start) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StartLocked(start.model);
+  }
+
+  void OnDelta(GenerationDelta delta) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    StartLocked("");
+    if (!first_token_seen_ && (delta.tokens > 0 || !delta.text.empty())) {
+      first_token_seen_ = true;
+      metrics_.RecordTimeToFirstToken(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
+    }
+    Send(builder_.Delta(delta));
+  }
+
+  void OnEnd(const GenerationEnd& end) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    StartLocked("");
+    finished_ = true;
+    metrics_.RecordFinished(end.usage, end.finish_reason);
+    Send(builder_.Finish(end));
+    if (stream_) {
+      sse_->Finish();
+      return;
+    }
+    http::Response response = http::Response::Json(200, builder_.ResponseJson());
+    AddWarning(response.headers);
+    exchange_->Respond(std::move(response));
+  }
+
+  void OnError(const absl::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    ApiError error = ApiErrorFromStatus(status.ok() ? absl::InternalError("no error") : status);
+    metrics_.RecordGenerationError(error.type);
+    if (!started_ || !stream_) {
+      http::Response response = ApiErrorResponse(error);
+      AddWarning(response.headers);
+      exchange_->Respond(std::move(response));
+      return;
+    }
+    // Headers are out: the failure becomes response.failed, then the stream ends.
+    Send(builder_.Fail(error));
+    sse_->Finish();
+  }
+
+ private:
+  void AddWarning(std::vector<http::HeaderField>& headers) const {
+    if (!warning_.empty()) headers.push_back(http::HeaderField{kWarningHeader, warning_});
+  }
+
+  void Send(const std::vector<ResponseEvent>& events) {
+    if (!stream_) return;
+    for (const ResponseEvent& e : events) sse_->SendEvent(e.type, e.data);
+  }
+
+  void StartLocked(const std::string& model) {
+    if (started_) return;
+    started_ = true;
+    if (!model.empty()) builder_.SetModel(model);
+    std::vector<ResponseEvent> events = builder_.Start();
+    if (!stream_) return;
+    metrics_.StreamStarted();
+    stream_counted_ = true;
+    std::vector<http::HeaderField> headers;
+    AddWarning(headers);
+    sse_ = exchange_->StartSse(std::move(headers));
+    Send(events);
+  }
+
+  const std::shared_ptr<http::HttpExchange> exchange_;
+  ApiMetrics& metrics_;
+  const bool stream_;
+  const std::string warning_;
+  const std::chrono::steady_clock::time_point started_at_;
+
+  std::mutex mu_;
+  std::unique_ptr<GenerationHandle> handle_;
+  bool cancel_requested_ = false;
+  bool started_ = false;
+  bool finished_ = false;
+  bool first_token_seen_ = false;
+  bool stream_counted_ = false;
+  ResponseBuilder builder_;
+  std::shared_ptr<http::SseStream> sse_;
+};
+
+}  // namespace
+
+void HandleResponses(std::shared_ptr<http::HttpExchange> exchange, CompletionBackend& backend,
+                     ApiMetrics& metrics) {
+  const http::Request& http_request = exchange->request();
+  absl::StatusOr<ResponsesRequest> parsed = ParseResponsesRequest(http_request.body);
+  if (!parsed.ok()) {
+    exchange->Respond(ApiErrorResponse(ApiErrorFromStatus(parsed.status())));
+    return;
+  }
+  CountIgnoredTools(parsed->ignored_tool_types);
+  parsed->completion.request_id = http_request.request_id;
+  parsed->completion.authorization = std::string(http_request.Header("Authorization"));
+  auto session = std::make_shared<ResponsesSession>(exchange, *parsed, metrics);
+  std::weak_ptr<ResponsesSession> weak = session;
+  exchange->OnClientGone([weak] {
+    if (auto s = weak.lock()) s->CancelForClient();
+  });
+  session->AttachHandle(backend.Generate(parsed->completion, session));
+}
+
+void WriteResponsesMetrics(PrometheusText& out) {
+  for (size_t i = 0; i < kKnownToolTypes.size(); ++i) {
+    out.Counter("deltaserve_router_responses_ignored_tools_total",
+                "Tools in /v1/responses requests that were ignored because their type is not "
+                "\"function\" (web_search, local_shell, ...), by type.",
+                {{"type", std::string(kKnownToolTypes[i])}},
+                static_cast<double>(g_ignored_tools[i].load(std::memory_order_relaxed)));
+  }
+}
+
+}  // namespace deltaserve::router::api
