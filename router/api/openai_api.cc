@@ -4,10 +4,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "router/api/anthropic_endpoint.h"
+#include "router/api/anthropic_response.h"
 #include "router/api/api_error.h"
 #include "router/api/completion_endpoint.h"
 #include "router/api/prometheus_text.h"
 #include "router/api/responses_endpoint.h"
+#include "router/api/tokenize_endpoint.h"
 
 namespace deltaserve::router::api {
 
@@ -24,6 +27,12 @@ OpenAiApi::OpenAiApi(CompletionBackend& backend, const RouterState& state, ApiMe
 void OpenAiApi::ConfigureServer(http::HttpServerOptions& options, ApiMetrics* metrics) {
   options.error_response = [](int status, std::string_view message) {
     return ApiErrorResponse(ApiErrorFromHttpStatus(status, message));
+  };
+  // The Anthropic Messages API answers the server's own errors (413, 404, ...) in its shape.
+  options.error_response_at = [](std::string_view path, int status, std::string_view message) {
+    const ApiError error = ApiErrorFromHttpStatus(status, message);
+    return path.starts_with("/v1/messages") ? AnthropicErrorResponse(error)
+                                            : ApiErrorResponse(error);
   };
   if (metrics != nullptr) {
     options.on_exchange_done = [metrics, previous = std::move(options.on_exchange_done)](
@@ -46,6 +55,36 @@ void OpenAiApi::Register(http::HttpServer& server) {
       HandleResponses(std::move(e), backend_, metrics_);
     });
   });
+  server.Route("POST", "/v1/messages", [this](std::shared_ptr<http::HttpExchange> ex) {
+    RunPost(
+        std::move(ex),
+        [this](std::shared_ptr<http::HttpExchange> e) {
+          HandleAnthropicMessages(std::move(e), backend_, metrics_);
+        },
+        &AnthropicErrorResponse);
+  });
+  server.Route("POST", "/v1/messages/count_tokens", [this](std::shared_ptr<http::HttpExchange> ex) {
+    RunPost(
+        std::move(ex),
+        [this](std::shared_ptr<http::HttpExchange> e) {
+          HandleAnthropicCountTokens(std::move(e), tokenizer_, gate_);
+        },
+        &AnthropicErrorResponse);
+  });
+  server.Route("POST", "/tokenize", [this](std::shared_ptr<http::HttpExchange> ex) {
+    RunPost(std::move(ex), [this](std::shared_ptr<http::HttpExchange> e) {
+      HandleTokenize(std::move(e), tokenizer_, gate_);
+    });
+  });
+  server.Route("POST", "/detokenize", [this](std::shared_ptr<http::HttpExchange> ex) {
+    RunPost(std::move(ex), [this](std::shared_ptr<http::HttpExchange> e) {
+      HandleDetokenize(std::move(e), tokenizer_, gate_);
+    });
+  });
+  server.RouteSync("GET", "/v1/models/*", [this](const http::Request& r) {
+    return ModelById(r, std::string_view(r.path).substr(sizeof("/v1/models/") - 1), state_,
+                     gate_);
+  });
   server.RouteSync("GET", "/v1/models", [this](const http::Request& r) { return Models(r); });
   server.RouteSync("GET", "/health", [](const http::Request&) {
     return http::Response::Json(200, R"({"status":"ok"})");
@@ -60,7 +99,8 @@ void OpenAiApi::Completion(Endpoint endpoint, std::shared_ptr<http::HttpExchange
   });
 }
 
-void OpenAiApi::RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandler handler) {
+void OpenAiApi::RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandler handler,
+                        http::Response (*busy_response)(const ApiError&)) {
   if (exchange->request().body.size() <= options_.inline_body_bytes) {
     handler(std::move(exchange));
     return;
@@ -72,7 +112,7 @@ void OpenAiApi::RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandle
   const absl::Status busy = absl::ResourceExhaustedError(
       absl::StrCat("the router already has ", options_.max_queued_requests,
                    " large requests waiting to be read; retry shortly"));
-  exchange->Respond(ApiErrorResponse(ApiErrorFromStatus(WithRetryAfter(busy, 1))));
+  exchange->Respond(busy_response(ApiErrorFromStatus(WithRetryAfter(busy, 1))));
 }
 
 http::Response OpenAiApi::Models(const http::Request& request) const {

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 
+#include "router/api/api_error.h"
 #include "router/api/api_metrics.h"
 #include "router/api/completion_backend.h"
 #include "router/api/request_workers.h"
@@ -26,6 +27,8 @@
 #include "router/http/http_server.h"
 
 namespace deltaserve::router::api {
+
+class PromptTokenizer;  // prompt_tokenizer.h
 
 // Who may list which models on GET /v1/models. The router's API keys implement it
 // (auth::KeyedModelListGate): with keys configured the list needs a valid key (401 otherwise,
@@ -65,6 +68,10 @@ class OpenAiApi {
   // Filters GET /v1/models through `gate` (must outlive the server); none: everything listed.
   void SetModelListGate(const ModelListGate* gate) { gate_ = gate; }
 
+  // Serves /v1/messages/count_tokens, /tokenize and /detokenize through `tokenizer` (must
+  // outlive the server); none: those answer 503.
+  void SetPromptTokenizer(const PromptTokenizer* tokenizer) { tokenizer_ = tokenizer; }
+
   // Large POST bodies waiting for a request thread right now.
   size_t queued_requests() const { return workers_.queued(); }
 
@@ -77,7 +84,9 @@ class OpenAiApi {
   // Runs `handler` for a POST exchange: at once when the body is small, else on workers_
   // (429 with Retry-After when too many wait). Every POST endpoint goes through it.
   using PostHandler = std::function<void(std::shared_ptr<http::HttpExchange>)>;
-  void RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandler handler);
+  // `busy` writes that 429 (Anthropic's endpoints answer in their own shape).
+  void RunPost(std::shared_ptr<http::HttpExchange> exchange, PostHandler handler,
+               http::Response (*busy)(const ApiError&) = &ApiErrorResponse);
   http::Response Models(const http::Request& request) const;
   http::Response Ready() const;
   http::Response Metrics() const;
@@ -89,6 +98,7 @@ class OpenAiApi {
   RequestWorkers workers_;
   std::atomic<bool> draining_{false};
   const ModelListGate* gate_ = nullptr;
+  const PromptTokenizer* tokenizer_ = nullptr;
 };
 
 }  // namespace deltaserve::router::api
