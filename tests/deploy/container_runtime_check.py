@@ -71,15 +71,20 @@ def main():
         available = closure(listed, deps) | base
         libs = re.findall(r"=> (/\S+)", sh("ldd", str(build / binary)))
         needed = {}
+        candidates = {}
         for lib in libs:
             real = str(pathlib.Path(lib).resolve())
-            owner = None
-            for candidate in (lib, real, re.sub(r"^/lib/", "/usr/lib/", lib),
-                              re.sub(r"^/usr/lib/", "/lib/", lib)):
-                r = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
-                if r.returncode == 0:
-                    owner = r.stdout.split(":")[0]
-                    break
+            for c in (lib, real, re.sub(r"^/lib/", "/usr/lib/", lib),
+                      re.sub(r"^/usr/lib/", "/lib/", lib)):
+                candidates.setdefault(c, lib)
+        # One dpkg -S for all paths (it exits 1 when some are not found; the found ones print).
+        r = subprocess.run(["dpkg", "-S"] + list(candidates), capture_output=True, text=True)
+        owner_of = {}
+        for line in r.stdout.splitlines():
+            pkgs, path = line.split(": ", 1)
+            owner_of.setdefault(candidates.get(path.strip()), pkgs.split(",")[0].split(":")[0])
+        for lib in libs:
+            owner = owner_of.get(lib)
             if owner is None:
                 problems.append(f"{binary}: {lib} belongs to no Debian package")
                 continue
