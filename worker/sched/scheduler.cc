@@ -1,23 +1,17 @@
+// The scheduler's queue, admission and lifecycle (scheduler.h); one engine step is in
+// scheduler_batch.cc, session snapshots in scheduler_snapshots.cc, n > 1 choices in
+// scheduler_fork.cc.
 #include "worker/sched/scheduler.h"
 
 #include <algorithm>
-#include <chrono>
+#include <iterator>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/sched/internal/scheduler_sequence.h"
 
 namespace deltaserve::worker {
-
-using Clock = std::chrono::steady_clock;
-
-namespace {
-
-double Ms(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-}  // namespace
 
 std::string_view EndReasonName(EndReason reason) {
   switch (reason) {
@@ -32,59 +26,6 @@ std::string_view EndReasonName(EndReason reason) {
   }
   return "error";
 }
-
-struct Scheduler::Sequence {
-  Sequence(Sampler s, StopCondition st) : sampler(std::move(s)), stop(std::move(st)) {}
-
-  uint64_t handle = 0;
-  std::string id;
-  std::shared_ptr<GenerationSink> sink;
-  bool want_logprobs = false;
-  std::vector<int32_t> tokens;  // prompt, then every generated token (the stop token included)
-  int64_t prompt_len = 0;
-  Sampler sampler;
-  StopCondition stop;
-  std::unique_ptr<SequenceState> state;     // null while waiting
-  std::unique_ptr<RecurrentSlot> snapshot;  // during a speculative step
-  Clock::time_point submitted, admitted, first_token;
-  bool was_admitted = false, has_token = false, finished = false;
-  GenerationResult result;
-  // This step's input: tokens[n_past ..] followed by `draft`.
-  std::vector<int32_t> feed;
-  std::vector<int32_t> draft;
-  int64_t pending = 0;  // of feed, the tokens from `tokens`
-
-  // Session snapshots. Lookup candidates: the prompt's snapshot positions below its length
-  // with their keys; capture_at: positions still to snapshot (ascending), next_capture indexes
-  // it; captured: what this sequence took, for restoring after preemption and for publishing.
-  std::vector<int64_t> lookup_positions;
-  std::vector<common::SnapshotKey> lookup_keys;
-  std::vector<int64_t> capture_at;
-  size_t next_capture = 0;
-  std::vector<int32_t> turn_end;
-  std::shared_ptr<const SnapshotImage> remote;
-  // Weak: a sequence must not keep its own snapshots from giving their pages back (its next
-  // write into a page a snapshot shares needs a copy, which a full cache can only make by
-  // dropping the snapshot).
-  std::vector<std::weak_ptr<const LocalSnapshot>> captured;
-  // Finished for the client; feeding the turn-end tokens (feed) for the end-of-output snapshot.
-  bool closing = false;
-  // Reasoning budget (GenerationRequest): -1 none; in_reasoning while inside the block.
-  int32_t reasoning_budget = -1;
-  int32_t reasoning_start = -1;
-  std::vector<int32_t> reasoning_end;
-  bool in_reasoning = false;
-  int32_t reasoning_used = 0;
-  // Output constraint (GenerationRequest.grammar): what Submit took, and the constraint made
-  // from it at the first admission; null when unconstrained.
-  std::shared_ptr<common::grammar::CompiledGrammar> grammar;
-  std::shared_ptr<const TokenTrie> trie;
-  SequenceConstraintOptions constraint_options;
-  std::unique_ptr<SequenceConstraint> constraint;
-
-  int64_t n_past() const { return state == nullptr ? 0 : state->n_past; }
-  RecurrentSlot& slot() const { return static_cast<RecurrentSlot&>(*state->state); }
-};
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     Qwen35Model& model, std::shared_ptr<PagedKvCache> cache,
@@ -132,6 +73,23 @@ void Scheduler::StartConstraint(Sequence& seq) {
 
 absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
                                            std::shared_ptr<GenerationSink> sink) {
+  std::vector<std::shared_ptr<GenerationSink>> sinks;
+  sinks.push_back(std::move(sink));
+  return Submit(std::move(request), std::move(sinks));
+}
+
+absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
+                                           std::vector<std::shared_ptr<GenerationSink>> sinks) {
+  const int64_t n = static_cast<int64_t>(sinks.size());
+  if (n < 1 || n > kMaxChoices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n: ", n, " choices asked; between 1 and ", kMaxChoices, " are allowed"));
+  }
+  if (n > options_.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("n: ", n, " choices asked; this worker runs ",
+                                                   options_.max_sequences,
+                                                   " sequences at once"));
+  }
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   for (int32_t id : request.prompt) {
     if (id < 0 || id >= model_->n_vocab()) {
@@ -145,12 +103,26 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
         absl::StrCat("prompt (", request.prompt.size(), " tokens) + max_tokens (", max_new,
                      ") exceeds the context of ", options_.max_context, " tokens"));
   }
+  if (n > 1) {
+    // All n choices at full length must fit the cache at once, or they could only make
+    // progress by preempting one another.
+    const int64_t capacity = cache_->total_pages() * cache_->page_tokens();
+    const int64_t positions = static_cast<int64_t>(request.prompt.size()) + n * max_new;
+    if (positions > capacity) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "n: ", n, " choices of up to ", max_new, " tokens after a prompt of ",
+          request.prompt.size(), " tokens need ", positions,
+          " KV positions; this worker's cache holds ", capacity));
+    }
+  }
   absl::StatusOr<Sampler> sampler = Sampler::Create(request.sampling, n_valid_);
   if (!sampler.ok()) return sampler.status();
   sampler->AcceptPrompt(request.prompt);
   auto seq = std::make_unique<Sequence>(std::move(*sampler), StopCondition(request.sampling, eos_));
   seq->id = std::move(request.id);
-  seq->sink = std::move(sink);
+  seq->sink = std::move(sinks.front());
+  seq->fork_sinks.assign(std::make_move_iterator(sinks.begin() + 1),
+                         std::make_move_iterator(sinks.end()));
   seq->want_logprobs = request.sampling.top_logprobs > 0 || request.logprobs;
   seq->prompt_len = static_cast<int64_t>(request.prompt.size());
   if (snapshots_ != nullptr) {
@@ -200,6 +172,10 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
     o.end_tokens = request.sampling.stop_token_ids;
     if (!request.sampling.ignore_eos)
       o.end_tokens.insert(o.end_tokens.end(), eos_.begin(), eos_.end());
+    if (n > 1) {
+      seq->fork_grammar = request.grammar;
+      seq->fork_constraint_options = o;
+    }
     seq->grammar = std::move(request.grammar);
     seq->trie = std::move(request.trie);
     seq->constraint_options = std::move(o);
@@ -233,12 +209,18 @@ absl::StatusOr<uint64_t> Scheduler::Submit(GenerationRequest request,
 
 void Scheduler::Cancel(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  cancels_.push_back(handle);
+  cancels_.emplace_back(handle, -1);
+  cv_.notify_all();
+}
+
+void Scheduler::CancelChoice(uint64_t handle, int choice) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.emplace_back(handle, choice);
   cv_.notify_all();
 }
 
 void Scheduler::TakeInbox() {
-  std::vector<uint64_t> cancels;
+  std::vector<std::pair<uint64_t, int>> cancels;
   {
     std::lock_guard<std::mutex> lock(mu_);
     while (!inbox_.empty()) {
@@ -247,12 +229,17 @@ void Scheduler::TakeInbox() {
     }
     cancels.swap(cancels_);
   }
-  for (uint64_t h : cancels) {
+  // A choice's cancel reaches only that choice; a whole request's every choice, those not yet
+  // forked included (Finish ends them with their parent).
+  auto matches = [](const Sequence& s, uint64_t h, int choice) {
+    return s.handle == h && !s.finished && (choice < 0 || s.choice == choice);
+  };
+  for (const auto& [h, choice] : cancels) {
     for (auto& s : running_) {
-      if (s->handle == h && !s->finished) Finish(*s, EndReason::kCancelled);
+      if (matches(*s, h, choice)) Finish(*s, EndReason::kCancelled);
     }
     for (auto& s : waiting_) {
-      if (s->handle == h && !s->finished) Finish(*s, EndReason::kCancelled);
+      if (matches(*s, h, choice)) Finish(*s, EndReason::kCancelled);
     }
   }
 }
@@ -269,22 +256,6 @@ void Scheduler::Release(Sequence& seq) {
     if (!alive.empty()) publisher_(std::move(alive), seq.prompt_len);
   }
   seq.captured.clear();
-}
-
-bool Scheduler::BeginClosing(Sequence& seq) {
-  if (snapshots_ == nullptr || seq.turn_end.empty() || seq.state == nullptr) return false;
-  // Only when the state holds exactly tokens[0, n_past) with the last sampled token unfed (not
-  // after a speculative step that ended mid-way).
-  const int64_t n_past = seq.n_past();
-  if (n_past != static_cast<int64_t>(seq.tokens.size()) - 1) return false;
-  std::vector<int32_t> tail = {seq.tokens.back()};
-  const size_t skip = seq.tokens.back() == seq.turn_end.front() ? 1 : 0;
-  tail.insert(tail.end(), seq.turn_end.begin() + skip, seq.turn_end.end());
-  if (n_past + static_cast<int64_t>(tail.size()) > options_.max_context) return false;
-  seq.tokens.insert(seq.tokens.end(), tail.begin() + 1, tail.end());
-  seq.feed = std::move(tail);
-  seq.closing = true;
-  return true;
 }
 
 void Scheduler::Finish(Sequence& seq, EndReason reason, absl::Status error) {
@@ -310,6 +281,16 @@ void Scheduler::Finish(Sequence& seq, EndReason reason, absl::Status error) {
   seq.finished = true;
   if (seq.sink != nullptr) seq.sink->OnFinish(r);
   seq.sink.reset();
+  // Choices not forked yet end with the one they were to be forked from (an error, a cancel or
+  // a stop before the prompt was prefilled), each with its own OnFinish and no tokens.
+  for (std::shared_ptr<GenerationSink>& fork : seq.fork_sinks) {
+    GenerationResult fr = r;
+    fr.completion_tokens = 0;
+    fr.first_token_ms = 0;
+    fork->OnFinish(fr);
+  }
+  seq.fork_sinks.clear();
+  seq.fork_grammar.reset();
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.completed;
 }
@@ -325,20 +306,31 @@ void Scheduler::Preempt(Sequence& seq) {
 void Scheduler::Admit() {
   const int64_t pt = cache_->page_tokens();
   auto pages_for = [pt](int64_t tokens) { return (tokens + pt - 1) / pt; };
-  // Pages the prompts already admitted still need to finish their prefill.
+  // Pages the prompts already admitted still need to finish their prefill, and one page per
+  // choice still to fork from them (the copy of the prompt's last, shared page, or its first
+  // own page).
   int64_t reserved = 0;
   for (const auto& s : running_) {
     if (s->finished || s->state == nullptr) continue;
     const int64_t need = pages_for(static_cast<int64_t>(s->tokens.size()) + 1);
     reserved += std::max<int64_t>(0, need - static_cast<int64_t>(s->state->kv->pages().size()));
+    reserved += static_cast<int64_t>(s->fork_sinks.size());
   }
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_sequences) {
+  // Slots (and places among max_sequences) kept for choices still to fork.
+  int64_t reserved_slots = ReservedForkSlots();
+  while (!waiting_.empty()) {
     Sequence& seq = *waiting_.front();
     if (seq.finished) {
       waiting_.pop_front();
       continue;
     }
-    const int64_t need = pages_for(static_cast<int64_t>(seq.tokens.size()) + 1);
+    const int64_t forks = static_cast<int64_t>(seq.fork_sinks.size());
+    if (static_cast<int64_t>(running_.size()) + reserved_slots + 1 + forks >
+            options_.max_sequences ||
+        slots_->free_slots() - reserved_slots < 1 + forks) {
+      break;  // FIFO: the head waits for sequences to end
+    }
+    const int64_t need = pages_for(static_cast<int64_t>(seq.tokens.size()) + 1) + forks;
     if (need > cache_->total_pages()) {
       Finish(seq, EndReason::kError,
              absl::ResourceExhaustedError(absl::StrCat("the request needs ", need, " KV pages of ",
@@ -368,408 +360,10 @@ void Scheduler::Admit() {
     }
     if (snapshots_ != nullptr) RestoreAtAdmission(seq, point, first_admission);
     reserved += need_new;
+    reserved_slots += forks;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-}
-
-Scheduler::RestorePoint Scheduler::ChooseRestore(Sequence& seq) {
-  RestorePoint point;
-  // At least the last token is computed: its logits give the first new token.
-  const int64_t max_pos = static_cast<int64_t>(seq.tokens.size()) - 1;
-  std::shared_ptr<const LocalSnapshot> best =
-      snapshots_->FindLongest(seq.lookup_keys, seq.lookup_positions, max_pos, seq.tokens);
-  // After a preemption the sequence's own latest snapshot may be the longest (its tokens are a
-  // prefix of seq.tokens by construction; captured is in position order).
-  for (auto it = seq.captured.rbegin(); it != seq.captured.rend(); ++it) {
-    std::shared_ptr<const LocalSnapshot> own = it->lock();
-    if (own == nullptr || own->n_tokens() > max_pos) continue;
-    if (best == nullptr || own->n_tokens() > best->n_tokens()) best = std::move(own);
-    break;
-  }
-  const SnapshotImage* remote = seq.remote.get();
-  if (remote != nullptr) {
-    const int64_t n = static_cast<int64_t>(remote->tokens.size());
-    if (n > max_pos || (best != nullptr && n <= best->n_tokens()) ||
-        !std::equal(remote->tokens.begin(), remote->tokens.end(), seq.tokens.begin())) {
-      remote = nullptr;
-    }
-  }
-  point.local = std::move(best);
-  point.remote = remote;
-  return point;
-}
-
-int64_t Scheduler::SharedPages(const RestorePoint& point) const {
-  // Every page of a RAM snapshot is shared. Its partial last page is copied on the first write
-  // when the snapshot still holds it; a cache too full for that copy drops the snapshot instead
-  // (RunBatch), so the sequence needs no page for it.
-  const int64_t pt = cache_->page_tokens();
-  return point.remote == nullptr && point.local != nullptr
-             ? (point.local->n_tokens() + pt - 1) / pt
-             : 0;
-}
-
-void Scheduler::RestoreAtAdmission(Sequence& seq, const RestorePoint& point,
-                                   bool first_admission) {
-  const SnapshotImage* remote = point.remote;
-  const std::shared_ptr<const LocalSnapshot>& best = point.local;
-  SnapshotSource source = SnapshotSource::kNone;
-  absl::Status st;
-  if (remote != nullptr) {
-    st = snapshots_->RestoreImage(*remote, *seq.state);
-    if (st.ok()) source = SnapshotSource::kRemote;
-  }
-  if (source == SnapshotSource::kNone && best != nullptr) {
-    st = snapshots_->Restore(*best, *seq.state);
-    if (st.ok()) source = SnapshotSource::kRam;
-  }
-  if (!st.ok()) {
-    // Whatever was half restored is undone: the sequence runs cold.
-    static_cast<PagedSequenceKv&>(*seq.state->kv).Truncate(0);
-    seq.state->n_past = 0;
-    RecurrentSlot& slot = seq.slot();
-    if (!slot.pool().Zero(slot.index()).ok()) source = SnapshotSource::kNone;
-  }
-  seq.remote.reset();  // its memory is not needed any longer
-  if (!first_admission) return;
-  const int64_t reused = source == SnapshotSource::kNone ? 0 : seq.state->n_past;
-  seq.result.cached_prompt_tokens = std::min(reused, seq.prompt_len);
-  seq.result.cached_from = source;
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.snapshot_lookups;
-  if (!st.ok()) ++stats_.snapshot_restore_failures;
-  switch (source) {
-    case SnapshotSource::kRam:
-      ++stats_.snapshot_hits_ram;
-      break;
-    case SnapshotSource::kRemote:
-      ++stats_.snapshot_hits_remote;
-      break;
-    case SnapshotSource::kNone:
-      ++stats_.snapshot_misses;
-      break;
-  }
-  stats_.snapshot_tokens_reused += seq.result.cached_prompt_tokens;
-}
-
-void Scheduler::CaptureIfDue(Sequence& seq) {
-  const int64_t n = seq.n_past();
-  while (seq.next_capture < seq.capture_at.size() && seq.capture_at[seq.next_capture] < n) {
-    ++seq.next_capture;
-  }
-  const bool at_position =
-      seq.next_capture < seq.capture_at.size() && seq.capture_at[seq.next_capture] == n;
-  if (!seq.closing && !at_position) return;
-  if (at_position) ++seq.next_capture;
-  const int max_taken = options_.max_snapshots_per_sequence;
-  if (!seq.closing) {
-    if (n <= seq.prompt_len) {
-      // Of the prompt's positions only the last max_taken are worth a snapshot: a later request
-      // resumes from the deepest one it shares.
-      int64_t later = 0;
-      for (size_t i = seq.next_capture; i < seq.capture_at.size(); ++i) {
-        if (seq.capture_at[i] <= seq.prompt_len) ++later;
-      }
-      if (later >= max_taken) return;
-    } else if (static_cast<int>(seq.captured.size()) >= 2 * max_taken) {
-      return;
-    }
-  }
-  const absl::Span<const int32_t> prefix = absl::Span<const int32_t>(seq.tokens).first(n);
-  common::SnapshotKey key;
-  auto it = std::lower_bound(seq.lookup_positions.begin(), seq.lookup_positions.end(), n);
-  if (it != seq.lookup_positions.end() && *it == n) {
-    key = seq.lookup_keys[it - seq.lookup_positions.begin()];
-  } else {
-    const int64_t at[] = {n};
-    absl::StatusOr<std::vector<common::SnapshotKey>> keys =
-        common::SnapshotKeysAt(snapshots_->root(), prefix, at);
-    if (!keys.ok()) return;
-    key = keys->front();
-  }
-  absl::StatusOr<std::shared_ptr<const LocalSnapshot>> snap =
-      snapshots_->Capture(*seq.state, prefix, key);
-  if (snap.ok() && *snap != nullptr) seq.captured.push_back(std::move(*snap));
-}
-
-bool Scheduler::ReasoningBudgetSpent(Sequence& seq, int32_t token) {
-  if (!seq.in_reasoning) {
-    if (token == seq.reasoning_start) {
-      seq.in_reasoning = true;
-      seq.reasoning_used = 0;
-    }
-    return false;
-  }
-  if (token == seq.reasoning_end.front()) {
-    seq.in_reasoning = false;
-    return false;
-  }
-  if (seq.reasoning_used >= seq.reasoning_budget) {
-    seq.in_reasoning = false;
-    return true;
-  }
-  ++seq.reasoning_used;
-  return false;
-}
-
-void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n_rows,
-                        int64_t fed_before) {
-  const int64_t n_vocab = model_->n_vocab();
-  const int64_t k = static_cast<int64_t>(seq.draft.size());
-  // Rows [first, n_rows) belong to the last real token and the drafts after it.
-  const int64_t first = n_rows - (k + 1);
-  std::vector<GeneratedToken> out;
-  int64_t accepted = 0;
-  EndReason end = EndReason::kStop;
-  absl::Status end_error;
-  bool ended = false;
-  for (int64_t i = 0; i <= k && !ended; ++i) {
-    TokenLogprobs lp;
-    const TokenMask* allowed = nullptr;
-    if (seq.constraint != nullptr) {
-      allowed = &seq.constraint->Allowed(*masks_);
-      if (allowed->Count() == 0) {
-        ended = true;
-        end = EndReason::kError;
-        end_error = absl::ResourceExhaustedError(
-            "the output constraint allows no token here (its grammar reached a size limit)");
-        break;
-      }
-    }
-    const int32_t sampled = seq.sampler.Sample(logits.subspan((first + i) * n_vocab, n_vocab),
-                                               seq.want_logprobs ? &lp : nullptr, allowed);
-    // A spent reasoning budget: the closing tokens go out instead of the sampled one.
-    const bool forced = seq.reasoning_budget >= 0 && ReasoningBudgetSpent(seq, sampled);
-    const absl::Span<const int32_t> emit =
-        forced ? absl::Span<const int32_t>(seq.reasoning_end) : absl::MakeConstSpan(&sampled, 1);
-    for (int32_t token : emit) {
-      GeneratedToken g;
-      g.token = token;
-      if (seq.want_logprobs) g.logprobs = forced ? TokenLogprobs{} : std::move(lp);
-      seq.sampler.Accept(g.token);
-      seq.tokens.push_back(g.token);
-      if (!seq.has_token) {
-        seq.has_token = true;
-        seq.first_token = Clock::now();
-      }
-      const FinishReason why = seq.stop.Check(g.token);
-      if (why == FinishReason::kStop) {
-        ended = true;
-        end = EndReason::kStop;
-        break;
-      }
-      out.push_back(std::move(g));
-      if (seq.constraint != nullptr) {
-        switch (seq.constraint->Accept(token, tokenizer_->Piece(token), forced)) {
-          case SequenceConstraint::Step::kContinue:
-            break;
-          case SequenceConstraint::Step::kComplete:
-            // Complete and nothing can follow: the output is whole ("stop", even on the
-            // max_tokens-th token).
-            ended = true;
-            end = EndReason::kStop;
-            break;
-          case SequenceConstraint::Step::kRejected:
-            ended = true;
-            end = EndReason::kError;
-            end_error = absl::InternalError(
-                absl::StrCat("token ", token, " does not continue the output constraint"));
-            break;
-        }
-        if (ended) break;
-      }
-      if (why == FinishReason::kLength ||
-          static_cast<int64_t>(seq.tokens.size()) >= options_.max_context) {
-        ended = true;
-        end = EndReason::kLength;
-        break;
-      }
-    }
-    // After forced tokens the drafts no longer follow: rewound below like a rejected draft.
-    if (ended || forced || i == k || out.back().token != seq.draft[i]) break;
-    ++accepted;
-  }
-  if (k > 0) {
-    seq.result.drafted_tokens += k;
-    seq.result.accepted_tokens += accepted;
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.drafted_tokens += k;
-    stats_.accepted_tokens += accepted;
-  }
-  if (!out.empty() && seq.sink != nullptr) seq.sink->OnTokens(out);
-  if (ended) {
-    if (end == EndReason::kError) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.constraint_failures;  // the only errors Consume ends a sequence with
-    }
-    Finish(seq, end, std::move(end_error));
-    return;
-  }
-  if (k > 0) {
-    if (accepted < k) {
-      // The state consumed rejected drafts: back to before this step; the accepted tokens
-      // are fed again next step (they are in seq.tokens past n_past).
-      if (absl::Status s = seq.slot().CopyFrom(*seq.snapshot); !s.ok()) {
-        Finish(seq, EndReason::kError, s);
-        return;
-      }
-      seq.state->n_past = fed_before;
-    } else {
-      seq.state->n_past = static_cast<int64_t>(seq.tokens.size()) - 1;
-    }
-    seq.snapshot.reset();
-  }
-}
-
-bool Scheduler::RunBatch() {
-  // Decode-like sequences (few pending tokens) first, then prompt chunks, under the budget.
-  int64_t budget = options_.step_tokens;
-  std::vector<Sequence*> batch;
-  const int64_t small = 1 + options_.ngram.draft_max;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (auto& sp : running_) {
-      Sequence& s = *sp;
-      if (s.finished || s.state == nullptr || budget <= 0) continue;
-      if (s.closing) continue;
-      const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.n_past();
-      if ((pending <= small) != (pass == 0)) continue;
-      int64_t take = std::min(pending, budget);
-      // Chunked prefill stops at the next snapshot position.
-      while (s.next_capture < s.capture_at.size() && s.capture_at[s.next_capture] <= s.n_past()) {
-        ++s.next_capture;
-      }
-      const int64_t next_capture = s.next_capture < s.capture_at.size()
-                                       ? s.capture_at[s.next_capture]
-                                       : std::numeric_limits<int64_t>::max();
-      take = std::min(take, next_capture - s.n_past());
-      s.pending = take;
-      s.feed.assign(s.tokens.begin() + s.n_past(), s.tokens.begin() + s.n_past() + take);
-      s.draft.clear();
-      if (options_.speculation && take == pending &&
-          next_capture > s.n_past() + take + options_.ngram.draft_max) {
-        NgramDraftOptions o = options_.ngram;
-        const int64_t room = options_.max_context - static_cast<int64_t>(s.tokens.size());
-        o.draft_max = static_cast<int>(std::min<int64_t>({o.draft_max, room, budget - take}));
-        if (o.draft_max > 0) s.draft = DraftFromHistory(s.tokens, o);
-        if (!s.draft.empty() && s.constraint != nullptr) {
-          // Drafts the grammar rejects could never be sampled: not worth feeding.
-          s.draft.resize(s.constraint->AllowedPrefix(
-              s.draft, [this](int32_t t) { return tokenizer_->Piece(t); }));
-        }
-        if (!s.draft.empty()) {
-          absl::StatusOr<std::unique_ptr<RecurrentSlot>> snap = RecurrentSlot::Acquire(slots_);
-          if (snap.ok() && (*snap)->CopyFrom(s.slot()).ok()) {
-            s.snapshot = std::move(*snap);
-          } else {
-            s.draft.clear();  // no spare slot: no speculation this step
-          }
-        }
-        s.feed.insert(s.feed.end(), s.draft.begin(), s.draft.end());
-      }
-      budget -= static_cast<int64_t>(s.feed.size());
-      batch.push_back(&s);
-    }
-  }
-  // Sequences finished for their client that feed their turn-end tokens (a token or two each).
-  std::vector<Sequence*> closing;
-  for (auto& sp : running_) {
-    if (sp->closing && sp->state != nullptr) closing.push_back(sp.get());
-  }
-  if (batch.empty() && closing.empty()) return false;
-
-  // Pages for every entry; when the cache is full, preempt the latest admitted sequence.
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Sequence& s = *batch[i];
-    if (s.state == nullptr) continue;  // preempted by an earlier entry
-    for (;;) {
-      absl::Status st = s.state->kv->Prepare(s.n_past(), s.n_past() + s.feed.size());
-      if (st.ok()) break;
-      if (!absl::IsResourceExhausted(st)) {
-        Finish(s, EndReason::kError, st);
-        break;
-      }
-      // The least recently used RAM snapshot gives its pages back (or stops sharing one this
-      // sequence must otherwise copy); then try again.
-      if (snapshots_ != nullptr && snapshots_->EvictOne()) continue;
-      Sequence* victim = nullptr;
-      for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-        if (!(*it)->finished && (*it)->state != nullptr) {
-          victim = it->get();
-          break;
-        }
-      }
-      if (victim == &s) {
-        bool alone = true;
-        for (auto& r : running_) alone &= (r.get() == &s || r->finished || r->state == nullptr);
-        if (alone) {
-          Finish(s, EndReason::kError,
-                 absl::ResourceExhaustedError("the KV cache cannot hold this sequence"));
-        } else {
-          Preempt(s);
-        }
-        break;
-      }
-      Preempt(*victim);
-    }
-  }
-  std::vector<BatchEntry> entries;
-  std::vector<Sequence*> live;
-  for (Sequence* s : closing) {
-    // No preemption for these: without pages the end-of-output snapshot is simply not taken.
-    if (!s->state->kv->Prepare(s->n_past(), s->n_past() + s->feed.size()).ok()) {
-      Release(*s);
-      continue;
-    }
-    BatchEntry e{s->state.get(), s->feed, /*all_logits=*/false};
-    e.no_logits = true;
-    entries.push_back(e);
-    live.push_back(s);
-  }
-  for (Sequence* s : batch) {
-    if (s->finished || s->state == nullptr) continue;
-    const bool last = s->pending == static_cast<int64_t>(s->tokens.size()) - s->n_past();
-    BatchEntry e{s->state.get(), s->feed, /*all_logits=*/false};
-    e.no_logits = !last;
-    // The last real token and the drafts after it; the rows before are not sampled.
-    e.last_logits = static_cast<int64_t>(s->draft.size()) + 1;
-    entries.push_back(e);
-    live.push_back(s);
-  }
-  if (!entries.empty()) {
-    std::vector<int64_t> fed_before;
-    for (Sequence* s : live) fed_before.push_back(s->n_past());
-    if (absl::Status st = model_->Forward(entries, logits_); !st.ok()) {
-      for (Sequence* s : live) {
-        if (s->closing) {
-          Release(*s);
-        } else {
-          Finish(*s, EndReason::kError, st);
-        }
-      }
-    } else {
-      int64_t row = 0;
-      for (size_t i = 0; i < live.size(); ++i) {
-        Sequence& s = *live[i];
-        if (s.closing) {
-          // The end-of-output snapshot, then the sequence's memory goes back.
-          CaptureIfDue(s);
-          Release(s);
-          continue;
-        }
-        const BatchEntry& e = entries[i];
-        const int64_t rows = e.LogitsRows();
-        if (rows > 0) {
-          const int64_t n_vocab = model_->n_vocab();
-          Consume(s, absl::Span<const float>(logits_).subspan(row * n_vocab, rows * n_vocab),
-                  rows, fed_before[i]);
-        }
-        row += rows;
-        if (!s.finished && s.state != nullptr) CaptureIfDue(s);
-      }
-    }
-  }
-  return true;
 }
 
 bool Scheduler::Step() {

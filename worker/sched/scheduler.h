@@ -36,6 +36,13 @@
 // next turn's prompt will end this reply's message. The client's stream is finished before that
 // last step. Snapshots taken go to the publisher (the Redis tier) when the sequence is done.
 //
+// Choices (n > 1, scheduler_fork.cc, docs/scheduler.md "Forking"): Submit with n sinks queues
+// one sequence (choice 0) that is admitted with room for all n; once its prompt is prefilled the
+// other n - 1 are forked from it — recurrent-state slot copied, KV pages shared copy-on-write —
+// and each samples its first token from the same last-prompt logits with seed `seed + i`, then
+// decodes as a sequence of its own (preempted, cancelled and finished on its own; Cancel ends
+// them all). Choice i's tokens are those of a one-choice request with seed + i.
+//
 // Threading: Submit, Cancel and stats() may be called from any thread; the steps run on the
 // scheduler's own thread (Start) or on the caller's (Step, for tests), never both. Sinks are
 // called on the stepping thread.
@@ -51,6 +58,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -66,6 +74,9 @@
 #include "worker/sampling/token_mask.h"
 
 namespace deltaserve::worker {
+
+// Most choices (GenerationRequest n, proto GenerateRequest.n) one request may ask for.
+inline constexpr int kMaxChoices = 16;
 
 // Scheduler settings.
 struct SchedulerOptions {
@@ -167,6 +178,11 @@ struct SchedulerStats {
   int64_t constrained_sequences = 0;
   int64_t grammar_mask_hits = 0, grammar_mask_misses = 0;
   int64_t constraint_failures = 0;
+  // Prompt positions run through the model (prefill, and recompute after a preemption): a
+  // request with n choices adds its uncached prompt once. Choices forked off a prefilled prompt
+  // (n - 1 per request with n choices).
+  int64_t prompt_tokens_computed = 0;
+  int64_t forked_sequences = 0;
 };
 
 // Receives the snapshots a finished sequence took, in position order, and its prompt's length
@@ -205,9 +221,17 @@ class Scheduler {
   // (ResourceExhausted).
   absl::StatusOr<uint64_t> Submit(GenerationRequest request,
                                   std::shared_ptr<GenerationSink> sink);
-  // Ends a request at the next step boundary (OnFinish with kCancelled); its pages and slot are
-  // freed then. Unknown or finished handles are ignored.
+  // The same with n = sinks.size() choices (see the file comment): sink i gets choice i's
+  // tokens and its own OnFinish. Also refused (InvalidArgument, message starting "n: ") for n
+  // outside [1, kMaxChoices] or above max_sequences, and when the n choices at full length
+  // (prompt + n * max_tokens positions) could not all be in the KV cache at once.
+  absl::StatusOr<uint64_t> Submit(GenerationRequest request,
+                                  std::vector<std::shared_ptr<GenerationSink>> sinks);
+  // Ends a request (every choice) at the next step boundary (OnFinish with kCancelled); its
+  // pages and slots are freed then. Unknown or finished handles are ignored.
   void Cancel(uint64_t handle);
+  // Ends only choice `choice` of a request (a stop string matched in its text); the others go on.
+  void CancelChoice(uint64_t handle, int choice);
 
   // Runs one engine step on the calling thread; false when there was nothing to do.
   bool Step();
@@ -230,6 +254,14 @@ class Scheduler {
   bool RunBatch();
   void Finish(Sequence& seq, EndReason reason, absl::Status error = absl::OkStatus());
   void Preempt(Sequence& seq);
+  // n > 1 (scheduler_fork.cc): the choices still to fork of running sequences (slots and pages
+  // reserved for them); the forks of `parent`, whose prompt was just prefilled, sampled from its
+  // last prompt row `logits` and returned to join running_.
+  int64_t ReservedForkSlots() const;
+  std::vector<std::unique_ptr<Sequence>> ForkChoices(Sequence& parent,
+                                                     absl::Span<const float> logits);
+  // Counts the prompt positions among `seq`'s input fed this step from position `fed_before`.
+  void CountPromptTokens(const Sequence& seq, int64_t fed_before);
   // Makes the sequence's SequenceConstraint at its first admission (on the stepping thread: a
   // matcher steps its grammar's state table, which only this thread may touch).
   void StartConstraint(Sequence& seq);
@@ -268,7 +300,7 @@ class Scheduler {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Sequence>> inbox_;  // submitted, not yet seen by the stepper
-  std::vector<uint64_t> cancels_;
+  std::vector<std::pair<uint64_t, int>> cancels_;  // handle, choice (-1: all)
   uint64_t next_handle_ = 1;
   SchedulerStats stats_;
   bool stop_ = false, drain_ = false;
