@@ -19,9 +19,10 @@ step() { printf '\n=== %s (%s) ===\n' "$1" "$(date +%H:%M:%S)"; }
 step "python SDKs and schemathesis for the client tests (build/ci-venv)"
 [ -x build/ci-venv/bin/python3 ] || python3 -m venv build/ci-venv
 # jsonschema: the reference structured_outputs_test validates outputs with (it came only as a
-# dependency of openai-agents' mcp before).
+# dependency of openai-agents' mcp before). anthropic: the official SDK anthropic_sdk_test drives
+# /v1/messages with (pip check passes with all five pins in a fresh venv).
 build/ci-venv/bin/pip install -q --disable-pip-version-check openai==1.109.1 openai-agents==0.3.3 \
-  schemathesis==4.32.5 jsonschema==4.26.0
+  schemathesis==4.32.5 jsonschema==4.26.0 anthropic==2.10.0
 
 # The JSON Schema corpus test (tests/integration/json_schema_corpus) generates instances with
 # hypothesis-jsonschema, whose last release (0.23.1) fails on hypothesis releases newer than
