@@ -225,6 +225,13 @@ std::string RenderWorkerMetrics(const WorkerService& service) {
       {"deltaserve_model_steps_total", "counter", "Engine steps.", &SchedulerStats::steps},
       {"deltaserve_model_preemptions_total", "counter", "Sequences preempted for memory.",
        &SchedulerStats::preemptions},
+      {"deltaserve_model_prompt_tokens_computed_total", "counter",
+       "Prompt positions run through the model (prefill and recompute; a request with n choices "
+       "adds its uncached prompt once).",
+       &SchedulerStats::prompt_tokens_computed},
+      {"deltaserve_model_forked_sequences_total", "counter",
+       "Choices forked off a prefilled prompt (n - 1 per request with n choices).",
+       &SchedulerStats::forked_sequences},
       {"deltaserve_model_drafted_tokens_total", "counter", "n-gram drafted tokens.",
        &SchedulerStats::drafted_tokens},
       {"deltaserve_model_accepted_tokens_total", "counter", "n-gram drafted tokens accepted.",

@@ -47,6 +47,7 @@ class CancelHandle {
     sched_ = sched;
     handle_ = handle;
     if (pending_) sched_->Cancel(handle_);
+    for (int choice : pending_choices_) sched_->CancelChoice(handle_, choice);
   }
   void Cancel() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -56,12 +57,22 @@ class CancelHandle {
       pending_ = true;
     }
   }
+  // Ends one choice of an n > 1 call (a stop string matched in its text).
+  void CancelChoice(int choice) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sched_ != nullptr) {
+      sched_->CancelChoice(handle_, choice);
+    } else {
+      pending_choices_.push_back(choice);
+    }
+  }
 
  private:
   std::mutex mu_;
   Scheduler* sched_ = nullptr;
   uint64_t handle_ = 0;
   bool pending_ = false;
+  std::vector<int> pending_choices_;
 };
 
 class GenerateReactor;
@@ -73,7 +84,9 @@ struct EventQueue {
   std::mutex mu;
   std::deque<pb::GenerateEvent> events;
   bool writing = false;
-  bool final_queued = false;
+  bool final_queued = false;  // every choice's FinalEvent is queued
+  int finals_expected = 1;    // GenerateRequest.n
+  int finals_queued = 0;
   bool finished = false;  // Finish called (or about to be): no more writes
   GenerateReactor* reactor = nullptr;  // null once the call is done
   CancelHandle cancel;
@@ -154,14 +167,16 @@ class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateEvent> {
   std::atomic<int64_t>* active_;
 };
 
-// Receives the scheduler's output for one call (on the scheduler's thread): detokenizes, matches
-// stop strings, and queues the events.
+// Receives the scheduler's output for one choice of a call (on the scheduler's thread):
+// detokenizes, matches stop strings, and queues the events, tagged with the choice's index.
 class StreamSink : public GenerationSink {
  public:
   StreamSink(std::shared_ptr<EventQueue> queue, const common::Tokenizer& tokenizer,
              std::vector<std::string> stops, std::string request_id, std::string model,
-             WorkerCounters* counters, uint64_t seed)
-      : queue_(std::move(queue)),
+             WorkerCounters* counters, uint64_t seed, int choice = 0, int n_choices = 1)
+      : choice_(choice),
+        n_choices_(n_choices),
+        queue_(std::move(queue)),
         detok_(tokenizer),
         stops_(std::move(stops)),
         request_id_(std::move(request_id)),
@@ -190,8 +205,16 @@ class StreamSink : public GenerationSink {
       if (stops_.matched()) break;
     }
     te->set_text(text);
+    te->set_choice_index(choice_);
     Push(std::move(ev));
-    if (stops_.matched()) queue_->cancel.Cancel();  // the scheduler ends it with kCancelled
+    // The scheduler ends the choice with kCancelled (only this one of several).
+    if (stops_.matched()) {
+      if (n_choices_ > 1) {
+        queue_->cancel.CancelChoice(choice_);
+      } else {
+        queue_->cancel.Cancel();
+      }
+    }
   }
 
   void OnFinish(const GenerationResult& r) override {
@@ -201,6 +224,7 @@ class StreamSink : public GenerationSink {
       rest += stops_.Flush();
       if (!rest.empty()) {
         tail.mutable_token_event()->set_text(rest);
+        tail.mutable_token_event()->set_choice_index(choice_);
         Push(std::move(tail));
       }
     }
@@ -227,7 +251,9 @@ class StreamSink : public GenerationSink {
     f->mutable_timings()->set_decode_ms(r.decode_ms);
     f->mutable_timings()->set_time_to_first_token_ms(r.first_token_ms);
     f->set_seed(seed_);
-    counters_->prompt_tokens += r.prompt_tokens;
+    f->set_choice_index(choice_);
+    // The choices share one prompt: counted once.
+    if (choice_ == 0) counters_->prompt_tokens += r.prompt_tokens;
     counters_->completion_tokens += r.completion_tokens;
     if (reason == pb::FINISH_REASON_ERROR) ++counters_->requests_failed;
     if (reason == pb::FINISH_REASON_CANCELLED) ++counters_->requests_cancelled;
@@ -245,7 +271,7 @@ class StreamSink : public GenerationSink {
                  r.error.ok() ? "" : std::string(r.error.message()).c_str());
     {
       std::lock_guard<std::mutex> lock(queue_->mu);
-      queue_->final_queued = true;
+      queue_->final_queued = ++queue_->finals_queued >= queue_->finals_expected;
       queue_->events.push_back(std::move(ev));
     }
     GenerateReactor::Kick(queue_);
@@ -260,6 +286,7 @@ class StreamSink : public GenerationSink {
     GenerateReactor::Kick(queue_);
   }
 
+  int choice_, n_choices_;
   std::shared_ptr<EventQueue> queue_;
   common::StreamingDetokenizer detok_;
   StopStringMatcher stops_;
@@ -280,10 +307,10 @@ class RefusedReactor : public grpc::ServerWriteReactor<pb::GenerateEvent> {
 // Redis lookup, on a fetch thread.
 void SubmitGeneration(ServedModel& model, GenerationRequest g,
                       const std::shared_ptr<EventQueue>& queue,
-                      std::shared_ptr<GenerationSink> sink, const std::string& model_name,
-                      WorkerCounters& counters) {
+                      std::vector<std::shared_ptr<GenerationSink>> sinks,
+                      const std::string& model_name, WorkerCounters& counters) {
   const std::string id = g.id;
-  absl::StatusOr<uint64_t> handle = model.scheduler().Submit(std::move(g), std::move(sink));
+  absl::StatusOr<uint64_t> handle = model.scheduler().Submit(std::move(g), std::move(sinks));
   if (!handle.ok()) {
     ++counters.requests_failed;
     std::fprintf(stderr, "request id=%s model=%s refused: %s\n", id.c_str(), model_name.c_str(),
@@ -396,6 +423,14 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
   }
   ServedModel& model = *it->second;
   const std::string id = RequestId(*context, *request);
+  const int n_choices = request->has_n() ? request->n() : 1;
+  if (n_choices < 1 || n_choices > kMaxChoices) {
+    ++counters_.requests_failed;
+    return new RefusedReactor(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("n: ", n_choices, " choices asked; between 1 and ", kMaxChoices,
+                     " are allowed")));
+  }
   GenerationRequest g;
   g.id = id;
   g.prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
@@ -454,8 +489,15 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
   std::vector<std::string> stops(request->sampling().stop_strings().begin(),
                                  request->sampling().stop_strings().end());
   auto queue = std::make_shared<EventQueue>();
-  auto sink = std::make_shared<StreamSink>(queue, model.tokenizer(), std::move(stops), id,
-                                           request->model(), &counters_, seed);
+  queue->finals_expected = n_choices;
+  // One sink per choice: its own detokenizer and stop strings; choice i samples with seed + i
+  // (scheduler_fork.cc) and reports it.
+  std::vector<std::shared_ptr<GenerationSink>> sinks;
+  for (int i = 0; i < n_choices; ++i) {
+    sinks.push_back(std::make_shared<StreamSink>(
+        queue, model.tokenizer(), stops, i == 0 ? id : absl::StrCat(id, "#", i), request->model(),
+        &counters_, seed + static_cast<uint64_t>(i), i, n_choices));
+  }
   auto* reactor = new GenerateReactor(queue, &active_streams_);
   {
     std::lock_guard<std::mutex> lock(queue->mu);
@@ -468,16 +510,16 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
       // which then submit, so a slow Redis never holds a gRPC thread. The reactor is returned
       // now; an early cancel is kept by the CancelHandle until Submit returns.
       auto pending = std::make_shared<GenerationRequest>(std::move(g));
-      tier.FetchAsync(std::move(*plan), [&model, pending, queue, sink, counters = &counters_,
+      tier.FetchAsync(std::move(*plan), [&model, pending, queue, sinks, counters = &counters_,
                                          model_name = request->model()](
                                             std::shared_ptr<const SnapshotImage> image) {
         pending->remote_snapshot = std::move(image);
-        SubmitGeneration(model, std::move(*pending), queue, sink, model_name, *counters);
+        SubmitGeneration(model, std::move(*pending), queue, sinks, model_name, *counters);
       });
       return reactor;
     }
   }
-  SubmitGeneration(model, std::move(g), queue, sink, request->model(), counters_);
+  SubmitGeneration(model, std::move(g), queue, std::move(sinks), request->model(), counters_);
   return reactor;
 }
 
