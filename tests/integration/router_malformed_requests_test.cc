@@ -72,6 +72,13 @@ std::string ChatWithRawContent(const std::string& raw_json_string_body) {
          raw_json_string_body + R"("}]})";
 }
 
+// A valid /v1/responses body with `patch` merged in (a null member removes the field).
+std::string ResponsesWith(const json& patch) {
+  json j = {{"model", "tiny"}, {"max_output_tokens", 1}, {"input", "Hi"}};
+  j.merge_patch(patch);
+  return j.dump();
+}
+
 std::vector<MalformedCase> Corpus() {
   const std::string chat = "/v1/chat/completions";
   const std::string comp = "/v1/completions";
@@ -226,6 +233,78 @@ std::vector<MalformedCase> Corpus() {
   body("suffix", CompletionWith({{"suffix", "x"}}), "suffix", 400, comp);
   body("completion_logprobs_21", CompletionWith({{"logprobs", 21}}), "logprobs", 400, comp);
   body("completion_broken_json", "{\"prompt\":", "", 400, comp);
+
+  // Responses API (docs/responses_api.md): errors in OpenAI's shape, param a path in its body.
+  const std::string resp = "/v1/responses";
+  auto responses = [&](std::string name, const json& patch, std::string param) {
+    body("responses_" + std::move(name), ResponsesWith(patch), std::move(param), 400, resp);
+  };
+  body("responses_broken_json", "{\"input\":", "", 400, resp);
+  body("responses_body_is_array", "[]", "", 400, resp);
+  body("responses_utf8_invalid", R"({"model":"tiny","input":")" + std::string("\xff") + R"("})",
+       "", 400, resp);
+  responses("model_missing", {{"model", nullptr}}, "model");
+  responses("input_missing", {{"input", nullptr}}, "input");
+  responses("input_number", {{"input", 5}}, "input");
+  responses("input_empty", {{"input", json::array()}}, "input");
+  responses("item_number", {{"input", {5}}}, "input[0]");
+  responses("item_without_type_or_role", {{"input", {{{"content", "x"}}}}}, "input[0].type");
+  responses("item_type_unknown", {{"input", {{{"type", "teleport"}}}}}, "input[0].type");
+  responses("item_reference", {{"input", {{{"type", "item_reference"}, {"id", "msg_1"}}}}},
+            "input[0].type");
+  responses("role_tool", {{"input", {{{"role", "tool"}, {"content", "x"}}}}}, "input[0].role");
+  responses("content_missing", {{"input", {{{"role", "user"}}}}}, "input[0].content");
+  responses("content_object", {{"input", {{{"role", "user"}, {"content", json::object()}}}}},
+            "input[0].content");
+  responses("input_image",
+            {{"input", {{{"role", "user"},
+                         {"content", {{{"type", "input_image"}, {"image_url", "u"}}}}}}}},
+            "input[0].content[0].type");
+  responses("function_call_without_arguments",
+            {{"input", {{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}}}}},
+            "input[0].arguments");
+  responses("output_for_unknown_call",
+            {{"input", {{{"type", "function_call_output"}, {"call_id", "c"}, {"output", "x"}}}}},
+            "input[0].call_id");
+  responses("reasoning_summary_string", {{"input", {{{"type", "reasoning"}, {"summary", "x"}}}}},
+            "input[0].summary");
+  responses("previous_response_id", {{"previous_response_id", "resp_1"}}, "previous_response_id");
+  responses("conversation", {{"conversation", "conv_1"}}, "conversation");
+  responses("background", {{"background", true}}, "background");
+  responses("instructions_number", {{"instructions", 5}}, "instructions");
+  responses("max_output_tokens_zero", {{"max_output_tokens", 0}}, "max_output_tokens");
+  responses("temperature_3", {{"temperature", 3}}, "temperature");
+  responses("top_p_zero", {{"top_p", 0}}, "top_p");
+  responses("stream_string", {{"stream", "yes"}}, "stream");
+  responses("tools_object", {{"tools", json::object()}}, "tools");
+  responses("tool_without_type", {{"tools", {{{"name", "f"}}}}}, "tools[0].type");
+  responses("function_tool_without_name", {{"tools", {{{"type", "function"}}}}}, "tools[0].name");
+  responses("function_tool_bad_name", {{"tools", {{{"type", "function"}, {"name", "a b"}}}}},
+            "tools[0].name");
+  responses("function_tool_parameters_array",
+            {{"tools", {{{"type", "function"}, {"name", "f"}, {"parameters", json::array()}}}}},
+            "tools[0].parameters");
+  responses("tool_choice_required_without_function_tools",
+            {{"tools", {{{"type", "web_search"}}}}, {"tool_choice", "required"}}, "tool_choice");
+  responses("tool_choice_undeclared",
+            {{"tools", {{{"type", "function"}, {"name", "f"}}}},
+             {"tool_choice", {{"type", "function"}, {"name", "g"}}}},
+            "tool_choice.name");
+  responses("tool_choice_hosted", {{"tool_choice", {{"type", "web_search_preview"}}}},
+            "tool_choice.type");
+  responses("text_format_unknown", {{"text", {{"format", {{"type", "yaml"}}}}}},
+            "text.format.type");
+  responses("json_schema_without_name",
+            {{"text", {{"format", {{"type", "json_schema"}, {"schema", json::object()}}}}}},
+            "text.format.name");
+  responses("reasoning_effort_max", {{"reasoning", {{"effort", "max"}}}}, "reasoning.effort");
+  responses("metadata_number_value", {{"metadata", {{"k", 1}}}}, "metadata.k");
+  responses("include_number", {{"include", {1}}}, "include[0]");
+  body("responses_unknown_model", ResponsesWith({{"model", "no-such-model"}}), std::nullopt, 404,
+       resp);
+  c.push_back({"responses_get",
+               "GET " + resp + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", 405,
+               std::nullopt});
 
   // Unknown model, path, method.
   body("unknown_model", ChatWith({{"model", "no-such-model"}}), std::nullopt, 404);
