@@ -6,6 +6,7 @@
 // (new requests refused, /ready 503, streams in flight finish) and exit 0.
 //
 //   deltaserve-router --listen 127.0.0.1:8080 --worker 127.0.0.1:50051 [--config router.yaml]
+//                     [--log-format text|json]
 //   deltaserve-router --worker dns:///deltaserve-workers.ns.svc.cluster.local:50051  (each
 //     address of the name, looked up again every routing.dns_interval_ms; Kubernetes' headless
 //     Services)
@@ -24,6 +25,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/request_log.h"
+#include "router/api/access_log.h"
 #include "router/api/api_metrics.h"
 #include "router/api/openai_api.h"
 #include "router/api/openai_response.h"
@@ -58,6 +61,7 @@ struct Flags {
   int64_t drain_seconds = 30;
   int64_t max_connections = 20000;  // HTTP connections open at once; lowered to fit the fd limit
   std::string chat_template_path;   // --chat-template: replaces every model file's template
+  common::LogFormat log_format = common::LogFormat::kText;  // --log-format: the request lines
 };
 
 int Usage(const std::string& why) {
@@ -65,7 +69,7 @@ int Usage(const std::string& why) {
             << "usage: deltaserve-router [--listen HOST:PORT] "
                "[--worker HOST:PORT|dns:///NAME:PORT]... [--config FILE.yaml]\n"
                "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n"
-               "         [--chat-template FILE.jinja]\n";
+               "         [--chat-template FILE.jinja] [--log-format text|json]\n";
   return 2;
 }
 
@@ -104,6 +108,11 @@ std::string Parse(int argc, char** argv, Flags& f) {
       const char* v = value();
       if (v == nullptr) return "--chat-template needs a file";
       f.chat_template_path = v;
+    } else if (a == "--log-format") {
+      const char* v = value();
+      absl::StatusOr<common::LogFormat> format = common::ParseLogFormat(v == nullptr ? "" : v);
+      if (!format.ok()) return "--log-format needs text or json";
+      f.log_format = *format;
     } else if (a == "-h" || a == "--help") {
       return "help";
     } else {
@@ -200,11 +209,12 @@ int Run(const Flags& f) {
   }
   chat::ChatPromptRenderer renderer(std::move(default_template));
   RouterBackend routing(source, &pool, &tokenizers, &renderer);
-  auth::AuthorizingBackend backend(routing, [&authority] { return std::atomic_load(&authority); });
+  api::ApiMetrics metrics;
+  auth::AuthorizingBackend backend(
+      routing, [&authority] { return std::atomic_load(&authority); }, &metrics);
   RoutingState state(source, &pool, api::UnixSecondsNow());
   state.SetDiscovery(&discovery);
 
-  api::ApiMetrics metrics;
   http::HttpServerOptions opts;
   const std::string& listen = config->listen;
   opts.address = listen.substr(0, listen.rfind(':'));
@@ -227,6 +237,10 @@ int Run(const Flags& f) {
     std::cerr << "deltaserve-router: at most " << opts.max_connections
               << " HTTP connections (open-file limit " << fd_limit << ")\n";
   }
+  // One line per request (router/api/access_log.h); ConfigureServer chains its metrics first.
+  opts.on_exchange_done = [format = f.log_format](const http::ExchangeRecord& record) {
+    api::LogExchange(record, format);
+  };
   api::OpenAiApi::ConfigureServer(opts, &metrics);
   http::HttpServer server(opts);
   api::OpenAiApi api(backend, state, metrics);

@@ -13,6 +13,7 @@
 //                     [--redis-min-rate 100] [--redis-ttl 3600] [--redis-max-bytes 512MiB] [--redis-compression none]
 //                     [--tls-cert worker.crt --tls-key worker.key [--tls-client-ca ca.crt]]
 //                     [--auth-secret-file FILE]   (or $DELTASERVE_WORKER_SECRET)
+//                     [--log-format text|json]
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
@@ -32,6 +33,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "proto/worker_channel.h"
+#include "common/prometheus_text.h"
+#include "common/request_log.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/redis_snapshot_tier.h"
@@ -64,6 +67,7 @@ struct Flags {
   // The gRPC port's security (docs/worker.md, "Securing the gRPC port"): paths; the secret never
   // on the command line, where ps shows it.
   std::string tls_cert, tls_key, tls_client_ca, auth_secret_file;
+  common::LogFormat log_format = common::LogFormat::kText;  // --log-format: the request lines
 };
 
 int Usage(const std::string& why) {
@@ -78,7 +82,8 @@ int Usage(const std::string& why) {
                "         [--redis URL] [--redis-timeout MS] [--redis-min-rate MB/S]\n"
                "         [--redis-ttl SECONDS] [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
                "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
-               "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n";
+               "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n"
+               "         [--log-format text|json]\n";
   return 2;
 }
 
@@ -218,6 +223,11 @@ std::string Parse(int argc, char** argv, Flags& f) {
     } else if (a == "--auth-secret") {
       return "--auth-secret is not accepted: a secret on the command line is visible to every "
              "user (ps); use --auth-secret-file FILE or $DELTASERVE_WORKER_SECRET";
+    } else if (a == "--log-format") {
+      const char* v = value();
+      absl::StatusOr<common::LogFormat> format = common::ParseLogFormat(v == nullptr ? "" : v);
+      if (!format.ok()) return "--log-format needs text or json";
+      f.log_format = *format;
     } else if (a == "--worker-id") {
       const char* v = value();
       if (v == nullptr) return "--worker-id needs an id";
@@ -275,6 +285,31 @@ int Run(Flags& f, uint64_t baseline) {
     if (!bytes.ok()) return Usage(absl::StrCat("--snapshot-ram: ", bytes.status().message()));
     f.serving.snapshot_ram_bytes = *bytes;
   }
+  common::SetRequestLogFormat(f.log_format);
+  // /metrics from before the first model loads (deltaserve_worker_model_load_progress); the
+  // service's series join once it exists. The endpoint goes before `service` is destroyed (it
+  // is declared after it, below, or reset at every return before).
+  std::vector<std::string> names;
+  for (const auto& m : f.models) names.push_back(m.first);
+  auto progress = std::make_shared<ModelLoadProgress>(names);
+  auto live_service = std::make_shared<std::atomic<const WorkerService*>>(nullptr);
+  std::unique_ptr<MetricsEndpoint> metrics;
+  if (f.metrics_port >= 0) {
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m = MetricsEndpoint::Start(
+        f.metrics_host, f.metrics_port, [progress, live_service, refusals] {
+          common::PrometheusText out;
+          progress->Write(out);
+          if (const WorkerService* s = live_service->load()) WriteWorkerMetrics(*s, out);
+          return out.Take() + refusals->RenderPrometheus();
+        });
+    if (!m.ok()) {
+      std::cerr << "deltaserve-worker: " << m.status().message() << "\n";
+      return 1;
+    }
+    metrics = std::move(*m);
+    std::cerr << "deltaserve-worker: metrics on " << f.metrics_host << ":" << metrics->port()
+              << "/metrics\n";
+  }
   std::unique_ptr<kernels::Backend> backend = kernels::MakeCpuBackend(f.serving.n_threads);
   std::vector<std::unique_ptr<ServedModel>> served;
   std::map<std::string, ServedModel*> by_name;
@@ -284,6 +319,9 @@ int Run(Flags& f, uint64_t baseline) {
     o.process_baseline_bytes = i == 0 ? baseline : 0;
     // Later models get what the earlier ones left of the budget.
     o.budget_bytes = f.serving.budget_bytes > used ? f.serving.budget_bytes - used : 0;
+    o.load_progress = [progress, name = f.models[i].first](double fraction) {
+      progress->Set(name, fraction);
+    };
     std::cerr << "deltaserve-worker: loading " << f.models[i].first << " from "
               << f.models[i].second << "\n";
     absl::StatusOr<std::unique_ptr<ServedModel>> m =
@@ -354,6 +392,11 @@ int Run(Flags& f, uint64_t baseline) {
 
   const std::string id = f.worker_id.empty() ? f.listen : f.worker_id;
   WorkerService service(id, f.device, by_name);
+  // Cleared before `service` goes, on every way out of this function.
+  struct Unpublish {
+    std::shared_ptr<std::atomic<const WorkerService*>> p;
+    ~Unpublish() { p->store(nullptr); }
+  } unpublish{live_service};
   for (auto& [name, tier] : tiers) service.SetRedisTier(name, tier.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -374,22 +417,7 @@ int Run(Flags& f, uint64_t baseline) {
   health->SetServingStatus(true);
   health->SetServingStatus("deltaserve.v1.Worker", true);
 
-  std::unique_ptr<MetricsEndpoint> metrics;
-  if (f.metrics_port >= 0) {
-    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m =
-        MetricsEndpoint::Start(f.metrics_host, f.metrics_port, [&service, refusals] {
-          return RenderWorkerMetrics(service) + refusals->RenderPrometheus();
-        });
-    if (!m.ok()) {
-      std::cerr << "deltaserve-worker: " << m.status().message() << "\n";
-      server->Shutdown();
-      for (auto& s : served) s->scheduler().Stop(false);
-      return 1;
-    }
-    metrics = std::move(*m);
-    std::cerr << "deltaserve-worker: metrics on " << f.metrics_host << ":" << metrics->port()
-              << "/metrics\n";
-  }
+  live_service->store(&service);
   std::cerr << "deltaserve-worker: gRPC port: "
             << (security->tls() ? (security->client_ca_pem.empty() ? "TLS" : "mutual TLS")
                                 : "plain text")

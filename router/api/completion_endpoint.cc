@@ -1,11 +1,12 @@
 #include "router/api/completion_endpoint.h"
 
-#include <chrono>
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "router/api/api_error.h"
 #include "router/api/openai_response.h"
 #include "router/api/request_parser.h"
@@ -24,7 +25,9 @@ class CompletionSession : public GenerationObserver {
         stream_(req.stream),
         include_usage_(req.include_usage),
         with_logprobs_(req.logprobs),
-        started_at_(std::chrono::steady_clock::now()) {
+        timer_(metrics,
+               req.endpoint == Endpoint::kChatCompletions ? "chat_completions" : "completions",
+               req.model) {
     meta_.id = NewResponseId(endpoint_ == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
     meta_.created = UnixSecondsNow();
     meta_.model = req.model;
@@ -60,6 +63,7 @@ class CompletionSession : public GenerationObserver {
 
   void OnStart(const GenerationStart& start) override {
     std::lock_guard<std::mutex> lock(mu_);
+    timer_.Started(start.model);
     StartLocked(start.model);
   }
 
@@ -67,11 +71,8 @@ class CompletionSession : public GenerationObserver {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     StartLocked(meta_.model);
-    if (!first_token_seen_ && (delta.tokens > 0 || !delta.text.empty())) {
-      first_token_seen_ = true;
-      metrics_.RecordTimeToFirstToken(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
-    }
+    // A delta with text but no token count (a backend that does not count) is one token.
+    if (delta.tokens > 0 || !delta.text.empty()) timer_.Tokens(std::max<int32_t>(delta.tokens, 1));
     if (!stream_) {
       choice_.text += delta.text;
       choice_.reasoning_content += delta.reasoning_text;
@@ -94,7 +95,8 @@ class CompletionSession : public GenerationObserver {
     if (finished_) return;
     StartLocked(meta_.model);
     finished_ = true;
-    metrics_.RecordFinished(end.usage, end.finish_reason);
+    timer_.Finished(end.usage, end.finish_reason);
+    NoteForLog(end.usage, std::string(FinishReasonName(end.finish_reason)), "");
     if (!stream_) {
       choice_.finish_reason = end.finish_reason;
       choice_.content_null = end.content_null_when_empty;
@@ -121,6 +123,8 @@ class CompletionSession : public GenerationObserver {
     finished_ = true;
     ApiError error = ApiErrorFromStatus(status.ok() ? absl::InternalError("no error") : status);
     metrics_.RecordGenerationError(error.type);
+    timer_.Failed(error.http_status);
+    NoteForLog(Usage{}, "error", error.type);
     if (!started_ || !stream_) {
       exchange_->Respond(ApiErrorResponse(error));
       return;
@@ -132,6 +136,19 @@ class CompletionSession : public GenerationObserver {
   }
 
  private:
+  // The request's log line (router/api/access_log.h): what only the generation knows.
+  void NoteForLog(const Usage& usage, const std::string& finish, const std::string& error_type) {
+    exchange_->Note("model", timer_.model());
+    exchange_->Note("finish", finish);
+    if (!error_type.empty()) exchange_->Note("error", error_type);
+    exchange_->Note("prompt_tokens", std::to_string(usage.prompt_tokens));
+    exchange_->Note("cached_tokens", std::to_string(usage.cached_tokens));
+    exchange_->Note("completion_tokens", std::to_string(usage.completion_tokens));
+    if (timer_.ttft_seconds() >= 0) {
+      exchange_->Note("ttft_ms", absl::StrFormat("%.1f", timer_.ttft_seconds() * 1e3));
+    }
+  }
+
   // A non-streamed answer's calls: a first piece opens a call, later pieces extend its arguments.
   void AddToolCall(ToolCallDelta call) {
     if (call.index < 0) return;
@@ -165,14 +182,13 @@ class CompletionSession : public GenerationObserver {
   const bool stream_;
   const bool include_usage_;
   const bool with_logprobs_;
-  const std::chrono::steady_clock::time_point started_at_;
+  GenerationTimer timer_;  // under mu_
 
   std::mutex mu_;
   std::unique_ptr<GenerationHandle> handle_;
   bool cancel_requested_ = false;
   bool started_ = false;
   bool finished_ = false;
-  bool first_token_seen_ = false;
   bool stream_counted_ = false;
   ResponseMeta meta_;
   CompletionChoice choice_;

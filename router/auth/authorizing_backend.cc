@@ -55,8 +55,9 @@ class RefundingObserver : public api::GenerationObserver {
 
 }  // namespace
 
-AuthorizingBackend::AuthorizingBackend(api::CompletionBackend& inner, AuthorityGetter authority)
-    : inner_(inner), authority_(std::move(authority)) {}
+AuthorizingBackend::AuthorizingBackend(api::CompletionBackend& inner, AuthorityGetter authority,
+                                       api::ApiMetrics* metrics)
+    : inner_(inner), authority_(std::move(authority)), metrics_(metrics) {}
 
 int64_t AuthorizingBackend::EstimatedTokens(const api::CompletionRequest& request,
                                             int64_t default_max) {
@@ -79,7 +80,12 @@ std::unique_ptr<api::GenerationHandle> AuthorizingBackend::Generate(
   // A request without max_tokens is charged 16 output tokens up front; the limit is on what
   // was admitted, not on what a generation later turns out to use.
   const int64_t charge = EstimatedTokens(request, 16);
-  if (status.ok()) status = authority->Admit(*who, charge);
+  if (status.ok()) {
+    status = authority->Admit(*who, charge);
+    if (absl::IsResourceExhausted(status) && metrics_ != nullptr) {
+      metrics_->RecordRateLimited(who->name);
+    }
+  }
   if (!status.ok()) {
     observer->OnError(status);
     return std::make_unique<NoHandle>();

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 
+#include "router/api/api_metrics.h"
 #include "router/api/completion_backend.h"
 #include "router/api/openai_api.h"
 #include "router/auth/api_key_authority.h"
@@ -18,7 +19,9 @@ namespace deltaserve::router::auth {
 class AuthorizingBackend : public api::CompletionBackend {
  public:
   using AuthorityGetter = std::function<std::shared_ptr<ApiKeyAuthority>()>;
-  AuthorizingBackend(api::CompletionBackend& inner, AuthorityGetter authority);
+  // `metrics`, when given, counts the requests a key's limits refused (429) by key name.
+  AuthorizingBackend(api::CompletionBackend& inner, AuthorityGetter authority,
+                     api::ApiMetrics* metrics = nullptr);
 
   std::unique_ptr<api::GenerationHandle> Generate(
       const api::CompletionRequest& request,
@@ -32,6 +35,7 @@ class AuthorizingBackend : public api::CompletionBackend {
  private:
   api::CompletionBackend& inner_;
   AuthorityGetter authority_;
+  api::ApiMetrics* metrics_;
 };
 
 // GET /v1/models under the same keys: open when no keys are configured; otherwise a valid key

@@ -10,6 +10,11 @@ HttpExchange::HttpExchange(Request request, std::weak_ptr<internal::Connection> 
                            uint64_t seq)
     : request_(std::move(request)), connection_(std::move(connection)), seq_(seq) {}
 
+void HttpExchange::Note(std::string key, std::string value) {
+  std::lock_guard<std::mutex> lock(notes_->mu);
+  notes_->fields.push_back({std::move(key), std::move(value)});
+}
+
 HttpExchange::~HttpExchange() {
   if (answered_) return;
   if (auto c = connection_.lock()) c->PostHandlerDropped(seq_);

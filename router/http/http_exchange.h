@@ -29,6 +29,15 @@ class Connection;
 
 class SseStream;
 
+// What a handler adds to its exchange's log line (ExchangeRecord::notes): key/value pairs such
+// as the model, token counts and time to first token. Shared by the exchange and the
+// connection, so notes made before the answer reach the record even when the handler has let
+// go of the exchange by then.
+struct ExchangeNotes {
+  std::mutex mu;
+  std::vector<HeaderField> fields;
+};
+
 class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
  public:
   HttpExchange(Request request, std::weak_ptr<internal::Connection> connection, uint64_t seq);
@@ -54,6 +63,10 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   void OnClientGone(std::function<void()> callback);
   bool client_gone() const;
 
+  // Adds `key`=`value` to this exchange's log line and ExchangeRecord. Make the notes before
+  // answering (Respond, or SseStream::Finish): later ones may miss the record.
+  void Note(std::string key, std::string value);
+
  private:
   friend class internal::Connection;
   friend class SseStream;
@@ -75,6 +88,7 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   bool completed_ = false;
   std::vector<std::function<void()>> gone_callbacks_;
   std::weak_ptr<SseStream> sse_;
+  std::shared_ptr<ExchangeNotes> notes_ = std::make_shared<ExchangeNotes>();
 };
 
 // The event side of a Server-Sent Events response. Thread-safe; every Send() is written and

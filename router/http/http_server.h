@@ -42,6 +42,8 @@ struct ExchangeRecord {
   double seconds = 0;  // from the end of the request to the end of the answer
   std::string request_id;
   std::string peer;
+  // What the handler noted (HttpExchange::Note), in order: model, tokens, time to first token.
+  std::vector<HeaderField> notes;
 };
 
 struct HttpServerOptions {

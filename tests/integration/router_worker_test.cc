@@ -147,7 +147,7 @@ TEST(RouterWorkerTest, OpenAiShapesErrorsAndDrain) {
   const HttpReply metrics = Http(s.port(), "GET", "/metrics");
   EXPECT_EQ(metrics.status, 200);
   // Two finished generations of 12 tokens each; the refused requests generated nothing.
-  EXPECT_NE(metrics.body.find("\ndeltaserve_router_completion_tokens_total 24\n"),
+  EXPECT_NE(metrics.body.find("\ndeltaserve_router_completion_tokens_total{model=\"tiny\"} 24\n"),
             std::string::npos)
       << metrics.body;
   EXPECT_NE(metrics.body.find("deltaserve_router_generations_total{finish_reason=\"length\"} 2\n"),

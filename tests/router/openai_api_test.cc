@@ -308,7 +308,14 @@ TEST_F(OpenAiApiTest, ModelsHealthReadyMetrics) {
   EXPECT_EQ(metrics->Header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
   const std::string& text = metrics->body;
   EXPECT_NE(text.find(counted), std::string::npos) << text;
-  EXPECT_NE(text.find("deltaserve_router_completion_tokens_total 4"), std::string::npos);
+  // The fake answers as the model the request named ("m").
+  EXPECT_NE(text.find("deltaserve_router_completion_tokens_total{model=\"m\"} 4"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("deltaserve_router_requests_total{endpoint=\"completions\",model=\"m\","
+                      "code=\"200\"} 1"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("deltaserve_router_workers_ready 1"), std::string::npos);
   EXPECT_NE(text.find("# TYPE deltaserve_router_time_to_first_token_seconds histogram"),
             std::string::npos);

@@ -53,6 +53,8 @@ absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(const std::string
     m->deltanet_index_.push_back(is_dn ? dn++ : -1);
     m->attention_index_.push_back(is_dn ? -1 : at++);
   }
+  m->counters_ =
+      std::make_unique<ForwardCounters>(m->hp_.n_layer, m->hp_.is_moe ? m->hp_.n_expert : 0);
   return m;
 }
 
@@ -292,6 +294,7 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vecto
     if (!status.ok()) break;
     DS_RUN(Add, ws_.x, ws_.mix);
     DS_RUN(RmsNorm, ws_.x, l.post_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
+    layer_ = static_cast<int64_t>(i);
     status = RunFfn(l);
     if (!status.ok()) break;
     DS_RUN(Add, ws_.x, ws_.mix);
@@ -319,6 +322,12 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vecto
       DS_RUN(CopyToHost, logits.data(), ws_.logits.data, logits.size() * sizeof(float));
     }
     for (const BatchEntry& e : batch) e.sequence->n_past += static_cast<int64_t>(e.tokens.size());
+    int64_t prefill = 0, decode = 0;
+    for (const BatchEntry& e : batch) {
+      const int64_t n = static_cast<int64_t>(e.tokens.size());
+      (e.LogitsRows() == n && !e.all_logits ? decode : prefill) += n;
+    }
+    counters_->CountPass(static_cast<int64_t>(batch.size()), prefill, decode);
   }
   return status;
 }
@@ -419,6 +428,11 @@ absl::Status Qwen35Model::RunFfn(const LayerWeights& l) {
   Mat route_w = ws_.route_w.Cols(0, k);
   DS_RUN(MatMul, m.router, ws_.xn, router);
   DS_RUN(MoeRoute, router, k, route_ids, route_w.data);
+  // Which experts this pass's tokens went to, per layer, for placement (docs/metrics.md): T x k
+  // ids copied back (a memcpy on the CPU backend).
+  route_ids_host_.resize(static_cast<size_t>(n_tokens_ * k));
+  DS_RUN(CopyToHost, route_ids_host_.data(), route_ids, route_ids_host_.size() * sizeof(int32_t));
+  counters_->CountRoutes(layer_, route_ids_host_.data(), n_tokens_ * k);
   DS_RUN(MoeFfn, ws_.xn, route_ids, route_w.data, k, m.gate_exps, m.up_exps, m.down_exps, ws_.mix);
   if (m.has_shared) {
     const int64_t ff = hp_.n_ff_shared_expert;

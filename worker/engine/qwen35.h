@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/recurrent_state_slots.h"
+#include "worker/engine/forward_counters.h"
 #include "worker/engine/model_weights.h"
 #include "worker/engine/sequence_state.h"
 
@@ -97,6 +98,12 @@ class Qwen35Model {
   // run is not guaranteed) on bad token ids or when a sequence would exceed its capacity.
   absl::Status Forward(absl::Span<const BatchEntry> batch, std::vector<float>& logits);
 
+  // What the passes so far computed (for /metrics). An entry whose logits rows cover all its
+  // tokens (a decode step, with its drafts) counts as decode, any other as prefill; so a prompt
+  // whose last chunk is one token counts that token as decode.
+  const ForwardCounters& counters() const { return *counters_; }
+  ForwardCounters& counters() { return *counters_; }
+
  private:
   Qwen35Model() = default;
 
@@ -132,6 +139,9 @@ class Qwen35Model {
     kernels::Mat out_x, logits;         // [rows][d], [rows][n_vocab]
   } ws_;
   int64_t n_tokens_ = 0;  // T of the current pass
+  int64_t layer_ = 0;     // the layer RunFfn runs (MoE routing counts)
+  std::vector<int32_t> route_ids_host_;
+  std::unique_ptr<ForwardCounters> counters_;
 };
 
 }  // namespace deltaserve::worker

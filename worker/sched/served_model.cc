@@ -388,10 +388,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
       m->reasoning_ = {start, std::move(end)};
     }
   }
-  m->model_->Prefetch([](double) {});
+  m->model_->Prefetch(options.load_progress ? options.load_progress : [](double) {});
   if (absl::Status s = m->WarmUp(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(BaseName(path), ": warm-up pass: ", s.message()));
   }
+  m->model_->counters().Reset();  // /metrics counts requests' passes, not the warm-up's
   return m;
 }
 

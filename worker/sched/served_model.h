@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -63,6 +64,9 @@ struct ServingOptions {
   // Reasoning tokens a request may generate before the worker closes the block
   // (--reasoning-budget; GenerateRequest.reasoning_budget overrides it); -1: no limit.
   int32_t reasoning_budget = -1;
+  // Called with the fraction of the weights read (0..1) while the model loads (the worker's
+  // deltaserve_worker_model_load_progress); may be empty.
+  std::function<void(double)> load_progress;
 };
 
 // What serving needs beyond the figures of MemoryPlan, bytes; the plan carries the total as its

@@ -6,11 +6,15 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/prometheus_text.h"
 #include "worker/service/worker_service.h"
 
 namespace deltaserve::worker {
@@ -36,8 +40,25 @@ class MetricsEndpoint {
   std::thread thread_;
 };
 
-// Prometheus text for the service: request and token counters, per-model load (running and
-// waiting sequences, free KV pages and state slots, preemptions, speculation), draining.
+// Prometheus text for the service (every family in docs/metrics.md, "Worker"): request and
+// token counters, per-model load (running and waiting sequences, KV pages and state slots used,
+// preemptions, speculation), the engine's prefill/decode tokens and batch sizes, MoE expert
+// routing, session snapshots (RAM and Redis), constrained decoding, draining; and the
+// whole-worker gauges llm-d's endpoint picker reads.
+void WriteWorkerMetrics(const WorkerService& service, common::PrometheusText& out);
 std::string RenderWorkerMetrics(const WorkerService& service);
+
+// How far each model's start-up load is (deltaserve_worker_model_load_progress), served from
+// before the first model loads. Thread-safe.
+class ModelLoadProgress {
+ public:
+  explicit ModelLoadProgress(const std::vector<std::string>& models);
+  void Set(const std::string& model, double fraction);
+  void Write(common::PrometheusText& out) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, double> fraction_;
+};
 
 }  // namespace deltaserve::worker

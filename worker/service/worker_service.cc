@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/request_log.h"
 #include "common/streaming_detokenizer.h"
 #include "common/str_util.h"
 #include "worker/service/stop_strings.h"
@@ -257,18 +258,24 @@ class StreamSink : public GenerationSink {
     counters_->completion_tokens += r.completion_tokens;
     if (reason == pb::FINISH_REASON_ERROR) ++counters_->requests_failed;
     if (reason == pb::FINISH_REASON_CANCELLED) ++counters_->requests_cancelled;
-    // One log line per request (stderr; the id comes from the router).
-    std::fprintf(stderr,
-                 "request id=%s model=%s finish=%s prompt=%lld cached=%lld%s completion=%lld "
-                 "queue_ms=%.1f ttft_ms=%.1f decode_ms=%.1f preemptions=%d%s%s\n",
-                 request_id_.c_str(), model_.c_str(),
-                 std::string(pb::FinishReason_Name(reason)).c_str(),
-                 static_cast<long long>(r.prompt_tokens),
-                 static_cast<long long>(r.cached_prompt_tokens),
-                 r.cached_from == SnapshotSource::kRemote ? "(redis)" : "",
-                 static_cast<long long>(r.completion_tokens), r.queue_ms, r.first_token_ms,
-                 r.decode_ms, r.preemptions, r.error.ok() ? "" : " error=",
-                 r.error.ok() ? "" : std::string(r.error.message()).c_str());
+    // One log line per request (stderr, common/request_log.h; the id comes from the router).
+    common::RequestLogLine line("request");
+    line.Str("id", request_id_)
+        .Str("model", model_)
+        .Str("finish", pb::FinishReason_Name(reason))
+        .Int("prompt", r.prompt_tokens)
+        .Int("cached", r.cached_prompt_tokens)
+        .Str("cached_from", r.cached_from == SnapshotSource::kRemote ? "redis"
+                            : r.cached_from == SnapshotSource::kRam  ? "ram"
+                                                                     : "none")
+        .Int("completion", r.completion_tokens)
+        .Num("queue_ms", r.queue_ms)
+        .Num("ttft_ms", r.first_token_ms)
+        .Num("decode_ms", r.decode_ms)
+        .Int("preemptions", r.preemptions);
+    if (n_choices_ > 1) line.Int("choice", choice_);
+    if (!r.error.ok()) line.Str("error", std::string(r.error.message()));
+    common::WriteLogLine(line.Render(common::RequestLogFormat()));
     {
       std::lock_guard<std::mutex> lock(queue_->mu);
       queue_->final_queued = ++queue_->finals_queued >= queue_->finals_expected;

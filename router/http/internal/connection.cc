@@ -200,6 +200,7 @@ void Connection::Dispatch() {
   request.peer = peer_;
 
   record_ = ExchangeRecord{};
+  notes_.reset();
   record_.method = request.method;
   record_.path = request.path;
   record_.body_bytes_in = request.body.size();
@@ -225,6 +226,7 @@ void Connection::Dispatch() {
   record_.route_matched = true;
   auto exchange = std::make_shared<HttpExchange>(std::move(request), weak_from_this(), seq_);
   exchange_ = exchange;
+  notes_ = exchange->notes_;
   try {
     (*handler)(exchange);
   } catch (const std::exception& e) {
@@ -418,6 +420,11 @@ void Connection::FinishExchange() {
 }
 
 void Connection::Report() {
+  if (notes_ != nullptr) {
+    std::lock_guard<std::mutex> lock(notes_->mu);
+    record_.notes = notes_->fields;
+  }
+  notes_.reset();
   record_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   if (core_->options.on_exchange_done) core_->options.on_exchange_done(record_);

@@ -114,6 +114,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool sse_finished_ = false;
   std::string request_id_;
   ExchangeRecord record_;
+  std::shared_ptr<ExchangeNotes> notes_;  // the current exchange's, for record_.notes
   std::chrono::steady_clock::time_point started_;
 };
 

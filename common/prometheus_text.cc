@@ -1,11 +1,19 @@
-#include "router/api/prometheus_text.h"
+#include "common/prometheus_text.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "absl/strings/str_format.h"
 
-namespace deltaserve::router::api {
+namespace deltaserve::common {
+
+void BucketHistogram::ObserveN(double v, uint64_t n) {
+  const size_t i =
+      std::lower_bound(upper_bounds.begin(), upper_bounds.end(), v) - upper_bounds.begin();
+  counts[i] += n;
+  sum += v * static_cast<double>(n);
+}
 
 std::string PrometheusText::EscapeLabelValue(std::string_view v) {
   std::string out;
@@ -111,4 +119,11 @@ void PrometheusText::Histogram(std::string_view name, std::string_view help,
   Sample(std::string(name) + "_count", labels, "", "", static_cast<double>(cumulative));
 }
 
-}  // namespace deltaserve::router::api
+void PrometheusText::Summary(std::string_view name, std::string_view help,
+                             const MetricLabels& labels, double sum, uint64_t count) {
+  Family(name, help, "summary");
+  Sample(std::string(name) + "_sum", labels, "", "", sum);
+  Sample(std::string(name) + "_count", labels, "", "", static_cast<double>(count));
+}
+
+}  // namespace deltaserve::common
