@@ -10,7 +10,10 @@
 // - SIGTERM drains: the running stream still completes, then the process exits 0;
 // - bad flags (the --redis* ones included), an unreadable model and a port in use exit non-zero
 //   with a message;
-// - /metrics answers with the counters.
+// - /metrics answers with the counters;
+// - n > 1 choices: events tagged by choice, one final each, the prompt computed once (the
+//   worker's metrics), each choice equal to a one-choice call with seed + i, a stop string
+//   ending one choice only, bad n refused, a cancel freeing every choice.
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -28,6 +31,7 @@
 #include "common/gguf_file.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "tests/support/child_process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
@@ -322,6 +326,156 @@ TEST(DeltaserveWorkerTest, SigtermDrainsRunningStreams) {
   EXPECT_EQ(completion, 120);
   EXPECT_EQ(w.proc->Wait(seconds(30)), 0) << w.proc->err();
   EXPECT_NE(w.proc->err().find("draining"), std::string::npos);
+}
+
+// A metric's value for model `model` in a /metrics answer; -1 when absent.
+double MetricValue(const std::string& metrics, const std::string& name, const std::string& model) {
+  const std::string key = name + "{model=\"" + model + "\"} ";
+  const size_t at = metrics.find(key);
+  return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + key.size()));
+}
+
+// One call's events split by choice_index.
+struct Choices {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::string> text;
+  std::vector<std::optional<pb::FinalEvent>> finals;
+  int finals_seen = 0;
+  grpc::Status status;
+};
+
+Choices RunChoices(pb::Worker::Stub& stub, const pb::GenerateRequest& req, int n) {
+  grpc::ClientContext ctx;
+  Choices out;
+  out.tokens.resize(n);
+  out.text.resize(n);
+  out.finals.resize(n);
+  auto reader = stub.Generate(&ctx, req);
+  pb::GenerateEvent ev;
+  while (reader->Read(&ev)) {
+    const int c = ev.has_token_event() ? ev.token_event().choice_index()
+                                       : ev.final_event().choice_index();
+    EXPECT_TRUE(c >= 0 && c < n) << c;
+    if (c < 0 || c >= n) continue;
+    EXPECT_FALSE(out.finals[c].has_value()) << "an event of choice " << c << " after its final";
+    if (ev.has_token_event()) {
+      for (int32_t t : ev.token_event().token_ids()) out.tokens[c].push_back(t);
+      out.text[c] += ev.token_event().text();
+    } else if (ev.has_final_event()) {
+      out.finals[c] = ev.final_event();
+      ++out.finals_seen;
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+TEST(DeltaserveWorkerTest, ChoicesForkAfterOnePrefill) {
+  // tiny-dense-q8_0 decodes a batch of up to 8 rows with the same bits as one row on AVX-512
+  // VNNI (scheduler_fork_test), so each choice equals a one-choice call with its seed there.
+  Worker w = StartWorker({"--parallel", "4", "--model", "q8=" + GoldenPath("tiny-dense-q8_0.gguf")});
+  ASSERT_NE(w.stub, nullptr);
+  ASSERT_GE(w.metrics_port, 0);
+  constexpr int kN = 4;
+  pb::GenerateRequest req = Greedy(Prompt(30), 16);
+  req.set_model("q8");
+  req.mutable_sampling()->set_temperature(1.0f);
+  req.mutable_sampling()->set_seed(42);
+  const std::string before = HttpGet(w.metrics_port, "/metrics");
+  pb::GenerateRequest with_n = req;
+  with_n.set_n(kN);
+  const Choices c = RunChoices(*w.stub, with_n, kN);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.finals_seen, kN);
+  const std::string after = HttpGet(w.metrics_port, "/metrics");
+  // The prompt was computed once and three choices were forked from it.
+  const char* computed = "deltaserve_model_prompt_tokens_computed_total";
+  const char* forked = "deltaserve_model_forked_sequences_total";
+  EXPECT_EQ(MetricValue(after, computed, "q8") - MetricValue(before, computed, "q8"), 30);
+  EXPECT_EQ(MetricValue(after, forked, "q8") - MetricValue(before, forked, "q8"), kN - 1);
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_TRUE(c.finals[i].has_value()) << i;
+    EXPECT_EQ(c.finals[i]->finish_reason(), pb::FINISH_REASON_LENGTH);
+    EXPECT_EQ(c.finals[i]->seed(), 42u + i);
+    EXPECT_EQ(c.finals[i]->usage().prompt_tokens(), 30);
+    EXPECT_EQ(c.finals[i]->usage().completion_tokens(), 16);
+    EXPECT_EQ(c.tokens[i].size(), 16u);
+    if (kernels::DetectedCpuFeatures().avx512vnni) {
+      pb::GenerateRequest one = req;
+      one.mutable_sampling()->set_seed(42 + i);
+      const Streamed alone = RunGenerate(*w.stub, one);
+      EXPECT_EQ(c.tokens[i], alone.tokens) << "choice " << i;
+      EXPECT_EQ(c.text[i], alone.text) << "choice " << i;
+    }
+  }
+  EXPECT_NE(c.tokens[0], c.tokens[1]);
+
+  // A stop string found in one choice's text ends that choice only.
+  std::string stop;
+  size_t cut = std::string::npos;
+  for (size_t k = 1; k + 3 <= c.text[1].size() && stop.empty(); ++k) {
+    const std::string s = c.text[1].substr(k, 3);
+    bool elsewhere = c.text[1].find(s) < k;
+    for (int i : {0, 2, 3}) elsewhere |= c.text[i].find(s) != std::string::npos;
+    if (!elsewhere && s.find('\xEF') == std::string::npos) {
+      stop = s;
+      cut = k;
+    }
+  }
+  EXPECT_FALSE(stop.empty()) << "no 3-byte piece of choice 1's text is only there";
+  if (!stop.empty()) {
+    pb::GenerateRequest stopped = with_n;
+    stopped.mutable_sampling()->add_stop_strings(stop);
+    const Choices s = RunChoices(*w.stub, stopped, kN);
+    ASSERT_TRUE(s.status.ok());
+    ASSERT_TRUE(s.finals[1].has_value());
+    EXPECT_EQ(s.finals[1]->finish_reason(), pb::FINISH_REASON_STOP);
+    EXPECT_EQ(s.finals[1]->matched_stop_string(), stop);
+    EXPECT_EQ(s.text[1], c.text[1].substr(0, cut));
+    for (int i : {0, 2, 3}) {
+      ASSERT_TRUE(s.finals[i].has_value());
+      EXPECT_EQ(s.finals[i]->finish_reason(), pb::FINISH_REASON_LENGTH) << i;
+      EXPECT_EQ(s.text[i], c.text[i]) << i;
+    }
+  }
+
+  // n out of range, or above --parallel: INVALID_ARGUMENT naming n, no events.
+  for (int bad : {0, 5, 17}) {
+    pb::GenerateRequest r = req;
+    r.set_n(bad);
+    const Streamed s = RunGenerate(*w.stub, r);
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(s.status.error_message().substr(0, 3), "n: ") << s.status.error_message();
+    EXPECT_EQ(s.token_events, 0);
+  }
+
+  // A client cancel ends every choice and frees their slots and pages.
+  {
+    grpc::ClientContext ctx;
+    pb::GenerateRequest long_run = with_n;
+    long_run.mutable_sampling()->set_max_tokens(200);
+    auto reader = w.stub->Generate(&ctx, long_run);
+    pb::GenerateEvent ev;
+    ASSERT_TRUE(reader->Read(&ev));
+    ctx.TryCancel();
+    while (reader->Read(&ev)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  for (int i = 0; i < 600; ++i) {
+    grpc::ClientContext ctx;
+    pb::WorkerInfoRequest info_req;
+    info_req.add_models("q8");
+    pb::WorkerInfo info;
+    ASSERT_TRUE(w.stub->GetWorkerInfo(&ctx, info_req, &info).ok());
+    const pb::ModelLoad& load = info.models(0).load();
+    if (load.free_state_slots() == load.total_state_slots() &&
+        load.free_kv_pages() == load.total_kv_pages()) {
+      break;
+    }
+    ASSERT_LT(i, 599) << "the cancelled choices still hold memory";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 TEST(DeltaserveWorkerTest, BadStartsExitNonZeroWithAMessage) {
