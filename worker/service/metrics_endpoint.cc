@@ -244,13 +244,6 @@ void WriteWorkerMetrics(const WorkerService& service, common::PrometheusText& ou
       {"deltaserve_model_forked_sequences_total", true,
        "Choices forked off a prefilled prompt (n - 1 per request with n choices).",
        &SchedulerStats::forked_sequences},
-      {"deltaserve_model_prompt_tokens_computed_total", true,
-       "Prompt positions run through the model (prefill and recompute; a request with n choices "
-       "adds its uncached prompt once).",
-       &SchedulerStats::prompt_tokens_computed},
-      {"deltaserve_model_forked_sequences_total", true,
-       "Choices forked off a prefilled prompt (n - 1 per request with n choices).",
-       &SchedulerStats::forked_sequences},
       {"deltaserve_model_drafted_tokens_total", true, "n-gram drafted tokens.",
        &SchedulerStats::drafted_tokens},
       {"deltaserve_model_accepted_tokens_total", true, "n-gram drafted tokens accepted.",
