@@ -107,11 +107,12 @@ incus exec "$prefix-redis" -- systemctl enable --now deltaserve-redis
 
 workers=()
 start_worker() {  # name, kind (cpu|gpu)
-  local name=$1 kind=$2 ip
+  local name=$1 kind=$2 ip threads
   make_container "$name" --profile default --profile "deltaserve-$kind-worker"
   ip=$(address_of "$name")
+  threads=$(incus exec "$name" -- nproc)  # the profile's limits.cpu
   env_file "$name" "worker-$kind.env" "WORKER_ARGS=--model $model_name=/var/lib/deltaserve/models/$model_file \
---listen $ip:50051 --device $([[ $kind == gpu ]] && echo cuda:0 || echo cpu) --threads 0 --ctx 8192 \
+--listen $ip:50051 --device $([[ $kind == gpu ]] && echo cuda:0 || echo cpu) --threads $threads --ctx 8192 \
 --parallel 4 --metrics-port 9101 --metrics-host $ip --redis redis://$redis_ip:6380"
   incus exec "$name" -- systemctl enable --now "deltaserve-worker@$kind"
   workers+=("$ip:50051")
