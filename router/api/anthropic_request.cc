@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "common/str_util.h"
 #include "router/api/api_error.h"
 #include "router/api/internal/json_fields.h"
+#include "router/api/internal/response_format.h"
 #include "router/api/request_parser.h"
 
 namespace deltaserve::router::api {
@@ -152,7 +154,7 @@ absl::Status UserMessage(const json& content, const std::string& path,
 // One assistant message: text → content, thinking → reasoning_content, tool_use → tool_calls
 // in OpenAI's shape ({"id","type":"function","function":{"name","arguments":"<JSON>"}}).
 absl::Status AssistantMessage(const json& content, const std::string& path, ChatMessage* m,
-                              std::vector<std::string>* call_ids) {
+                              std::set<std::string>* call_ids) {
   m->role = "assistant";
   if (content.is_string()) {
     m->content = content.get<std::string>();
@@ -185,7 +187,7 @@ absl::Status AssistantMessage(const json& content, const std::string& path, Chat
       if (input != nullptr && !input->is_object()) {
         return TypeError(bpath + ".input", "an object", *input);
       }
-      call_ids->push_back(id);
+      call_ids->insert(id);
       json call = json::object();
       call["id"] = std::move(id);
       call["type"] = "function";
@@ -226,7 +228,7 @@ absl::Status ParseMessages(const json& doc, CompletionRequest* r) {
                       absl::StrCat("'messages' may hold at most ", kMaxMessages, " messages, got ",
                                    messages->size()));
   }
-  std::vector<std::string> call_ids;  // of the tool_use blocks so far
+  std::set<std::string> call_ids;  // of the tool_use blocks so far
   for (size_t k = 0; k < messages->size(); ++k) {
     const json& msg = (*messages)[k];
     const std::string path = absl::StrCat("messages[", k, "]");
@@ -241,8 +243,7 @@ absl::Status ParseMessages(const json& doc, CompletionRequest* r) {
       // Every tool_result answers a tool_use of an earlier assistant message.
       for (size_t i = first; i < r->messages.size(); ++i) {
         const ChatMessage& m = r->messages[i];
-        if (m.role == "tool" &&
-            std::find(call_ids.begin(), call_ids.end(), m.tool_call_id) == call_ids.end()) {
+        if (m.role == "tool" && !call_ids.contains(m.tool_call_id)) {
           return InvalidRequestError(
               path + ".content", "invalid_value",
               absl::StrCat("tool_result block for tool_use_id '", m.tool_call_id,
@@ -361,7 +362,8 @@ absl::Status ParseToolChoice(const json& doc, const std::vector<std::string>& na
   return absl::OkStatus();
 }
 
-// thinking {type: enabled, budget_tokens} | {type: disabled} | {type: adaptive}.
+// thinking {type: enabled, budget_tokens} | {type: disabled} | {type: adaptive | between_tools}
+// (thinking on, no budget); `display` is ignored: thinking is always returned.
 absl::Status ParseThinking(const json& doc, CompletionRequest* r) {
   const json* thinking = Member(doc, "thinking");
   if (thinking == nullptr) return absl::OkStatus();
@@ -372,10 +374,11 @@ absl::Status ParseThinking(const json& doc, CompletionRequest* r) {
     r->enable_thinking = false;
     return absl::OkStatus();
   }
-  if (type != "enabled" && type != "adaptive") {
+  if (type != "enabled" && type != "adaptive" && type != "between_tools") {
     return InvalidRequestError(
         "thinking.type", "invalid_value",
-        absl::StrCat("'thinking.type' must be enabled, disabled or adaptive, got '", type, "'"));
+        absl::StrCat("'thinking.type' must be enabled, disabled, adaptive or between_tools, got '",
+                     type, "'"));
   }
   r->enable_thinking = true;
   std::optional<int64_t> budget;
@@ -412,6 +415,48 @@ absl::Status ParseStopSequences(const json& doc, CompletionRequest* r) {
   return absl::OkStatus();
 }
 
+// output_config.format (or the beta's top-level output_format): {type: json_schema, schema} →
+// response_format json_schema, enforced by the structured-outputs engine. `effort` is ignored.
+absl::Status ParseOutputFormat(const json& doc, CompletionRequest* r) {
+  std::string path = "output_config.format";
+  const json* format = nullptr;
+  if (const json* config = Member(doc, "output_config")) {
+    if (!config->is_object()) return TypeError("output_config", "an object", *config);
+    format = Member(*config, "format");
+  }
+  if (format == nullptr) {
+    format = Member(doc, "output_format");
+    path = "output_format";
+  }
+  if (format == nullptr) return absl::OkStatus();
+  if (!format->is_object()) return TypeError(path, "an object", *format);
+  std::string type;
+  DS_RETURN_IF_ERROR(RequiredString(*format, "type", path + ".type", &type));
+  if (type != "json_schema") {
+    return InvalidRequestError(path + ".type", "invalid_value",
+                               absl::StrCat("'", path, ".type' must be json_schema, got '", type,
+                                            "'"));
+  }
+  const json* schema = Member(*format, "schema");
+  if (schema == nullptr) return Missing(path + ".schema");
+  if (!schema->is_object()) return TypeError(path + ".schema", "an object", *schema);
+  // The chat parser's reader of the same thing, so limits and schema refusals are the same.
+  json wrapped = json::object();
+  wrapped["response_format"] = {{"type", "json_schema"},
+                                {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
+  absl::Status s = internal::ParseResponseFormat(wrapped, &r->response_format);
+  if (!s.ok()) {
+    const std::string code = ErrorCode(s).empty() ? "invalid_value" : ErrorCode(s);
+    return InvalidRequestError(path + ".schema", code, std::string(s.message()));
+  }
+  if (r->tool_choice == ToolChoice::kRequired || r->tool_choice == ToolChoice::kFunction) {
+    return InvalidRequestError(path, "invalid_value",
+                               "a structured output format cannot be combined with a tool_choice "
+                               "that forces a tool call");
+  }
+  return absl::OkStatus();
+}
+
 // What both endpoints read: model, system, messages, tools, tool_choice, thinking.
 absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r) {
   absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
@@ -426,6 +471,7 @@ absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r) {
   DS_RETURN_IF_ERROR(ParseTools(*doc, r, &names));
   DS_RETURN_IF_ERROR(ParseToolChoice(*doc, names, r));
   DS_RETURN_IF_ERROR(ParseThinking(*doc, r));
+  DS_RETURN_IF_ERROR(ParseOutputFormat(*doc, r));
   return doc;
 }
 

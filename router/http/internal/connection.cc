@@ -340,7 +340,9 @@ void Connection::WriteServerError(int status, std::string_view message) {
   record_.status = status;
   record_.peer = peer_;
   record_.over_connection_limit = over_limit_;
-  if (parser_ && parser_->is_header_done()) {
+  // A body over the limit is refused while the header is read (Content-Length): the request
+  // line is parsed by then, and its path picks the error's shape.
+  if (parser_ && !parser_->get().target().empty()) {
     record_.method = std::string(parser_->get().method_string());
     record_.path =
         std::string(parser_->get().target().substr(0, parser_->get().target().find('?')));

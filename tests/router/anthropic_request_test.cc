@@ -1,0 +1,256 @@
+// Anthropic Messages bodies translated into CompletionRequest (router/api/anthropic_request.h):
+// each field of docs/anthropic_api.md's request table, the OpenAI shapes the translation
+// produces for the chat renderer (tool_calls, role "tool" messages, function tools, tool_choice
+// in OpenAI's words), and the 400s with the Anthropic JSON path as param. Expected shapes are
+// those of OpenAI's chat API reference (what ParseChatCompletionRequest accepts for the same
+// conversation), checked by parsing that equivalent chat body.
+
+#include "router/api/anthropic_request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "router/api/api_error.h"
+#include "router/api/request_parser.h"
+
+namespace deltaserve::router::api {
+namespace {
+
+absl::StatusOr<CompletionRequest> Parse(const std::string& body) {
+  return ParseAnthropicMessagesRequest(body);
+}
+
+// The error's param and code, for a failed parse.
+std::string Fault(const std::string& body) {
+  absl::StatusOr<CompletionRequest> r = Parse(body);
+  if (r.ok()) return "ok";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  return ErrorParam(r.status()) + " " + ErrorCode(r.status());
+}
+
+TEST(AnthropicRequestTest, PlainMessageWithSystemBlocksAndSampling) {
+  absl::StatusOr<CompletionRequest> r = Parse(R"({
+    "model": "claude-sonnet-4-5", "max_tokens": 100,
+    "system": [{"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral"}},
+               {"type": "text", "text": "Use English."}],
+    "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"},
+                                              {"type": "text", "text": "there"}]}],
+    "temperature": 0.5, "top_p": 0.9, "top_k": 40, "stop_sequences": ["END", "STOP"],
+    "stream": true, "metadata": {"user_id": "u-1"}, "service_tier": "auto",
+    "some_future_field": {"x": 1}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->endpoint, Endpoint::kChatCompletions);
+  EXPECT_EQ(r->model, "claude-sonnet-4-5");
+  EXPECT_EQ(r->max_tokens, 100);
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[0].role, "system");
+  EXPECT_EQ(r->messages[0].content, "Be terse.\nUse English.");
+  EXPECT_EQ(r->messages[1].role, "user");
+  EXPECT_EQ(r->messages[1].content, "Hi\nthere");
+  EXPECT_EQ(r->sampling.temperature, 0.5);
+  EXPECT_EQ(r->sampling.top_p, 0.9);
+  EXPECT_EQ(r->sampling.top_k, 40);
+  EXPECT_EQ(r->stop, (std::vector<std::string>{"END", "STOP"}));
+  EXPECT_TRUE(r->stream);
+  EXPECT_EQ(r->user, "u-1");
+  EXPECT_FALSE(r->enable_thinking.has_value());  // the model's default
+  EXPECT_TRUE(r->tools_json.empty());
+}
+
+TEST(AnthropicRequestTest, ToolRoundTripBecomesOpenAiToolCallsAndToolMessages) {
+  const std::string body = R"({
+    "model": "m", "max_tokens": 50,
+    "tools": [{"name": "get_weather", "description": "Weather.",
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+              {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}],
+    "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "Call the tool.", "signature": "sig"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        {"type": "text", "text": "Let me check."},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+         "input": {"city": "Paris", "days": 2}}]},
+      {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1",
+         "content": [{"type": "text", "text": "sunny"}, {"type": "text", "text": "22 C"}]},
+        {"type": "text", "text": "Thanks"}]}]})";
+  absl::StatusOr<CompletionRequest> r = Parse(body);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 4u);
+  const ChatMessage& a = r->messages[1];
+  EXPECT_EQ(a.role, "assistant");
+  EXPECT_EQ(a.reasoning_content, "Call the tool.");
+  EXPECT_EQ(a.content, "Let me check.");
+  EXPECT_FALSE(a.content_null);
+  EXPECT_EQ(a.tool_calls_json,
+            R"([{"id":"toolu_1","type":"function","function":{"name":"get_weather",)"
+            R"("arguments":"{\"city\":\"Paris\",\"days\":2}"}}])");
+  EXPECT_EQ(r->messages[2].role, "tool");
+  EXPECT_EQ(r->messages[2].tool_call_id, "toolu_1");
+  EXPECT_EQ(r->messages[2].content, "sunny\n22 C");
+  EXPECT_EQ(r->messages[3].role, "user");
+  EXPECT_EQ(r->messages[3].content, "Thanks");
+  // Server tools run on Anthropic's side: only the custom tool reaches the template.
+  EXPECT_EQ(r->tools_json,
+            R"([{"type":"function","function":{"name":"get_weather","description":"Weather.",)"
+            R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
+
+  // The same conversation in OpenAI's chat shape parses into the same messages and tools.
+  absl::StatusOr<CompletionRequest> chat = ParseChatCompletionRequest(
+      R"({"model": "m", "tools": )" + r->tools_json + R"(, "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me check.", "reasoning_content": "Call the tool.",
+         "tool_calls": )" + a.tool_calls_json + R"(},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny\n22 C"},
+        {"role": "user", "content": "Thanks"}]})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->tools_json, r->tools_json);
+  ASSERT_EQ(chat->messages.size(), r->messages.size());
+  for (size_t i = 0; i < chat->messages.size(); ++i) {
+    EXPECT_EQ(chat->messages[i].role, r->messages[i].role) << i;
+    EXPECT_EQ(chat->messages[i].content, r->messages[i].content) << i;
+    EXPECT_EQ(chat->messages[i].tool_calls_json, r->messages[i].tool_calls_json) << i;
+    EXPECT_EQ(chat->messages[i].tool_call_id, r->messages[i].tool_call_id) << i;
+  }
+}
+
+TEST(AnthropicRequestTest, AssistantWithOnlyToolUseHasNullContent) {
+  absl::StatusOr<CompletionRequest> r = Parse(R"({"model": "m", "max_tokens": 5, "messages": [
+    {"role": "user", "content": "x"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "ok",
+                                  "is_error": true}]}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->messages[1].content_null);
+  EXPECT_EQ(r->messages[1].tool_calls_json,
+            R"([{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}])");
+}
+
+TEST(AnthropicRequestTest, ToolChoiceMapsOntoForcedCalls) {
+  const std::string head = R"({"model": "m", "max_tokens": 5,
+    "messages": [{"role": "user", "content": "x"}],
+    "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": )";
+  absl::StatusOr<CompletionRequest> r = Parse(head + R"({"type": "auto"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tool_choice, ToolChoice::kAuto);
+  EXPECT_TRUE(r->parallel_tool_calls);
+  EXPECT_EQ(r->tool_choice_json, R"("auto")");
+  r = Parse(head + R"({"type": "any", "disable_parallel_tool_use": true}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tool_choice, ToolChoice::kRequired);
+  EXPECT_FALSE(r->parallel_tool_calls);
+  EXPECT_EQ(r->tool_choice_json, R"("required")");
+  r = Parse(head + R"({"type": "tool", "name": "f"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tool_choice, ToolChoice::kFunction);
+  EXPECT_EQ(r->tool_choice_function, "f");
+  EXPECT_EQ(r->tool_choice_json, R"({"type":"function","function":{"name":"f"}})");
+  r = Parse(head + R"({"type": "none"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tool_choice, ToolChoice::kNone);
+
+  EXPECT_EQ(Fault(head + R"({"type": "tool", "name": "g"}})"), "tool_choice.name invalid_value");
+  EXPECT_EQ(Fault(head + R"({"type": "sometimes"}})"), "tool_choice.type invalid_value");
+  EXPECT_EQ(Fault(head + R"("auto"})"), "tool_choice invalid_type");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user",
+    "content": "x"}], "tool_choice": {"type": "any"}})"),
+            "tool_choice invalid_value");
+}
+
+TEST(AnthropicRequestTest, ThinkingMapsOntoEnableThinkingAndBudget) {
+  const std::string head =
+      R"({"model": "m", "max_tokens": 2000, "messages": [{"role": "user", "content": "x"}],
+          "thinking": )";
+  absl::StatusOr<CompletionRequest> r = Parse(head + R"({"type": "enabled", "budget_tokens": 1024}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->enable_thinking, true);
+  EXPECT_EQ(r->thinking_budget, 1024);
+  r = Parse(head + R"({"type": "disabled"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->enable_thinking, false);
+  EXPECT_FALSE(r->thinking_budget.has_value());
+  r = Parse(head + R"({"type": "adaptive", "display": "summarized"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->enable_thinking, true);
+  EXPECT_FALSE(r->thinking_budget.has_value());
+  EXPECT_EQ(Fault(head + R"({"type": "enabled"}})"),
+            "thinking.budget_tokens missing_required_parameter");
+  EXPECT_EQ(Fault(head + R"({"type": "enabled", "budget_tokens": 2000}})"),
+            "thinking.budget_tokens invalid_value");
+  EXPECT_EQ(Fault(head + R"({"type": "deep"}})"), "thinking.type invalid_value");
+}
+
+TEST(AnthropicRequestTest, OutputConfigFormatBecomesAJsonSchemaResponseFormat) {
+  absl::StatusOr<CompletionRequest> r = Parse(R"({"model": "m", "max_tokens": 5,
+    "messages": [{"role": "user", "content": "x"}], "output_config": {"effort": "low",
+    "format": {"type": "json_schema", "schema": {"type": "object",
+      "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->response_format.type, ResponseFormat::Type::kJsonSchema);
+  EXPECT_EQ(r->response_format.schema_json,
+            R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user",
+    "content": "x"}], "output_config": {"format": {"type": "xml"}}})"),
+            "output_config.format.type invalid_value");
+}
+
+TEST(AnthropicRequestTest, CountTokensNeedsNoMaxTokens) {
+  const std::string body = R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})";
+  EXPECT_TRUE(ParseAnthropicCountTokensRequest(body).ok());
+  EXPECT_EQ(Fault(body), "max_tokens missing_required_parameter");
+}
+
+TEST(AnthropicRequestTest, FaultsNameTheAnthropicPath) {
+  const std::string ok_messages = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(Fault("not json"), " invalid_json");
+  EXPECT_EQ(Fault("[1]"), " invalid_type");
+  EXPECT_EQ(Fault(R"({"max_tokens": 5, )" + ok_messages + "}"),
+            "model missing_required_parameter");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 0, )" + ok_messages + "}"),
+            "max_tokens invalid_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": "5", )" + ok_messages + "}"),
+            "max_tokens invalid_type");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "temperature": 1.5, )" + ok_messages + "}"),
+            "temperature invalid_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "top_k": -1, )" + ok_messages + "}"),
+            "top_k invalid_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": []})"),
+            "messages invalid_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": {}})"), "messages invalid_type");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "system",
+    "content": "x"}]})"),
+            "messages[0].role invalid_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user"}]})"),
+            "messages[0].content missing_required_parameter");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content":
+    [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]})"),
+            "messages[0].content[0].type unsupported_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content":
+    [{"type": "text"}]}]})"),
+            "messages[0].content[0].text missing_required_parameter");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content":
+    [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]}]})"),
+            "messages[0].content invalid_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content":
+    "x"}, {"role": "assistant", "content": "Sure, "}]})"),
+            "messages[1] unsupported_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "system": 3, )" + ok_messages + "}"),
+            "system invalid_type");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "tools": [{"name": "a b",
+    "input_schema": {}}], )" + ok_messages + "}"),
+            "tools[0].name invalid_value");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "tools": [{"name": "f"}], )" +
+                  ok_messages + "}"),
+            "tools[0].input_schema missing_required_parameter");
+  EXPECT_EQ(Fault(R"({"model": "m", "max_tokens": 5, "stop_sequences": [""], )" + ok_messages +
+                  "}"),
+            "stop_sequences[0] invalid_value");
+  std::string many = R"({"model": "m", "max_tokens": 5, "stop_sequences": [)";
+  for (size_t i = 0; i <= kMaxStopSequences; ++i) many += (i ? ",\"s\"" : "\"s\"");
+  EXPECT_EQ(Fault(many + "], " + ok_messages + "}"), "stop_sequences request_limit_exceeded");
+}
+
+}  // namespace
+}  // namespace deltaserve::router::api
