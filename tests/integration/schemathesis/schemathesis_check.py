@@ -18,8 +18,8 @@ response_schema_conformance (each SSE event's JSON too), response_headers_confor
 400) and unsupported_method (405 with Allow). Then the HAR report is read to make sure the run
 reached what it is meant to exercise, so a run that never got past, say, a 401 cannot pass:
 
-  open   no API keys: every operation answered 200; both POSTs 200 as JSON and as SSE, 400 and
-         404 (unknown model).
+  open   no API keys: every operation answered 200; the three POSTs 200 as JSON and as SSE, 400
+         and 404 (unknown model).
   keyed  the router has API keys; with --api-key (a key limited to qwen3.5-4b with a small
          requests-per-minute budget): 200, 403 (other model names) and 429 with Retry-After on
          the POSTs, 200 on /v1/models listing only qwen3.5-4b; then a second run without a key:
@@ -47,6 +47,7 @@ CHECKS = ",".join([
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHAT = ("POST", "/v1/chat/completions")
 TEXT = ("POST", "/v1/completions")
+RESPONSES = ("POST", "/v1/responses")
 MODELS = ("GET", "/v1/models")
 PROBES = [("GET", "/health"), ("GET", "/ready"), ("GET", "/metrics")]
 SERVED_MODEL = "qwen3.5-4b"
@@ -117,6 +118,12 @@ class Expectations:
         self.need(op, "200 application/json",
                   lambda s, ct, h, b: s == 200 and ct.startswith("application/json"))
 
+    def responses_sse_200(self, op):
+        # A finished Responses stream: its last event is response.completed or .incomplete.
+        self.need(op, "200 text/event-stream ending in response.completed / .incomplete",
+                  lambda s, ct, h, b: s == 200 and ct.startswith("text/event-stream") and
+                  ("event: response.completed" in b or "event: response.incomplete" in b))
+
     def sse_200(self, op):
         # A finished stream: its last event is [DONE] (the events themselves are validated by
         # response_schema_conformance).
@@ -126,7 +133,7 @@ class Expectations:
 
 
 def summary(seen):
-    documented = {CHAT, TEXT, MODELS, *PROBES}
+    documented = {CHAT, TEXT, RESPONSES, MODELS, *PROBES}
     for op in sorted(o for o in seen if o in documented):
         counts = collections.Counter(a[0] for a in seen[op])
         print(f"  {op[0]} {op[1]}: {len(seen[op])} requests, statuses {dict(sorted(counts.items()))}")
@@ -171,13 +178,17 @@ def main():
             e.sse_200(op)
             e.status(op, 400)
             e.status(op, 404)
+        e.json_200(RESPONSES)
+        e.responses_sse_200(RESPONSES)
+        e.status(RESPONSES, 400)
+        e.status(RESPONSES, 404)
         failures += e.failures
     else:
         if not args.api_key:
             p.error("--mode keyed needs --api-key")
         seen, e = run_and_expect(args, "keyed", "keyed run (with the key)",
                                  ["--header", f"Authorization: Bearer {args.api_key}"], failures)
-        for op in (CHAT, TEXT):
+        for op in (CHAT, TEXT, RESPONSES):
             e.status(op, 200)
             e.status(op, 400)
             e.status(op, 403)
@@ -188,7 +199,7 @@ def main():
         failures += e.failures
 
         seen, e = run_and_expect(args, "keyless", "keyed run (without a key)", [], failures)
-        for op in (CHAT, TEXT):
+        for op in (CHAT, TEXT, RESPONSES):
             e.status(op, 401)
             e.status(op, 400)
             if any(200 <= a[0] < 300 for a in seen.get(op, [])):
