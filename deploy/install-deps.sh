@@ -28,6 +28,9 @@ PACKAGES=(
   # deploy checks (tests/deploy, label deploy): shell scripts, systemd units, certificates for
   # the rendered router config
   shellcheck systemd openssl
+  # metrics, dashboards and alerts (tests/monitoring): promtool check metrics / rules / test
+  # rules, and a real Prometheus scraping a router and a worker
+  prometheus
 )
 
 SUDO=""
