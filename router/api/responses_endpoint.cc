@@ -1,8 +1,8 @@
 #include "router/api/responses_endpoint.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "router/api/api_error.h"
 #include "router/api/openai_response.h"
 #include "router/api/responses_output.h"
@@ -53,7 +54,7 @@ class ResponsesSession : public GenerationObserver {
         metrics_(metrics),
         stream_(req.completion.stream),
         warning_(IgnoredToolsWarning(req.ignored_tool_types)),
-        started_at_(std::chrono::steady_clock::now()),
+        timer_(metrics, "responses", req.completion.model),
         builder_(NewResponseId("resp_"), UnixSecondsNow(), req.completion.model, req.echo) {}
 
   ~ResponsesSession() override {
@@ -84,6 +85,7 @@ class ResponsesSession : public GenerationObserver {
 
   void OnStart(const GenerationStart& start) override {
     std::lock_guard<std::mutex> lock(mu_);
+    timer_.Started(start.model);
     StartLocked(start.model);
   }
 
@@ -91,11 +93,8 @@ class ResponsesSession : public GenerationObserver {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     StartLocked("");
-    if (!first_token_seen_ && (delta.tokens > 0 || !delta.text.empty())) {
-      first_token_seen_ = true;
-      metrics_.RecordTimeToFirstToken(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
-    }
+    // A delta with text but no token count (a backend that does not count) is one token.
+    if (delta.tokens > 0 || !delta.text.empty()) timer_.Tokens(std::max<int32_t>(delta.tokens, 1));
     Send(builder_.Delta(delta));
   }
 
@@ -104,7 +103,8 @@ class ResponsesSession : public GenerationObserver {
     if (finished_) return;
     StartLocked("");
     finished_ = true;
-    metrics_.RecordFinished(end.usage, end.finish_reason);
+    timer_.Finished(end.usage, end.finish_reason);
+    NoteForLog(end.usage, std::string(FinishReasonName(end.finish_reason)), "");
     Send(builder_.Finish(end));
     if (stream_) {
       sse_->Finish();
@@ -121,6 +121,8 @@ class ResponsesSession : public GenerationObserver {
     finished_ = true;
     ApiError error = ApiErrorFromStatus(status.ok() ? absl::InternalError("no error") : status);
     metrics_.RecordGenerationError(error.type);
+    timer_.Failed(error.http_status);
+    NoteForLog(Usage{}, "error", error.type);
     if (!started_ || !stream_) {
       http::Response response = ApiErrorResponse(error);
       AddWarning(response.headers);
@@ -133,6 +135,19 @@ class ResponsesSession : public GenerationObserver {
   }
 
  private:
+  // The request's log line (router/api/access_log.h): what only the generation knows.
+  void NoteForLog(const Usage& usage, const std::string& finish, const std::string& error_type) {
+    exchange_->Note("model", timer_.model());
+    exchange_->Note("finish", finish);
+    if (!error_type.empty()) exchange_->Note("error", error_type);
+    exchange_->Note("prompt_tokens", std::to_string(usage.prompt_tokens));
+    exchange_->Note("cached_tokens", std::to_string(usage.cached_tokens));
+    exchange_->Note("completion_tokens", std::to_string(usage.completion_tokens));
+    if (timer_.ttft_seconds() >= 0) {
+      exchange_->Note("ttft_ms", absl::StrFormat("%.1f", timer_.ttft_seconds() * 1e3));
+    }
+  }
+
   void AddWarning(std::vector<http::HeaderField>& headers) const {
     if (!warning_.empty()) headers.push_back(http::HeaderField{kWarningHeader, warning_});
   }
@@ -160,14 +175,13 @@ class ResponsesSession : public GenerationObserver {
   ApiMetrics& metrics_;
   const bool stream_;
   const std::string warning_;
-  const std::chrono::steady_clock::time_point started_at_;
+  GenerationTimer timer_;  // under mu_
 
   std::mutex mu_;
   std::unique_ptr<GenerationHandle> handle_;
   bool cancel_requested_ = false;
   bool started_ = false;
   bool finished_ = false;
-  bool first_token_seen_ = false;
   bool stream_counted_ = false;
   ResponseBuilder builder_;
   std::shared_ptr<http::SseStream> sse_;
