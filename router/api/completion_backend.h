@@ -29,6 +29,9 @@ struct GenerationStart {
 };
 
 struct GenerationDelta {
+  // The choice this delta belongs to, in [0, CompletionRequest::n); deltas of different choices
+  // interleave, those of one choice keep their order.
+  int32_t choice = 0;
   std::string text;            // detokenized text for the response's content
   std::string reasoning_text;  // text for reasoning_content (chat), usually empty
   // Chat tool calls, in order after `reasoning_text` and `text` (openai_response.h).
@@ -37,11 +40,22 @@ struct GenerationDelta {
   std::vector<TokenLogprob> logprobs;  // one per token, when the request asked for logprobs
 };
 
+// How one choice ended (GenerationEnd::choices).
+struct ChoiceEnd {
+  FinishReason finish_reason = FinishReason::kStop;
+  bool content_null_when_empty = false;
+};
+
 struct GenerationEnd {
+  // Choice 0's end: the only choice unless CompletionRequest::n > 1.
   FinishReason finish_reason = FinishReason::kStop;
   // Chat whose output was parsed (reasoning / content / tool calls): an answer without text
   // has content null rather than "".
   bool content_null_when_empty = false;
+  // With n > 1: every choice's end, by index (choices[0] repeats the fields above); empty for
+  // one choice. OnEnd comes once, after the last choice ended.
+  std::vector<ChoiceEnd> choices;
+  // The prompt counted once; completion_tokens summed over the choices.
   Usage usage;
   // The stop string that ended the output (the worker's matched_stop_string); empty: none.
   std::string matched_stop;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "router/api/api_error.h"
@@ -25,13 +26,15 @@ class CompletionSession : public GenerationObserver {
         stream_(req.stream),
         include_usage_(req.include_usage),
         with_logprobs_(req.logprobs),
+        n_(std::max(1, req.n)),
         timer_(metrics,
                req.endpoint == Endpoint::kChatCompletions ? "chat_completions" : "completions",
                req.model) {
     meta_.id = NewResponseId(endpoint_ == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
     meta_.created = UnixSecondsNow();
     meta_.model = req.model;
-    choice_.with_logprobs = with_logprobs_;
+    choices_.resize(static_cast<size_t>(n_));
+    for (CompletionChoice& c : choices_) c.with_logprobs = with_logprobs_;
   }
 
   ~CompletionSession() override {
@@ -73,20 +76,25 @@ class CompletionSession : public GenerationObserver {
     StartLocked(meta_.model);
     // A delta with text but no token count (a backend that does not count) is one token.
     if (delta.tokens > 0 || !delta.text.empty()) timer_.Tokens(std::max<int32_t>(delta.tokens, 1));
+    const int index = delta.choice;
+    if (index < 0 || index >= n_) return;
     if (!stream_) {
-      choice_.text += delta.text;
-      choice_.reasoning_content += delta.reasoning_text;
-      for (auto& lp : delta.logprobs) choice_.logprobs.push_back(std::move(lp));
-      for (ToolCallDelta& call : delta.tool_calls) AddToolCall(std::move(call));
+      CompletionChoice& choice = choices_[index];
+      choice.text += delta.text;
+      choice.reasoning_content += delta.reasoning_text;
+      for (auto& lp : delta.logprobs) choice.logprobs.push_back(std::move(lp));
+      for (ToolCallDelta& call : delta.tool_calls) AddToolCall(choice, std::move(call));
       return;
     }
     if (endpoint_ == Endpoint::kChatCompletions) {
       if (!delta.text.empty() || !delta.reasoning_text.empty() || !delta.logprobs.empty()) {
-        sse_->Send(chat_->DeltaChunk(delta.text, delta.reasoning_text, delta.logprobs));
+        sse_->Send(chat_->DeltaChunk(delta.text, delta.reasoning_text, delta.logprobs, index));
       }
-      for (const ToolCallDelta& call : delta.tool_calls) sse_->Send(chat_->ToolCallChunk(call));
+      for (const ToolCallDelta& call : delta.tool_calls) {
+        sse_->Send(chat_->ToolCallChunk(call, index));
+      }
     } else if (!delta.text.empty() || !delta.logprobs.empty()) {
-      sse_->Send(text_->DeltaChunk(delta.text, delta.logprobs));
+      sse_->Send(text_->DeltaChunk(delta.text, delta.logprobs, index));
     }
   }
 
@@ -97,21 +105,33 @@ class CompletionSession : public GenerationObserver {
     finished_ = true;
     timer_.Finished(end.usage, end.finish_reason);
     NoteForLog(end.usage, std::string(FinishReasonName(end.finish_reason)), "");
+    // Each choice's own end (n > 1), else the one in `end`.
+    auto choice_end = [&end](int i) {
+      return static_cast<size_t>(i) < end.choices.size()
+                 ? end.choices[i]
+                 : ChoiceEnd{end.finish_reason, end.content_null_when_empty};
+    };
     if (!stream_) {
-      choice_.finish_reason = end.finish_reason;
-      choice_.content_null = end.content_null_when_empty;
+      for (int i = 0; i < n_; ++i) {
+        const ChoiceEnd e = choice_end(i);
+        choices_[i].finish_reason = e.finish_reason;
+        choices_[i].content_null = e.content_null_when_empty;
+      }
       std::string body = endpoint_ == Endpoint::kChatCompletions
-                             ? ChatCompletionJson(meta_, choice_, end.usage)
-                             : TextCompletionJson(meta_, choice_, end.usage);
+                             ? ChatCompletionJson(meta_, choices_, end.usage)
+                             : TextCompletionJson(meta_, choices_, end.usage);
       exchange_->Respond(http::Response::Json(200, std::move(body)));
       return;
     }
-    if (endpoint_ == Endpoint::kChatCompletions) {
-      sse_->Send(chat_->FinishChunk(end.finish_reason));
-      if (include_usage_) sse_->Send(chat_->UsageChunk(end.usage));
-    } else {
-      sse_->Send(text_->FinishChunk(end.finish_reason));
-      if (include_usage_) sse_->Send(text_->UsageChunk(end.usage));
+    for (int i = 0; i < n_; ++i) {
+      sse_->Send(endpoint_ == Endpoint::kChatCompletions
+                     ? chat_->FinishChunk(choice_end(i).finish_reason, i)
+                     : text_->FinishChunk(choice_end(i).finish_reason, i));
+    }
+    // One usage chunk for the whole request: the prompt once, the choices' completions summed.
+    if (include_usage_) {
+      sse_->Send(endpoint_ == Endpoint::kChatCompletions ? chat_->UsageChunk(end.usage)
+                                                         : text_->UsageChunk(end.usage));
     }
     sse_->Send(kSseDone);
     sse_->Finish();
@@ -150,11 +170,11 @@ class CompletionSession : public GenerationObserver {
   }
 
   // A non-streamed answer's calls: a first piece opens a call, later pieces extend its arguments.
-  void AddToolCall(ToolCallDelta call) {
+  static void AddToolCall(CompletionChoice& choice, ToolCallDelta call) {
     if (call.index < 0) return;
     const size_t index = static_cast<size_t>(call.index);
-    if (choice_.tool_calls.size() <= index) choice_.tool_calls.resize(index + 1);
-    ToolCall& out = choice_.tool_calls[index];
+    if (choice.tool_calls.size() <= index) choice.tool_calls.resize(index + 1);
+    ToolCall& out = choice.tool_calls[index];
     if (!call.id.empty()) out.id = std::move(call.id);
     if (!call.name.empty()) out.name = std::move(call.name);
     out.arguments += call.arguments;
@@ -170,7 +190,7 @@ class CompletionSession : public GenerationObserver {
     sse_ = exchange_->StartSse();
     if (endpoint_ == Endpoint::kChatCompletions) {
       chat_.emplace(meta_, include_usage_, with_logprobs_);
-      sse_->Send(chat_->RoleChunk());
+      for (int i = 0; i < n_; ++i) sse_->Send(chat_->RoleChunk(i));
     } else {
       text_.emplace(meta_, include_usage_, with_logprobs_);
     }
@@ -182,6 +202,7 @@ class CompletionSession : public GenerationObserver {
   const bool stream_;
   const bool include_usage_;
   const bool with_logprobs_;
+  const int n_;  // choices
   GenerationTimer timer_;  // under mu_
 
   std::mutex mu_;
@@ -191,7 +212,7 @@ class CompletionSession : public GenerationObserver {
   bool finished_ = false;
   bool stream_counted_ = false;
   ResponseMeta meta_;
-  CompletionChoice choice_;
+  std::vector<CompletionChoice> choices_;  // by index; non-streamed answers
   std::shared_ptr<http::SseStream> sse_;
   std::optional<ChatChunkWriter> chat_;
   std::optional<TextChunkWriter> text_;

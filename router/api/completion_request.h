@@ -14,6 +14,10 @@ namespace deltaserve::router::api {
 
 enum class Endpoint { kChatCompletions, kCompletions };
 
+// Most choices one request may ask for (`n`); the worker's own limit is the same
+// (worker/sched/scheduler.h kMaxChoices) and its --parallel.
+inline constexpr int32_t kMaxChoices = 16;
+
 // One chat message. Content-part arrays are joined into `content` (text parts only).
 struct ChatMessage {
   std::string role;  // "system", "developer", "user", "assistant" or "tool"
@@ -93,6 +97,10 @@ struct CompletionRequest {
   ResponseFormat response_format;
   SamplingParams sampling;
   std::vector<std::string> stop;  // at most 4, none empty
+
+  // `n`: independent choices, in [1, kMaxChoices]. The worker prefills the prompt once and forks
+  // it; choice i samples with seed + i (docs/chat.md, "n > 1").
+  int32_t n = 1;
 
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

@@ -1,5 +1,6 @@
 #include "router/api/openai_response.h"
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -144,6 +145,17 @@ std::string UsageJson(const Usage& usage) { return Dump(UsageObject(usage)); }
 
 std::string ChatCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
                                const Usage& usage) {
+  return ChatCompletionJson(meta, std::vector<CompletionChoice>{choice}, usage);
+}
+
+std::string TextCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
+                               const Usage& usage) {
+  return TextCompletionJson(meta, std::vector<CompletionChoice>{choice}, usage);
+}
+
+namespace {
+
+json ChatChoiceJson(const CompletionChoice& choice, int index) {
   json message = {
       {"role", "assistant"},
       {"content", choice.content_null && choice.text.empty() ? json(nullptr) : json(choice.text)}};
@@ -160,26 +172,43 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const CompletionChoice&
     }
     message["tool_calls"] = std::move(calls);
   }
-  json c = {{"index", 0},
-            {"message", std::move(message)},
-            {"logprobs", choice.with_logprobs ? ChatLogprobs(choice.logprobs) : json(nullptr)},
-            {"finish_reason", FinishReasonName(choice.finish_reason)}};
+  return {{"index", index},
+          {"message", std::move(message)},
+          {"logprobs", choice.with_logprobs ? ChatLogprobs(choice.logprobs) : json(nullptr)},
+          {"finish_reason", FinishReasonName(choice.finish_reason)}};
+}
+
+json TextChoiceJson(const CompletionChoice& choice, int index) {
+  int64_t offset = 0;
+  return {
+      {"index", index},
+      {"text", choice.text},
+      {"logprobs", choice.with_logprobs ? TextLogprobs(choice.logprobs, &offset) : json(nullptr)},
+      {"finish_reason", FinishReasonName(choice.finish_reason)}};
+}
+
+}  // namespace
+
+std::string ChatCompletionJson(const ResponseMeta& meta, const std::vector<CompletionChoice>& choices,
+                               const Usage& usage) {
   json body = Envelope(meta, "chat.completion");
-  body["choices"] = json::array({std::move(c)});
+  json out = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    out.push_back(ChatChoiceJson(choices[i], static_cast<int>(i)));
+  }
+  body["choices"] = std::move(out);
   body["usage"] = UsageObject(usage);
   return Dump(body);
 }
 
-std::string TextCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
+std::string TextCompletionJson(const ResponseMeta& meta, const std::vector<CompletionChoice>& choices,
                                const Usage& usage) {
-  int64_t offset = 0;
-  json c = {
-      {"index", 0},
-      {"text", choice.text},
-      {"logprobs", choice.with_logprobs ? TextLogprobs(choice.logprobs, &offset) : json(nullptr)},
-      {"finish_reason", FinishReasonName(choice.finish_reason)}};
   json body = Envelope(meta, "text_completion");
-  body["choices"] = json::array({std::move(c)});
+  json out = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    out.push_back(TextChoiceJson(choices[i], static_cast<int>(i)));
+  }
+  body["choices"] = std::move(out);
   body["usage"] = UsageObject(usage);
   return Dump(body);
 }
@@ -189,8 +218,8 @@ std::string TextCompletionJson(const ResponseMeta& meta, const CompletionChoice&
 ChatChunkWriter::ChatChunkWriter(ResponseMeta meta, bool include_usage, bool with_logprobs)
     : meta_(std::move(meta)), include_usage_(include_usage), with_logprobs_(with_logprobs) {}
 
-std::string ChatChunkWriter::RoleChunk() const {
-  json c = {{"index", 0},
+std::string ChatChunkWriter::RoleChunk(int index) const {
+  json c = {{"index", index},
             {"delta", {{"role", "assistant"}, {"content", ""}}},
             {"logprobs", nullptr},
             {"finish_reason", nullptr}};
@@ -198,21 +227,22 @@ std::string ChatChunkWriter::RoleChunk() const {
 }
 
 std::string ChatChunkWriter::DeltaChunk(std::string_view content, std::string_view reasoning,
-                                        const std::vector<TokenLogprob>& logprobs) const {
+                                        const std::vector<TokenLogprob>& logprobs,
+                                        int index) const {
   json delta = json::object();
   if (!content.empty() || reasoning.empty()) delta["content"] = content;
   if (!reasoning.empty()) {
     delta["reasoning_content"] = reasoning;
     delta["reasoning"] = reasoning;
   }
-  json c = {{"index", 0},
+  json c = {{"index", index},
             {"delta", std::move(delta)},
             {"logprobs", with_logprobs_ ? ChatLogprobs(logprobs) : json(nullptr)},
             {"finish_reason", nullptr}};
   return ChunkJson(meta_, "chat.completion.chunk", std::move(c), include_usage_);
 }
 
-std::string ChatChunkWriter::ToolCallChunk(const ToolCallDelta& call) const {
+std::string ChatChunkWriter::ToolCallChunk(const ToolCallDelta& call, int index) const {
   json entry = {{"index", call.index}};
   if (!call.id.empty() || !call.name.empty()) {
     entry["id"] = call.id;
@@ -221,15 +251,15 @@ std::string ChatChunkWriter::ToolCallChunk(const ToolCallDelta& call) const {
   } else {
     entry["function"] = {{"arguments", call.arguments}};
   }
-  json c = {{"index", 0},
+  json c = {{"index", index},
             {"delta", {{"tool_calls", json::array({std::move(entry)})}}},
             {"logprobs", nullptr},
             {"finish_reason", nullptr}};
   return ChunkJson(meta_, "chat.completion.chunk", std::move(c), include_usage_);
 }
 
-std::string ChatChunkWriter::FinishChunk(FinishReason reason) const {
-  json c = {{"index", 0},
+std::string ChatChunkWriter::FinishChunk(FinishReason reason, int index) const {
+  json c = {{"index", index},
             {"delta", json::object()},
             {"logprobs", nullptr},
             {"finish_reason", FinishReasonName(reason)}};
@@ -249,17 +279,20 @@ TextChunkWriter::TextChunkWriter(ResponseMeta meta, bool include_usage, bool wit
     : meta_(std::move(meta)), include_usage_(include_usage), with_logprobs_(with_logprobs) {}
 
 std::string TextChunkWriter::DeltaChunk(std::string_view text,
-                                        const std::vector<TokenLogprob>& logprobs) {
-  json c = {{"index", 0},
+                                        const std::vector<TokenLogprob>& logprobs, int index) {
+  const size_t at = static_cast<size_t>(std::max(index, 0));
+  if (text_offsets_.size() <= at) text_offsets_.resize(at + 1, 0);
+  int64_t& offset = text_offsets_[at];
+  json c = {{"index", index},
             {"text", text},
-            {"logprobs", with_logprobs_ ? TextLogprobs(logprobs, &text_offset_) : json(nullptr)},
+            {"logprobs", with_logprobs_ ? TextLogprobs(logprobs, &offset) : json(nullptr)},
             {"finish_reason", nullptr}};
-  if (!with_logprobs_) text_offset_ += static_cast<int64_t>(text.size());
+  if (!with_logprobs_) offset += static_cast<int64_t>(text.size());
   return ChunkJson(meta_, "text_completion", std::move(c), include_usage_);
 }
 
-std::string TextChunkWriter::FinishChunk(FinishReason reason) const {
-  json c = {{"index", 0},
+std::string TextChunkWriter::FinishChunk(FinishReason reason, int index) const {
+  json c = {{"index", index},
             {"text", ""},
             {"logprobs", nullptr},
             {"finish_reason", FinishReasonName(reason)}};

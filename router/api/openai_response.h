@@ -82,23 +82,30 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const CompletionChoice&
                                const Usage& usage);
 std::string TextCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
                                const Usage& usage);
+// The same with n choices ("index" 0 .. n-1, in order) and one usage for all of them.
+std::string ChatCompletionJson(const ResponseMeta& meta, const std::vector<CompletionChoice>& choices,
+                               const Usage& usage);
+std::string TextCompletionJson(const ResponseMeta& meta, const std::vector<CompletionChoice>& choices,
+                               const Usage& usage);
 
-// Streamed chat.completion.chunk objects, in the order a stream sends them.
+// Streamed chat.completion.chunk objects, in the order a stream sends them. Each chunk carries
+// one choice, `index` (n > 1: the choices' chunks interleave; each choice gets its role chunk
+// first and its finish chunk last).
 class ChatChunkWriter {
  public:
   // With include_usage every chunk carries "usage": null and UsageChunk() ends the stream.
   ChatChunkWriter(ResponseMeta meta, bool include_usage, bool with_logprobs);
   // {"role":"assistant","content":""} — the first chunk.
-  std::string RoleChunk() const;
+  std::string RoleChunk(int index = 0) const;
   // A content (and/or reasoning_content, also written as "reasoning") delta with the logprobs
   // of its tokens.
   std::string DeltaChunk(std::string_view content, std::string_view reasoning,
-                         const std::vector<TokenLogprob>& logprobs) const;
+                         const std::vector<TokenLogprob>& logprobs, int index = 0) const;
   // delta.tool_calls = [{index, id, type:"function", function:{name, arguments:""}}] for a
   // call's first piece, [{index, function:{arguments}}] for the next ones.
-  std::string ToolCallChunk(const ToolCallDelta& call) const;
+  std::string ToolCallChunk(const ToolCallDelta& call, int index = 0) const;
   // An empty delta with finish_reason.
-  std::string FinishChunk(FinishReason reason) const;
+  std::string FinishChunk(FinishReason reason, int index = 0) const;
   // "choices": [] and the usage (only when include_usage).
   std::string UsageChunk(const Usage& usage) const;
 
@@ -108,20 +115,21 @@ class ChatChunkWriter {
   bool with_logprobs_;
 };
 
-// Streamed text_completion chunks.
+// Streamed text_completion chunks, each with one choice `index`.
 class TextChunkWriter {
  public:
   TextChunkWriter(ResponseMeta meta, bool include_usage, bool with_logprobs);
-  // Tracks text offsets across calls for the completions logprobs' "text_offset".
-  std::string DeltaChunk(std::string_view text, const std::vector<TokenLogprob>& logprobs);
-  std::string FinishChunk(FinishReason reason) const;
+  // Tracks text offsets across calls, per choice, for the completions logprobs' "text_offset".
+  std::string DeltaChunk(std::string_view text, const std::vector<TokenLogprob>& logprobs,
+                         int index = 0);
+  std::string FinishChunk(FinishReason reason, int index = 0) const;
   std::string UsageChunk(const Usage& usage) const;
 
  private:
   ResponseMeta meta_;
   bool include_usage_;
   bool with_logprobs_;
-  int64_t text_offset_ = 0;
+  std::vector<int64_t> text_offsets_;  // by choice
 };
 
 }  // namespace deltaserve::router::api

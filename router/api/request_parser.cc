@@ -233,10 +233,11 @@ absl::Status ParseCommon(const json& doc, bool chat, CompletionRequest* r) {
 
   i.reset();
   DS_RETURN_IF_ERROR(ReadInt(doc, "n", "n", 1, INT32_MAX, &i));
-  if (i && *i != 1) {
-    return Unsupported("n", absl::StrCat("only n=1 is supported, got n=", *i,
-                                         "; send separate requests for more choices"));
+  if (i && *i > kMaxChoices) {
+    return InvalidRequestError("n", "invalid_value",
+                               absl::StrCat("n must be at most ", kMaxChoices, ", got ", *i));
   }
+  r->n = i ? static_cast<int32_t>(*i) : 1;
 
   std::optional<bool> b;
   DS_RETURN_IF_ERROR(ReadBool(doc, "stream", "stream", &b));

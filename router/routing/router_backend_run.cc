@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "router/api/api_error.h"
 #include "router/routing/candidates.h"
@@ -151,12 +152,26 @@ void RouterBackend::Run::Step() {
     ChoiceOptions choice_options = backend_->options_.choice;
     choice_options.prefix_affinity = config_->routing.prefix_affinity;
     choice_options.prefix_max_waiting = config_->routing.prefix_max_waiting;
+    // n > 1: only workers that run n sequences at once can serve it (0: not reported, tried).
+    auto holds_n = [&](const ServingWorker& s) {
+      return NChoices() <= 1 || s.model->load.max_parallel <= 0 ||
+             s.model->load.max_parallel >= NChoices();
+    };
+    if (!serving.empty() && std::none_of(serving.begin(), serving.end(), holds_n)) {
+      int32_t most = 0;
+      for (const ServingWorker& s : serving) most = std::max(most, s.model->load.max_parallel);
+      n_error_ = absl::StrCat("n=", NChoices(), " choices exceed the ", most,
+                              " sequences a worker of model '", candidate.name,
+                              "' runs at once");
+      NextCandidate();
+      continue;
+    }
     for (size_t i = 0; i < serving.size(); ++i) {
       const ServingWorker& s = serving[i];
       WorkerOption& o = options[i];
       o.worker = s.address;
-      o.available =
-          s.available && std::find(tried_.begin(), tried_.end(), s.address) == tried_.end();
+      o.available = s.available && holds_n(s) &&
+                    std::find(tried_.begin(), tried_.end(), s.address) == tried_.end();
       o.context_length = s.model->context_length;
       o.load = s.model->load;
       o.router_inflight = s.router_inflight;
@@ -241,7 +256,14 @@ void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWork
   prompt_tokens_ = static_cast<int64_t>(prepared.prompt.token_ids.size());
   auto call =
       std::make_shared<Call>(shared_from_this(), std::move(ticket), candidate_, prepared.tokenizer);
-  if (prepared.prompt.output_shaper) call->shaper = prepared.prompt.output_shaper(buffered_);
+  // Each choice's output is shaped on its own (its reasoning, content and tool calls).
+  call->ends.resize(static_cast<size_t>(NChoices()));
+  call->ended.assign(static_cast<size_t>(NChoices()), false);
+  if (prepared.prompt.output_shaper) {
+    for (int i = 0; i < NChoices(); ++i) {
+      call->shapers.push_back(prepared.prompt.output_shaper(buffered_));
+    }
+  }
   internal::FillGenerateRequest(request_, candidate, worker.model->context_length, prepared,
                                 call->request());
 
@@ -277,6 +299,11 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
   switch (event.event_case()) {
     case v1::GenerateEvent::kTokenEvent: {
       const v1::TokenEvent& t = event.token_event();
+      // A choice outside the request's (a worker breaking the contract) is skipped; its missing
+      // final event then fails the call.
+      const int choice = t.choice_index();
+      if (choice < 0 || choice >= NChoices() || call.ended[choice]) return;
+      OutputShaper* shaper = call.shapers.empty() ? nullptr : call.shapers[choice].get();
       api::GenerationDelta delta;
       delta.text = t.text();
       delta.tokens = t.token_ids_size();
@@ -287,45 +314,64 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
         }
       }
       std::vector<api::GenerationDelta> deltas;
-      if (call.shaper != nullptr) {
+      if (shaper != nullptr) {
         // The worker's tokens and logprobs ride on the first delta (or an empty one).
-        call.shaper->Feed(t.text(), deltas);
+        shaper->Feed(t.text(), deltas);
         if (deltas.empty()) deltas.emplace_back();
         deltas.front().tokens = delta.tokens;
         deltas.front().logprobs = std::move(delta.logprobs);
       } else {
         deltas.push_back(std::move(delta));
       }
+      for (api::GenerationDelta& d : deltas) d.choice = choice;
       Deliver(candidate, std::move(deltas));
       return;
     }
     case v1::GenerateEvent::kFinalEvent: {
-      call.final_seen = true;
       const v1::FinalEvent& f = event.final_event();
+      const int choice = f.choice_index();
+      if (choice < 0 || choice >= NChoices() || call.ended[choice]) return;
       if (f.finish_reason() == v1::FINISH_REASON_STOP ||
           f.finish_reason() == v1::FINISH_REASON_LENGTH) {
+        call.ended[choice] = true;
+        ++call.finals;
+        OutputShaper* shaper = call.shapers.empty() ? nullptr : call.shapers[choice].get();
+        api::ChoiceEnd& ce = call.ends[choice];
+        ce.finish_reason = f.finish_reason() == v1::FINISH_REASON_STOP ? api::FinishReason::kStop
+                                                                       : api::FinishReason::kLength;
+        if (shaper != nullptr) {
+          std::vector<api::GenerationDelta> tail;
+          shaper->Finish(tail);
+          for (api::GenerationDelta& d : tail) d.choice = choice;
+          if (!tail.empty()) Deliver(candidate, std::move(tail));
+          ce.content_null_when_empty = true;
+          // "length" stays: the calls were complete, but the answer was cut.
+          if (shaper->called_tools() && ce.finish_reason == api::FinishReason::kStop) {
+            ce.finish_reason = api::FinishReason::kToolCalls;
+          }
+        }
+        // The choices share the prompt: counted once; their completions add up.
+        call.usage.prompt_tokens = f.usage().prompt_tokens();
+        call.usage.cached_tokens = f.usage().cached_prompt_tokens();
+        call.usage.completion_tokens += f.usage().completion_tokens();
+        if (choice == 0 && f.has_matched_stop_string()) call.matched_stop = f.matched_stop_string();
+        if (call.finals < NChoices()) return;
+        call.final_seen = true;
         StartOnce(candidate);
-        if (call.shaper != nullptr) call.shaper->Finish(held_);
         for (api::GenerationDelta& held : held_) observer_->OnDelta(std::move(held));
         held_.clear();
         api::GenerationEnd end;
-        end.finish_reason = f.finish_reason() == v1::FINISH_REASON_STOP
-                                ? api::FinishReason::kStop
-                                : api::FinishReason::kLength;
-        if (call.shaper != nullptr) {
-          end.content_null_when_empty = true;
-          // "length" stays: the calls were complete, but the answer was cut.
-          if (call.shaper->called_tools() && end.finish_reason == api::FinishReason::kStop) {
-            end.finish_reason = api::FinishReason::kToolCalls;
-          }
-        }
-        end.usage.prompt_tokens = f.usage().prompt_tokens();
-        end.usage.completion_tokens = f.usage().completion_tokens();
-        end.usage.cached_tokens = f.usage().cached_prompt_tokens();
-        if (f.has_matched_stop_string()) end.matched_stop = f.matched_stop_string();
+        end.finish_reason = call.ends[0].finish_reason;
+        end.content_null_when_empty = call.ends[0].content_null_when_empty;
+        if (NChoices() > 1) end.choices = call.ends;
+        end.usage = call.usage;
+        end.matched_stop = call.matched_stop;
         FinishEnd(end);
         return;
       }
+      call.final_seen = true;
+      // One choice failing ends them all: the call is cancelled so the worker frees the others.
+      if (NChoices() > 1) call.TryCancel();
       // ERROR, CANCELLED (a worker shutting down) or a reason this build does not know.
       const std::string why = absl::StrCat(
           "worker ", call.ticket().address, " ended the sequence with ",
@@ -401,11 +447,12 @@ void RouterBackend::Run::OnCallDone(Call& call, const grpc::Status& status) {
     held_.clear();
   }
   absl::Status failure;
-  if (!status.ok()) {
+  if (!call.early_failure.ok()) {
+    // Before the status: with n > 1 the router cancelled the call after a choice's ERROR.
+    failure = call.early_failure;
+  } else if (!status.ok()) {
     failure =
         absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-  } else if (!call.early_failure.ok()) {
-    failure = call.early_failure;
   } else {
     failure = absl::InternalError("the stream ended without a final event");
   }
@@ -415,6 +462,11 @@ void RouterBackend::Run::OnCallDone(Call& call, const grpc::Status& status) {
                verdict.outcome == CallOutcome::kFailure ? failure.ToString() : std::string());
   switch (verdict.step) {
     case internal::EarlyFailureStep::kPassOn:
+      if (absl::StartsWith(failure.message(), "n: ")) {
+        // The worker's refusal of n (its --parallel, or n choices at full length beyond its
+        // KV cache): the client's 400 names the parameter.
+        failure = api::WithErrorDetail(failure, "n", "invalid_value");
+      }
       if (failure.code() == absl::StatusCode::kInvalidArgument) {
         LogRouting(
             absl::StrCat("request ", request_.request_id, ": ", where,
@@ -485,6 +537,9 @@ void RouterBackend::Run::FinishExhausted() {
   } else if (saw_no_worker_) {
     metrics.CountRejection(kRejectNoWorker);
     status = absl::UnavailableError(absl::StrCat("No worker is available for model '", model, "'"));
+  } else if (!n_error_.empty() && context_error_.empty()) {
+    metrics.CountRejection(kRejectContext);
+    status = api::WithErrorDetail(absl::InvalidArgumentError(n_error_), "n", "invalid_value");
   } else if (!context_error_.empty()) {
     metrics.CountRejection(kRejectContext);
     status = api::WithErrorDetail(

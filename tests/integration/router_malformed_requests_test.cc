@@ -195,7 +195,7 @@ std::vector<MalformedCase> Corpus() {
        R"({"model":"tiny","seed":-99999999999999999999,)"
        R"("messages":[{"role":"user","content":"Hi"}]})",
        "seed");
-  body("n_2", ChatWith({{"n", 2}}), "n");
+  body("n_17", ChatWith({{"n", 17}}), "n");
   body("n_0", ChatWith({{"n", 0}}), "n");
   body("stop_five", ChatWith({{"stop", {"a", "b", "c", "d", "e"}}}), "stop");
   body("stop_empty_string", ChatWith({{"stop", {""}}}), "stop[0]");

@@ -105,7 +105,7 @@ TEST_F(OpenAiApiTest, ValidationErrorsNameTheFieldOverHttp) {
        "temperature"},
       {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
        "messages[0].content[0].type"},
-      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":4})", "n"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":17})", "n"},
       {R"({"messages":[{"role":"user","content":"x"}]})", "model"},
   };
   for (const auto& [body, param] : cases) {

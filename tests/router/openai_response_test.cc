@@ -129,6 +129,42 @@ TEST(OpenAiResponseTest, TextChunksTrackOffsets) {
             "length");
 }
 
+TEST(OpenAiResponseTest, ChoicesCarryTheirIndexAndOneUsage) {
+  // n > 1 (platform.openai.com/docs/api-reference/chat/object: choices[].index).
+  std::vector<CompletionChoice> choices(3);
+  choices[0].text = "a";
+  choices[1].text = "b";
+  choices[1].finish_reason = FinishReason::kLength;
+  choices[2].content_null = true;
+  choices[2].tool_calls.push_back({"call_1", "f", "{}"});
+  choices[2].finish_reason = FinishReason::kToolCalls;
+  json chat = json::parse(ChatCompletionJson(Meta("chatcmpl-5"), choices, {7, 9, 0}));
+  ASSERT_EQ(chat["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(chat["choices"][i]["index"], i);
+  EXPECT_EQ(chat["choices"][1]["message"]["content"], "b");
+  EXPECT_EQ(chat["choices"][1]["finish_reason"], "length");
+  EXPECT_TRUE(chat["choices"][2]["message"]["content"].is_null());
+  EXPECT_EQ(chat["choices"][2]["finish_reason"], "tool_calls");
+  EXPECT_EQ(chat["usage"]["total_tokens"], 16);
+  json text = json::parse(TextCompletionJson(Meta("cmpl-5"), choices, {7, 9, 0}));
+  EXPECT_EQ(text["choices"][1]["index"], 1);
+  EXPECT_EQ(text["choices"][1]["text"], "b");
+
+  ChatChunkWriter cw(Meta("chatcmpl-6"), false, false);
+  EXPECT_EQ(json::parse(cw.RoleChunk(2))["choices"][0]["index"], 2);
+  EXPECT_EQ(json::parse(cw.DeltaChunk("x", "", {}, 1))["choices"][0]["index"], 1);
+  EXPECT_EQ(json::parse(cw.ToolCallChunk({0, "call_1", "f", ""}, 3))["choices"][0]["index"], 3);
+  EXPECT_EQ(json::parse(cw.FinishChunk(FinishReason::kStop, 1))["choices"][0]["index"], 1);
+  // Completions logprobs' text_offset counts each choice's own text.
+  TextChunkWriter tw(Meta("cmpl-6"), false, true);
+  tw.DeltaChunk("abc", {{"abc", -1.0f, {}}}, 0);
+  json b = json::parse(tw.DeltaChunk("d", {{"d", -1.0f, {}}}, 1));
+  json a = json::parse(tw.DeltaChunk("e", {{"e", -1.0f, {}}}, 0));
+  EXPECT_EQ(b["choices"][0]["index"], 1);
+  EXPECT_EQ(b["choices"][0]["logprobs"]["text_offset"], json::array({0}));
+  EXPECT_EQ(a["choices"][0]["logprobs"]["text_offset"], json::array({3}));
+}
+
 TEST(OpenAiResponseTest, IdsHavePrefixAndAreDistinct) {
   std::string a = NewResponseId("chatcmpl-"), b = NewResponseId("chatcmpl-");
   EXPECT_EQ(a.rfind("chatcmpl-", 0), 0u);

@@ -72,6 +72,18 @@ TEST(ChatRequestParserTest, NullMeansAbsentAndDefaultsStayUnset) {
   EXPECT_FALSE(r->stream);
 }
 
+TEST(ChatRequestParserTest, NChoicesUpToSixteenAndOneByDefault) {
+  auto none = ParseChatCompletionRequest(Chat(R"("seed":1)"));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->n, 1);
+  auto four = ParseChatCompletionRequest(Chat(R"("n":4)"));
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ(four->n, 4);
+  auto most = ParseCompletionRequest(R"({"model":"m","prompt":"x","n":16})");
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(most->n, 16);
+}
+
 TEST(ChatRequestParserTest, StopAsStringAndIntegralFloatAccepted) {
   auto r = ParseChatCompletionRequest(Chat(R"("stop":"END","max_tokens":16.0)"));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -167,7 +179,7 @@ TEST(ChatRequestParserTest, EveryValidationErrorNamesItsField) {
       {Chat(R"("stop":["a","b","c","d","e"])"), "stop"},
       {Chat(R"("stop":["a",7])"), "stop[1]"},
       {Chat(R"("stop":[""])"), "stop[0]"},
-      {Chat(R"("n":2)"), "n"},
+      {Chat(R"("n":17)"), "n"},
       {Chat(R"("n":0)"), "n"},
       {Chat(R"("stream":"yes")"), "stream"},
       {Chat(R"("stream_options":{"include_usage":true})"), "stream_options"},
@@ -376,7 +388,7 @@ TEST(CompletionRequestParserTest, EveryValidationErrorNamesItsField) {
       {R"({"model":"m","prompt":"x","echo":true})", "echo"},
       {R"({"model":"m","prompt":"x","best_of":2})", "best_of"},
       {R"({"model":"m","prompt":"x","suffix":"y"})", "suffix"},
-      {R"({"model":"m","prompt":"x","n":3})", "n"},
+      {R"({"model":"m","prompt":"x","n":17})", "n"},
       {R"({"prompt":"x"})", "model"},
   };
   for (const auto& c : cases) ExpectBad(ParseCompletionRequest(c.body), c);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -75,6 +76,7 @@ class RecordingObserver : public api::GenerationObserver {
     text += delta.text;
     tokens += delta.tokens;
     for (auto& lp : delta.logprobs) logprobs.push_back(std::move(lp));
+    choice_text[delta.choice] += delta.text;
     cv_.notify_all();
   }
   void OnEnd(const api::GenerationEnd& e) override {
@@ -104,6 +106,7 @@ class RecordingObserver : public api::GenerationObserver {
   std::string text;
   int tokens = 0;
   std::vector<api::TokenLogprob> logprobs;
+  std::map<int, std::string> choice_text;  // by GenerationDelta::choice
   std::optional<api::GenerationEnd> end;
   std::optional<absl::Status> error;
 

@@ -44,25 +44,29 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
       for (const ScriptedModel& m : w_->models_) served |= m.name == request->model();
     }
     if (!served) return grpc::Status(grpc::StatusCode::NOT_FOUND, "model not served");
+    const int n_choices = request->has_n() ? std::max(1, request->n()) : 1;
     int sent = 0;
     for (const std::string& piece : script.pieces) {
       if (sent == script.break_after) return grpc::Status(script.break_code, "scripted break");
-      v1::GenerateEvent event;
-      v1::TokenEvent* t = event.mutable_token_event();
-      const int32_t id = piece.empty() ? 0 : static_cast<unsigned char>(piece[0]);
-      t->add_token_ids(id);
-      t->set_text(piece);
-      if (request->sampling().logprobs()) {
-        v1::TokenLogprobs* lp = t->add_logprobs();
-        lp->mutable_chosen()->set_token_id(id);
-        lp->mutable_chosen()->set_logprob(-0.5f);
-        for (int k = 0; k < request->sampling().top_logprobs(); ++k) {
-          v1::TokenLogprob* top = lp->add_top();
-          top->set_token_id('a' + k);
-          top->set_logprob(-1.0f - k);
+      for (int choice = 0; choice < n_choices; ++choice) {
+        v1::GenerateEvent event;
+        v1::TokenEvent* t = event.mutable_token_event();
+        const int32_t id = piece.empty() ? 0 : static_cast<unsigned char>(piece[0]);
+        t->add_token_ids(id);
+        t->set_text(n_choices > 1 ? std::to_string(choice) + ":" + piece : piece);
+        t->set_choice_index(choice);
+        if (request->sampling().logprobs()) {
+          v1::TokenLogprobs* lp = t->add_logprobs();
+          lp->mutable_chosen()->set_token_id(id);
+          lp->mutable_chosen()->set_logprob(-0.5f);
+          for (int k = 0; k < request->sampling().top_logprobs(); ++k) {
+            v1::TokenLogprob* top = lp->add_top();
+            top->set_token_id('a' + k);
+            top->set_logprob(-1.0f - k);
+          }
         }
+        if (!writer->Write(event)) return grpc::Status(grpc::StatusCode::CANCELLED, "gone");
       }
-      if (!writer->Write(event)) return grpc::Status(grpc::StatusCode::CANCELLED, "gone");
       ++sent;
       if (script.hold_after_first && sent == 1) {
         const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -78,18 +82,20 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
       }
       if (script.hold_until_release && sent == 1) {
         std::unique_lock<std::mutex> lock(w_->mu_);
-        w_->cv_.wait_for(lock, std::chrono::seconds(20), [&] {
-          return w_->released_ || context->IsCancelled();
-        });
+        w_->cv_.wait_for(lock, std::chrono::seconds(20),
+                         [&] { return w_->released_ || context->IsCancelled(); });
       }
     }
-    v1::GenerateEvent final_event;
-    v1::FinalEvent* f = final_event.mutable_final_event();
-    f->set_finish_reason(script.finish);
-    f->mutable_usage()->set_prompt_tokens(request->prompt_token_ids_size());
-    f->mutable_usage()->set_cached_prompt_tokens(script.cached_prompt_tokens);
-    f->mutable_usage()->set_completion_tokens(sent);
-    writer->Write(final_event);
+    for (int choice = 0; choice < n_choices; ++choice) {
+      v1::GenerateEvent final_event;
+      v1::FinalEvent* f = final_event.mutable_final_event();
+      f->set_finish_reason(choice == script.error_choice ? v1::FINISH_REASON_ERROR : script.finish);
+      f->set_choice_index(choice);
+      f->mutable_usage()->set_prompt_tokens(request->prompt_token_ids_size());
+      f->mutable_usage()->set_cached_prompt_tokens(script.cached_prompt_tokens);
+      f->mutable_usage()->set_completion_tokens(sent);
+      if (!writer->Write(final_event)) break;
+    }
     return grpc::Status::OK;
   }
 

@@ -53,6 +53,9 @@ struct GenerateScript {
   bool hold_until_release = false;
   deltaserve::v1::FinishReason finish = deltaserve::v1::FINISH_REASON_STOP;
   int32_t cached_prompt_tokens = 0;
+  // GenerateRequest.n > 1: every piece is sent once per choice, as "<choice>:<piece>" with its
+  // choice_index, then one final event per choice; this choice's final is ERROR (-1: none).
+  int error_choice = -1;
 };
 
 class ScriptedWorker {

@@ -43,6 +43,7 @@ void FillGenerateRequest(const api::CompletionRequest& request, const Candidate&
   if (request.logprobs) sp.set_logprobs(true);
   if (request.top_logprobs > 0) sp.set_top_logprobs(request.top_logprobs);
   if (request.thinking_budget) r.set_reasoning_budget(*request.thinking_budget);
+  if (request.n > 1) r.set_n(request.n);
   if (prepared.prompt.output_constraint) {
     *r.mutable_output_constraint() = *prepared.prompt.output_constraint;
   }

@@ -53,9 +53,16 @@ class RouterBackend::Call : public grpc::ClientReadReactor<::deltaserve::v1::Gen
   size_t candidate() const { return candidate_; }
   const common::Tokenizer* tokenizer() const { return tokenizer_; }
 
-  // Reasoning / content / tool calls of this attempt's output; null: the text as generated.
-  std::unique_ptr<OutputShaper> shaper;
-  bool final_seen = false;     // a FinalEvent arrived (later events are ignored)
+  // Reasoning / content / tool calls of this attempt's output, one per choice; empty: the text
+  // as generated.
+  std::vector<std::unique_ptr<OutputShaper>> shapers;
+  // Per choice (CompletionRequest::n): its FinalEvent arrived, and how it ended.
+  std::vector<bool> ended;
+  std::vector<api::ChoiceEnd> ends;
+  int finals = 0;
+  api::Usage usage;          // the prompt once, completions summed
+  std::string matched_stop;  // choice 0's
+  bool final_seen = false;     // every choice's FinalEvent arrived, or one failed (later ignored)
   absl::Status early_failure;  // a FinalEvent ERROR/CANCELLED before any token
 
  private:
@@ -103,6 +110,7 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   // Delivers (or holds, when buffered_) one event's deltas.
   void Deliver(const Candidate& candidate, std::vector<api::GenerationDelta> deltas);
   int MaxAttempts() const { return std::max(1, config_->routing.max_attempts); }
+  int NChoices() const { return std::max(1, request_.n); }
 
   RouterBackend* const backend_;
   const api::CompletionRequest request_;
@@ -129,6 +137,7 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   bool saw_no_worker_ = false;
   bool saw_saturated_ = false;
   std::string context_error_;  // the numbers, when a candidate's context was too small
+  std::string n_error_;        // when no worker of a candidate runs n sequences at once
   int32_t largest_context_ = 0;
   int exhausted_failures_ = 0;  // attempts refused with RESOURCE_EXHAUSTED
   int other_failures_ = 0;      // attempts that failed otherwise

@@ -286,7 +286,7 @@ class Checks:
         self.expect_error(openai.BadRequestError, 400, lambda: chat(
             model=self.model, messages=PROMPT, temperature=5), param="temperature")
         self.expect_error(openai.BadRequestError, 400, lambda: chat(
-            model=self.model, messages=PROMPT, n=2), param="n")
+            model=self.model, messages=PROMPT, n=17), param="n")
         self.expect_error(openai.BadRequestError, 400, lambda: chat(
             model=self.model, messages=[]), param="messages")
         self.expect_error(openai.BadRequestError, 400, lambda: chat(
