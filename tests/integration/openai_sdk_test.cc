@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "tests/integration/router_service.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/test_paths.h"
 
 namespace deltaserve {
 namespace {
@@ -58,6 +61,42 @@ TEST(OpenAiSdkTest, OfficialPythonClientAgainstTheRouter) {
   EXPECT_EQ(run.exit_code, 0) << "openai " << probe.out << run.out << run.err
                               << "\n--- router stderr ---\n"
                               << s.router().err();
+}
+
+// n > 1 choices (openai_sdk/openai_sdk_choices_check.py): a worker serving "q8"
+// (tiny-dense-q8_0.gguf) with 4 parallel sequences and /metrics, the router in front of it.
+TEST(OpenAiSdkTest, ChoicesWithTheOfficialClient) {
+  const std::string python = SdkPython();
+  if (::access(python.c_str(), X_OK) != 0 ||
+      RunProcess({python, "-c", "import openai, jsonschema"}).exit_code != 0) {
+    GTEST_SKIP() << python << " cannot import openai and jsonschema (tests/run_all.sh)";
+  }
+  RouterService s("", {"--parallel", "4", "--model",
+                       "q8=" + ::deltaserve::testing::GoldenPath("tiny-dense-q8_0.gguf"),
+                       "--metrics-port", "0"});
+  ASSERT_GT(s.port(), 0);
+  const std::string err = s.worker().err();
+  const size_t at = err.find("metrics on 127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string metrics_port = err.substr(at + 21, err.find('/', at) - (at + 21));
+  // Each choice equals its one-choice request token for token where a Q8_0 batch row has the
+  // bits of that row alone: the fused batch kernel of AVX-512 VNNI (scheduler_fork_test).
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::stringstream flags;
+  flags << cpuinfo.rdbuf();
+  const bool exact = flags.str().find(" avx512_vnni") != std::string::npos;
+  const std::string script = std::string(DELTASERVE_OPENAI_SDK_SCRIPT);
+  const std::string choices_script =
+      script.substr(0, script.rfind('/') + 1) + "openai_sdk_choices_check.py";
+  std::vector<std::string> argv = {
+      python, choices_script, "--base-url",
+      "http://127.0.0.1:" + std::to_string(s.port()) + "/v1", "--metrics-url",
+      "http://127.0.0.1:" + metrics_port + "/metrics"};
+  if (exact) argv.push_back("--exact");
+  const auto run = RunProcess(argv);
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\n--- router stderr ---\n"
+                              << s.router().err() << "\n--- worker stderr ---\n"
+                              << s.worker().err();
 }
 
 }  // namespace
