@@ -95,10 +95,18 @@ std::vector<Shape> Shapes() {
          return MetadataOf(bytes, api::kMaxArrayElements,
                            std::string(61, '[') + "1" + std::string(61, ']'));
        }},
-      {"nesting 62 deep, up to max_json_containers", true,
+      {"nesting 62 deep, as many as max_json_containers allows (rest: a string)", true,
        [](size_t bytes) {
-         return MetadataOf(bytes, (api::kMaxJsonContainers - 8) / 61,
-                           std::string(61, '[') + "1" + std::string(61, ']'));
+         // The densest accepted body: max_json_containers allows 4,096 + one per 8 bytes, so
+         // the nesting fills what that allows and a `user` string pads the body to `bytes`.
+         const size_t allowed = api::RequestJsonLimits(bytes).max_containers;
+         std::string body = MetadataOf(SIZE_MAX, (allowed - 8) / 61,
+                                       std::string(61, '[') + "1" + std::string(61, ']'));
+         if (body.size() + 16 < bytes) {
+           body.insert(1, absl::StrCat(R"("user":")", std::string(bytes - body.size() - 10, 'u'),
+                                       R"(",)"));
+         }
+         return body;
        }},
       {"objects nested 62 deep, repeated", true,
        [](size_t bytes) {

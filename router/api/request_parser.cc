@@ -1,5 +1,6 @@
 #include "router/api/request_parser.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -34,10 +35,6 @@ constexpr int kMaxTopLogprobs = 20;
 constexpr int64_t kMaxTokensLimit = 1 << 30;
 constexpr size_t kMaxPromptTokens = 1 << 24;
 
-constexpr common::JsonReadLimits kJsonLimits{.max_depth = kMaxJsonDepth,
-                                             .max_object_keys = kMaxObjectKeys,
-                                             .max_array_elements = kMaxArrayElements,
-                                             .max_containers = kMaxJsonContainers};
 
 absl::Status Unsupported(std::string_view param, std::string_view message) {
   return InvalidRequestError(param, "unsupported_value", message);
@@ -333,8 +330,16 @@ absl::Status ParsePrompt(const json& doc, CompletionRequest* r) {
 
 }  // namespace
 
+common::JsonReadLimits RequestJsonLimits(size_t body_bytes) {
+  return {.max_depth = kMaxJsonDepth,
+          .max_object_keys = kMaxObjectKeys,
+          .max_array_elements = kMaxArrayElements,
+          .max_containers = std::min(kMaxJsonContainers,
+                                     kFreeJsonContainers + body_bytes / kJsonBytesPerContainer)};
+}
+
 absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view body) {
-  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
+  absl::StatusOr<json> doc = internal::ParseJsonObject(body, RequestJsonLimits(body.size()));
   if (!doc.ok()) return doc.status();
   CompletionRequest r;
   r.endpoint = Endpoint::kChatCompletions;
@@ -393,7 +398,7 @@ absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view bo
 }
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) {
-  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
+  absl::StatusOr<json> doc = internal::ParseJsonObject(body, RequestJsonLimits(body.size()));
   if (!doc.ok()) return doc.status();
   CompletionRequest r;
   r.endpoint = Endpoint::kCompletions;

@@ -6,7 +6,8 @@
 //   <out>/tokenizer-seeds/  the corpus strings of the golden tokenizer-*.json files, plus a few
 //                           edge cases (special-token text, invalid UTF-8);
 //   <out>/request_parser-seeds/, router_config-seeds/, tokenizer_proto-seeds/: the router's
-//                           targets (router_fuzz_seeds.h);
+//                           targets (router_fuzz_seeds.h; the request bodies again in
+//                           json_reader-seeds/);
 //   <out>/snapshot_format-seeds/  valid session-snapshot blobs (snapshot_fuzz_seeds.h).
 // An empty <out>/<name>-corpus/ beside each is created for what the fuzzers find.
 //
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
   const fs::path out = argv[2];
   std::error_code ec;
   for (const char* target :
-       {"gguf", "tokenizer", "request_parser", "router_config", "tokenizer_proto",
+       {"gguf", "tokenizer", "request_parser", "json_reader", "router_config", "tokenizer_proto",
         "snapshot_format"}) {
     const std::string seeds = std::string(target) + "-seeds";
     fs::remove_all(out / seeds, ec);
@@ -187,6 +188,8 @@ int main(int argc, char** argv) {
   const int gguf = deltaserve::common::WriteGgufSeeds(golden, out / "gguf-seeds");
   const int text = deltaserve::common::WriteTokenizerSeeds(golden, out / "tokenizer-seeds");
   const int bodies = deltaserve::testing::WriteRequestSeeds(out / "request_parser-seeds");
+  // The JSON reader's differential target starts from the same request bodies.
+  if (deltaserve::testing::WriteRequestSeeds(out / "json_reader-seeds") < 0) return 1;
   const int configs = deltaserve::testing::WriteRouterConfigSeeds(out / "router_config-seeds");
   const int protos =
       deltaserve::testing::WriteTokenizerProtoSeeds(golden, out / "tokenizer_proto-seeds");

@@ -72,10 +72,25 @@ TEST(RequestLimitsTest, EachLimitPassedByOneIsA400NamingIt) {
                                      ArrayOf(kMaxArrayElements + 1, "1") + "}"),
               "max_array_elements", "prompt");
   // The body, "messages" and its message are 3 containers, "metadata" the 4th; item i opens the
-  // (5 + 2i)th and (6 + 2i)th, so the (2^20 + 1)th is item 2^19 - 2's outer array.
-  ExpectLimit(
-      ParseChatCompletionRequest(Chat(R"("metadata":)" + ArrayOf(kMaxJsonContainers / 2, "[[]]"))),
-      "max_json_containers", absl::StrCat("metadata[", kMaxJsonContainers / 2 - 2, "]"));
+  // (5 + 2i)th and (6 + 2i)th, so the (2^20 + 1)th is item 2^19 - 2's outer array. The padding
+  // string makes the body large enough (> 8 MiB) for the density bound to allow 2^20.
+  const std::string pad = absl::StrCat(R"("user":")", std::string(7 << 20, 'u'), R"(",)");
+  ExpectLimit(ParseChatCompletionRequest(Chat(pad + R"("metadata":)" +
+                                              ArrayOf(kMaxJsonContainers / 2, "[[]]"))),
+              "max_json_containers", absl::StrCat("metadata[", kMaxJsonContainers / 2 - 2, "]"));
+  // Without padding the density bound (4,096 + one per 8 bytes) is what stops it: the body is
+  // 5 bytes per item of 2 containers, so it allows 4,096 + 5n/8 containers of 4 + 2n.
+  {
+    const size_t n = 100'000;
+    const std::string body = Chat(R"("metadata":)" + ArrayOf(n, "[[]]"));
+    const size_t allowed = kFreeJsonContainers + body.size() / kJsonBytesPerContainer;
+    ASSERT_LT(allowed, 4 + 2 * n);
+    // The (allowed + 1)th container: item i opens the (5 + 2i)th and, inside it, the (6 + 2i)th.
+    const size_t item = (allowed + 1 - 5) / 2;
+    const bool inner = (allowed + 1 - 5) % 2 == 1;
+    ExpectLimit(ParseChatCompletionRequest(body), "max_json_containers",
+                absl::StrCat("metadata[", item, "]", inner ? "[0]" : ""));
+  }
   ExpectLimit(ParseChatCompletionRequest(R"({"model":"m","messages":)" +
                                          ArrayOf(kMaxMessages + 1, kUser) + "}"),
               "max_messages", "messages");
