@@ -8,6 +8,9 @@
     helm_chart_check.py router-config VALUES.yaml [ROUTER]
                                                 the rendered router.yaml loaded by the real
                                                 deltaserve-router (it must start and listen)
+    helm_chart_check.py worker-args VALUES.yaml WORKER MODEL.gguf
+                                                each pool's rendered command line starts
+                                                the real deltaserve-worker
     helm_chart_check.py schema-rejects          values.schema.json and the templates refuse
                                                 bad values, naming them
 
@@ -400,6 +403,63 @@ def cmd_router_config(values_path, router_bin):
             fail("the router did not take the pools' dns:/// workers")
 
 
+def cmd_worker_args(values_path, worker_bin, model):
+    """Each pool's rendered worker command line starts the real deltaserve-worker (on the tiny
+    golden model, its ports chosen by the kernel): every flag the chart passes exists and parses.
+    A GPU pool runs with --device cpu instead of cuda:0 (this build has no CUDA backend)."""
+    docs = render(load_values(values_path))
+    workers = [d for d in docs if d["kind"] == "Deployment"
+               and d["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"]
+    started = 0
+    for dep in workers:
+        c = dep["spec"]["template"]["spec"]["containers"][0]
+        args = list(c["args"])
+        if args[args.index("--device") + 1] != "cpu":
+            # The CUDA build takes --device cuda:0; this build only cpu: the other flags still count.
+            print(f"{dep['metadata']['name']}: GPU pool, started with --device cpu")
+            args[args.index("--device") + 1] = "cpu"
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ)
+            for e in c.get("env", []):
+                if "value" in e:
+                    env[e["name"]] = e["value"]
+            env["POD_NAME"] = dep["metadata"]["name"] + "-0"
+            env.setdefault("REDIS_URL", "redis://127.0.0.1:1")  # from a Secret in the cluster
+            if any(e["name"] == "DELTASERVE_WORKER_SECRET" for e in c.get("env", [])):
+                env["DELTASERVE_WORKER_SECRET"] = "0123456789abcdef0123456789abcdef"
+            if "--tls-cert" in args:
+                subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                                f"{tmp}/tls.key", "-out", f"{tmp}/tls.crt", "-days", "1",
+                                "-subj", "/CN=test"], check=True, capture_output=True)
+                shutil.copy(f"{tmp}/tls.crt", f"{tmp}/ca.crt")
+            cmd = []
+            for a in args:
+                a = re.sub(r"\$\(([A-Z_]+)\)", lambda m: env[m.group(1)], a)
+                a = a.replace("/etc/deltaserve/tls/", f"{tmp}/")
+                if a.startswith("0.0.0.0:"):
+                    a = "127.0.0.1:0"
+                cmd.append(a)
+            cmd[cmd.index("--model") + 1] = cmd[cmd.index("--model") + 1].split("=")[0] + "=" + model
+            cmd[cmd.index("--metrics-port") + 1] = "0"
+            print("$ deltaserve-worker " + " ".join(cmd))
+            proc = subprocess.Popen([worker_bin] + cmd, stderr=subprocess.PIPE, text=True, env=env)
+            lines = []
+            for line in proc.stderr:
+                lines.append(line)
+                if "listening on" in line:
+                    break
+            proc.send_signal(signal.SIGTERM)
+            _, rest = proc.communicate(timeout=120)
+            print("".join(lines) + rest)
+            if not any("listening on" in l for l in lines):
+                fail(f"{dep['metadata']['name']}: the worker did not start with the chart's flags")
+            if proc.returncode != 0:
+                fail(f"{dep['metadata']['name']}: the worker exited {proc.returncode}")
+            started += 1
+    print(f"{started} pool(s) started with the chart's flags")
+
+
 def cmd_schema_rejects():
     base = load_values(CHART / "ci" / "default-values.yaml")
     pool = {"name": "p", "model": {"name": "m", "file": "m.gguf", "source": {"pvc": {"claimName": "c"}}}}
@@ -447,6 +507,8 @@ def main(argv):
         cmd_render(argv[2])
     elif cmd == "router-config" and len(argv) == 4:
         cmd_router_config(argv[2], argv[3])
+    elif cmd == "worker-args" and len(argv) == 5:
+        cmd_worker_args(argv[2], argv[3], argv[4])
     elif cmd == "schema-rejects":
         cmd_schema_rejects()
     else:
