@@ -45,6 +45,20 @@ void CountIgnoredTools(const std::vector<std::string>& types) {
   }
 }
 
+// An error from the chat path (routing, rendering, the worker) with its param named as in the
+// Responses body.
+ApiError ResponsesError(const absl::Status& status) {
+  ApiError error = ApiErrorFromStatus(status.ok() ? absl::InternalError("no error") : status);
+  if (error.param == "messages") {
+    error.param = "input";
+  } else if (error.param == "max_tokens") {
+    error.param = "max_output_tokens";
+  } else if (error.param.starts_with("response_format")) {
+    error.param = "text.format";
+  }
+  return error;
+}
+
 // One request's generation seen from the HTTP side.
 class ResponsesSession : public GenerationObserver {
  public:
@@ -119,7 +133,7 @@ class ResponsesSession : public GenerationObserver {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     finished_ = true;
-    ApiError error = ApiErrorFromStatus(status.ok() ? absl::InternalError("no error") : status);
+    const ApiError error = ResponsesError(status);
     metrics_.RecordGenerationError(error.type);
     timer_.Failed(error.http_status);
     NoteForLog(Usage{}, "error", error.type);

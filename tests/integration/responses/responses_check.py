@@ -254,6 +254,16 @@ class TinyChecks:
         self.expect_400("input[0].call_id", model="tiny", input=[
             {"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}])
 
+    def check_context_overflow_is_400_at_input(self):
+        # The router's context check names the conversation: `input` here (`messages` in chat).
+        try:
+            self.client.responses.create(model="tiny", input=HELLO, max_output_tokens=100000)
+        except openai.BadRequestError as e:
+            assert e.body["param"] == "input", e.body
+            assert e.body["code"] == "context_length_exceeded", e.body
+            return
+        raise AssertionError("a request beyond the context was served")
+
     def check_unknown_model_is_404(self):
         try:
             self.client.responses.create(model="no-such-model", input="x")
