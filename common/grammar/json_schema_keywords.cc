@@ -243,6 +243,17 @@ absl::Status SchemaCompiler::CheckKeywords(const Json& schema, const std::string
     if (key == "if" && (schema.contains("then") || schema.contains("else"))) {
       return UnsupportedKeyword(key, path, "if/then/else");
     }
+    // A lone `if` changes no verdict, except through unevaluated*: the properties (items) it
+    // evaluates when it holds count as evaluated, which additionalProperties semantics (how
+    // unevaluatedProperties is compiled without applicators) would refuse.
+    if (key == "if") {
+      for (const char* u : {"unevaluatedProperties", "unevaluatedItems"}) {
+        auto it = schema.find(u);
+        if (it != schema.end() && !IsTrivialSchema(*it)) {
+          return UnsupportedKeyword(u, path, "next to if (the keys if evaluates would count)");
+        }
+      }
+    }
     if (array && (key == "contains" || (key == "unevaluatedItems" && !IsTrivialSchema(value)))) {
       return UnsupportedKeyword(key, path);
     }
