@@ -4,7 +4,8 @@
 // and timeouts" tables: 400 for JSON, types, values and bad HTTP, 404 / 405 for paths and
 // methods, 408 for a too-slow header or body, 413 for a too-large body, 431 for a too-large
 // header) with the `{"error":{message,type,param,code}}` body and, where the parser names one,
-// the `param` of the offending field. After each request the router must still answer /health
+// the `param` of the offending field; /v1/messages answers in Anthropic's shape
+// (docs/anthropic_api.md, "Errors") with the error type of its status. After each request the router must still answer /health
 // and a valid one-token chat completion: no client mistake takes it down or leaves it stuck.
 #include <chrono>
 #include <optional>
@@ -35,6 +36,9 @@ struct MalformedCase {
   std::string request;               // the complete bytes sent
   int status;                        // expected HTTP status
   std::optional<std::string> param;  // expected error.param; "" = null; nullopt = not checked
+  // Anthropic's error shape {"type":"error","error":{"type","message"}} (the /v1/messages
+  // endpoints), whose error.type must match the status; it has no param.
+  bool anthropic = false;
 };
 
 std::string Post(const std::string& path, const std::string& body,
@@ -75,6 +79,13 @@ std::string ChatWithRawContent(const std::string& raw_json_string_body) {
 // A valid /v1/responses body with `patch` merged in (a null member removes the field).
 std::string ResponsesWith(const json& patch) {
   json j = {{"model", "tiny"}, {"max_output_tokens", 1}, {"input", "Hi"}};
+  j.merge_patch(patch);
+  return j.dump();
+}
+
+// A valid /v1/messages body (Anthropic) with `patch` merged in (a null member removes the field).
+std::string MessagesWith(const json& patch) {
+  json j = {{"model", "tiny"}, {"max_tokens", 1}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
   j.merge_patch(patch);
   return j.dump();
 }
@@ -306,6 +317,112 @@ std::vector<MalformedCase> Corpus() {
                "GET " + resp + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", 405,
                std::nullopt});
 
+  // Anthropic Messages API (docs/anthropic_api.md): errors in Anthropic's shape.
+  const std::string msgs = "/v1/messages";
+  auto anthropic = [&](std::string name, const std::string& b, int status = 400,
+                       const std::string& path = "/v1/messages") {
+    c.push_back({"messages_" + std::move(name), Post(path, b), status, std::nullopt, true});
+  };
+  auto messages = [&](std::string name, const json& patch) {
+    anthropic(std::move(name), MessagesWith(patch));
+  };
+  const json tool = {{"name", "f"}, {"input_schema", {{"type", "object"}}}};
+  anthropic("broken_json", "{\"messages\":");
+  anthropic("body_is_array", "[]");
+  anthropic("utf8_invalid", R"({"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":")" +
+                                std::string("\xff") + R"("}]})");
+  anthropic("nesting_100000_deep", std::string(100000, '['));
+  messages("model_missing", {{"model", nullptr}});
+  messages("max_tokens_missing", {{"max_tokens", nullptr}});
+  messages("max_tokens_zero", {{"max_tokens", 0}});
+  messages("max_tokens_string", {{"max_tokens", "1"}});
+  messages("messages_missing", {{"messages", nullptr}});
+  messages("messages_empty", {{"messages", json::array()}});
+  messages("messages_object", {{"messages", json::object()}});
+  messages("role_system", {{"messages", {{{"role", "system"}, {"content", "x"}}}}});
+  messages("content_missing", {{"messages", {{{"role", "user"}}}}});
+  messages("content_number", {{"messages", {{{"role", "user"}, {"content", 5}}}}});
+  messages("block_without_type", {{"messages", {{{"role", "user"}, {"content", {{{"text", "x"}}}}}}}});
+  messages("block_image", {{"messages", {{{"role", "user"}, {"content", {{{"type", "image"},
+           {"source", {{"type", "url"}, {"url", "http://x"}}}}}}}}}});
+  messages("text_block_without_text",
+           {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}}}}}}}});
+  messages("tool_result_for_unknown_tool_use",
+           {{"messages", {{{"role", "user"}, {"content", {{{"type", "tool_result"},
+            {"tool_use_id", "toolu_x"}, {"content", "ok"}}}}}}}});
+  messages("tool_use_in_user_message",
+           {{"messages", {{{"role", "user"}, {"content", {{{"type", "tool_use"}, {"id", "a"},
+            {"name", "f"}, {"input", json::object()}}}}}}}});
+  messages("tool_use_input_array",
+           {{"messages", {{{"role", "user"}, {"content", "x"}},
+                          {{"role", "assistant"}, {"content", {{{"type", "tool_use"}, {"id", "a"},
+                            {"name", "f"}, {"input", json::array()}}}}},
+                          {{"role", "user"}, {"content", "y"}}}}});
+  messages("final_assistant_prefill",
+           {{"messages", {{{"role", "user"}, {"content", "x"}},
+                          {{"role", "assistant"}, {"content", "Sure"}}}}});
+  messages("system_number", {{"system", 5}});
+  messages("system_image_block", {{"system", {{{"type", "image"}}}}});
+  messages("tools_object", {{"tools", json::object()}});
+  messages("tool_without_input_schema", {{"tools", {{{"name", "f"}}}}});
+  messages("tool_bad_name", {{"tools", {{{"name", "a b"}, {"input_schema", json::object()}}}}});
+  messages("tool_schema_array", {{"tools", {{{"name", "f"}, {"input_schema", json::array()}}}}});
+  messages("tool_choice_string", {{"tools", {tool}}, {"tool_choice", "auto"}});
+  messages("tool_choice_unknown_type", {{"tools", {tool}}, {"tool_choice", {{"type", "maybe"}}}});
+  messages("tool_choice_any_without_tools", {{"tool_choice", {{"type", "any"}}}});
+  messages("tool_choice_undeclared",
+           {{"tools", {tool}}, {"tool_choice", {{"type", "tool"}, {"name", "g"}}}});
+  messages("thinking_string", {{"thinking", "on"}});
+  messages("thinking_enabled_without_budget", {{"thinking", {{"type", "enabled"}}}});
+  messages("thinking_budget_over_max_tokens",
+           {{"thinking", {{"type", "enabled"}, {"budget_tokens", 5}}}});
+  messages("temperature_2", {{"temperature", 2}});
+  messages("top_k_negative", {{"top_k", -1}});
+  messages("top_p_zero", {{"top_p", 0}});
+  messages("stop_sequences_string", {{"stop_sequences", "END"}});
+  messages("stop_sequences_empty_string", {{"stop_sequences", {""}}});
+  messages("stop_sequences_65", {{"stop_sequences", std::vector<std::string>(65, "s")}});
+  messages("metadata_string", {{"metadata", "x"}});
+  messages("stream_string", {{"stream", "yes"}});
+  messages("output_config_format_yaml", {{"output_config", {{"format", {{"type", "yaml"}}}}}});
+  anthropic("unknown_model", MessagesWith({{"model", "no-such-model"}}), 404);
+  anthropic("count_tokens_broken_json", "{", 400, msgs + "/count_tokens");
+  anthropic("count_tokens_messages_missing", MessagesWith({{"messages", nullptr}}), 400,
+            msgs + "/count_tokens");
+  anthropic("count_tokens_unknown_model", MessagesWith({{"model", "no-such-model"}}), 404,
+            msgs + "/count_tokens");
+  c.push_back({"messages_get",
+               "GET " + msgs + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", 405,
+               std::nullopt, true});
+  c.push_back({"messages_body_10_mb",
+               Post(msgs, MessagesWith({{"system", std::string(10'000'000, 'a')}})), 413,
+               std::nullopt, true});
+
+  // /tokenize, /detokenize (docs/router.md), GET /v1/models/{id}: OpenAI's shape.
+  body("tokenize_broken_json", "{", "", 400, "/tokenize");
+  body("tokenize_prompt_missing", R"({"model":"tiny"})", "prompt", 400, "/tokenize");
+  body("tokenize_prompt_number", R"({"model":"tiny","prompt":5})", "prompt", 400, "/tokenize");
+  body("tokenize_with_pieces_string", R"({"prompt":"x","with_pieces":"yes"})", "with_pieces", 400,
+       "/tokenize");
+  body("tokenize_messages_bad_role", R"({"model":"tiny","messages":[{"role":"x","content":"y"}]})",
+       "messages[0].role", 400, "/tokenize");
+  body("tokenize_no_generation_prompt",
+       R"({"model":"tiny","messages":[{"role":"user","content":"y"}],"add_generation_prompt":false})",
+       "add_generation_prompt", 400, "/tokenize");
+  body("tokenize_unknown_model", R"({"model":"no-such-model","prompt":"x"})", std::nullopt, 404,
+       "/tokenize");
+  body("detokenize_tokens_missing", R"({"model":"tiny"})", "tokens", 400, "/detokenize");
+  body("detokenize_tokens_string", R"({"tokens":"1 2"})", "tokens", 400, "/detokenize");
+  body("detokenize_negative_id", R"({"tokens":[1,-1]})", "tokens[1]", 400, "/detokenize");
+  body("detokenize_id_outside_vocab", R"({"tokens":[99999]})", "tokens[0]", 400, "/detokenize");
+  body("detokenize_float_id", R"({"tokens":[1.5]})", "tokens[0]", 400, "/detokenize");
+  c.push_back({"get_tokenize",
+               "GET /tokenize HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", 405,
+               std::nullopt});
+  c.push_back({"model_by_unknown_id",
+               "GET /v1/models/no-such-model HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n",
+               404, "model"});
+
   // Unknown model, path, method.
   body("unknown_model", ChatWith({{"model", "no-such-model"}}), std::nullopt, 404);
   body("unknown_path", ValidChat().dump(), std::nullopt, 404, "/v1/nope");
@@ -367,6 +484,18 @@ void ExpectServing(int port, const std::string& after) {
 // Checks the error body shape and, when asked, its param.
 void ExpectErrorBody(const MalformedCase& c, const RawHttpReply& r) {
   const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (c.anthropic) {
+    ASSERT_TRUE(j.is_object() && j.size() == 2 && j.value("type", "") == "error" &&
+                j.contains("error") && j["error"].is_object())
+        << c.name << ": " << r.body;
+    const std::string want = r.status == 400 || r.status == 405 ? "invalid_request_error"
+                             : r.status == 404                  ? "not_found_error"
+                             : r.status == 413                  ? "request_too_large"
+                                                                : "?";
+    EXPECT_EQ(j["error"].value("type", ""), want) << c.name << ": " << r.body;
+    EXPECT_FALSE(j["error"].value("message", "").empty()) << c.name << ": " << r.body;
+    return;
+  }
   ASSERT_TRUE(j.is_object() && j.contains("error")) << c.name << ": " << r.body;
   const json& e = j["error"];
   for (const char* key : {"message", "type", "param", "code"}) {
