@@ -287,8 +287,8 @@ int Run(Flags& f, uint64_t baseline) {
   }
   common::SetRequestLogFormat(f.log_format);
   // /metrics from before the first model loads (deltaserve_worker_model_load_progress); the
-  // service's series join once it exists. The endpoint goes before `service` is destroyed (it
-  // is declared after it, below, or reset at every return before).
+  // service's series join once it exists (StopMetrics, below, ends the endpoint before the
+  // service goes).
   std::vector<std::string> names;
   for (const auto& m : f.models) names.push_back(m.first);
   auto progress = std::make_shared<ModelLoadProgress>(names);
@@ -392,11 +392,16 @@ int Run(Flags& f, uint64_t baseline) {
 
   const std::string id = f.worker_id.empty() ? f.listen : f.worker_id;
   WorkerService service(id, f.device, by_name);
-  // Cleared before `service` goes, on every way out of this function.
-  struct Unpublish {
+  // /metrics stops (its thread joined: no scrape is rendering) before `service` goes, on every
+  // way out of this function.
+  struct StopMetrics {
+    std::unique_ptr<MetricsEndpoint>& endpoint;
     std::shared_ptr<std::atomic<const WorkerService*>> p;
-    ~Unpublish() { p->store(nullptr); }
-  } unpublish{live_service};
+    ~StopMetrics() {
+      endpoint.reset();
+      p->store(nullptr);
+    }
+  } stop_metrics{metrics, live_service};
   for (auto& [name, tier] : tiers) service.SetRedisTier(name, tier.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

@@ -1,6 +1,6 @@
 #include "router/api/anthropic_endpoint.h"
 
-#include <chrono>
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,7 +28,7 @@ class MessagesSession : public GenerationObserver {
         stops_(req.stop),
         id_(NewMessageId()),
         model_(req.model),
-        started_at_(std::chrono::steady_clock::now()) {}
+        timer_(metrics, "messages", req.model) {}
 
   ~MessagesSession() override {
     if (stream_counted_) metrics_.StreamEnded();
@@ -58,6 +58,7 @@ class MessagesSession : public GenerationObserver {
 
   void OnStart(const GenerationStart& start) override {
     std::lock_guard<std::mutex> lock(mu_);
+    timer_.Started(start.model);
     StartLocked(start.model, start.prompt_tokens);
   }
 
@@ -65,11 +66,7 @@ class MessagesSession : public GenerationObserver {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     StartLocked(model_, 0);
-    if (!first_token_seen_ && (delta.tokens > 0 || !delta.text.empty())) {
-      first_token_seen_ = true;
-      metrics_.RecordTimeToFirstToken(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
-    }
+    if (delta.tokens > 0 || !delta.text.empty()) timer_.Tokens(std::max<int32_t>(delta.tokens, 1));
     if (!stream_) {
       blocks_.Add(delta);
       return;
@@ -82,7 +79,7 @@ class MessagesSession : public GenerationObserver {
     if (finished_) return;
     StartLocked(model_, end.usage.prompt_tokens);
     finished_ = true;
-    metrics_.RecordFinished(end.usage, end.finish_reason);
+    timer_.Finished(end.usage, end.finish_reason);
     if (!stream_) {
       exchange_->Respond(http::Response::Json(
           200, AnthropicMessageJson(id_, model_, blocks_.blocks(), AnthropicStop(end, stops_),
@@ -99,6 +96,7 @@ class MessagesSession : public GenerationObserver {
     finished_ = true;
     ApiError error = ApiErrorFromStatus(status.ok() ? absl::InternalError("no error") : status);
     metrics_.RecordGenerationError(error.type);
+    timer_.Failed(error.http_status);
     if (!started_ || !stream_) {
       exchange_->Respond(AnthropicErrorResponse(error));
       return;
@@ -132,14 +130,13 @@ class MessagesSession : public GenerationObserver {
   const std::vector<std::string> stops_;
   const std::string id_;
   std::string model_;
-  const std::chrono::steady_clock::time_point started_at_;
+  GenerationTimer timer_;  // under mu_ (deltaserve_router_requests_total and latencies)
 
   std::mutex mu_;
   std::unique_ptr<GenerationHandle> handle_;
   bool cancel_requested_ = false;
   bool started_ = false;
   bool finished_ = false;
-  bool first_token_seen_ = false;
   bool stream_counted_ = false;
   ContentBlocks blocks_;
   std::shared_ptr<http::SseStream> sse_;

@@ -1,7 +1,8 @@
-// KeyedModelListGate: GET /v1/models under API keys — open without keys, 401 without a valid
-// key, and only the names a key may use (its `models`, or all when the list is empty). The
-// authority is a real ApiKeyAuthority built from a RouterConfig; a reload (a new authority
-// returned by the getter) applies to the next listing.
+// AuthorizingBackend's rate-limit refusals in /metrics, and KeyedModelListGate: GET /v1/models
+// under API keys — open without keys, 401 without a valid key, and only the names a key may use
+// (its `models`, or all when the list is empty). The authority is a real ApiKeyAuthority built
+// from a RouterConfig; a reload (a new authority returned by the getter) applies to the next
+// listing.
 
 #include "router/auth/authorizing_backend.h"
 
@@ -65,6 +66,61 @@ TEST(KeyedModelListGateTest, WithKeysTheListNeedsAValidKeyAndShowsItsModelsOnly)
   EXPECT_EQ(gate.Visible("Bearer sk-limited").status().code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(gate.Visible("Bearer sk-all").ok());
+}
+
+// A backend that answers every request at once, and an observer that keeps the error.
+class AnswerAtOnce : public api::CompletionBackend {
+ public:
+  std::unique_ptr<api::GenerationHandle> Generate(
+      const api::CompletionRequest&, std::shared_ptr<api::GenerationObserver> observer) override {
+    observer->OnStart({"m"});
+    observer->OnEnd({});
+    return std::make_unique<Noop>();
+  }
+  struct Noop : api::GenerationHandle {
+    void Cancel() override {}
+  };
+};
+struct ErrorKeeper : api::GenerationObserver {
+  void OnStart(const api::GenerationStart&) override {}
+  void OnDelta(api::GenerationDelta) override {}
+  void OnEnd(const api::GenerationEnd&) override {}
+  void OnError(const absl::Status& s) override { error = s; }
+  absl::Status error;
+};
+
+// Requests a key's limit refuses (429) count in deltaserve_router_rate_limited_total{key}; other
+// refusals (401) do not.
+TEST(AuthorizingBackendTest, RateLimitRefusalsAreCountedByKey) {
+  ApiKeyConfig k = Key("ci", "sk-ci", {});
+  k.limit.requests_per_minute = 1;
+  std::shared_ptr<ApiKeyAuthority> authority = Authority({k});
+  AnswerAtOnce inner;
+  api::ApiMetrics metrics;
+  AuthorizingBackend backend(
+      inner, [&] { return authority; }, &metrics);
+  api::CompletionRequest req;
+  req.model = "m";
+  req.max_tokens = 1;
+  req.authorization = "Bearer sk-ci";
+  std::vector<absl::StatusCode> codes;
+  for (int i = 0; i < 3; ++i) {
+    auto observer = std::make_shared<ErrorKeeper>();
+    backend.Generate(req, observer);
+    codes.push_back(observer->error.code());
+  }
+  req.authorization = "Bearer wrong";
+  auto unauthenticated = std::make_shared<ErrorKeeper>();
+  backend.Generate(req, unauthenticated);
+  EXPECT_EQ(unauthenticated->error.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(codes, (std::vector<absl::StatusCode>{absl::StatusCode::kOk,
+                                                  absl::StatusCode::kResourceExhausted,
+                                                  absl::StatusCode::kResourceExhausted}));
+  api::PrometheusText out;
+  metrics.Write(out);
+  EXPECT_NE(out.text().find("\ndeltaserve_router_rate_limited_total{key=\"ci\"} 2\n"),
+            std::string::npos)
+      << out.text();
 }
 
 }  // namespace
