@@ -22,8 +22,8 @@ namespace {
 // Tool types a client may send that are counted by name; any other is counted as "other", so a
 // client cannot grow the metric's label set.
 constexpr std::array<std::string_view, 10> kKnownToolTypes = {
-    "web_search",  "web_search_preview", "file_search",      "local_shell", "custom",
-    "computer_use_preview", "code_interpreter", "image_generation", "mcp",  "other"};
+    "web_search",           "web_search_preview", "file_search",      "local_shell", "custom",
+    "computer_use_preview", "code_interpreter",   "image_generation", "mcp",         "other"};
 
 std::array<std::atomic<uint64_t>, kKnownToolTypes.size()> g_ignored_tools{};
 std::array<std::atomic<bool>, kKnownToolTypes.size()> g_ignored_logged{};
@@ -37,10 +37,11 @@ void CountIgnoredTools(const std::vector<std::string>& types) {
     g_ignored_tools[k].fetch_add(1, std::memory_order_relaxed);
     // Logged once per type (a degraded mode logs its first occurrence, not every request).
     if (!g_ignored_logged[k].exchange(true)) {
-      std::fprintf(stderr,
-                   "responses: ignoring tools of type '%s' (only function tools reach the model; "
-                   "counted in deltaserve_router_responses_ignored_tools_total)\n",
-                   (k + 1 == kKnownToolTypes.size() ? type : std::string(kKnownToolTypes[k])).c_str());
+      std::fprintf(
+          stderr,
+          "responses: ignoring tools of type '%s' (only function tools reach the model; "
+          "counted in deltaserve_router_responses_ignored_tools_total)\n",
+          (k + 1 == kKnownToolTypes.size() ? type : std::string(kKnownToolTypes[k])).c_str());
     }
   }
 }

@@ -32,8 +32,7 @@ json ResponsesUsageJson(const Usage& usage) {
               {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
 }
 
-ResponseBuilder::ResponseBuilder(std::string id, int64_t created_at, std::string model,
-                                 json echo)
+ResponseBuilder::ResponseBuilder(std::string id, int64_t created_at, std::string model, json echo)
     : id_(std::move(id)),
       created_at_(created_at),
       model_(std::move(model)),
@@ -54,9 +53,8 @@ json ResponseBuilder::ItemJson(const Item& item) {
                   {"role", "assistant"},
                   {"content", json::array({OutputTextPart(item.text)})}};
     case Kind::kFunctionCall:
-      return json{{"id", item.id},          {"type", "function_call"},
-                  {"status", item.status},  {"call_id", item.call_id},
-                  {"name", item.name},      {"arguments", item.text}};
+      return json{{"id", item.id},           {"type", "function_call"}, {"status", item.status},
+                  {"call_id", item.call_id}, {"name", item.name},       {"arguments", item.text}};
   }
   return json::object();
 }
@@ -128,11 +126,12 @@ ResponseBuilder::Item& ResponseBuilder::Open(Kind kind, std::vector<ResponseEven
   if (kind != Kind::kFunctionCall) shown["content"] = json::array();
   Emit(out, json{{"type", "response.output_item.added"}, {"output_index", index}, {"item", shown}});
   if (kind != Kind::kFunctionCall) {
-    Emit(out, json{{"type", "response.content_part.added"},
-                   {"item_id", added.id},
-                   {"output_index", index},
-                   {"content_index", 0},
-                   {"part", kind == Kind::kReasoning ? ReasoningTextPart("") : OutputTextPart("")}});
+    Emit(out,
+         json{{"type", "response.content_part.added"},
+              {"item_id", added.id},
+              {"output_index", index},
+              {"content_index", 0},
+              {"part", kind == Kind::kReasoning ? ReasoningTextPart("") : OutputTextPart("")}});
   }
   return items_.back();
 }
@@ -209,8 +208,7 @@ std::vector<ResponseEvent> ResponseBuilder::Delta(const GenerationDelta& delta) 
     if (auto it = call_items_.find(call.index); it != call_items_.end()) {
       position = it->second;
     } else {
-      Open(Kind::kFunctionCall, out, call.id.empty() ? NewResponseId("call_") : call.id,
-           call.name);
+      Open(Kind::kFunctionCall, out, call.id.empty() ? NewResponseId("call_") : call.id, call.name);
       position = items_.size() - 1;
       call_items_[call.index] = position;
     }
@@ -233,8 +231,8 @@ std::vector<ResponseEvent> ResponseBuilder::Finish(const GenerationEnd& end) {
   for (const Item& item : items_) answered = answered || item.kind != Kind::kReasoning;
   // An answer without text or calls still has its (empty) message, so output_text is "".
   if (!answered) Open(Kind::kMessage, out);
-  const bool incomplete =
-      end.finish_reason == FinishReason::kLength || end.finish_reason == FinishReason::kContentFilter;
+  const bool incomplete = end.finish_reason == FinishReason::kLength ||
+                          end.finish_reason == FinishReason::kContentFilter;
   CloseOpen(incomplete ? "incomplete" : "completed", out);
   has_usage_ = true;
   usage_ = end.usage;
@@ -254,8 +252,7 @@ std::vector<ResponseEvent> ResponseBuilder::Fail(const ApiError& error) {
   std::vector<ResponseEvent> out;
   CloseOpen("incomplete", out);
   status_ = "failed";
-  error_ = json{{"code", error.code.empty() ? error.type : error.code},
-                {"message", error.message}};
+  error_ = json{{"code", error.code.empty() ? error.type : error.code}, {"message", error.message}};
   Emit(out, json{{"type", "response.failed"}, {"response", ResponseObject()}});
   return out;
 }

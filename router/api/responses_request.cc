@@ -259,8 +259,7 @@ absl::Status ParseReasoning(const json& doc, ResponsesRequest* r) {
                          *effort, "'"));
       }
       if (c.enable_thinking) {
-        c.chat_template_kwargs_json =
-            Dump(json{{"enable_thinking", *c.enable_thinking}});
+        c.chat_template_kwargs_json = Dump(json{{"enable_thinking", *c.enable_thinking}});
       }
       echo["effort"] = *effort;
     }
@@ -284,8 +283,9 @@ absl::Status RefuseStatefulFields(const json& doc) {
   std::optional<bool> background;
   DS_RETURN_IF_ERROR(ReadBool(doc, "background", "background", &background));
   if (background.value_or(false)) {
-    return Unsupported("background", "'background' responses are not supported (nothing is "
-                                     "stored to poll); leave it false");
+    return Unsupported("background",
+                       "'background' responses are not supported (nothing is "
+                       "stored to poll); leave it false");
   }
   return absl::OkStatus();
 }
@@ -375,9 +375,9 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   std::optional<std::string> truncation;
   DS_RETURN_IF_ERROR(ReadString(*doc, "truncation", "truncation", &truncation));
   if (truncation && *truncation != "auto" && *truncation != "disabled") {
-    return InvalidRequestError("truncation", "invalid_value",
-                               absl::StrCat("'truncation' must be \"auto\" or \"disabled\", got '",
-                                            *truncation, "'"));
+    return InvalidRequestError(
+        "truncation", "invalid_value",
+        absl::StrCat("'truncation' must be \"auto\" or \"disabled\", got '", *truncation, "'"));
   }
 
   json function_tools = json::array();

@@ -50,8 +50,10 @@ std::string WhyNoSdk(const std::string& python) {
   }
   const auto probe = RunProcess({python, "-c", "import openai, jsonschema"});
   if (probe.exit_code != 0) {
-    return python + " cannot import openai and jsonschema (pip install openai==1.109.1 "
-                    "jsonschema): " + probe.err;
+    return python +
+           " cannot import openai and jsonschema (pip install openai==1.109.1 "
+           "jsonschema): " +
+           probe.err;
   }
   return "";
 }
@@ -61,8 +63,8 @@ TEST(ResponsesSdkTest, TinyModel) {
   if (const std::string why = WhyNoSdk(python); !why.empty()) GTEST_SKIP() << why;
   RouterService s("", {"--ctx", "2048"});
   ASSERT_GT(s.port(), 0);
-  const auto run = RunProcess({python, DELTASERVE_RESPONSES_SCRIPT, "--mode", "tiny",
-                               "--base-url", "http://127.0.0.1:" + std::to_string(s.port()) + "/v1"});
+  const auto run = RunProcess({python, DELTASERVE_RESPONSES_SCRIPT, "--mode", "tiny", "--base-url",
+                               "http://127.0.0.1:" + std::to_string(s.port()) + "/v1"});
   std::cout << run.out;  // one PASS / FAIL line per check
   EXPECT_EQ(run.exit_code, 0) << run.err << "\n--- router stderr ---\n" << s.router().err();
 }
@@ -100,8 +102,8 @@ TEST(ResponsesSdkTest, FunctionCallRoundTrip) {
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(ready) << router.err();
-  const auto run = RunProcess({python, DELTASERVE_RESPONSES_SCRIPT, "--mode", "tools",
-                               "--base-url", "http://127.0.0.1:" + std::to_string(port) + "/v1"});
+  const auto run = RunProcess({python, DELTASERVE_RESPONSES_SCRIPT, "--mode", "tools", "--base-url",
+                               "http://127.0.0.1:" + std::to_string(port) + "/v1"});
   std::cout << run.out;
   EXPECT_EQ(run.exit_code, 0) << run.err << "\n--- router stderr ---\n"
                               << router.err() << "\n--- worker stderr ---\n"

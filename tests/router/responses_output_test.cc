@@ -52,7 +52,8 @@ json Accumulate(const std::vector<json>& events) {
     } else if (type == "response.content_part.added") {
       output[e["output_index"].get<size_t>()]["content"].push_back(e["part"]);
     } else if (type == "response.output_text.delta" || type == "response.reasoning_text.delta") {
-      json& part = output[e["output_index"].get<size_t>()]["content"][e["content_index"].get<size_t>()];
+      json& part =
+          output[e["output_index"].get<size_t>()]["content"][e["content_index"].get<size_t>()];
       part["text"] = part["text"].get<std::string>() + e["delta"].get<std::string>();
     } else if (type == "response.function_call_arguments.delta") {
       json& item = output[e["output_index"].get<size_t>()];
@@ -85,10 +86,14 @@ json WithoutIds(json output) {
 }
 
 TEST(ResponseBuilderTest, StreamAccumulatesToTheFinalObjectAndToTheNonStreamedOne) {
-  const std::vector<GenerationDelta> deltas = {
-      Text("", "Let me "), Text("", "think."), Text("Calling "), Text("now."),
-      Call(0, "call_a", "get_weather", ""), Call(0, "", "", "{\"city\":"),
-      Call(0, "", "", "\"Paris\"}"), Call(1, "call_b", "get_time", "{}")};
+  const std::vector<GenerationDelta> deltas = {Text("", "Let me "),
+                                               Text("", "think."),
+                                               Text("Calling "),
+                                               Text("now."),
+                                               Call(0, "call_a", "get_weather", ""),
+                                               Call(0, "", "", "{\"city\":"),
+                                               Call(0, "", "", "\"Paris\"}"),
+                                               Call(1, "call_b", "get_time", "{}")};
   ResponseBuilder streamed("resp_1", 1700000000, "m", json::object());
   std::vector<ResponseEvent> events = streamed.Start();
   for (const GenerationDelta& d : deltas) Append(events, streamed.Delta(d));
@@ -107,20 +112,32 @@ TEST(ResponseBuilderTest, StreamAccumulatesToTheFinalObjectAndToTheNonStreamedOn
   // Opened and closed once each, in order.
   std::vector<std::string> types;
   for (const json& e : parsed) types.push_back(e["type"]);
-  const std::vector<std::string> want = {
-      "response.created", "response.in_progress",
-      "response.output_item.added", "response.content_part.added",
-      "response.reasoning_text.delta", "response.reasoning_text.delta",
-      "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
-      "response.output_item.added", "response.content_part.added",
-      "response.output_text.delta", "response.output_text.delta",
-      "response.output_text.done", "response.content_part.done", "response.output_item.done",
-      "response.output_item.added", "response.function_call_arguments.delta",
-      "response.function_call_arguments.delta", "response.function_call_arguments.done",
-      "response.output_item.done",
-      "response.output_item.added", "response.function_call_arguments.delta",
-      "response.function_call_arguments.done", "response.output_item.done",
-      "response.completed"};
+  const std::vector<std::string> want = {"response.created",
+                                         "response.in_progress",
+                                         "response.output_item.added",
+                                         "response.content_part.added",
+                                         "response.reasoning_text.delta",
+                                         "response.reasoning_text.delta",
+                                         "response.reasoning_text.done",
+                                         "response.content_part.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.content_part.added",
+                                         "response.output_text.delta",
+                                         "response.output_text.delta",
+                                         "response.output_text.done",
+                                         "response.content_part.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.done",
+                                         "response.output_item.done",
+                                         "response.completed"};
   EXPECT_EQ(types, want);
 
   const json& out = final_object["output"];
@@ -202,10 +219,10 @@ TEST(ResponseBuilderTest, EchoedFieldsKeepTheirPlaceAroundModelOutputAndUsage) {
   const nlohmann::ordered_json r = nlohmann::ordered_json::parse(b.ResponseJson());
   std::vector<std::string> keys;
   for (auto it = r.begin(); it != r.end(); ++it) keys.push_back(it.key());
-  EXPECT_EQ(keys, (std::vector<std::string>{"id", "object", "created_at", "status", "background",
-                                            "error", "incomplete_details", "instructions",
-                                            "max_output_tokens", "model", "output", "tools",
-                                            "usage", "user"}));
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"id", "object", "created_at", "status", "background", "error",
+                                      "incomplete_details", "instructions", "max_output_tokens",
+                                      "model", "output", "tools", "usage", "user"}));
   EXPECT_EQ(r["model"], "served");
   EXPECT_EQ(r["object"], "response");
 }

@@ -129,13 +129,14 @@ TEST(ResponsesRequestTest, ReasoningEffortMapsOntoThinking) {
     bool thinking;
     std::optional<int32_t> budget;
   };
-  for (const Row& row : {Row{"none", false, std::nullopt}, Row{"minimal", false, std::nullopt},
-                         Row{"low", true, kReasoningBudgetLow},
-                         Row{"medium", true, kReasoningBudgetMedium},
-                         Row{"high", true, kReasoningBudgetHigh}}) {
+  for (const Row& row :
+       {Row{"none", false, std::nullopt}, Row{"minimal", false, std::nullopt},
+        Row{"low", true, kReasoningBudgetLow}, Row{"medium", true, kReasoningBudgetMedium},
+        Row{"high", true, kReasoningBudgetHigh}}) {
     SCOPED_TRACE(row.effort);
-    auto r = ParseResponsesRequest(std::string(R"({"model":"m","input":"x","reasoning":{"effort":")") +
-                                   row.effort + R"(","summary":"auto"}})");
+    auto r =
+        ParseResponsesRequest(std::string(R"({"model":"m","input":"x","reasoning":{"effort":")") +
+                              row.effort + R"(","summary":"auto"}})");
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->completion.enable_thinking, row.thinking);
     EXPECT_EQ(r->completion.thinking_budget, row.budget);
@@ -163,7 +164,8 @@ TEST(ResponsesRequestTest, TextFormatIsChatResponseFormat) {
   EXPECT_EQ(r->completion.response_format.strict, chat->response_format.strict);
   EXPECT_EQ(r->echo["text"]["format"]["name"], "person");
 
-  auto object = ParseResponsesRequest(R"({"model":"m","input":"x","text":{"format":{"type":"json_object"}}})");
+  auto object = ParseResponsesRequest(
+      R"({"model":"m","input":"x","text":{"format":{"type":"json_object"}}})");
   ASSERT_TRUE(object.ok());
   EXPECT_EQ(object->completion.response_format.type, ResponseFormat::Type::kJsonObject);
 }
@@ -182,8 +184,8 @@ TEST(ResponsesRequestTest, ToolChoiceRequiredAndNamedForceACall) {
   EXPECT_EQ(named->completion.tool_choice_function, "f");
   EXPECT_EQ(named->completion.tool_choice_json, R"({"type":"function","function":{"name":"f"}})");
   EXPECT_EQ(named->echo["tool_choice"].dump(), R"({"type":"function","name":"f"})");
-  auto none = ParseResponsesRequest(R"({"model":"m","input":"x",)" + tools +
-                                    R"(,"tool_choice":"none"})");
+  auto none =
+      ParseResponsesRequest(R"({"model":"m","input":"x",)" + tools + R"(,"tool_choice":"none"})");
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->completion.tool_choice_json, R"("none")");  // the renderer's "no parsing" sign
 }
@@ -216,7 +218,8 @@ TEST(ResponsesRequestTest, MalformedAndStatefulBodiesAre400sNamingTheField) {
       {R"({"model":"m","input":7})", "input", "invalid_type"},
       {R"({"model":"m","input":[7]})", "input[0]", "invalid_type"},
       {R"({"model":"m","input":[{"content":"x"}]})", "input[0].type", "missing_required_parameter"},
-      {R"({"model":"m","input":[{"role":"tool","content":"x"}]})", "input[0].role", "invalid_value"},
+      {R"({"model":"m","input":[{"role":"tool","content":"x"}]})", "input[0].role",
+       "invalid_value"},
       {R"({"model":"m","input":[{"role":"user"}]})", "input[0].content",
        "missing_required_parameter"},
       {R"({"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})",
@@ -254,8 +257,8 @@ TEST(ResponsesRequestTest, MalformedAndStatefulBodiesAre400sNamingTheField) {
        "tool_choice", "invalid_value"},
       {R"({"model":"m","input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"}})",
        "tool_choice.name", "invalid_value"},
-      {R"({"model":"m","input":"x","tool_choice":{"type":"web_search_preview"}})", "tool_choice.type",
-       "unsupported_value"},
+      {R"({"model":"m","input":"x","tool_choice":{"type":"web_search_preview"}})",
+       "tool_choice.type", "unsupported_value"},
       {R"({"model":"m","input":"x","tool_choice":"sometimes"})", "tool_choice", "invalid_value"},
       {R"({"model":"m","input":"x","text":{"format":{"type":"yaml"}}})", "text.format.type",
        "invalid_value"},

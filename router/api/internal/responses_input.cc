@@ -173,10 +173,9 @@ class InputReader {
     m.role = "tool";
     DS_RETURN_IF_ERROR(RequiredString(item, "call_id", path + ".call_id", &m.tool_call_id));
     if (!call_ids_.contains(m.tool_call_id)) {
-      return InvalidRequestError(
-          path + ".call_id", "invalid_value",
-          absl::StrCat("'", path, ".call_id' is '", m.tool_call_id,
-                       "', which matches no function_call item before it"));
+      return InvalidRequestError(path + ".call_id", "invalid_value",
+                                 absl::StrCat("'", path, ".call_id' is '", m.tool_call_id,
+                                              "', which matches no function_call item before it"));
     }
     const json* output = Member(item, "output");
     if (output == nullptr) return Missing(path + ".output");
@@ -213,9 +212,9 @@ class InputReader {
       std::string type, text;
       DS_RETURN_IF_ERROR(RequiredString(part, "type", p + ".type", &type));
       if (type != part_type) {
-        return InvalidRequestError(p + ".type", "invalid_value",
-                                   absl::StrCat("'", p, ".type' must be '", Sv(part_type),
-                                                "', got '", type, "'"));
+        return InvalidRequestError(
+            p + ".type", "invalid_value",
+            absl::StrCat("'", p, ".type' must be '", Sv(part_type), "', got '", type, "'"));
       }
       DS_RETURN_IF_ERROR(RequiredString(part, "text", p + ".text", &text));
       out->push_back(std::move(text));
@@ -252,9 +251,9 @@ absl::Status ParseResponsesInput(const json& doc, std::vector<ChatMessage>* mess
   }
   if (!input->is_array()) return TypeError("input", "a string or an array of input items", *input);
   if (input->size() > kMaxInputItems) {
-    return LimitError("input", "max_input_items",
-                      absl::StrCat("'input' may hold at most ", kMaxInputItems, " items, got ",
-                                   input->size()));
+    return LimitError(
+        "input", "max_input_items",
+        absl::StrCat("'input' may hold at most ", kMaxInputItems, " items, got ", input->size()));
   }
   InputReader reader(messages);
   for (size_t i = 0; i < input->size(); ++i) {
