@@ -295,8 +295,8 @@ int Run(Flags& f, uint64_t baseline) {
   auto live_service = std::make_shared<std::atomic<const WorkerService*>>(nullptr);
   std::unique_ptr<MetricsEndpoint> metrics;
   if (f.metrics_port >= 0) {
-    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m = MetricsEndpoint::Start(
-        f.metrics_host, f.metrics_port, [progress, live_service, refusals] {
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m =
+        MetricsEndpoint::Start(f.metrics_host, f.metrics_port, [progress, live_service, refusals] {
           common::PrometheusText out;
           progress->Write(out);
           if (const WorkerService* s = live_service->load()) WriteWorkerMetrics(*s, out);
