@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "router/api/anthropic_request.h"
@@ -17,12 +18,53 @@
 namespace deltaserve::router::api {
 namespace {
 
+// Server-tool families counted by name; the versioned types (web_search_20250305) map onto them by
+// prefix and anything else is "other", so a client cannot grow the label set.
+constexpr std::array<std::string_view, 8> kToolFamilies = {
+    "web_search", "web_fetch", "bash", "text_editor", "code_execution", "computer", "memory",
+    "other"};
+std::array<std::atomic<uint64_t>, kToolFamilies.size()> g_ignored_tools{};
+std::array<std::atomic<bool>, kToolFamilies.size()> g_ignored_logged{};
+
+void CountIgnoredTools(const std::vector<std::string>& types) {
+  for (const std::string& type : types) {
+    size_t k = kToolFamilies.size() - 1;
+    for (size_t i = 0; i + 1 < kToolFamilies.size(); ++i) {
+      if (std::string_view(type).starts_with(kToolFamilies[i])) k = i;
+    }
+    g_ignored_tools[k].fetch_add(1, std::memory_order_relaxed);
+    // Logged once per family: a degraded mode logs its first occurrence, not every request.
+    if (!g_ignored_logged[k].exchange(true)) {
+      std::fprintf(stderr,
+                   "anthropic: skipping server tools of type '%s' (they run on Anthropic's side; "
+                   "counted in deltaserve_router_anthropic_ignored_tools_total)\n",
+                   type.c_str());
+    }
+  }
+}
+
+// The X-DeltaServe-Warning header's value for skipped server tools ("" when none).
+std::string IgnoredToolsWarning(const std::vector<std::string>& types) {
+  if (types.empty()) return "";
+  std::string names;
+  for (const std::string& t : types) {
+    if (names.size() > 200) break;  // a header, not a list of everything
+    // Only header-safe characters of the client's text.
+    std::string safe;
+    for (char c : t) safe.push_back(absl::ascii_isalnum(c) || c == '_' || c == '-' ? c : '?');
+    absl::StrAppend(&names, names.empty() ? "" : ", ", safe);
+  }
+  return absl::StrCat("server tools of type ", names,
+                      " are not supported by DeltaServe and were ignored");
+}
+
 // One /v1/messages generation seen from the HTTP side.
 class MessagesSession : public GenerationObserver {
  public:
   MessagesSession(std::shared_ptr<http::HttpExchange> exchange, const CompletionRequest& req,
-                  ApiMetrics& metrics)
+                  ApiMetrics& metrics, std::string warning)
       : exchange_(std::move(exchange)),
+        warning_(std::move(warning)),
         metrics_(metrics),
         stream_(req.stream),
         stops_(req.stop),
@@ -81,9 +123,11 @@ class MessagesSession : public GenerationObserver {
     finished_ = true;
     timer_.Finished(end.usage, end.finish_reason);
     if (!stream_) {
-      exchange_->Respond(http::Response::Json(
+      http::Response r = http::Response::Json(
           200, AnthropicMessageJson(id_, model_, blocks_.blocks(), AnthropicStop(end, stops_),
-                                    end.usage)));
+                                    end.usage));
+      if (!warning_.empty()) r.headers.push_back({"X-DeltaServe-Warning", warning_});
+      exchange_->Respond(std::move(r));
       return;
     }
     Send(writer_->End(end));
@@ -119,12 +163,15 @@ class MessagesSession : public GenerationObserver {
     if (!stream_) return;
     metrics_.StreamStarted();
     stream_counted_ = true;
-    sse_ = exchange_->StartSse();
+    std::vector<http::HeaderField> headers;
+    if (!warning_.empty()) headers.push_back({"X-DeltaServe-Warning", warning_});
+    sse_ = exchange_->StartSse(std::move(headers));
     writer_.emplace(id_, model_, stops_);
     Send(writer_->Start(prompt_tokens));
   }
 
   const std::shared_ptr<http::HttpExchange> exchange_;
+  const std::string warning_;  // X-DeltaServe-Warning, "" for none
   ApiMetrics& metrics_;
   const bool stream_;
   const std::vector<std::string> stops_;
@@ -145,6 +192,16 @@ class MessagesSession : public GenerationObserver {
 
 }  // namespace
 
+void WriteAnthropicMetrics(PrometheusText& out) {
+  for (size_t i = 0; i < kToolFamilies.size(); ++i) {
+    out.Counter("deltaserve_router_anthropic_ignored_tools_total",
+                "Anthropic server tools (web_search_*, bash_*, ...) in /v1/messages requests that "
+                "were skipped because they run on Anthropic's side, by family.",
+                {{"type", std::string(kToolFamilies[i])}},
+                static_cast<double>(g_ignored_tools[i].load(std::memory_order_relaxed)));
+  }
+}
+
 std::string AnthropicAuthorization(const http::Request& request) {
   std::string_view authorization = request.Header("authorization");
   if (!authorization.empty()) return std::string(authorization);
@@ -155,14 +212,18 @@ std::string AnthropicAuthorization(const http::Request& request) {
 void HandleAnthropicMessages(std::shared_ptr<http::HttpExchange> exchange,
                              CompletionBackend& backend, ApiMetrics& metrics) {
   const http::Request& http_request = exchange->request();
-  absl::StatusOr<CompletionRequest> parsed = ParseAnthropicMessagesRequest(http_request.body);
+  AnthropicParseNotes notes;
+  absl::StatusOr<CompletionRequest> parsed =
+      ParseAnthropicMessagesRequest(http_request.body, &notes);
   if (!parsed.ok()) {
     exchange->Respond(AnthropicErrorResponse(ApiErrorFromStatus(parsed.status())));
     return;
   }
+  CountIgnoredTools(notes.ignored_tool_types);
   parsed->request_id = http_request.request_id;
   parsed->authorization = AnthropicAuthorization(http_request);
-  auto session = std::make_shared<MessagesSession>(exchange, *parsed, metrics);
+  auto session = std::make_shared<MessagesSession>(exchange, *parsed, metrics,
+                                                   IgnoredToolsWarning(notes.ignored_tool_types));
   std::weak_ptr<MessagesSession> weak = session;
   exchange->OnClientGone([weak] {
     if (auto s = weak.lock()) s->CancelForClient();

@@ -12,10 +12,16 @@
 #include "router/api/api_metrics.h"
 #include "router/api/completion_backend.h"
 #include "router/api/openai_api.h"
+#include "router/api/prometheus_text.h"
 #include "router/api/prompt_tokenizer.h"
 #include "router/http/http_exchange.h"
 
 namespace deltaserve::router::api {
+
+// deltaserve_router_anthropic_ignored_tools_total{type}: Anthropic server tools in /v1/messages
+// requests that were skipped, by family (web_search, web_fetch, bash, text_editor,
+// code_execution, computer, memory, other); the answer names them in X-DeltaServe-Warning.
+void WriteAnthropicMetrics(PrometheusText& out);
 
 // The Authorization header, or "Bearer <x-api-key>" when only x-api-key is sent.
 std::string AnthropicAuthorization(const http::Request& request);

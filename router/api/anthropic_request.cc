@@ -270,7 +270,8 @@ absl::Status ParseMessages(const json& doc, CompletionRequest* r) {
 
 // `tools` → OpenAI function tools; server tools (a `type` other than "custom", such as
 // web_search_20250305) are skipped: they run on Anthropic's side.
-absl::Status ParseTools(const json& doc, CompletionRequest* r, std::vector<std::string>* names) {
+absl::Status ParseTools(const json& doc, CompletionRequest* r, std::vector<std::string>* names,
+                        AnthropicParseNotes* notes) {
   const json* tools = Member(doc, "tools");
   if (tools == nullptr) return absl::OkStatus();
   if (!tools->is_array()) return TypeError("tools", "an array", *tools);
@@ -286,7 +287,10 @@ absl::Status ParseTools(const json& doc, CompletionRequest* r, std::vector<std::
     if (!tool.is_object()) return TypeError(path, "an object", tool);
     std::optional<std::string> type;
     DS_RETURN_IF_ERROR(ReadString(tool, "type", path + ".type", &type));
-    if (type && *type != "custom") continue;
+    if (type && *type != "custom") {
+      if (notes != nullptr) notes->ignored_tool_types.push_back(*type);
+      continue;
+    }
     std::string name;
     DS_RETURN_IF_ERROR(RequiredString(tool, "name", path + ".name", &name));
     if (!common::grammar::IsValidFunctionName(name)) {
@@ -458,7 +462,8 @@ absl::Status ParseOutputFormat(const json& doc, CompletionRequest* r) {
 }
 
 // What both endpoints read: model, system, messages, tools, tool_choice, thinking.
-absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r) {
+absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r,
+                                 AnthropicParseNotes* notes) {
   absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
   if (!doc.ok()) return doc.status();
   r->endpoint = Endpoint::kChatCompletions;
@@ -468,7 +473,7 @@ absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r) {
   r->model = std::move(*model);
   DS_RETURN_IF_ERROR(ParseMessages(*doc, r));
   std::vector<std::string> names;
-  DS_RETURN_IF_ERROR(ParseTools(*doc, r, &names));
+  DS_RETURN_IF_ERROR(ParseTools(*doc, r, &names, notes));
   DS_RETURN_IF_ERROR(ParseToolChoice(*doc, names, r));
   DS_RETURN_IF_ERROR(ParseThinking(*doc, r));
   DS_RETURN_IF_ERROR(ParseOutputFormat(*doc, r));
@@ -477,9 +482,10 @@ absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r) {
 
 }  // namespace
 
-absl::StatusOr<CompletionRequest> ParseAnthropicMessagesRequest(std::string_view body) {
+absl::StatusOr<CompletionRequest> ParseAnthropicMessagesRequest(std::string_view body,
+                                                                AnthropicParseNotes* notes) {
   CompletionRequest r;
-  absl::StatusOr<json> doc = ParseShared(body, &r);
+  absl::StatusOr<json> doc = ParseShared(body, &r, notes);
   if (!doc.ok()) return doc.status();
   std::optional<int64_t> max_tokens;
   DS_RETURN_IF_ERROR(ReadInt(*doc, "max_tokens", "max_tokens", 1, kMaxTokensLimit, &max_tokens));
@@ -511,7 +517,7 @@ absl::StatusOr<CompletionRequest> ParseAnthropicMessagesRequest(std::string_view
 
 absl::StatusOr<CompletionRequest> ParseAnthropicCountTokensRequest(std::string_view body) {
   CompletionRequest r;
-  absl::StatusOr<json> doc = ParseShared(body, &r);
+  absl::StatusOr<json> doc = ParseShared(body, &r, nullptr);
   if (!doc.ok()) return doc.status();
   return r;
 }

@@ -15,7 +15,9 @@
 // reader and limits as chat completions (request_parser.h).
 
 #include <cstddef>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "router/api/completion_request.h"
@@ -26,8 +28,15 @@ namespace deltaserve::router::api {
 // too few for some agents). Each is at most kMaxStopBytes (request_parser.h).
 inline constexpr size_t kMaxStopSequences = 64;
 
+// What a parse dropped rather than refused, for the answer's warning header and metrics.
+struct AnthropicParseNotes {
+  // `type` of each server tool skipped (web_search_20250305, bash_20250124, ...), in order.
+  std::vector<std::string> ignored_tool_types;
+};
+
 // POST /v1/messages: `model`, `messages` and `max_tokens` are required.
-absl::StatusOr<CompletionRequest> ParseAnthropicMessagesRequest(std::string_view body);
+absl::StatusOr<CompletionRequest> ParseAnthropicMessagesRequest(
+    std::string_view body, AnthropicParseNotes* notes = nullptr);
 
 // POST /v1/messages/count_tokens: the same body without `max_tokens` (and without the sampling
 // fields, which are ignored if present).

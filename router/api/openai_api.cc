@@ -144,6 +144,7 @@ http::Response OpenAiApi::Metrics() const {
   PrometheusText out;
   metrics_.Write(out);
   WriteResponsesMetrics(out);
+  WriteAnthropicMetrics(out);
   state_.WriteMetrics(out);
   return http::Response::Text(200, out.Take(), std::string(kPrometheusContentType));
 }

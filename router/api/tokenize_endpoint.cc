@@ -40,11 +40,25 @@ absl::StatusOr<std::string> Tokenize(std::string_view body, std::string_view aut
   DS_RETURN_IF_ERROR(ReadString(*doc, "model", "model", &model));
   std::optional<bool> with_pieces;
   DS_RETURN_IF_ERROR(ReadBool(*doc, "with_pieces", "with_pieces", &with_pieces));
+  // Every field is type-checked whichever form the body takes, so a bad one is a 400 either way.
+  std::optional<bool> generation_prompt;
+  DS_RETURN_IF_ERROR(
+      ReadBool(*doc, "add_generation_prompt", "add_generation_prompt", &generation_prompt));
+  std::optional<std::string> text, content;
+  DS_RETURN_IF_ERROR(ReadString(*doc, "prompt", "prompt", &text));
+  DS_RETURN_IF_ERROR(ReadString(*doc, "content", "content", &content));
+  if (!text) text = std::move(content);
+  TextTokenizeOptions options;
+  std::optional<bool> add_special, add_special_tokens, parse_special;
+  DS_RETURN_IF_ERROR(ReadBool(*doc, "add_special", "add_special", &add_special));
+  DS_RETURN_IF_ERROR(
+      ReadBool(*doc, "add_special_tokens", "add_special_tokens", &add_special_tokens));
+  DS_RETURN_IF_ERROR(ReadBool(*doc, "parse_special", "parse_special", &parse_special));
+  options.add_special = add_special_tokens.value_or(add_special.value_or(true));
+  options.parse_special = parse_special.value_or(true);
+
   absl::StatusOr<TokenizedPrompt> tokens;
   if (Member(*doc, "messages") != nullptr) {
-    std::optional<bool> generation_prompt;
-    DS_RETURN_IF_ERROR(
-        ReadBool(*doc, "add_generation_prompt", "add_generation_prompt", &generation_prompt));
     if (!generation_prompt.value_or(true)) {
       return InvalidRequestError("add_generation_prompt", "unsupported_value",
                                  "only add_generation_prompt true is supported: messages are "
@@ -56,25 +70,17 @@ absl::StatusOr<std::string> Tokenize(std::string_view body, std::string_view aut
     DS_RETURN_IF_ERROR(CheckModelAccess(gate, authorization, request->model));
     tokens = tokenizer.Tokenize(*request);
   } else {
-    std::optional<std::string> text;
-    DS_RETURN_IF_ERROR(ReadString(*doc, "prompt", "prompt", &text));
-    if (!text) DS_RETURN_IF_ERROR(ReadString(*doc, "content", "content", &text));
     if (!text) {
       return InvalidRequestError("prompt", "missing_required_parameter",
                                  "'prompt' (or 'content', or 'messages') is required");
     }
-    TextTokenizeOptions options;
-    std::optional<bool> b;
-    DS_RETURN_IF_ERROR(ReadBool(*doc, "add_special", "add_special", &b));
-    DS_RETURN_IF_ERROR(ReadBool(*doc, "add_special_tokens", "add_special_tokens", &b));
-    options.add_special = b.value_or(true);
-    b.reset();
-    DS_RETURN_IF_ERROR(ReadBool(*doc, "parse_special", "parse_special", &b));
-    options.parse_special = b.value_or(true);
-    if (model) DS_RETURN_IF_ERROR(CheckModelAccess(gate, authorization, *model));
+    // Without a model the key is still checked (401) before any work.
+    DS_RETURN_IF_ERROR(CheckModelAccess(gate, authorization, model.value_or("")));
     tokens = tokenizer.TokenizeText(model.value_or(""), *text, options);
     // Without a model named, the one model served: its access is checked once known.
-    if (tokens.ok() && !model) DS_RETURN_IF_ERROR(CheckModelAccess(gate, authorization, tokens->model));
+    if (tokens.ok() && !model) {
+      DS_RETURN_IF_ERROR(CheckModelAccess(gate, authorization, tokens->model));
+    }
   }
   if (!tokens.ok()) return tokens.status();
   json ids = json::array();
@@ -116,7 +122,7 @@ absl::StatusOr<std::string> Detokenize(std::string_view body, std::string_view a
     }
     ids.push_back(static_cast<int32_t>(*id));
   }
-  if (model) DS_RETURN_IF_ERROR(CheckModelAccess(gate, authorization, *model));
+  DS_RETURN_IF_ERROR(CheckModelAccess(gate, authorization, model.value_or("")));
   absl::StatusOr<std::string> text = tokenizer.Detokenize(model.value_or(""), ids);
   if (!text.ok()) return text.status();
   return Dump({{"prompt", *text}, {"content", *text}, {"model", model.value_or("")}});

@@ -23,7 +23,8 @@
 namespace deltaserve::router::api {
 
 // OK when `gate` is null or lets the caller (`authorization`: the Authorization header's value)
-// see `model`; else the gate's Unauthenticated (401) or PermissionDenied (403) naming the model.
+// see `model` (empty: only the key is checked); else the gate's Unauthenticated (401) or
+// PermissionDenied (403) naming the model.
 absl::Status CheckModelAccess(const ModelListGate* gate, std::string_view authorization,
                               std::string_view model);
 

@@ -146,6 +146,30 @@ TEST_F(AnthropicApiTest, MessageAndXApiKey) {
   EXPECT_EQ(backend_->last_request().authorization, "Bearer sk-1");
 }
 
+TEST_F(AnthropicApiTest, ServerToolsAreSkippedWithAWarningAndAMetric) {
+  Start();
+  const std::string body = R"({"model":"tiny","max_tokens":8,
+    "messages":[{"role":"user","content":"hi"}],
+    "tools":[{"name":"f","input_schema":{"type":"object"}},
+             {"type":"web_search_20250305","name":"web_search","max_uses":3}]})";
+  testing::HttpReply r = Post("/v1/messages", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Header("x-deltaserve-warning"),
+            "server tools of type web_search_20250305 are not supported by DeltaServe and were "
+            "ignored");
+  // Only the client tool reaches the model.
+  EXPECT_EQ(backend_->last_request().tools_json,
+            R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
+  r = Send(RawHttpClient::Request("GET", "/metrics"));
+  ASSERT_EQ(r.status, 200);
+  // The counter is process-wide; this test is the only one here that skips a web_search tool.
+  EXPECT_NE(r.body.find("deltaserve_router_anthropic_ignored_tools_total{type=\"web_search\"} 1"),
+            std::string::npos)
+      << r.body;
+  r = Post("/v1/messages", kMessage);
+  EXPECT_EQ(r.Header("x-deltaserve-warning"), "");
+}
+
 TEST_F(AnthropicApiTest, StreamHasEventLines) {
   Start();
   RawHttpClient c(server_->port());
