@@ -7,7 +7,8 @@
       range, no instance written into a query; every panel expression, with the template
       variables substituted, passes `promtool check rules` as a recording rule.
   monitoring_check.py alerts                (label deploy)
-      deploy/prometheus/alerts.yaml: promtool check rules, promtool test rules alerts_test.yaml.
+      deploy/prometheus/alerts.yaml: promtool check rules, promtool test rules alerts_test.yaml;
+      promtool check config on prometheus.example.yml.
   monitoring_check.py metrics-lint ROUTER WORKER GOLDEN_DIR       (label integration)
       a real worker (tiny MoE model, Redis tier, speculation) and router serve traffic; their
       /metrics pass `promtool check metrics`, and the series the dashboards need exist.
@@ -133,7 +134,8 @@ def check_dashboards():
 
 def check_alerts():
     promtool = tool("promtool")
-    for args in (["check", "rules", "alerts.yaml"], ["test", "rules", "alerts_test.yaml"]):
+    for args in (["check", "rules", "alerts.yaml"], ["test", "rules", "alerts_test.yaml"],
+                 ["check", "config", "prometheus.example.yml"]):
         r = subprocess.run([promtool] + args, cwd=PROMETHEUS_DIR, capture_output=True, text=True)
         print(r.stdout + r.stderr)
         if r.returncode != 0:
