@@ -37,11 +37,6 @@ using json = nlohmann::ordered_json;
 
 constexpr int64_t kMaxOutputTokensLimit = 1 << 30;
 
-constexpr common::JsonReadLimits kJsonLimits{.max_depth = kMaxJsonDepth,
-                                             .max_object_keys = kMaxObjectKeys,
-                                             .max_array_elements = kMaxArrayElements,
-                                             .max_containers = kMaxJsonContainers};
-
 std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 absl::Status Missing(std::string_view path) {
@@ -309,7 +304,7 @@ absl::Status ParseMetadata(const json& doc, ResponsesRequest* r) {
 }  // namespace
 
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
-  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
+  absl::StatusOr<json> doc = internal::ParseJsonObject(body, RequestJsonLimits(body.size()));
   if (!doc.ok()) return doc.status();
   ResponsesRequest r;
   CompletionRequest& c = r.completion;
