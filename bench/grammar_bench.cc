@@ -158,6 +158,20 @@ struct Stats {
   double Max() const { return us.empty() ? 0 : *std::max_element(us.begin(), us.end()); }
 };
 
+// A field of /proc/self/status in KiB (VmRSS: resident now, VmHWM: the peak), 0 if unreadable.
+size_t ProcStatusKb(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) {
+      size_t kb = 0;
+      std::istringstream(line.substr(key.size() + 1)) >> kb;
+      return kb;
+    }
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::string model, corpus;
   int reps = 5;
@@ -211,10 +225,16 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const common::Tokenizer& tokenizer = **tok;
+  const size_t rss_tokenizer_kb = ProcStatusKb("VmRSS");
   const auto t_trie = Clock::now();
   auto trie = worker::TokenTrie::Build(tokenizer);
   const double trie_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - t_trie).count();
+  // The trie's own arrays (what every request shares), and the process's growth while building.
+  const size_t trie_bytes = trie->nodes().size() * sizeof(worker::TokenTrie::Node) +
+                            trie->end_tokens().size() * sizeof(int32_t) +
+                            trie->duplicates().size() * sizeof(std::pair<int32_t, int32_t>);
+  const size_t rss_trie_kb = ProcStatusKb("VmRSS");
 
   std::vector<Case> cases = corpus.empty() ? BuiltinCorpus() : LoadCorpus(corpus);
   Stats compile, cold, warm, uncached, plain;
@@ -320,22 +340,26 @@ int Main(int argc, char** argv) {
   const int compiled_n = static_cast<int>(cases.size()) - refused;
   if (json) {
     std::printf(
-        "{\"vocab\": %d, \"trie_nodes\": %zu, \"schemas\": %zu, \"refused\": %d, "
+        "{\"vocab\": %d, \"trie_nodes\": %zu, \"trie_build_ms\": %.1f, \"trie_bytes\": %zu, "
+        "\"rss_tokenizer_kb\": %zu, \"rss_after_trie_kb\": %zu, \"peak_rss_kb\": %zu, \"schemas\": %zu, \"refused\": %d, "
         "\"instances\": %d, \"rejected\": %d, \"incomplete\": %d, \"steps\": %zu, "
         "\"compile_us\": {\"p50\": %.1f, \"p99\": %.1f, \"mean\": %.1f}, "
         "\"mask_cold_us\": {\"p50\": %.2f, \"p99\": %.1f, \"mean\": %.1f, \"max\": %.0f}, "
         "\"mask_warm_us\": {\"p50\": %.2f, \"p99\": %.2f, \"mean\": %.2f}, "
         "\"mask_uncached_us\": {\"p50\": %.1f, \"p99\": %.1f, \"mean\": %.1f, \"max\": %.0f}, "
         "\"mask_plain_walk_us\": {\"p50\": %.1f, \"p99\": %.1f, \"mean\": %.1f, \"max\": %.0f}}\n",
-        tokenizer.vocab_size(), trie->nodes().size(), cases.size(), refused, instances, rejected,
+        tokenizer.vocab_size(), trie->nodes().size(), trie_ms, trie_bytes, rss_tokenizer_kb,
+        rss_trie_kb, ProcStatusKb("VmHWM"), cases.size(), refused, instances, rejected,
         incomplete, cold.us.size(), compile.Pct(50), compile.Pct(99), compile.Mean(),
         cold.Pct(50), cold.Pct(99), cold.Mean(), cold.Max(), warm.Pct(50), warm.Pct(99),
         warm.Mean(), uncached.Pct(50), uncached.Pct(99), uncached.Mean(), uncached.Max(),
         plain.Pct(50), plain.Pct(99), plain.Mean(), plain.Max());
     return 0;
   }
-  std::printf("vocabulary: %d tokens, trie %zu nodes (built in %.0f ms)\n", tokenizer.vocab_size(),
-              trie->nodes().size(), trie_ms);
+  std::printf("vocabulary: %d tokens, trie %zu nodes, %.1f MiB (built in %.0f ms); RSS: %.1f MiB "
+              "with the tokenizer, %.1f MiB after the trie, peak %.1f MiB\n",
+              tokenizer.vocab_size(), trie->nodes().size(), trie_bytes / 1048576.0, trie_ms,
+              rss_tokenizer_kb / 1024.0, rss_trie_kb / 1024.0, ProcStatusKb("VmHWM") / 1024.0);
   std::printf("schemas: %zu (%d compiled, %d refused); instances %d (%d rejected, %d incomplete); "
               "%zu mask steps; %zu DFA states\n",
               cases.size(), compiled_n, refused, instances, rejected, incomplete, cold.us.size(),
