@@ -19,7 +19,8 @@ response_schema_conformance (each SSE event's JSON too), response_headers_confor
 reached what it is meant to exercise, so a run that never got past, say, a 401 cannot pass:
 
   open   no API keys: every operation answered 200; the three POSTs 200 as JSON and as SSE, 400
-         and 404 (unknown model).
+         and 404 (unknown model); /v1/messages the same (its SSE ending in message_stop);
+         count_tokens, /tokenize and /detokenize 200 and 400.
   keyed  the router has API keys; with --api-key (a key limited to qwen3.5-4b with a small
          requests-per-minute budget): 200, 403 (other model names) and 429 with Retry-After on
          the POSTs, 200 on /v1/models listing only qwen3.5-4b; then a second run without a key:
@@ -49,6 +50,10 @@ CHAT = ("POST", "/v1/chat/completions")
 TEXT = ("POST", "/v1/completions")
 RESPONSES = ("POST", "/v1/responses")
 MODELS = ("GET", "/v1/models")
+MESSAGES = ("POST", "/v1/messages")
+COUNT_TOKENS = ("POST", "/v1/messages/count_tokens")
+TOKENIZE = ("POST", "/tokenize")
+DETOKENIZE = ("POST", "/detokenize")
 PROBES = [("GET", "/health"), ("GET", "/ready"), ("GET", "/metrics")]
 SERVED_MODEL = "qwen3.5-4b"
 
@@ -124,6 +129,12 @@ class Expectations:
                   lambda s, ct, h, b: s == 200 and ct.startswith("text/event-stream") and
                   ("event: response.completed" in b or "event: response.incomplete" in b))
 
+    def messages_sse_200(self, op):
+        # A finished Anthropic stream: its last event is message_stop.
+        self.need(op, "200 text/event-stream ending in message_stop",
+                  lambda s, ct, h, b: s == 200 and ct.startswith("text/event-stream") and
+                  "event: message_stop" in b)
+
     def sse_200(self, op):
         # A finished stream: its last event is [DONE] (the events themselves are validated by
         # response_schema_conformance).
@@ -133,7 +144,8 @@ class Expectations:
 
 
 def summary(seen):
-    documented = {CHAT, TEXT, RESPONSES, MODELS, *PROBES}
+    documented = {CHAT, TEXT, RESPONSES, MODELS, MESSAGES, COUNT_TOKENS, TOKENIZE, DETOKENIZE,
+                  *PROBES}
     for op in sorted(o for o in seen if o in documented):
         counts = collections.Counter(a[0] for a in seen[op])
         print(f"  {op[0]} {op[1]}: {len(seen[op])} requests, statuses {dict(sorted(counts.items()))}")
@@ -182,6 +194,13 @@ def main():
         e.responses_sse_200(RESPONSES)
         e.status(RESPONSES, 400)
         e.status(RESPONSES, 404)
+        e.json_200(MESSAGES)
+        e.messages_sse_200(MESSAGES)
+        for op in (MESSAGES, COUNT_TOKENS, TOKENIZE, DETOKENIZE):
+            e.status(op, 400)
+        e.status(MESSAGES, 404)
+        for op in (COUNT_TOKENS, TOKENIZE, DETOKENIZE):
+            e.json_200(op)
         failures += e.failures
     else:
         if not args.api_key:
