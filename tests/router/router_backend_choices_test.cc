@@ -3,8 +3,8 @@
 // choice as "<choice>:<piece>" with its choice_index and one final event per choice). Checks
 // that n reaches the worker, deltas keep their choice, the end lists every choice with the
 // prompt counted once and completions summed, n above every worker's --parallel is a 400 naming
-// n before any call, and what a failing choice does: after the first streamed token the whole
-// request errors; before it (non-streamed) the whole call is retried elsewhere.
+// n before any call, and what a failing choice or worker does: after the first streamed token
+// the whole request errors; before it (non-streamed) the whole call is retried elsewhere.
 #include <memory>
 #include <string>
 
@@ -91,6 +91,26 @@ TEST_F(RouterBackendTest, AFailingChoiceEndsAllOrRetriesTheWholeCall) {
   EXPECT_EQ(o2->choice_text[0], "0:Hel0:lo0:!");
   EXPECT_EQ(o2->choice_text[1], "1:Hel1:lo1:!");
   EXPECT_EQ(pool_->metrics().discarded_partials(), 1);
+}
+
+TEST_F(RouterBackendTest, AWorkerCutMidwayEndsEveryStreamedChoice) {
+  ScriptedWorker& w = AddWorker({Model("m", 0, 0)});
+  ScriptedWorker& other = AddWorker({Model("m", 3, 0)});
+  GenerateScript broken;
+  broken.break_after = 2;  // two pieces of each choice, then the stream is cut
+  broken.break_code = grpc::StatusCode::UNAVAILABLE;
+  w.SetScript(broken);
+  StartRouter();
+  api::CompletionRequest request = Chat("m", "hi");
+  request.n = 2;
+  request.stream = true;
+  auto o = Run(request);
+  EXPECT_EQ(o->choice_text[0], "0:Hel0:lo");
+  EXPECT_EQ(o->choice_text[1], "1:Hel1:lo");
+  ASSERT_TRUE(o->error.has_value());
+  EXPECT_EQ(o->error->code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(o->end.has_value());
+  EXPECT_EQ(other.generate_calls(), 0);  // the client has tokens: no retry
 }
 
 }  // namespace
