@@ -143,6 +143,7 @@ constexpr std::string_view kGenerateRequest = R"pb(
       parallel: true
     }
   }
+  n: 4
 )pb";
 
 constexpr std::string_view kTokenEvent = R"pb(
@@ -158,6 +159,7 @@ constexpr std::string_view kTokenEvent = R"pb(
       chosen { token_id: 1879 logprob: -0.5 }
       top { token_id: 1879 logprob: -0.5 }
     }
+    choice_index: 3
   }
 )pb";
 
@@ -168,6 +170,7 @@ constexpr std::string_view kFinalEvent = R"pb(
     usage { prompt_tokens: 1200 cached_prompt_tokens: 1024 completion_tokens: 37 }
     timings { queue_ms: 0.5 prefill_ms: 12.25 decode_ms: 310.0 time_to_first_token_ms: 21.0 }
     seed: 1234
+    choice_index: 2
     matched_stop_token_id: 151645
     matched_stop_string: "</answer>"
   }
