@@ -35,11 +35,6 @@ using json = nlohmann::ordered_json;
   } while (0)
 
 constexpr int64_t kMaxTokensLimit = 1 << 30;
-constexpr common::JsonReadLimits kJsonLimits{.max_depth = kMaxJsonDepth,
-                                             .max_object_keys = kMaxObjectKeys,
-                                             .max_array_elements = kMaxArrayElements,
-                                             .max_containers = kMaxJsonContainers};
-
 std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 absl::Status Missing(const std::string& path) {
@@ -464,7 +459,7 @@ absl::Status ParseOutputFormat(const json& doc, CompletionRequest* r) {
 // What both endpoints read: model, system, messages, tools, tool_choice, thinking.
 absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r,
                                  AnthropicParseNotes* notes) {
-  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
+  absl::StatusOr<json> doc = internal::ParseJsonObject(body, RequestJsonLimits(body.size()));
   if (!doc.ok()) return doc.status();
   r->endpoint = Endpoint::kChatCompletions;
   std::optional<std::string> model;

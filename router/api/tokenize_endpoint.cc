@@ -25,16 +25,11 @@ using json = nlohmann::ordered_json;
     if (absl::Status _st = (expr); !_st.ok()) return _st; \
   } while (0)
 
-constexpr common::JsonReadLimits kJsonLimits{.max_depth = kMaxJsonDepth,
-                                             .max_object_keys = kMaxObjectKeys,
-                                             .max_array_elements = kMaxArrayElements,
-                                             .max_containers = kMaxJsonContainers};
-
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 absl::StatusOr<std::string> Tokenize(std::string_view body, std::string_view authorization,
                                      const PromptTokenizer& tokenizer, const ModelListGate* gate) {
-  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
+  absl::StatusOr<json> doc = internal::ParseJsonObject(body, RequestJsonLimits(body.size()));
   if (!doc.ok()) return doc.status();
   std::optional<std::string> model;
   DS_RETURN_IF_ERROR(ReadString(*doc, "model", "model", &model));
@@ -103,7 +98,7 @@ absl::StatusOr<std::string> Tokenize(std::string_view body, std::string_view aut
 absl::StatusOr<std::string> Detokenize(std::string_view body, std::string_view authorization,
                                        const PromptTokenizer& tokenizer,
                                        const ModelListGate* gate) {
-  absl::StatusOr<json> doc = internal::ParseJsonObject(body, kJsonLimits);
+  absl::StatusOr<json> doc = internal::ParseJsonObject(body, RequestJsonLimits(body.size()));
   if (!doc.ok()) return doc.status();
   std::optional<std::string> model;
   DS_RETURN_IF_ERROR(ReadString(*doc, "model", "model", &model));
