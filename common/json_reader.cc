@@ -34,7 +34,10 @@ std::string Clip(std::string_view s) {
 class LinearJsonReader {
  public:
   LinearJsonReader(std::string_view text, const JsonReadLimits& limits, JsonReadFault* fault)
-      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), limits_(limits),
+      : begin_(text.data()),
+        p_(text.data()),
+        end_(text.data() + text.size()),
+        limits_(limits),
         fault_(fault) {}
 
   bool Read();
@@ -258,16 +261,34 @@ bool LinearJsonReader::ReadEscape(std::string& out) {
   if (p_ == end_) return Syntax("invalid string: unfinished escape");
   const char c = *p_++;
   switch (c) {
-    case '"': out += '"'; return true;
-    case '\\': out += '\\'; return true;
-    case '/': out += '/'; return true;
-    case 'b': out += '\b'; return true;
-    case 'f': out += '\f'; return true;
-    case 'n': out += '\n'; return true;
-    case 'r': out += '\r'; return true;
-    case 't': out += '\t'; return true;
-    case 'u': break;
-    default: return Syntax("invalid string: forbidden character after backslash");
+    case '"':
+      out += '"';
+      return true;
+    case '\\':
+      out += '\\';
+      return true;
+    case '/':
+      out += '/';
+      return true;
+    case 'b':
+      out += '\b';
+      return true;
+    case 'f':
+      out += '\f';
+      return true;
+    case 'n':
+      out += '\n';
+      return true;
+    case 'r':
+      out += '\r';
+      return true;
+    case 't':
+      out += '\t';
+      return true;
+    case 'u':
+      break;
+    default:
+      return Syntax("invalid string: forbidden character after backslash");
   }
   uint32_t cp;
   if (!ReadHex4(cp)) return false;
@@ -482,8 +503,7 @@ absl::StatusOr<json> ReadOrderedJson(std::string_view text, const JsonReadLimits
     return absl::InvalidArgumentError(absl::StrCat("cannot read the JSON: ", e.what()));
   }
   if (!ok) {
-    return absl::InvalidArgumentError(reader.message().empty() ? "invalid JSON"
-                                                                : reader.message());
+    return absl::InvalidArgumentError(reader.message().empty() ? "invalid JSON" : reader.message());
   }
   return reader.TakeRoot();
 }

@@ -5,18 +5,19 @@
 // accept the same inputs and build the same document. The libFuzzer target
 // tests/fuzz/json_reader_fuzz.cc checks the same property on inputs it evolves.
 
+#include "tests/common/json_reader_differential.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 #include <vector>
 
-#include "tests/common/json_reader_differential.h"
-
 namespace deltaserve::common {
 namespace {
 
 const std::vector<std::string>& Fragments() {
+  // clang-format off
   static const std::vector<std::string> f = {
       "{", "}", "[", "]", ",", ":", "\"", "\"a\"", "\"k\":", "\\", "\\\"", "\\n", "\\/", "\\u",
       "\\u00e9", "\\ud83d", "\\ude00", "\\uD800\\uDC00", "\\x", "0", "1", "9", "-", ".", "e",
@@ -24,6 +25,7 @@ const std::vector<std::string>& Fragments() {
       "tru", "false", "null", "nul", " ", "\n", "\t", "\r", "\x01", "\x7f", "\xC3\xA9",
       "\xC0\xAF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xEF\xBF\xBF", "\xF0\x9F\x98\x80",
       "\xF4\x90\x80\x80", "\xF8", "\x80", "\xC3", "\xEF\xBB\xBF", "'", "/*", "#"};
+  // clang-format on
   return f;
 }
 
@@ -49,8 +51,9 @@ TEST(JsonReaderDifferentialTest, FragmentSequencesAgreeWithNlohmann) {
     const int n = 1 + static_cast<int>(rng() % 12);
     for (int k = 0; k < n; ++k) text += f[rng() % f.size()];
     const std::string why = testing::JsonReaderDisagreement(text);
-    ASSERT_EQ(why, "") << "input: " << nlohmann::json(text).dump(-1, ' ', true,
-                                                                  nlohmann::json::error_handler_t::replace);
+    ASSERT_EQ(why, "") << "input: "
+                       << nlohmann::json(text).dump(-1, ' ', true,
+                                                    nlohmann::json::error_handler_t::replace);
     accepted += nlohmann::json::accept(text);
   }
   // Both sides of the grammar are exercised, not only refusals.
@@ -76,8 +79,9 @@ TEST(JsonReaderDifferentialTest, MutatedDocumentsAgreeWithNlohmann) {
           text.insert(at, Fragments()[rng() % Fragments().size()]);
       }
       const std::string why = testing::JsonReaderDisagreement(text);
-      ASSERT_EQ(why, "") << "input: " << nlohmann::json(text).dump(-1, ' ', true,
-                                                                    nlohmann::json::error_handler_t::replace);
+      ASSERT_EQ(why, "") << "input: "
+                         << nlohmann::json(text).dump(-1, ' ', true,
+                                                      nlohmann::json::error_handler_t::replace);
       accepted += nlohmann::json::accept(text);
     }
   }
@@ -85,7 +89,8 @@ TEST(JsonReaderDifferentialTest, MutatedDocumentsAgreeWithNlohmann) {
 }
 
 TEST(JsonReaderDifferentialTest, SyntaxErrorsNameLineColumnAndByte) {
-  absl::StatusOr<nlohmann::ordered_json> got = ReadOrderedJson("{\n  \"a\": tru\n}", kNoJsonReadLimits);
+  absl::StatusOr<nlohmann::ordered_json> got =
+      ReadOrderedJson("{\n  \"a\": tru\n}", kNoJsonReadLimits);
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.status().message().find("line 2, column 8 (byte 9)"), std::string::npos)
       << got.status();

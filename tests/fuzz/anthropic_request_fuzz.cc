@@ -26,7 +26,9 @@ namespace {
 
 namespace api = deltaserve::router::api;
 
-void Check(bool ok, const char* what) { deltaserve::fuzz::Check(ok, "anthropic_request_fuzz", what); }
+void Check(bool ok, const char* what) {
+  deltaserve::fuzz::Check(ok, "anthropic_request_fuzz", what);
+}
 
 bool IsJson(const std::string& text, bool array) {
   absl::StatusOr<nlohmann::ordered_json> doc =
@@ -71,9 +73,9 @@ void CheckAnswer(const api::CompletionRequest& c) {
   api::ContentBlocks blocks;
   blocks.Add(d);
   const api::StopInfo stop = api::AnthropicStop(end, c.stop);
-  Check(IsJson(api::AnthropicMessageJson("msg_x", c.model, blocks.blocks(), stop, end.usage),
-               false),
-        "the message is a JSON object");
+  Check(
+      IsJson(api::AnthropicMessageJson("msg_x", c.model, blocks.blocks(), stop, end.usage), false),
+      "the message is a JSON object");
   api::AnthropicStreamWriter w("msg_x", c.model, c.stop);
   auto events = w.Start(1);
   for (auto& e : w.Delta(d)) events.push_back(std::move(e));
@@ -88,9 +90,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool count_tokens = data[0] & 1;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
   api::AnthropicParseNotes notes;
-  absl::StatusOr<api::CompletionRequest> r =
-      count_tokens ? api::ParseAnthropicCountTokensRequest(body)
-                   : api::ParseAnthropicMessagesRequest(body, &notes);
+  absl::StatusOr<api::CompletionRequest> r = count_tokens
+                                                 ? api::ParseAnthropicCountTokensRequest(body)
+                                                 : api::ParseAnthropicMessagesRequest(body, &notes);
   if (!r.ok()) {
     Check(r.status().code() == absl::StatusCode::kInvalidArgument, "refusals are 400s");
     Check(!r.status().message().empty(), "refusals say why");
