@@ -13,6 +13,7 @@
 #include "router/api/anthropic_request.h"
 #include "router/api/anthropic_response.h"
 #include "router/api/api_error.h"
+#include "router/api/internal/cancellable_session.h"
 #include "router/api/tokenize_endpoint.h"
 
 namespace deltaserve::router::api {
@@ -59,11 +60,12 @@ std::string IgnoredToolsWarning(const std::vector<std::string>& types) {
 }
 
 // One /v1/messages generation seen from the HTTP side.
-class MessagesSession : public GenerationObserver {
+class MessagesSession : public internal::CancellableSession {
  public:
   MessagesSession(std::shared_ptr<http::HttpExchange> exchange, const CompletionRequest& req,
                   ApiMetrics& metrics, std::string warning)
-      : exchange_(std::move(exchange)),
+      : CancellableSession(metrics),
+        exchange_(std::move(exchange)),
         warning_(std::move(warning)),
         metrics_(metrics),
         stream_(req.stream),
@@ -74,28 +76,6 @@ class MessagesSession : public GenerationObserver {
 
   ~MessagesSession() override {
     if (stream_counted_) metrics_.StreamEnded();
-  }
-
-  void AttachHandle(std::unique_ptr<GenerationHandle> handle) {
-    bool cancel;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      handle_ = std::move(handle);
-      cancel = cancel_requested_ && handle_ != nullptr;
-    }
-    if (cancel) handle_->Cancel();
-  }
-
-  void CancelForClient() {
-    GenerationHandle* handle;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cancel_requested_ || finished_) return;
-      cancel_requested_ = true;
-      handle = handle_.get();
-    }
-    metrics_.RecordClientGone();
-    if (handle != nullptr) handle->Cancel();  // outside the lock: it may call OnError at once
   }
 
   void OnStart(const GenerationStart& start) override {
@@ -179,11 +159,7 @@ class MessagesSession : public GenerationObserver {
   std::string model_;
   GenerationTimer timer_;  // under mu_ (deltaserve_router_requests_total and latencies)
 
-  std::mutex mu_;
-  std::unique_ptr<GenerationHandle> handle_;
-  bool cancel_requested_ = false;
   bool started_ = false;
-  bool finished_ = false;
   bool stream_counted_ = false;
   ContentBlocks blocks_;
   std::shared_ptr<http::SseStream> sse_;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "router/api/api_error.h"
+#include "router/api/internal/cancellable_session.h"
 #include "router/api/openai_response.h"
 #include "router/api/request_parser.h"
 
@@ -16,11 +17,12 @@ namespace deltaserve::router::api {
 namespace {
 
 // One request's generation seen from the HTTP side: turns backend events into the answer.
-class CompletionSession : public GenerationObserver {
+class CompletionSession : public internal::CancellableSession {
  public:
   CompletionSession(std::shared_ptr<http::HttpExchange> exchange, const CompletionRequest& req,
                     ApiMetrics& metrics)
-      : exchange_(std::move(exchange)),
+      : CancellableSession(metrics),
+        exchange_(std::move(exchange)),
         metrics_(metrics),
         endpoint_(req.endpoint),
         stream_(req.stream),
@@ -39,29 +41,6 @@ class CompletionSession : public GenerationObserver {
 
   ~CompletionSession() override {
     if (stream_counted_) metrics_.StreamEnded();
-  }
-
-  void AttachHandle(std::unique_ptr<GenerationHandle> handle) {
-    bool cancel;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      handle_ = std::move(handle);
-      cancel = cancel_requested_ && handle_ != nullptr;
-    }
-    if (cancel) handle_->Cancel();
-  }
-
-  // From HttpExchange::OnClientGone, on a server thread.
-  void CancelForClient() {
-    GenerationHandle* handle;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cancel_requested_ || finished_) return;
-      cancel_requested_ = true;
-      handle = handle_.get();
-    }
-    metrics_.RecordClientGone();
-    if (handle != nullptr) handle->Cancel();  // outside the lock: it may call OnError at once
   }
 
   void OnStart(const GenerationStart& start) override {
@@ -205,11 +184,7 @@ class CompletionSession : public GenerationObserver {
   const int n_;  // choices
   GenerationTimer timer_;  // under mu_
 
-  std::mutex mu_;
-  std::unique_ptr<GenerationHandle> handle_;
-  bool cancel_requested_ = false;
   bool started_ = false;
-  bool finished_ = false;
   bool stream_counted_ = false;
   ResponseMeta meta_;
   std::vector<CompletionChoice> choices_;  // by index; non-streamed answers

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "router/api/api_error.h"
+#include "router/api/internal/cancellable_session.h"
 #include "router/api/openai_response.h"
 #include "router/api/responses_output.h"
 #include "router/api/responses_request.h"
@@ -61,11 +62,12 @@ ApiError ResponsesError(const absl::Status& status) {
 }
 
 // One request's generation seen from the HTTP side.
-class ResponsesSession : public GenerationObserver {
+class ResponsesSession : public internal::CancellableSession {
  public:
   ResponsesSession(std::shared_ptr<http::HttpExchange> exchange, const ResponsesRequest& req,
                    ApiMetrics& metrics)
-      : exchange_(std::move(exchange)),
+      : CancellableSession(metrics),
+        exchange_(std::move(exchange)),
         metrics_(metrics),
         stream_(req.completion.stream),
         warning_(IgnoredToolsWarning(req.ignored_tool_types)),
@@ -74,28 +76,6 @@ class ResponsesSession : public GenerationObserver {
 
   ~ResponsesSession() override {
     if (stream_counted_) metrics_.StreamEnded();
-  }
-
-  void AttachHandle(std::unique_ptr<GenerationHandle> handle) {
-    bool cancel;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      handle_ = std::move(handle);
-      cancel = cancel_requested_ && handle_ != nullptr;
-    }
-    if (cancel) handle_->Cancel();
-  }
-
-  void CancelForClient() {
-    GenerationHandle* handle;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cancel_requested_ || finished_) return;
-      cancel_requested_ = true;
-      handle = handle_.get();
-    }
-    metrics_.RecordClientGone();
-    if (handle != nullptr) handle->Cancel();  // outside the lock: it may call OnError at once
   }
 
   void OnStart(const GenerationStart& start) override {
@@ -192,11 +172,7 @@ class ResponsesSession : public GenerationObserver {
   const std::string warning_;
   GenerationTimer timer_;  // under mu_
 
-  std::mutex mu_;
-  std::unique_ptr<GenerationHandle> handle_;
-  bool cancel_requested_ = false;
   bool started_ = false;
-  bool finished_ = false;
   bool stream_counted_ = false;
   ResponseBuilder builder_;
   std::shared_ptr<http::SseStream> sse_;
