@@ -19,48 +19,27 @@
 namespace deltaserve::router::api {
 namespace {
 
+using internal::Dump;
 using internal::LimitError;
 using internal::Member;
+using internal::Missing;
 using internal::ReadBool;
 using internal::ReadInt;
 using internal::ReadNumber;
 using internal::ReadString;
+using internal::RequiredString;
 using internal::TypeError;
+using internal::Unsupported;
 // Ordered: tool schemas and inputs reach the chat template in the client's key order.
 using json = nlohmann::ordered_json;
 
-#define DS_RETURN_IF_ERROR(expr)                          \
-  do {                                                    \
-    if (absl::Status _st = (expr); !_st.ok()) return _st; \
-  } while (0)
-
 constexpr int64_t kMaxTokensLimit = 1 << 30;
-std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-absl::Status Missing(const std::string& path) {
-  return InvalidRequestError(path, "missing_required_parameter",
-                             absl::StrCat("'", path, "' is required"));
-}
-
-absl::Status Unsupported(const std::string& path, std::string_view message) {
-  return InvalidRequestError(path, "unsupported_value", message);
-}
 
 ChatMessage Message(std::string role, std::string content = "") {
   ChatMessage m;
   m.role = std::move(role);
   m.content = std::move(content);
   return m;
-}
-
-// A required string member.
-absl::Status RequiredString(const json& obj, const char* name, const std::string& path,
-                            std::string* out) {
-  std::optional<std::string> s;
-  DS_RETURN_IF_ERROR(ReadString(obj, name, path, &s));
-  if (!s) return Missing(path);
-  *out = std::move(*s);
-  return absl::OkStatus();
 }
 
 // A block's `type` (required string).

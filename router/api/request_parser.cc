@@ -22,23 +22,14 @@ using internal::ReadInt;
 using internal::ReadNumber;
 using internal::ReadString;
 using internal::TypeError;
+using internal::Unsupported;
 // Ordered: tools and tool_calls are re-serialized for the chat template, which must see the
 // client's key order (as Hugging Face renders it), not nlohmann::json's sorted one.
 using json = nlohmann::ordered_json;
 
-#define DS_RETURN_IF_ERROR(expr)                          \
-  do {                                                    \
-    if (absl::Status _st = (expr); !_st.ok()) return _st; \
-  } while (0)
-
 constexpr int kMaxTopLogprobs = 20;
 constexpr int64_t kMaxTokensLimit = 1 << 30;
 constexpr size_t kMaxPromptTokens = 1 << 24;
-
-
-absl::Status Unsupported(std::string_view param, std::string_view message) {
-  return InvalidRequestError(param, "unsupported_value", message);
-}
 
 // "content": a string, or an array of parts of which only {"type":"text","text":...} is
 // accepted; text parts are joined without a separator (as OpenAI's tokenization does).

@@ -19,44 +19,22 @@ namespace deltaserve::router::api {
 namespace {
 
 using common::Sv;
+using internal::Dump;
 using internal::LimitError;
 using internal::Member;
+using internal::Missing;
 using internal::ReadBool;
 using internal::ReadInt;
 using internal::ReadNumber;
 using internal::ReadString;
+using internal::RequiredString;
 using internal::TypeError;
+using internal::Unsupported;
 // Ordered: tools and tool calls are re-serialized for the chat template, which must see the
 // client's key order.
 using json = nlohmann::ordered_json;
 
-#define DS_RETURN_IF_ERROR(expr)                          \
-  do {                                                    \
-    if (absl::Status _st = (expr); !_st.ok()) return _st; \
-  } while (0)
-
 constexpr int64_t kMaxOutputTokensLimit = 1 << 30;
-
-std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-absl::Status Missing(std::string_view path) {
-  return InvalidRequestError(path, "missing_required_parameter",
-                             absl::StrCat("'", Sv(path), "' is required"));
-}
-
-absl::Status Unsupported(std::string_view path, std::string_view message) {
-  return InvalidRequestError(path, "unsupported_value", message);
-}
-
-// A required string member.
-absl::Status RequiredString(const json& obj, const char* name, const std::string& path,
-                            std::string* out) {
-  std::optional<std::string> s;
-  DS_RETURN_IF_ERROR(ReadString(obj, name, path, &s));
-  if (!s) return Missing(path);
-  *out = std::move(*s);
-  return absl::OkStatus();
-}
 
 // Function tools into chat's shape (the rest ignored and named); the echo keeps the Responses
 // shape.

@@ -14,18 +14,12 @@
 namespace deltaserve::router::api {
 namespace {
 
+using internal::Dump;
 using internal::Member;
 using internal::ReadBool;
 using internal::ReadString;
 using internal::TypeError;
 using json = nlohmann::ordered_json;
-
-#define DS_RETURN_IF_ERROR(expr)                          \
-  do {                                                    \
-    if (absl::Status _st = (expr); !_st.ok()) return _st; \
-  } while (0)
-
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 absl::StatusOr<std::string> Tokenize(std::string_view body, std::string_view authorization,
                                      const PromptTokenizer& tokenizer, const ModelListGate* gate) {

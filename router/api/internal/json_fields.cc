@@ -42,6 +42,28 @@ absl::Status LimitError(std::string_view path, std::string_view limit, std::stri
       absl::StrCat(Sv(what), " (limit ", Sv(limit), ": docs/router.md, 'Request limits')"));
 }
 
+absl::Status Missing(std::string_view path) {
+  return InvalidRequestError(path, "missing_required_parameter",
+                             absl::StrCat("'", Sv(path), "' is required"));
+}
+
+absl::Status Unsupported(std::string_view path, std::string_view message) {
+  return InvalidRequestError(path, "unsupported_value", message);
+}
+
+absl::Status RequiredString(const nlohmann::ordered_json& obj, const char* name,
+                            std::string_view path, std::string* out) {
+  std::optional<std::string> s;
+  DS_RETURN_IF_ERROR(ReadString(obj, name, path, &s));
+  if (!s) return Missing(path);
+  *out = std::move(*s);
+  return absl::OkStatus();
+}
+
+std::string Dump(const nlohmann::ordered_json& v) {
+  return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 const nlohmann::ordered_json* Member(const nlohmann::ordered_json& obj, const char* name) {
   auto it = obj.find(name);
   if (it == obj.end() || it->is_null()) return nullptr;

@@ -12,6 +12,15 @@
 #include "absl/status/statusor.h"
 #include "common/json_reader.h"
 
+// Returns a failed absl::Status from the enclosing function (the parsers' one control-flow
+// macro; absl has none in Debian 12's version).
+#ifndef DS_RETURN_IF_ERROR
+#define DS_RETURN_IF_ERROR(expr)                          \
+  do {                                                    \
+    if (absl::Status _st = (expr); !_st.ok()) return _st; \
+  } while (0)
+#endif
+
 namespace deltaserve::router::api::internal {
 
 // The code of every 400 for a request limit (docs/router.md, "Request limits").
@@ -50,6 +59,16 @@ absl::Status CheckNumber(const nlohmann::ordered_json& v, std::string_view path,
 // An integer in [lo, hi] (an integral float such as 5.0 is accepted).
 absl::Status ReadInt(const nlohmann::ordered_json& obj, const char* name, std::string_view path,
                      int64_t lo, int64_t hi, std::optional<int64_t>* out);
+
+// 400 "missing_required_parameter": "'<path>' is required".
+absl::Status Missing(std::string_view path);
+// 400 "unsupported_value" with `message`.
+absl::Status Unsupported(std::string_view path, std::string_view message);
+// obj[name] as a string; Missing(path) when absent or null.
+absl::Status RequiredString(const nlohmann::ordered_json& obj, const char* name,
+                            std::string_view path, std::string* out);
+// Compact JSON text of `v` (invalid UTF-8 in strings replaced, so it never throws).
+std::string Dump(const nlohmann::ordered_json& v);
 
 // `v` as an integer, or nullopt when it is not an integral number within int64.
 std::optional<int64_t> AsInt(const nlohmann::ordered_json& v);
