@@ -320,8 +320,14 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   DS_RETURN_IF_ERROR(
       ReadNumber(*doc, "temperature", "temperature", 0, 2, false, &c.sampling.temperature));
   DS_RETURN_IF_ERROR(ReadNumber(*doc, "top_p", "top_p", 0, 1, true, &c.sampling.top_p));
-  std::optional<int64_t> top_logprobs;  // read for its type; logprobs are not returned
+  std::optional<int64_t> top_logprobs;
   DS_RETURN_IF_ERROR(ReadInt(*doc, "top_logprobs", "top_logprobs", 0, 20, &top_logprobs));
+  if (top_logprobs.value_or(0) > 0) {
+    // Not returned by this endpoint: refused rather than answered without them.
+    return Unsupported("top_logprobs",
+                       "log-probabilities are not returned by /v1/responses (use "
+                       "/v1/chat/completions with logprobs); top_logprobs must be 0");
+  }
 
   std::optional<bool> b;
   DS_RETURN_IF_ERROR(ReadBool(*doc, "stream", "stream", &b));
@@ -342,6 +348,13 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
     for (size_t i = 0; i < include->size(); ++i) {
       if (!(*include)[i].is_string()) {
         return TypeError(absl::StrCat("include[", i, "]"), "a string", (*include)[i]);
+      }
+      // Other values name outputs of tools and stores this stateless endpoint never has
+      // (Codex sends reasoning.encrypted_content); logprobs would be silently missing.
+      if ((*include)[i].get_ref<const std::string&>() == "message.output_text.logprobs") {
+        return Unsupported(absl::StrCat("include[", i, "]"),
+                           "log-probabilities are not returned by /v1/responses (use "
+                           "/v1/chat/completions with logprobs)");
       }
     }
   }
