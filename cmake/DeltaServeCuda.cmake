@@ -6,9 +6,12 @@ if(DELTASERVE_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # One architecture by default keeps CI's nvcc time small (CI compiles every .cu but runs
+    # none); release builds name theirs: -DDELTASERVE_CUDA_ARCHS="80;86;89;90;120" (A100, RTX
+    # 30xx, RTX 40xx/L40, H100/H200, RTX 50xx).
+    set(DELTASERVE_CUDA_ARCHS "90" CACHE STRING "CUDA architectures (sm numbers) to compile for")
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      # Ampere (A100), Ada (L40/4090), Hopper (H100/H200).
-      set(CMAKE_CUDA_ARCHITECTURES 80 89 90)
+      set(CMAKE_CUDA_ARCHITECTURES ${DELTASERVE_CUDA_ARCHS})
     endif()
     enable_language(CUDA)
     # CMake 3.25 does not know nvcc's C++20 flag; device code is C++17.
