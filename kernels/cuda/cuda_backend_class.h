@@ -1,0 +1,120 @@
+// The CudaBackend class itself, for callers that need more than the Backend interface: the text
+// of the last CUDA error, the device's properties, and CUDA-graph capture of a decode step.
+// Host-only like cuda_backend.h (the CUDA handle types are forward-declared), so worker/ code
+// compiled by the host compiler can use it:
+//
+//   auto* gpu = AsCudaBackend(backend.get());          // null for the CPU backend
+//   if (gpu != nullptr && status != KernelStatus::kOk) LOG(ERROR) << gpu->last_error();
+//
+// Threading: like every Backend, one engine thread drives it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+// The runtime's handle types (cudaStream_t is CUstream_st*, and so on), declared here so that
+// this header needs no CUDA include.
+struct CUstream_st;
+
+namespace deltaserve::kernels {
+
+namespace cuda {
+struct LaunchContext;
+}  // namespace cuda
+
+// See cuda_backend.h. Memory: Allocate is cudaMalloc (256-byte aligned) zero-filled on the
+// stream; the copies are stream-ordered (CopyToHost waits for them, so the host data is valid
+// on return; CopyToDevice returns when `src` may be reused). Every op is enqueued on one
+// non-blocking stream in call order; Synchronize waits for it. CUDA errors are kDeviceError
+// (a failed allocation kOutOfMemory) and their text is kept for last_error().
+class CudaBackend final : public Backend {
+ public:
+  // The backend on options.device; null with *error set (see MakeCudaBackend).
+  static std::unique_ptr<CudaBackend> Create(const CudaBackendOptions& options,
+                                             std::string* error);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return name_; }
+  bool host_memory() const override { return false; }
+
+  // What the last failed call said ("cudaMalloc(1073741824 bytes): out of memory"); empty
+  // while nothing has failed.
+  std::string last_error() const { return last_error_; }
+  // The device as queried when the backend was made (free_bytes as of then).
+  const CudaDeviceInfo& device_info() const { return info_; }
+  int device() const { return device_; }
+  size_t scratch_bytes() const { return scratch_.bytes(); }
+
+  DeviceBuffer Allocate(size_t bytes) override;
+  KernelStatus CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  KernelStatus CopyToHost(void* dst, const void* src, size_t bytes) override;
+  const void* ImportWeights(const void* host, size_t bytes, DeviceBuffer& storage) override;
+  KernelStatus CopyOnDevice(void* dst, const void* src, size_t bytes) override;
+  KernelStatus Synchronize() override;
+
+  KernelStatus MatMul(const WeightView& w, const Mat& x, Mat& y) override;
+  KernelStatus MatMulGroup(const WeightView* w, int n, const Mat& x, Mat* y) override;
+  KernelStatus GetRows(const WeightView& table, const int32_t* ids, int64_t n, Mat& out) override;
+  KernelStatus RmsNorm(const Mat& x, Vec w, float eps, Mat& y) override;
+  KernelStatus L2Norm(Mat& x, int64_t group, float eps) override;
+  KernelStatus Copy(const Mat& src, Mat& dst) override;
+  KernelStatus Add(Mat& x, const Mat& y) override;
+  KernelStatus SwiGlu(const Mat& gate, const Mat& up, Mat& out) override;
+  KernelStatus MulSigmoid(Mat& x, const Mat& gate) override;
+
+  KernelStatus RopeNeox(Mat& x, const int32_t* positions, int64_t n_heads, int64_t n_rot,
+                        float freq_base) override;
+  KernelStatus StoreKv(const Mat& k, const Mat& v, const PagedKvView& kv,
+                       int64_t first_pos) override;
+  KernelStatus PagedAttention(const Mat& q, const PagedKvView& kv, int64_t n_past, int64_t n_head,
+                              int64_t n_head_kv, float scale, Mat& out) override;
+
+  KernelStatus CausalConv1dSilu(const Mat& x, const float* w, int64_t kernel, float* state,
+                                Mat& y) override;
+  KernelStatus GatedDeltaRule(const Mat& q, const Mat& k, const Mat& v, const Mat& g,
+                              const Mat& beta, int64_t n_k_heads, int64_t n_v_heads,
+                              int64_t head_dim, float* state, Mat& out) override;
+  KernelStatus GatedRmsNorm(const Mat& x, Vec w, const Mat& z, float eps, Mat& y) override;
+  KernelStatus DeltaNetGates(Mat& alpha_to_g, Mat& beta, Vec ssm_a, Vec dt_bias) override;
+
+  KernelStatus MoeRoute(const Mat& logits, int64_t k, int32_t* ids, float* weights) override;
+  KernelStatus MoeFfn(const Mat& x, const int32_t* ids, const float* weights, int64_t k,
+                      const WeightView& gate_exps, const WeightView& up_exps,
+                      const WeightView& down_exps, Mat& y) override;
+
+ private:
+  CudaBackend() = default;
+
+  cuda::LaunchContext Context() const;
+  // Makes the device current for this thread; false (error kept) when that fails.
+  bool UseDevice();
+  // kOk for cudaSuccess; else keeps "<what>: <CUDA's text>", clears the runtime's error state
+  // and maps the error (cudaErrorMemoryAllocation: kOutOfMemory, the rest: kDeviceError).
+  KernelStatus Check(int cuda_error, std::string_view what);
+  // The status of a launcher; a kDeviceError is recorded as "<op>: launch failed".
+  KernelStatus Launched(KernelStatus status, std::string_view op);
+  // cudaMalloc without the zero fill (ImportWeights overwrites everything anyway).
+  DeviceBuffer AllocateUninitialised(size_t bytes);
+
+  int device_ = 0;
+  std::string name_;
+  CudaDeviceInfo info_;
+  CUstream_st* stream_ = nullptr;
+  DeviceBuffer scratch_;
+  std::string last_error_;
+};
+
+// `backend` as a CudaBackend; null when it is another backend.
+inline CudaBackend* AsCudaBackend(Backend* backend) {
+  return dynamic_cast<CudaBackend*>(backend);
+}
+
+}  // namespace deltaserve::kernels
