@@ -40,6 +40,10 @@ struct RedisSnapshotTier::PublishJob {
   // Weak: a queued snapshot must not keep the RAM tier from giving its KV pages back; one
   // evicted before its turn is not written.
   std::vector<std::weak_ptr<const LocalSnapshot>> snapshots;
+  // Per snapshot, its KV read out of device memory at Publish (on the engine thread: a Backend
+  // is driven by one thread), or null where the pages are host memory and encoded in place.
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> staged_kv;
+  uint64_t staged_bytes = 0;
   Clock::time_point published;
 };
 
@@ -159,8 +163,50 @@ void RedisSnapshotTier::Publish(std::vector<std::shared_ptr<const LocalSnapshot>
   std::erase(snapshots, nullptr);
   std::vector<int64_t> lengths;
   for (const auto& snap : snapshots) lengths.push_back(snap->n_tokens());
-  for (size_t i : SnapshotsToPublish(lengths, prompt_tokens)) job.snapshots.push_back(snapshots[i]);
+  std::vector<size_t> chosen = SnapshotsToPublish(lengths, prompt_tokens);
+  // KV pages in device memory (a GPU worker) are copied to the host here, on the engine thread,
+  // since the writer thread may not use the backend; at most 2 x max_bytes of such copies wait
+  // in the queue (beyond that whole sequences are dropped, as when the queue is full).
+  const bool staging = kv_->shape().n_layers > 0 && kv_->total_pages() > 0 &&
+                       kv_->HostKPage(0, 0) == nullptr;
+  uint64_t queued_staged = 0;
+  if (staging) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    for (const PublishJob& j : publish_queue_) queued_staged += j.staged_bytes;
+  }
+  bool over = false;
+  for (size_t i : chosen) {
+    std::shared_ptr<const std::vector<uint8_t>> staged;
+    if (staging && !snapshots[i]->pages().empty()) {
+      const uint64_t bytes = static_cast<uint64_t>(kv_->shape().n_layers) *
+                             snapshots[i]->pages().size() *
+                             (kv_->k_page_bytes() + kv_->v_page_bytes());
+      if (queued_staged + job.staged_bytes + bytes > 2 * options_.max_bytes) {
+        over = true;
+        break;
+      }
+      absl::StatusOr<std::vector<uint8_t>> copy = cache_->CopyKv(*snapshots[i]);
+      if (!copy.ok()) {
+        LogDegraded("encode", copy.status().message());
+        continue;
+      }
+      job.staged_bytes += bytes;
+      staged = std::make_shared<const std::vector<uint8_t>>(std::move(*copy));
+    }
+    job.snapshots.push_back(snapshots[i]);
+    job.staged_kv.push_back(std::move(staged));
+  }
   snapshots.clear();
+  if (over) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.publish_dropped += static_cast<int64_t>(chosen.size());
+    }
+    LogDegraded("publish_dropped", "device KV copies waiting to be written exceed 2 x "
+                                   "--redis-max-bytes; snapshots dropped");
+    return;
+  }
   if (job.snapshots.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -217,14 +263,15 @@ void RedisSnapshotTier::WriterLoop() {
       job = std::move(publish_queue_.front());
       publish_queue_.pop_front();
     }
-    for (const std::weak_ptr<const LocalSnapshot>& queued : job.snapshots) {
-      std::shared_ptr<const LocalSnapshot> snap = queued.lock();
+    for (size_t i = 0; i < job.snapshots.size(); ++i) {
+      std::shared_ptr<const LocalSnapshot> snap = job.snapshots[i].lock();
       if (snap == nullptr) {
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.publish_dropped;
         continue;
       }
-      Write(*writer_client_, *snap, job.published);
+      Write(*writer_client_, *snap, job.staged_kv[i].get(), job.published);
+      job.staged_kv[i].reset();
       // `snap` pins KV pages (and, once evicted, keeps them from the pool): it goes as soon as
       // the blob is out.
     }
@@ -232,7 +279,7 @@ void RedisSnapshotTier::WriterLoop() {
 }
 
 void RedisSnapshotTier::Write(common::RedisClient& client, const LocalSnapshot& snap,
-                              Clock::time_point published) {
+                              const std::vector<uint8_t>* staged_kv, Clock::time_point published) {
   const Clock::time_point now = Clock::now();
   const auto recent = absl::ToChronoNanoseconds(options_.ttl / 2);
   {
@@ -250,8 +297,8 @@ void RedisSnapshotTier::Write(common::RedisClient& client, const LocalSnapshot& 
   c.tokens = snap.tokens();
   c.layout = layout_;
   c.state_parts.push_back(snap.state());
-  // The KV in place when the pages are host memory, else one staging copy.
-  std::vector<uint8_t> staged;
+  // The KV in place when the pages are host memory, else the copy Publish made on the engine
+  // thread (this thread may not use the backend).
   const int n_layers = static_cast<int>(layout_.n_attention_layers);
   const bool in_place =
       n_layers == 0 || snap.pages().empty() || kv_->HostKPage(0, snap.pages().front()) != nullptr;
@@ -262,14 +309,11 @@ void RedisSnapshotTier::Write(common::RedisClient& client, const LocalSnapshot& 
         c.kv_parts.push_back({kv_->HostVPage(layer, page), layout_.v_page_bytes});
       }
     }
+  } else if (staged_kv != nullptr) {
+    c.kv_parts.push_back(*staged_kv);
   } else {
-    absl::StatusOr<std::vector<uint8_t>> copy = cache.CopyKv(snap);
-    if (!copy.ok()) {
-      LogDegraded("encode", copy.status().message());
-      return;
-    }
-    staged = std::move(*copy);
-    c.kv_parts.push_back(staged);
+    LogDegraded("encode", "a device-memory snapshot reached the writer without its KV copy");
+    return;
   }
   absl::StatusOr<std::string> blob = common::EncodeSnapshot(c, options_.compression);
   if (!blob.ok()) {

@@ -27,9 +27,14 @@
 // most). The callback gets the image (or nullptr) and submits the request; so a slow or dead
 // Redis costs a request at most its deadlines, and any failure runs it from the RAM hit or cold.
 //
-// Threading: Publish, PlanLookup, FetchAsync and stats() from any thread. The destructor stops
-// the writer (unwritten snapshots are dropped) and the fetch threads after their current call;
-// queued fetches still run their callback with nullptr.
+// Device memory (a GPU worker, PagedKvCache::HostKPage null): the writer thread may not use the
+// backend, so Publish copies the chosen snapshots' KV pages to the host itself; it must then be
+// called on the engine thread (the scheduler's publisher hook is), and at most 2 x max_bytes of
+// such copies wait in the queue.
+//
+// Threading: Publish (see above), PlanLookup, FetchAsync and stats() from any thread. The
+// destructor stops the writer (unwritten snapshots are dropped) and the fetch threads after
+// their current call; queued fetches still run their callback with nullptr.
 //
 //   ASSIGN_OR_RETURN(auto tier, RedisSnapshotTier::Create(options, m.shared_snapshots(), ...));
 //   scheduler.SetSnapshotPublisher([t = tier.get()](auto s, int64_t n) { t->Publish(s, n); });
@@ -140,7 +145,8 @@ class RedisSnapshotTier {
   RedisSnapshotTier(const RedisSnapshotTier&) = delete;
   RedisSnapshotTier& operator=(const RedisSnapshotTier&) = delete;
 
-  // The scheduler's publisher (any thread, never blocks beyond a short lock).
+  // The scheduler's publisher (any thread on host memory, the engine thread on device memory;
+  // never blocks beyond a short lock, plus the KV copy on device memory).
   void Publish(std::vector<std::shared_ptr<const LocalSnapshot>> snapshots, int64_t prompt_tokens);
 
   // The candidate keys longer than the RAM tier's best for this prompt, or nullopt when Redis
@@ -171,6 +177,7 @@ class RedisSnapshotTier {
   void WriterLoop();
   void FetchLoop(common::RedisClient& client);
   void Write(common::RedisClient& client, const LocalSnapshot& snap,
+             const std::vector<uint8_t>* staged_kv,
              std::chrono::steady_clock::time_point published);
   // Deadline of a GET or SET of `bytes`: the round trip plus the transfer at the slowest rate.
   absl::Duration TransferDeadline(uint64_t bytes) const {

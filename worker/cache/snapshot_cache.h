@@ -135,7 +135,9 @@ class SnapshotCache {
   absl::Status RestoreImage(const SnapshotImage& image, SequenceState& seq);
 
   // The KV of `snap` in SnapshotImage::kv's layout ([layer][page][K page | V page]), copied out
-  // of the pool. Safe on any thread while `snap` is held: its pages are never written.
+  // of the pool through the backend (CopyToHost). Its pages are never written while `snap` is
+  // held, so on host memory (the CPU backend) any thread may call it; on device memory only the
+  // engine thread, which alone drives the backend.
   absl::StatusOr<std::vector<uint8_t>> CopyKv(const LocalSnapshot& snap) const;
 
   // Drops least recently used snapshots until the KV cache has `free_pages` free pages or no
