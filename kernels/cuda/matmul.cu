@@ -123,15 +123,10 @@ bool MatOk(const Mat& m) {
   return m.data != nullptr && (m.rows == 1 || m.stride >= m.cols);
 }
 
-// Backend-level checks of one product (cpu_backend.cc MatMul), then the kernel-level ones.
-KernelStatus CheckProduct(const WeightView& w, const Mat& x, const Mat& y) {
-  if (!y.Valid() || x.cols != w.in || y.cols != w.out || x.rows != y.rows || w.count != 1 ||
-      (w.data == nullptr && w.in > 0 && w.out > 0)) {
-    return KernelStatus::kInvalidArgument;
-  }
-  if (KernelStatus s = CheckWeights(w); s != KernelStatus::kOk) return s;
-  if (!MatOk(y)) return KernelStatus::kInvalidArgument;
-  return KernelStatus::kOk;
+// cpu_backend.cc MatMul's checks of one product (kInvalidArgument).
+bool ShapesOk(const WeightView& w, const Mat& x, const Mat& y) {
+  return y.Valid() && x.cols == w.in && y.cols == w.out && x.rows == y.rows && w.count == 1 &&
+         (w.data != nullptr || w.in == 0 || w.out == 0);
 }
 
 KernelStatus LastLaunchStatus() {
@@ -179,7 +174,7 @@ KernelStatus RunProducts(const LaunchContext& ctx, const WeightView* w, int n, c
   if (x.rows == 0) return KernelStatus::kOk;
   if (x.cols == 0) {
     for (int i = 0; i < n; ++i) {
-      if (w[i].out == 0) continue;
+      if (w[i].out == 0 || y[i].rows == 0) continue;
       ZeroRowsKernel<<<static_cast<unsigned>(y[i].rows), 256, 0, ctx.stream>>>(
           y[i].data, y[i].cols, y[i].stride);
       if (KernelStatus s = LastLaunchStatus(); s != KernelStatus::kOk) return s;
@@ -216,22 +211,24 @@ KernelStatus RunProducts(const LaunchContext& ctx, const WeightView* w, int n, c
 }  // namespace
 
 KernelStatus LaunchMatMul(const LaunchContext& ctx, const WeightView& w, const Mat& x, Mat& y) {
-  if (!x.Valid()) return KernelStatus::kInvalidArgument;
-  if (KernelStatus s = CheckProduct(w, x, y); s != KernelStatus::kOk) return s;
-  if (!MatOk(x)) return KernelStatus::kInvalidArgument;
-  if (w.out == 0) return KernelStatus::kOk;
-  return RunProducts(ctx, &w, 1, x, &y);
+  return LaunchMatMulGroup(ctx, &w, 1, x, &y);
 }
 
+// The checks in the order of cpu_backend.cc MatMulGroup (every product's shapes), then
+// matmul.cc MatMulGroupCpuIsa (weights, then the matrices, product by product).
 KernelStatus LaunchMatMulGroup(const LaunchContext& ctx, const WeightView* w, int n, const Mat& x,
                                Mat* y) {
   if (n < 0 || (n > 0 && (w == nullptr || y == nullptr)) || !x.Valid()) {
     return KernelStatus::kInvalidArgument;
   }
   for (int i = 0; i < n; ++i) {
-    if (KernelStatus s = CheckProduct(w[i], x, y[i]); s != KernelStatus::kOk) return s;
+    if (!ShapesOk(w[i], x, y[i])) return KernelStatus::kInvalidArgument;
   }
   if (!MatOk(x)) return KernelStatus::kInvalidArgument;
+  for (int i = 0; i < n; ++i) {
+    if (KernelStatus s = CheckWeights(w[i]); s != KernelStatus::kOk) return s;
+    if (!MatOk(y[i])) return KernelStatus::kInvalidArgument;
+  }
   return RunProducts(ctx, w, n, x, y);
 }
 

@@ -1,0 +1,321 @@
+// The CUDA grouped expert FFN (kernels/cuda/moe_ffn.cu) against a double-precision evaluation
+// of backend.h's MoeFfn from the exactly decoded expert weights, and against the CPU backend
+// (f32 activations): k = 1..8 experts per token, experts that get no token, batches that take
+// the GEMV items (few tokens per expert) and the GEMM tiles, gate/up of different types (two
+// launches), down of a third type, strided x and y, repeated runs equal bit for bit, an out-of-
+// range id (NaN row for that token only), the scratch refusal, and the CPU's shape refusals.
+//
+// Tolerance, propagated through the three products in double (matmul_test_util.h for one
+// product): gate and up each within GpuBound; h = silu(g) * u then within
+// 1.1 * eg * (|u| + eu) + (|silu(g)| + 1.1 * eg) * eu + 1e-6 |h| (|silu'| <= 1.1; expf and the
+// division); down within sum_f |Wd| * eh_f + GpuBound; y = sum_j w_j d_j within
+// sum_j w_j ed_j + 1e-6 sum |w_j d_j| (f32 sum of k terms), times 1.01 for the second-order
+// terms (f16 rounding of the perturbed h).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quants.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/gpu/gpu_test_support.h"
+#include "tests/gpu/matmul_test_util.h"
+
+namespace deltaserve::kernels::gpu_test {
+namespace {
+
+constexpr int64_t kExperts = 12;
+// Experts no token is routed to.
+bool Excluded(int64_t e) { return e == 1 || e == 5 || e == 9 || e == 10; }
+
+struct Config {
+  WeightType gate;
+  WeightType up;
+  WeightType down;
+  int64_t n_embd;
+  int64_t ff;
+};
+
+struct Route {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+
+// k distinct allowed experts per token, positive weights summing to 1 (as MoeRoute gives).
+Route MakeRoute(int64_t n_tokens, int64_t k, std::mt19937& rng) {
+  std::vector<int32_t> allowed;
+  for (int32_t e = 0; e < kExperts; ++e) {
+    if (!Excluded(e)) allowed.push_back(e);
+  }
+  Route r;
+  std::uniform_real_distribution<float> weight(0.1f, 1.0f);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    std::shuffle(allowed.begin(), allowed.end(), rng);
+    float sum = 0;
+    std::vector<float> w(k);
+    for (int64_t j = 0; j < k; ++j) sum += (w[j] = weight(rng));
+    for (int64_t j = 0; j < k; ++j) {
+      r.ids.push_back(allowed[j]);
+      r.weights.push_back(w[j] / sum);
+    }
+  }
+  return r;
+}
+
+double Silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+class CudaMoeTest : public GpuBackendTest {
+ protected:
+  void TearDown() override { SetMatMulActivations(std::nullopt); }
+
+  struct Experts {
+    HostWeights gate, up, down;
+  };
+
+  Experts MakeExperts(const Config& c, std::mt19937& rng) {
+    return {MakeHostWeights(c.gate, c.n_embd, c.ff, kExperts, 0.3f, rng),
+            MakeHostWeights(c.up, c.n_embd, c.ff, kExperts, 0.3f, rng),
+            MakeHostWeights(c.down, c.ff, c.n_embd, kExperts, 0.3f, rng)};
+  }
+
+  // y (n_tokens rows, ys apart) of the GPU for x (xs apart); the weights are uploaded per call.
+  std::vector<float> RunGpu(const Experts& ex, const std::vector<float>& x, int64_t n_tokens,
+                            int64_t n_embd, int64_t xs, int64_t ys, const Route& route, int64_t k,
+                            KernelStatus* status = nullptr) {
+    DeviceBuffer g = Upload(*gpu_, ex.gate.bytes);
+    DeviceBuffer u = Upload(*gpu_, ex.up.bytes);
+    DeviceBuffer d = Upload(*gpu_, ex.down.bytes);
+    DeviceBuffer xd = Upload(*gpu_, x);
+    DeviceBuffer yd = Upload(*gpu_, std::vector<float>(n_tokens * ys, -5.0f));
+    DeviceBuffer idd = Upload(*gpu_, route.ids);
+    DeviceBuffer wd = Upload(*gpu_, route.weights);
+    const Mat gx{xd.floats(), n_tokens, n_embd, xs};
+    Mat gy{yd.floats(), n_tokens, n_embd, ys};
+    const KernelStatus s = gpu_->MoeFfn(gx, static_cast<const int32_t*>(idd.data()), wd.floats(),
+                                        k, ex.gate.View(g.data()), ex.up.View(u.data()),
+                                        ex.down.View(d.data()), gy);
+    if (status != nullptr) *status = s;
+    else EXPECT_EQ(s, KernelStatus::kOk);
+    return Download<float>(*gpu_, yd.data(), n_tokens * ys);
+  }
+
+  void Check(const Config& c, int64_t n_tokens, int64_t k, std::mt19937& rng) {
+    SCOPED_TRACE(std::string(Name(c.gate)) + "/" + Name(c.up) + "/" + Name(c.down) +
+                 " T=" + std::to_string(n_tokens) + " k=" + std::to_string(k));
+    const Experts ex = MakeExperts(c, rng);
+    const int64_t xs = c.n_embd + 3;
+    const int64_t ys = c.n_embd + 1;
+    std::vector<float> x(n_tokens * xs, 0.0f);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t i = 0; i < c.n_embd; ++i) x[t * xs + i] = normal(rng);
+    }
+    const Route route = MakeRoute(n_tokens, k, rng);
+    const std::vector<float> y = RunGpu(ex, x, n_tokens, c.n_embd, xs, ys, route, k);
+    const std::vector<float> again = RunGpu(ex, x, n_tokens, c.n_embd, xs, ys, route, k);
+    EXPECT_EQ(std::memcmp(y.data(), again.data(), y.size() * sizeof(float)), 0)
+        << "two runs differ";
+
+    SetMatMulActivations(MatMulActivations::kF32);
+    std::vector<float> yc(n_tokens * ys, -5.0f);
+    Mat cx{x.data(), n_tokens, c.n_embd, xs};
+    Mat cy{yc.data(), n_tokens, c.n_embd, ys};
+    ASSERT_EQ(cpu_->MoeFfn(cx, route.ids.data(), route.weights.data(), k,
+                           ex.gate.View(ex.gate.bytes.data()), ex.up.View(ex.up.bytes.data()),
+                           ex.down.View(ex.down.bytes.data()), cy),
+              KernelStatus::kOk);
+
+    // moe_ffn.cu's choice: GEMV items while experts see few positions, GEMM tiles otherwise.
+    const bool gemm = !(n_tokens <= 8 || n_tokens * k <= 4 * kExperts);
+    int reported = 0;
+    std::vector<double> h(c.ff), eh(c.ff);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const float* xt = x.data() + t * xs;
+      std::vector<double> want(c.n_embd, 0.0), bound(c.n_embd, 0.0), cpu_bound(c.n_embd, 0.0);
+      std::vector<double> abs_sum(c.n_embd, 0.0);
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = route.ids[t * k + j];
+        const double wj = route.weights[t * k + j];
+        std::vector<double> ehc(c.ff);  // h error of the CPU (f32 products)
+        for (int64_t f = 0; f < c.ff; ++f) {
+          const DotRef rg = Dot(c.gate, ex.gate.Row(e, f), xt, c.n_embd);
+          const DotRef ru = Dot(c.up, ex.up.Row(e, f), xt, c.n_embd);
+          const double eg = GpuBound(rg, gemm), eu = GpuBound(ru, gemm);
+          const double egc = GpuBound(rg, false), euc = GpuBound(ru, false);
+          h[f] = Silu(rg.exact) * ru.exact;
+          eh[f] = 1.1 * eg * (std::fabs(ru.exact) + eu) + (std::fabs(Silu(rg.exact)) + 1.1 * eg) * eu +
+                  1e-6 * std::fabs(h[f]);
+          ehc[f] = 1.1 * egc * (std::fabs(ru.exact) + euc) +
+                   (std::fabs(Silu(rg.exact)) + 1.1 * egc) * euc + 1e-6 * std::fabs(h[f]);
+        }
+        const std::vector<float> hf(h.begin(), h.end());
+        for (int64_t o = 0; o < c.n_embd; ++o) {
+          const float* wd = ex.down.Row(e, o);
+          const DotRef rd = Dot(c.down, wd, hf.data(), c.ff);
+          double prop = 0, propc = 0;
+          for (int64_t f = 0; f < c.ff; ++f) {
+            prop += std::fabs(double{wd[f]}) * eh[f];
+            propc += std::fabs(double{wd[f]}) * ehc[f];
+          }
+          want[o] += wj * rd.exact;
+          bound[o] += wj * (prop + GpuBound(rd, gemm));
+          cpu_bound[o] += wj * (propc + GpuBound(rd, false));
+          abs_sum[o] += std::fabs(wj * rd.exact);
+        }
+      }
+      for (int64_t o = 0; o < c.n_embd; ++o) {
+        const double b = 1.01 * (bound[o] + 1e-6 * abs_sum[o]) + 1e-6;
+        const double bc = b + 1.01 * (cpu_bound[o] + 1e-6 * abs_sum[o]);
+        const double got = y[t * ys + o];
+        const bool ok = std::fabs(got - want[o]) <= b && std::fabs(got - yc[t * ys + o]) <= bc;
+        if (!ok && reported++ < 5) {
+          ADD_FAILURE() << "t=" << t << " o=" << o << " gpu=" << got << " ref=" << want[o]
+                        << " cpu=" << yc[t * ys + o] << " bound=" << b << " cpu_bound=" << bc;
+        }
+      }
+      EXPECT_EQ(y[t * ys + c.n_embd], -5.0f) << "padding of row " << t;
+    }
+  }
+};
+
+const std::vector<Config>& Configs() {
+  static const std::vector<Config> configs = {
+      {WeightType::kF32, WeightType::kF32, WeightType::kF32, 40, 24},
+      {WeightType::kQ4_K, WeightType::kQ4_K, WeightType::kQ6_K, 256, 256},  // Q4_K_M's experts
+      {WeightType::kQ8_0, WeightType::kQ8_0, WeightType::kQ8_0, 96, 64},
+      {WeightType::kF16, WeightType::kBF16, WeightType::kQ5_1, 64, 32},     // gate != up type
+      {WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_1, 64, 96},
+      {WeightType::kQ5_K, WeightType::kQ5_K, WeightType::kQ4_K, 256, 256},
+  };
+  return configs;
+}
+
+TEST_F(CudaMoeTest, DecodeBatchesEveryK) {
+  std::mt19937 rng(11);
+  for (const Config& c : Configs()) {
+    for (int64_t n_tokens : {1, 3, 8}) {
+      for (int64_t k : {1, 2, 4, 8}) Check(c, n_tokens, k, rng);
+    }
+  }
+}
+
+TEST_F(CudaMoeTest, PrefillBatchesTakeBothPaths) {
+  std::mt19937 rng(12);
+  for (const Config& c : Configs()) {
+    Check(c, 9, 2, rng);    // 18 assignments: GEMV items
+    Check(c, 9, 8, rng);    // 72: GEMM tiles
+    Check(c, 40, 1, rng);   // GEMV, up to 40 positions per expert (kGemvMaxRows at a time)
+    Check(c, 40, 4, rng);   // GEMM
+    // GEMM, several tiles per expert (fewer tokens where the host reference is slow).
+    Check(c, c.n_embd * c.ff <= 96 * 64 ? 300 : 100, 8, rng);
+  }
+}
+
+// An id outside [0, n_expert): the CPU refuses the call; the GPU, which cannot check device ids
+// before launching, writes NaN into that token's row and computes the others normally.
+TEST_F(CudaMoeTest, BadIdPoisonsOnlyItsToken) {
+  std::mt19937 rng(13);
+  const Config c{WeightType::kQ8_0, WeightType::kQ8_0, WeightType::kQ8_0, 64, 32};
+  const Experts ex = MakeExperts(c, rng);
+  const int64_t n_tokens = 3;
+  const int64_t k = 2;
+  std::vector<float> x(n_tokens * c.n_embd);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  Route route = MakeRoute(n_tokens, k, rng);
+  const std::vector<float> good = RunGpu(ex, x, n_tokens, c.n_embd, c.n_embd, c.n_embd, route, k);
+  route.ids[1 * k + 1] = static_cast<int32_t>(kExperts);
+  const std::vector<float> bad = RunGpu(ex, x, n_tokens, c.n_embd, c.n_embd, c.n_embd, route, k);
+  for (int64_t o = 0; o < c.n_embd; ++o) {
+    EXPECT_EQ(bad[o], good[o]);
+    EXPECT_TRUE(std::isnan(bad[c.n_embd + o]));
+    EXPECT_EQ(bad[2 * c.n_embd + o], good[2 * c.n_embd + o]);
+  }
+  std::vector<float> yc(n_tokens * c.n_embd);
+  Mat cx{x.data(), n_tokens, c.n_embd, c.n_embd};
+  Mat cy{yc.data(), n_tokens, c.n_embd, c.n_embd};
+  EXPECT_EQ(cpu_->MoeFfn(cx, route.ids.data(), route.weights.data(), k,
+                         ex.gate.View(ex.gate.bytes.data()), ex.up.View(ex.up.bytes.data()),
+                         ex.down.View(ex.down.bytes.data()), cy),
+            KernelStatus::kInvalidArgument);
+}
+
+// A scratch area smaller than MoeFfnScratchBytes: kOutOfMemory, nothing launched.
+TEST_F(CudaMoeTest, SmallScratchIsOutOfMemory) {
+  std::string error;
+  CudaBackendOptions options;
+  options.scratch_bytes = 4096;
+  std::unique_ptr<Backend> small = MakeCudaBackend(options, &error);
+  ASSERT_NE(small, nullptr) << error;
+  std::mt19937 rng(14);
+  const Config c{WeightType::kF32, WeightType::kF32, WeightType::kF32, 64, 64};
+  const Experts ex = MakeExperts(c, rng);
+  const int64_t n_tokens = 16;
+  const int64_t k = 4;
+  const Route route = MakeRoute(n_tokens, k, rng);
+  DeviceBuffer g = Upload(*small, ex.gate.bytes);
+  DeviceBuffer u = Upload(*small, ex.up.bytes);
+  DeviceBuffer d = Upload(*small, ex.down.bytes);
+  DeviceBuffer xd = Upload(*small, std::vector<float>(n_tokens * c.n_embd, 1.0f));
+  DeviceBuffer yd = Upload(*small, std::vector<float>(n_tokens * c.n_embd, 0.0f));
+  DeviceBuffer idd = Upload(*small, route.ids);
+  DeviceBuffer wd = Upload(*small, route.weights);
+  const Mat gx{xd.floats(), n_tokens, c.n_embd, c.n_embd};
+  Mat gy{yd.floats(), n_tokens, c.n_embd, c.n_embd};
+  EXPECT_EQ(small->MoeFfn(gx, static_cast<const int32_t*>(idd.data()), wd.floats(), k,
+                          ex.gate.View(g.data()), ex.up.View(u.data()), ex.down.View(d.data()),
+                          gy),
+            KernelStatus::kOutOfMemory);
+}
+
+// Shape errors: the same status as the CPU backend (nothing runs; host pointers stand in).
+TEST_F(CudaMoeTest, RefusesWhatTheCpuRefuses) {
+  std::vector<uint8_t> w(RowBytes(WeightType::kF32, 64) * 32 * 4, 0);
+  std::vector<float> buf(64 * 8, 0.0f);
+  std::vector<float> other(64 * 8, 0.0f);
+  const int32_t ids[8] = {};
+  const float weights[8] = {};
+  const WeightView gate{w.data(), WeightType::kF32, 64, 32, 256, 4};
+  const WeightView down{w.data(), WeightType::kF32, 32, 64, 128, 4};
+  WeightView down_wrong = down;
+  down_wrong.count = 3;
+  WeightView unknown = gate;
+  unknown.type = static_cast<WeightType>(11);
+  struct Bad {
+    const char* what;
+    Mat x;
+    Mat y;
+    int64_t k;
+    WeightView g, u, d;
+  };
+  const std::vector<Bad> bad = {
+      {"k = 0", {buf.data(), 2, 64, 64}, {other.data(), 2, 64, 64}, 0, gate, gate, down},
+      {"y aliases x", {buf.data(), 2, 64, 64}, {buf.data(), 2, 64, 64}, 2, gate, gate, down},
+      {"y rows", {buf.data(), 2, 64, 64}, {other.data(), 3, 64, 64}, 2, gate, gate, down},
+      {"x cols != in", {buf.data(), 2, 63, 64}, {other.data(), 2, 63, 64}, 2, gate, gate, down},
+      {"down count", {buf.data(), 2, 64, 64}, {other.data(), 2, 64, 64}, 2, gate, gate,
+       down_wrong},
+  };
+  for (const Bad& b : bad) {
+    Mat yc = b.y;
+    Mat yg = b.y;
+    const KernelStatus want = cpu_->MoeFfn(b.x, ids, weights, b.k, b.g, b.u, b.d, yc);
+    EXPECT_NE(want, KernelStatus::kOk) << b.what;
+    EXPECT_EQ(gpu_->MoeFfn(b.x, ids, weights, b.k, b.g, b.u, b.d, yg), want) << b.what;
+  }
+  // A type without a kernel: the GPU refuses it up front (the CPU only when an expert runs).
+  Mat x{buf.data(), 2, 64, 64};
+  Mat y{other.data(), 2, 64, 64};
+  EXPECT_EQ(gpu_->MoeFfn(x, ids, weights, 2, unknown, gate, down, y),
+            KernelStatus::kUnsupportedType);
+}
+
+}  // namespace
+}  // namespace deltaserve::kernels::gpu_test

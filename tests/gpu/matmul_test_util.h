@@ -1,0 +1,144 @@
+// Helpers of the CUDA matrix-product tests (cuda_matmul_test.cc, cuda_moe_test.cc): random
+// quantized weights with their exactly decoded values, and the error bounds the tests assert,
+// each derived from what the kernels and the CPU reference compute:
+//
+// - GEMV (<= 8 rows): weights decoded exactly (dequant.cuh is bit-identical to DequantizeRow,
+//   cuda_dequant_test), x in f32, f32 FMAs in a different order than a double sum: error
+//   <= kF32SumRel * sum_k |w_k x_k| (n <= a few thousand terms, ~n * 2^-24 worst case, observed
+//   ~1e-7; the CPU matmul tests use the same 1e-5).
+// - GEMM (> 8 rows, tensor cores): w and x rounded to f16 (round to nearest even, relative
+//   error <= 2^-11 each, absolute <= 2^-25 below the f16 normal range), products summed in f32:
+//   |error| <= 2 * 2^-11 * sum |w x| + 2^-25 * sum (|w| + |x|) + kF32SumRel * sum |w x|.
+//   Against a double product of the f16-rounded operands (what the tensor cores multiply) only
+//   the f32 summation term remains: that sharper check catches a wrong element, which the
+//   f16 bound alone could hide in a long sum.
+// - The CPU backend, default mode, quantizes x to int8 for quantized weights (matmul.h,
+//   matmul_int8.h): x_k moves by at most d_b / 2 with d_b = amax_b / 127 of its block (32 values
+//   for Q4_0..Q8_0, 256 for the K-quants), the legacy scale also rounded to f16 (q * f16(d) with
+//   |q| <= 127 moves by <= 127 * 2^-11 * d more): so CPU vs exact <= sum_k |w_k| * 0.6 * d_b(k).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/quants.h"
+
+namespace deltaserve::kernels::gpu_test {
+
+inline constexpr double kF32SumRel = 1e-5;
+inline constexpr double kF16Rel = 2.0 * 0x1p-11;  // two operands rounded to f16
+inline constexpr double kF16Abs = 0x1p-25;        // f16 subnormal rounding
+
+inline const std::vector<WeightType>& AllTypes() {
+  static const std::vector<WeightType> types = {
+      WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ8_0,
+      WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1,
+      WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+  return types;
+}
+
+inline const char* Name(WeightType type) {
+  switch (type) {
+    case WeightType::kF32: return "F32";
+    case WeightType::kF16: return "F16";
+    case WeightType::kBF16: return "BF16";
+    case WeightType::kQ8_0: return "Q8_0";
+    case WeightType::kQ4_0: return "Q4_0";
+    case WeightType::kQ4_1: return "Q4_1";
+    case WeightType::kQ5_0: return "Q5_0";
+    case WeightType::kQ5_1: return "Q5_1";
+    case WeightType::kQ4_K: return "Q4_K";
+    case WeightType::kQ5_K: return "Q5_K";
+    case WeightType::kQ6_K: return "Q6_K";
+  }
+  return "?";
+}
+
+inline bool IsQuantized(WeightType type) { return BlockLayoutOf(type).block_size > 1; }
+
+// `count` matrices [out][in] of `type` from N(0, scale) values, as bytes and decoded floats.
+struct HostWeights {
+  WeightType type = WeightType::kF32;
+  int64_t in = 0;
+  int64_t out = 0;
+  int64_t count = 1;
+  size_t row_bytes = 0;
+  std::vector<uint8_t> bytes;   // [count][out][row_bytes]
+  std::vector<float> decoded;   // [count][out][in]
+
+  const float* Row(int64_t matrix, int64_t o) const {
+    return decoded.data() + (matrix * out + o) * in;
+  }
+  WeightView View(const void* data) const { return {data, type, in, out, row_bytes, count}; }
+};
+
+inline HostWeights MakeHostWeights(WeightType type, int64_t in, int64_t out, int64_t count,
+                                   float scale, std::mt19937& rng) {
+  HostWeights w;
+  w.type = type;
+  w.in = in;
+  w.out = out;
+  w.count = count;
+  w.row_bytes = RowBytes(type, in);
+  w.bytes.resize(w.row_bytes * static_cast<size_t>(out * count));
+  w.decoded.resize(static_cast<size_t>(in * out * count));
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(static_cast<size_t>(in));
+  for (int64_t r = 0; r < out * count; ++r) {
+    for (float& v : values) v = normal(rng);
+    uint8_t* dst = w.bytes.data() + static_cast<size_t>(r) * w.row_bytes;
+    EXPECT_EQ(QuantizeRow(type, values.data(), dst, in), KernelStatus::kOk);
+    EXPECT_EQ(DequantizeRow(type, dst, w.decoded.data() + r * in, in), KernelStatus::kOk);
+  }
+  return w;
+}
+
+inline double RoundF16(double v) {
+  return Fp16ToFp32(Fp32ToFp16(static_cast<float>(v)));
+}
+
+// One output of a product: the double sum of w.x, of the f16-rounded operands, and the sums
+// the bounds above are made of.
+struct DotRef {
+  double exact = 0;
+  double f16 = 0;
+  double abs_wx = 0;        // sum |w x|
+  double abs_w_plus_x = 0;  // sum |w| + |x|
+  double int8_shift = 0;    // sum |w_k| * 0.6 * d_b(k): the CPU int8 path's bound
+};
+
+inline DotRef Dot(WeightType type, const float* w, const float* x, int64_t n) {
+  DotRef r;
+  const int64_t group = type == WeightType::kQ4_K || type == WeightType::kQ5_K ||
+                                type == WeightType::kQ6_K
+                            ? 256
+                            : 32;
+  double d = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    if (IsQuantized(type) && k % group == 0) {
+      double amax = 0;
+      for (int64_t i = k; i < k + group && i < n; ++i) amax = std::max(amax, std::fabs(double{x[i]}));
+      d = amax / 127;
+    }
+    r.exact += double{w[k]} * x[k];
+    r.f16 += RoundF16(w[k]) * RoundF16(x[k]);
+    r.abs_wx += std::fabs(double{w[k]} * x[k]);
+    r.abs_w_plus_x += std::fabs(double{w[k]}) + std::fabs(double{x[k]});
+    if (IsQuantized(type)) r.int8_shift += std::fabs(double{w[k]}) * 0.6 * d;
+  }
+  return r;
+}
+
+// Bound of |GPU - exact| for one output (see the file comment); gemm: the tensor-core path.
+inline double GpuBound(const DotRef& r, bool gemm) {
+  double b = kF32SumRel * r.abs_wx + 1e-30;
+  if (gemm) b += kF16Rel * r.abs_wx + kF16Abs * r.abs_w_plus_x;
+  return b;
+}
+
+}  // namespace deltaserve::kernels::gpu_test
