@@ -258,7 +258,8 @@ KernelStatus LaunchMoeFfn(const LaunchContext& ctx, const Mat& x, const int32_t*
   const int64_t n_assign = n_tokens * k;
   const int64_t max_tiles = MoeMaxTiles(n_assign, n_expert, kGemmTileRows);
   const int64_t max_active = n_assign < n_expert ? n_assign : n_expert;
-  if (n_assign > 0x7FFFFFFF || n_expert > 0x7FFFFFFF || max_tiles > 65535) {
+  if (n_assign > 0x7FFFFFFF || n_expert > 0x7FFFFFFF || max_tiles > 65535 ||
+      max_active > 65535) {
     return KernelStatus::kInvalidArgument;  // beyond the int32 positions / grid.y of the plan
   }
   const MoeScratchLayout layout = MoeLayout(n_tokens, k, n_expert, n_embd, ff, kGemmTileRows);
