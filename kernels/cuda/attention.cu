@@ -98,14 +98,29 @@ template <int kD>
 __device__ __forceinline__ void DecodeTile(WeightType type, const uint8_t* const* rows, int nk,
                                            int head_dim, float (*tile)[kD + 1]) {
   switch (type) {
-    case WeightType::kF32: DecodeTileT<WeightType::kF32, kD>(rows, nk, head_dim, tile); break;
-    case WeightType::kF16: DecodeTileT<WeightType::kF16, kD>(rows, nk, head_dim, tile); break;
-    case WeightType::kBF16: DecodeTileT<WeightType::kBF16, kD>(rows, nk, head_dim, tile); break;
-    case WeightType::kQ8_0: DecodeTileT<WeightType::kQ8_0, kD>(rows, nk, head_dim, tile); break;
-    case WeightType::kQ4_0: DecodeTileT<WeightType::kQ4_0, kD>(rows, nk, head_dim, tile); break;
-    case WeightType::kQ4_1: DecodeTileT<WeightType::kQ4_1, kD>(rows, nk, head_dim, tile); break;
-    case WeightType::kQ5_0: DecodeTileT<WeightType::kQ5_0, kD>(rows, nk, head_dim, tile); break;
-    default: break;  // refused by CheckPagedAttention
+    case WeightType::kF32:
+      DecodeTileT<WeightType::kF32, kD>(rows, nk, head_dim, tile);
+      break;
+    case WeightType::kF16:
+      DecodeTileT<WeightType::kF16, kD>(rows, nk, head_dim, tile);
+      break;
+    case WeightType::kBF16:
+      DecodeTileT<WeightType::kBF16, kD>(rows, nk, head_dim, tile);
+      break;
+    case WeightType::kQ8_0:
+      DecodeTileT<WeightType::kQ8_0, kD>(rows, nk, head_dim, tile);
+      break;
+    case WeightType::kQ4_0:
+      DecodeTileT<WeightType::kQ4_0, kD>(rows, nk, head_dim, tile);
+      break;
+    case WeightType::kQ4_1:
+      DecodeTileT<WeightType::kQ4_1, kD>(rows, nk, head_dim, tile);
+      break;
+    case WeightType::kQ5_0:
+      DecodeTileT<WeightType::kQ5_0, kD>(rows, nk, head_dim, tile);
+      break;
+    default:
+      break;  // refused by CheckPagedAttention
   }
 }
 
@@ -325,9 +340,15 @@ KernelStatus LaunchPagedAttention(const LaunchContext& ctx, const Mat& q, const 
     return KernelStatus::kUnsupportedType;
   }
   switch (bucket) {
-    case 64: LaunchAttentionKernel<64>(p, n_head_kv, ctx.stream); break;
-    case 128: LaunchAttentionKernel<128>(p, n_head_kv, ctx.stream); break;
-    default: LaunchAttentionKernel<256>(p, n_head_kv, ctx.stream); break;
+    case 64:
+      LaunchAttentionKernel<64>(p, n_head_kv, ctx.stream);
+      break;
+    case 128:
+      LaunchAttentionKernel<128>(p, n_head_kv, ctx.stream);
+      break;
+    default:
+      LaunchAttentionKernel<256>(p, n_head_kv, ctx.stream);
+      break;
   }
   if (p.plan.n_splits > 1) {
     MergePartialsKernel<<<static_cast<unsigned>(n_out_rows), 128, 0, ctx.stream>>>(

@@ -185,14 +185,22 @@ struct KvBlockLayout {
 };
 DS_HOST_DEVICE DS_INLINE constexpr KvBlockLayout KvLayoutOf(WeightType type) {
   switch (type) {
-    case WeightType::kF32: return {1, 4};
-    case WeightType::kF16: return {1, 2};
-    case WeightType::kBF16: return {1, 2};
-    case WeightType::kQ8_0: return {kKvQk, 34};
-    case WeightType::kQ4_0: return {kKvQk, 18};
-    case WeightType::kQ4_1: return {kKvQk, 20};
-    case WeightType::kQ5_0: return {kKvQk, 22};
-    default: return {0, 0};
+    case WeightType::kF32:
+      return {1, 4};
+    case WeightType::kF16:
+      return {1, 2};
+    case WeightType::kBF16:
+      return {1, 2};
+    case WeightType::kQ8_0:
+      return {kKvQk, 34};
+    case WeightType::kQ4_0:
+      return {kKvQk, 18};
+    case WeightType::kQ4_1:
+      return {kKvQk, 20};
+    case WeightType::kQ5_0:
+      return {kKvQk, 22};
+    default:
+      return {0, 0};
   }
 }
 
@@ -239,14 +247,22 @@ DS_HOST_DEVICE DS_INLINE float DecodeKvValueT(const uint8_t* run, int i) {
 // The same with the type known at run time; 0 for a type that is not a KV cache type.
 DS_HOST_DEVICE DS_INLINE float DecodeKvValue(WeightType type, const uint8_t* run, int i) {
   switch (type) {
-    case WeightType::kF32: return DecodeKvValueT<WeightType::kF32>(run, i);
-    case WeightType::kF16: return DecodeKvValueT<WeightType::kF16>(run, i);
-    case WeightType::kBF16: return DecodeKvValueT<WeightType::kBF16>(run, i);
-    case WeightType::kQ8_0: return DecodeKvValueT<WeightType::kQ8_0>(run, i);
-    case WeightType::kQ4_0: return DecodeKvValueT<WeightType::kQ4_0>(run, i);
-    case WeightType::kQ4_1: return DecodeKvValueT<WeightType::kQ4_1>(run, i);
-    case WeightType::kQ5_0: return DecodeKvValueT<WeightType::kQ5_0>(run, i);
-    default: return 0.0f;
+    case WeightType::kF32:
+      return DecodeKvValueT<WeightType::kF32>(run, i);
+    case WeightType::kF16:
+      return DecodeKvValueT<WeightType::kF16>(run, i);
+    case WeightType::kBF16:
+      return DecodeKvValueT<WeightType::kBF16>(run, i);
+    case WeightType::kQ8_0:
+      return DecodeKvValueT<WeightType::kQ8_0>(run, i);
+    case WeightType::kQ4_0:
+      return DecodeKvValueT<WeightType::kQ4_0>(run, i);
+    case WeightType::kQ4_1:
+      return DecodeKvValueT<WeightType::kQ4_1>(run, i);
+    case WeightType::kQ5_0:
+      return DecodeKvValueT<WeightType::kQ5_0>(run, i);
+    default:
+      return 0.0f;
   }
 }
 

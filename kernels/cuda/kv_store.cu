@@ -52,8 +52,7 @@ __global__ void StoreKvKernel(const StoreParams p) {
   const int64_t pos = p.first_pos + token;
   const int64_t page = p.page_table[pos / s.geom.page_tokens];
   if (!PageInPool(page, p.page_limit)) return;
-  uint8_t* dst =
-      s.pool + KvHeadByteOffset(s.geom, page, pos, head) + unit * s.unit_bytes;
+  uint8_t* dst = s.pool + KvHeadByteOffset(s.geom, page, pos, head) + unit * s.unit_bytes;
   const float* src = s.x + token * s.stride + head * p.head_dim + unit * s.unit_values;
   EncodeKvBlock(s.type, src, dst);
 }

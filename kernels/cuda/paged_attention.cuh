@@ -44,9 +44,7 @@ DS_HOST_DEVICE DS_INLINE constexpr int HeadDimBucket(int64_t head_dim) {
 // Query rows each warp owns, and rows per block: at kD = 256 a block's shared memory holds 8 q
 // rows and one 32 x 257 f32 K or V tile (41 KiB, under the 48 KiB of static shared memory).
 DS_HOST_DEVICE DS_INLINE constexpr int RowsPerWarp(int kD) { return kD <= 128 ? 4 : 2; }
-DS_HOST_DEVICE DS_INLINE constexpr int RowsPerBlock(int kD) {
-  return kAttnWarps * RowsPerWarp(kD);
-}
+DS_HOST_DEVICE DS_INLINE constexpr int RowsPerBlock(int kD) { return kAttnWarps * RowsPerWarp(kD); }
 
 // --- pages --------------------------------------------------------------------------------
 
@@ -59,8 +57,8 @@ struct KvPageGeometry {
 
 // Byte offset of kv head `head` of position `pos` in its pool, `page` being
 // page_table[pos / page_tokens]: kernels::KvHeadOffset with the page id already read.
-DS_HOST_DEVICE DS_INLINE size_t KvHeadByteOffset(const KvPageGeometry& g, int64_t page,
-                                                 int64_t pos, int64_t head) {
+DS_HOST_DEVICE DS_INLINE size_t KvHeadByteOffset(const KvPageGeometry& g, int64_t page, int64_t pos,
+                                                 int64_t head) {
   return static_cast<size_t>(((page * g.n_head_kv + head) * g.page_tokens + pos % g.page_tokens) *
                              g.head_bytes);
 }

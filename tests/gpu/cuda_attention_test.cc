@@ -45,14 +45,22 @@ const WeightType kCacheTypes[] = {WeightType::kF32,  WeightType::kF16,  WeightTy
 
 std::string TypeName(WeightType t) {
   switch (t) {
-    case WeightType::kF32: return "F32";
-    case WeightType::kF16: return "F16";
-    case WeightType::kBF16: return "BF16";
-    case WeightType::kQ8_0: return "Q8_0";
-    case WeightType::kQ4_0: return "Q4_0";
-    case WeightType::kQ4_1: return "Q4_1";
-    case WeightType::kQ5_0: return "Q5_0";
-    default: return "type " + std::to_string(static_cast<int>(t));
+    case WeightType::kF32:
+      return "F32";
+    case WeightType::kF16:
+      return "F16";
+    case WeightType::kBF16:
+      return "BF16";
+    case WeightType::kQ8_0:
+      return "Q8_0";
+    case WeightType::kQ4_0:
+      return "Q4_0";
+    case WeightType::kQ4_1:
+      return "Q4_1";
+    case WeightType::kQ5_0:
+      return "Q5_0";
+    default:
+      return "type " + std::to_string(static_cast<int>(t));
   }
 }
 
@@ -60,8 +68,8 @@ struct Case {
   int64_t n_tokens, n_past, n_head, n_head_kv, head_dim;
   WeightType k_type = WeightType::kF16, v_type = WeightType::kF16;
   int64_t page_tokens = 16;
-  bool alias = false;         // GPU out is q itself
-  int64_t prefix_chunk = 0;   // StoreKv of the prefix in chunks of this many positions (0: one)
+  bool alias = false;        // GPU out is q itself
+  int64_t prefix_chunk = 0;  // StoreKv of the prefix in chunks of this many positions (0: one)
   float q_sigma = 1.0f, k_sigma = 1.0f;
 };
 
@@ -76,7 +84,9 @@ std::string Describe(const Case& c) {
 // A row-major host matrix with padded rows (the padding holds kSentinel).
 struct HostRows {
   HostRows(int64_t rows, int64_t cols, int64_t pad)
-      : rows(rows), cols(cols), stride(cols + pad),
+      : rows(rows),
+        cols(cols),
+        stride(cols + pad),
         data(static_cast<size_t>(rows * (cols + pad)), kSentinel) {}
   void FillNormal(std::mt19937& gen, float sigma) {
     std::normal_distribution<float> normal(0.0f, sigma);
@@ -125,7 +135,7 @@ class CudaAttentionTest : public GpuBackendTest {
   }
 
   static BackendCache MakeCache(Backend& b, const Case& c, const std::vector<int32_t>& table,
-                                 int64_t pool_pages) {
+                                int64_t pool_pages) {
     BackendCache cache;
     const int64_t kv_dim = c.n_head_kv * c.head_dim;
     const size_t k_row = RowBytes(c.k_type, kv_dim), v_row = RowBytes(c.v_type, kv_dim);
@@ -205,9 +215,9 @@ class CudaAttentionTest : public GpuBackendTest {
     BackendRows qg = ToBackend(*gpu_, q);
     BackendRows og = c.alias ? BackendRows{} : ToBackend(*gpu_, out_init);
     Mat out = c.alias ? qg.mat : og.mat;
-    ASSERT_EQ(gpu_->PagedAttention(qg.mat, gpu_cache.view, c.n_past, c.n_head, c.n_head_kv, scale,
-                                   out),
-              KernelStatus::kOk);
+    ASSERT_EQ(
+        gpu_->PagedAttention(qg.mat, gpu_cache.view, c.n_past, c.n_head, c.n_head_kv, scale, out),
+        KernelStatus::kOk);
     const HostRows& layout = c.alias ? q : out_init;
     const auto got = Download<float>(*gpu_, out.data, layout.data.size());
 
@@ -251,8 +261,7 @@ TEST_F(CudaAttentionTest, ShortBatchesSplitTheKeys) {
   // rows of several tokens in one block, groups of 3 and 8, head sizes between the buckets.
   uint32_t seed = 200;
   for (int64_t t = 2; t <= 8; ++t) {
-    Check({t, 300 + 97 * t, 8, 1, 256, WeightType::kF16, WeightType::kF16, 16, t % 2 == 0},
-          seed++);
+    Check({t, 300 + 97 * t, 8, 1, 256, WeightType::kF16, WeightType::kF16, 16, t % 2 == 0}, seed++);
     Check({t, 129 - t, 6, 2, 80, WeightType::kF32, WeightType::kF32, 64, t % 2 == 1}, seed++);
     Check({t, 2500, 16, 2, 128, WeightType::kQ8_0, WeightType::kQ8_0, 64}, seed++);
     Check({t, 0, 4, 4, 64, WeightType::kBF16, WeightType::kF16, 16}, seed++);
@@ -269,15 +278,15 @@ TEST_F(CudaAttentionTest, PrefillTiles) {
   Check({130, 2000, 8, 1, 256, WeightType::kQ8_0, WeightType::kF16, 64, false, 512}, seed++);
   Check({257, 5, 12, 4, 64, WeightType::kQ4_0, WeightType::kQ5_0, 16, true}, seed++);
   Check({64, 900, 24, 4, 256, WeightType::kBF16, WeightType::kBF16, 256}, seed++);  // group 6
-  Check({33, 100, 6, 2, 24, WeightType::kF32, WeightType::kF32, 7}, seed++);  // hd 24, page 7
+  Check({33, 100, 6, 2, 24, WeightType::kF32, WeightType::kF32, 7}, seed++);        // hd 24, page 7
 }
 
 TEST_F(CudaAttentionTest, EveryKTypeWithEveryVType) {
   uint32_t seed = 400;
   for (WeightType kt : kCacheTypes) {
     for (WeightType vt : kCacheTypes) {
-      Check({1, 300, 8, 2, 64, kt, vt, 16, seed % 2 == 0}, seed++);   // decode, split
-      Check({20, 40, 8, 2, 64, kt, vt, 32}, seed++);                  // prefill
+      Check({1, 300, 8, 2, 64, kt, vt, 16, seed % 2 == 0}, seed++);  // decode, split
+      Check({20, 40, 8, 2, 64, kt, vt, 32}, seed++);                 // prefill
     }
   }
   for (WeightType t : kCacheTypes) Check({3, 1500, 16, 2, 256, t, t, 64}, seed++);
@@ -370,8 +379,8 @@ TEST_F(CudaAttentionTest, RefusesWhatTheCpuRefuses) {
     PagedKvView vc_view = cc.view, vg_view = gc.view;
     x.edit(vc_view);
     x.edit(vg_view);
-    const KernelStatus want = cpu_->PagedAttention(qc.mat, vc_view, x.n_past, x.n_head,
-                                                   x.n_head_kv, 1.0f, x.bad_out ? obc.mat : occ.mat);
+    const KernelStatus want = cpu_->PagedAttention(qc.mat, vc_view, x.n_past, x.n_head, x.n_head_kv,
+                                                   1.0f, x.bad_out ? obc.mat : occ.mat);
     EXPECT_EQ(gpu_->PagedAttention(qg.mat, vg_view, x.n_past, x.n_head, x.n_head_kv, 1.0f,
                                    x.bad_out ? obg.mat : ocg.mat),
               want)
@@ -379,8 +388,7 @@ TEST_F(CudaAttentionTest, RefusesWhatTheCpuRefuses) {
   }
   EXPECT_EQ(gpu_->StoreKv(kg.mat, vg.mat, gc.view, 0), cpu_->StoreKv(kc.mat, vc.mat, cc.view, 0));
   EXPECT_EQ(gpu_->StoreKv(kg.mat, vg.mat, gc.view, 6), cpu_->StoreKv(kc.mat, vc.mat, cc.view, 6));
-  EXPECT_EQ(gpu_->StoreKv(kg.mat, vg.mat, gc.view, -1),
-            cpu_->StoreKv(kc.mat, vc.mat, cc.view, -1));
+  EXPECT_EQ(gpu_->StoreKv(kg.mat, vg.mat, gc.view, -1), cpu_->StoreKv(kc.mat, vc.mat, cc.view, -1));
   EXPECT_EQ(gpu_->StoreKv(kg.mat, vg.mat.Cols(0, 32), gc.view, 0), KernelStatus::kInvalidArgument);
 
   // head_dim 288: the CPU computes it, the GPU has no kernel.
@@ -426,8 +434,7 @@ TEST_F(CudaAttentionTest, SplitCallsNeedTheScratchTheyDeclare) {
   BackendRows qb = ToBackend(*small, q), ob = ToBackend(*small, q);
   Mat q1 = qb.mat.Rows(0, 1), o1 = ob.mat.Rows(0, 1);
   EXPECT_EQ(small->PagedAttention(q1, cache.view, 127, 4, 2, 1.0f, o1), KernelStatus::kOk);
-  EXPECT_EQ(small->PagedAttention(q1, cache.view, 200, 4, 2, 1.0f, o1),
-            KernelStatus::kOutOfMemory);
+  EXPECT_EQ(small->PagedAttention(q1, cache.view, 200, 4, 2, 1.0f, o1), KernelStatus::kOutOfMemory);
   EXPECT_EQ(small->PagedAttention(qb.mat, cache.view, 200, 4, 2, 1.0f, ob.mat), KernelStatus::kOk);
 }
 

@@ -163,8 +163,7 @@ TEST(CudaKvCodecTest, DecodeKvValueIsDequantizeRow) {
       std::vector<float> expect(n);
       ASSERT_EQ(DequantizeRow(type, run.data(), expect.data(), n), KernelStatus::kOk);
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(Bits(cuda::DecodeKvValue(type, run.data(), static_cast<int>(i))),
-                  Bits(expect[i]))
+        ASSERT_EQ(Bits(cuda::DecodeKvValue(type, run.data(), static_cast<int>(i))), Bits(expect[i]))
             << testing::TypeName(type) << " value " << i;
       }
     }
@@ -399,8 +398,8 @@ TEST(CudaAttentionSoftmaxTest, RowsWithoutKeysStayZero) {
 // every byte 0xFF to start with (NaN in f32/f16/bf16 values and scales: a read of an unwritten
 // row shows).
 struct HostCache {
-  HostCache(WeightType kt, WeightType vt, int64_t n_head_kv, int64_t head_dim,
-            int64_t page_tokens, int64_t n_positions, uint32_t seed) {
+  HostCache(WeightType kt, WeightType vt, int64_t n_head_kv, int64_t head_dim, int64_t page_tokens,
+            int64_t n_positions, uint32_t seed) {
     const int64_t pages = (n_positions + page_tokens - 1) / page_tokens;
     const int64_t pool_pages = pages + 3;
     std::vector<int32_t> ids(pool_pages);
@@ -436,7 +435,8 @@ void EmulateStoreKv(const Mat& k, const Mat& v, const PagedKvView& kv, int64_t f
     const cuda::KvBlockLayout layout = cuda::KvLayoutOf(pool.type);
     const int64_t units = head_dim / layout.values;
     for (int64_t i = 0; i < x.rows * kv.n_head_kv * units; ++i) {
-      const int64_t unit = i % units, head = i / units % kv.n_head_kv, t = i / (units * kv.n_head_kv);
+      const int64_t unit = i % units, head = i / units % kv.n_head_kv,
+                    t = i / (units * kv.n_head_kv);
       const int64_t pos = first_pos + t, page = kv.page_table[pos / kv.page_tokens];
       if (!cuda::PageInPool(page, limit)) continue;
       uint8_t* dst = static_cast<uint8_t*>(pool.data) +
@@ -470,8 +470,8 @@ void EmulateAttention(const Mat& q, const PagedKvView& kv, int64_t n_past, int64
         const int64_t r0 = b * rows_per_block;
         cuda::KeyRange keys{0, n_keys};
         if (plan.n_splits > 1) keys = cuda::SplitRange(plan, n_keys, split);
-        keys.end = std::min(keys.end,
-                            cuda::BlockKeyEnd(r0, rows_per_block, n_tokens, group, n_past));
+        keys.end =
+            std::min(keys.end, cuda::BlockKeyEnd(r0, rows_per_block, n_tokens, group, n_past));
         for (int64_t r = r0; r < std::min(r0 + rows_per_block, n_rows); ++r) {
           const cuda::AttnRow row = cuda::RowOf(r, kvh, group);
           const int64_t limit = cuda::TokenKeyLimit(n_past, row.token);
