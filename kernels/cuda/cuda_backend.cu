@@ -149,6 +149,8 @@ std::unique_ptr<CudaBackend> CudaBackend::Create(const CudaBackendOptions& optio
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) {
     UseDevice();
+    AbortCapture();
+    DropGraphs();
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
     cudaGetLastError();
@@ -211,7 +213,14 @@ DeviceBuffer CudaBackend::AllocateUninitialised(size_t bytes) {
                       reinterpret_cast<void*>(static_cast<intptr_t>(device_)));
 }
 
+bool CudaBackend::RefusedWhileCapturing(std::string_view what) {
+  if (!capturing_) return false;
+  last_error_ = std::string(what) + ": not allowed while capturing a graph";
+  return true;
+}
+
 DeviceBuffer CudaBackend::Allocate(size_t bytes) {
+  if (RefusedWhileCapturing("Allocate")) return {};
   DeviceBuffer buffer = AllocateUninitialised(bytes);
   if (buffer.data() == nullptr) return {};
   const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -225,6 +234,7 @@ DeviceBuffer CudaBackend::Allocate(size_t bytes) {
 KernelStatus CudaBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return KernelStatus::kOk;
   if (dst == nullptr || src == nullptr) return KernelStatus::kInvalidArgument;
+  if (RefusedWhileCapturing("CopyToDevice")) return KernelStatus::kInvalidArgument;
   if (!UseDevice()) return KernelStatus::kDeviceError;
   if (KernelStatus s = Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
                              "cudaMemcpyAsync(host to device)");
@@ -238,6 +248,7 @@ KernelStatus CudaBackend::CopyToDevice(void* dst, const void* src, size_t bytes)
 KernelStatus CudaBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return KernelStatus::kOk;
   if (dst == nullptr || src == nullptr) return KernelStatus::kInvalidArgument;
+  if (RefusedWhileCapturing("CopyToHost")) return KernelStatus::kInvalidArgument;
   if (!UseDevice()) return KernelStatus::kDeviceError;
   if (KernelStatus s = Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
                              "cudaMemcpyAsync(device to host)");
@@ -260,6 +271,7 @@ KernelStatus CudaBackend::CopyOnDevice(void* dst, const void* src, size_t bytes)
 
 const void* CudaBackend::ImportWeights(const void* host, size_t bytes, DeviceBuffer& storage) {
   if (host == nullptr && bytes > 0) return nullptr;
+  if (RefusedWhileCapturing("ImportWeights")) return nullptr;
   DeviceBuffer buffer = AllocateUninitialised(bytes);
   if (buffer.data() == nullptr) return nullptr;
   if (bytes > 0) {
@@ -274,6 +286,7 @@ const void* CudaBackend::ImportWeights(const void* host, size_t bytes, DeviceBuf
 }
 
 KernelStatus CudaBackend::Synchronize() {
+  if (RefusedWhileCapturing("Synchronize")) return KernelStatus::kInvalidArgument;
   if (!UseDevice()) return KernelStatus::kDeviceError;
   return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }

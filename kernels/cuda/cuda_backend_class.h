@@ -1,5 +1,6 @@
 // The CudaBackend class itself, for callers that need more than the Backend interface: the text
-// of the last CUDA error, the device's properties, and CUDA-graph capture of a decode step.
+// of the last CUDA error, the device's properties, and CUDA-graph capture of a decode step
+// (kernels/cuda/README.md "CUDA graphs" says what the engine must do around it).
 // Host-only like cuda_backend.h (the CUDA handle types are forward-declared), so worker/ code
 // compiled by the host compiler can use it:
 //
@@ -11,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,6 +23,7 @@
 // The runtime's handle types (cudaStream_t is CUstream_st*, and so on), declared here so that
 // this header needs no CUDA include.
 struct CUstream_st;
+struct CUgraphExec_st;
 
 namespace deltaserve::kernels {
 
@@ -90,6 +93,34 @@ class CudaBackend final : public Backend {
                       const WeightView& gate_exps, const WeightView& up_exps,
                       const WeightView& down_exps, Mat& y) override;
 
+  // --- CUDA graphs ----------------------------------------------------------------------
+  // A decode step is hundreds of small launches; replayed as one graph the GPU runs them back
+  // to back instead of waiting on each launch. Between BeginCapture and EndCaptureAndLaunch the
+  // ops are recorded, not run (cudaStreamBeginCapture, thread-local mode). EndCaptureAndLaunch
+  // then updates the executable graph cached under `key` (a batch-size bucket) in place with
+  // the new recording (cudaGraphExecUpdate: same kernels in the same order, new arguments such
+  // as n_past), or instantiates one when there is none or the sequence of kernels changed, and
+  // launches it. While capturing, Allocate, ImportWeights, CopyToDevice, CopyToHost and
+  // Synchronize are refused (kInvalidArgument: they cannot be part of a graph); an op that fails
+  // while capturing leaves the capture broken: call AbortCapture.
+  KernelStatus BeginCapture();
+  KernelStatus EndCaptureAndLaunch(int64_t key);
+  // Ends a capture and throws the recording away (after an op failed mid-step); no-op if none.
+  void AbortCapture();
+  // Launches the graph cached under `key` again, unchanged: only valid when every argument of
+  // every recorded op (pointers and host scalars such as n_past) is still what it should be.
+  KernelStatus ReplayGraph(int64_t key);
+  bool capturing() const { return capturing_; }
+  bool HasGraph(int64_t key) const { return graphs_.count(key) != 0; }
+  // Destroys every cached graph (the engine's buckets changed, or memory is needed).
+  void DropGraphs();
+  struct GraphStats {
+    int64_t instantiated = 0;  // graphs built from scratch
+    int64_t updated = 0;       // recordings applied to a cached graph in place
+    int64_t launched = 0;
+  };
+  const GraphStats& graph_stats() const { return graph_stats_; }
+
  private:
   CudaBackend() = default;
 
@@ -103,6 +134,8 @@ class CudaBackend final : public Backend {
   KernelStatus Launched(KernelStatus status, std::string_view op);
   // cudaMalloc without the zero fill (ImportWeights overwrites everything anyway).
   DeviceBuffer AllocateUninitialised(size_t bytes);
+  // True (with the error kept) when `what` is called while capturing.
+  bool RefusedWhileCapturing(std::string_view what);
 
   int device_ = 0;
   std::string name_;
@@ -110,6 +143,9 @@ class CudaBackend final : public Backend {
   CUstream_st* stream_ = nullptr;
   DeviceBuffer scratch_;
   std::string last_error_;
+  bool capturing_ = false;
+  std::map<int64_t, CUgraphExec_st*> graphs_;
+  GraphStats graph_stats_;
 };
 
 // `backend` as a CudaBackend; null when it is another backend.

@@ -3,9 +3,12 @@
 // pageable and pinned memory, device-to-device copies and their overlap check, ImportWeights),
 // errors (out of memory is an empty handle with the CUDA text kept, and the backend keeps
 // working; a scratch area that cannot fit and a missing device make no backend), buffers that
-// outlive their backend, and stream ordering (a chain of ops on one stream without
-// synchronising in between reads what the previous op wrote). Expected values are the bytes the
-// test wrote. Reports SKIPPED where the machine has no GPU.
+// outlive their backend, stream ordering (a chain of ops on one stream without synchronising in
+// between reads what the previous op wrote), and CUDA-graph capture (recorded ops do not run
+// until the graph launches; a second recording with other arguments updates the cached graph
+// in place; another kernel sequence rebuilds it; calls that cannot be captured are refused
+// without breaking the capture). Expected values are the bytes the test wrote, or whole-number
+// sums that f32 holds exactly. Reports SKIPPED where the machine has no GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -205,6 +208,90 @@ TEST_F(CudaBackendTest, OpsRunInCallOrderOnTheStream) {
   std::vector<float> back(n);
   ASSERT_EQ(gpu_->CopyToHost(back.data(), zb.data(), n * sizeof(float)), KernelStatus::kOk);
   EXPECT_EQ(back, std::vector<float>(n, 200.0f));
+}
+
+// --- CUDA graphs ------------------------------------------------------------------------------
+
+TEST_F(CudaBackendTest, CapturedOpsRunOnlyWhenTheGraphLaunches) {
+  CudaBackend* cuda = AsCudaBackend(gpu_.get());
+  ASSERT_NE(cuda, nullptr);
+  const int64_t n = 4096;
+  DeviceBuffer xb = Upload(*gpu_, std::vector<float>(n, 0.0f));
+  DeviceBuffer ones = Upload(*gpu_, std::vector<float>(n, 1.0f));
+  DeviceBuffer twos = Upload(*gpu_, std::vector<float>(n, 2.0f));
+  Mat x{xb.floats(), 16, 256, 256};
+  const Mat one{ones.floats(), 16, 256, 256};
+  const Mat two{twos.floats(), 16, 256, 256};
+
+  ASSERT_EQ(cuda->BeginCapture(), KernelStatus::kOk);
+  EXPECT_TRUE(cuda->capturing());
+  EXPECT_EQ(cuda->BeginCapture(), KernelStatus::kInvalidArgument);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(gpu_->Add(x, one), KernelStatus::kOk);
+  // Not capturable: refused, and the capture goes on.
+  std::vector<float> host(n);
+  EXPECT_EQ(gpu_->Synchronize(), KernelStatus::kInvalidArgument);
+  EXPECT_EQ(gpu_->CopyToHost(host.data(), xb.data(), 16), KernelStatus::kInvalidArgument);
+  EXPECT_EQ(gpu_->CopyToDevice(xb.data(), host.data(), 16), KernelStatus::kInvalidArgument);
+  EXPECT_EQ(gpu_->Allocate(64).data(), nullptr);
+  EXPECT_NE(cuda->last_error().find("capturing"), std::string::npos) << cuda->last_error();
+  ASSERT_EQ(cuda->EndCaptureAndLaunch(7), KernelStatus::kOk) << cuda->last_error();
+  EXPECT_FALSE(cuda->capturing());
+  EXPECT_TRUE(cuda->HasGraph(7));
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 3.0f));
+  EXPECT_EQ(cuda->graph_stats().instantiated, 1);
+
+  // The same kernels with another argument (two instead of one): an in-place update.
+  ASSERT_EQ(cuda->BeginCapture(), KernelStatus::kOk);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(gpu_->Add(x, two), KernelStatus::kOk);
+  ASSERT_EQ(cuda->EndCaptureAndLaunch(7), KernelStatus::kOk) << cuda->last_error();
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 9.0f));
+  EXPECT_EQ(cuda->graph_stats().instantiated, 1);
+  EXPECT_EQ(cuda->graph_stats().updated, 1);
+
+  // Replayed unchanged: + 3 * 2 again.
+  ASSERT_EQ(cuda->ReplayGraph(7), KernelStatus::kOk);
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 15.0f));
+
+  // Another kernel sequence under the same key: rebuilt, and still right.
+  ASSERT_EQ(cuda->BeginCapture(), KernelStatus::kOk);
+  ASSERT_EQ(gpu_->Add(x, one), KernelStatus::kOk);
+  ASSERT_EQ(gpu_->RmsNorm(x, {}, 0.0f, x), KernelStatus::kOk);  // every value 16: rms 16 -> 1
+  ASSERT_EQ(gpu_->Add(x, two), KernelStatus::kOk);
+  ASSERT_EQ(cuda->EndCaptureAndLaunch(7), KernelStatus::kOk) << cuda->last_error();
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 3.0f));
+  EXPECT_EQ(cuda->graph_stats().instantiated, 2);
+  EXPECT_EQ(cuda->graph_stats().launched, 4);
+
+  // A second bucket next to the first.
+  ASSERT_EQ(cuda->BeginCapture(), KernelStatus::kOk);
+  ASSERT_EQ(gpu_->Add(x, one), KernelStatus::kOk);
+  ASSERT_EQ(cuda->EndCaptureAndLaunch(8), KernelStatus::kOk);
+  EXPECT_TRUE(cuda->HasGraph(7));
+  EXPECT_TRUE(cuda->HasGraph(8));
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 4.0f));
+  cuda->DropGraphs();
+  EXPECT_FALSE(cuda->HasGraph(7));
+}
+
+TEST_F(CudaBackendTest, AnAbortedCaptureRunsNothing) {
+  CudaBackend* cuda = AsCudaBackend(gpu_.get());
+  ASSERT_NE(cuda, nullptr);
+  DeviceBuffer xb = Upload(*gpu_, std::vector<float>(256, 5.0f));
+  Mat x{xb.floats(), 1, 256, 256};
+  ASSERT_EQ(cuda->BeginCapture(), KernelStatus::kOk);
+  ASSERT_EQ(gpu_->Add(x, x), KernelStatus::kOk);
+  // A refused op (bad shape) inside a capture: nothing was recorded for it.
+  Mat bad{xb.floats(), 1, 256, 128};
+  EXPECT_EQ(gpu_->Add(x, bad), KernelStatus::kInvalidArgument);
+  cuda->AbortCapture();
+  EXPECT_FALSE(cuda->capturing());
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), 256), std::vector<float>(256, 5.0f));
+  EXPECT_EQ(cuda->EndCaptureAndLaunch(1), KernelStatus::kInvalidArgument);
+  EXPECT_EQ(cuda->ReplayGraph(1), KernelStatus::kInvalidArgument);
+  EXPECT_FALSE(cuda->HasGraph(1));
+  // The backend is usable after the abort.
+  ASSERT_EQ(gpu_->Add(x, x), KernelStatus::kOk);
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), 256), std::vector<float>(256, 10.0f));
 }
 
 }  // namespace
