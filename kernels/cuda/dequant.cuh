@@ -30,6 +30,14 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/device_compat.h"
 
+// "#pragma unroll" for loops in DS_HOST_DEVICE code: the host compiler does not know the pragma
+// (and warns), nvcc's device pass does.
+#if defined(__CUDA_ARCH__)
+#define DS_UNROLL _Pragma("unroll")
+#else
+#define DS_UNROLL
+#endif
+
 namespace deltaserve::kernels::cuda {
 
 // --- scalar helpers -----------------------------------------------------------------------

@@ -15,6 +15,9 @@
 // (Cs[t][o]). Rows of Ws/Xs are padded to kLd halves (a multiple of 8 halves, 16 bytes, as
 // WMMA requires; every fragment pointer 32-byte aligned).
 //
+// The unit loaders (GemmWeightUnit, GemmActivationUnit) are DS_HOST_DEVICE: the CPU test replays
+// a tile's slices with them.
+//
 // Numerics: each product w * x is taken from w and x rounded to f16 (relative error <= 2^-11
 // each, so <= ~2^-10 per product), summed in f32. Against the exact product the error is
 // bounded by ~1e-3 * sum_k |w_k x_k| (plus f32 summation), and for random signs it is about
@@ -22,21 +25,73 @@
 // model weights and post-norm activations stay far below it (kernels/cuda/README.md).
 #pragma once
 
-#if defined(__CUDACC__)
-
-#include <cuda_fp16.h>
-#include <mma.h>
-
 #include <cstdint>
 
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/gemv.cuh"  // LoadActivations8
 #include "kernels/cuda/matmul_plan.cuh"
 
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <mma.h>
+#endif
+
 namespace deltaserve::kernels::cuda {
 
+// Row pitch of the f16 slices in shared memory (a multiple of 8 halves, as WMMA requires).
+inline constexpr int kGemmLd = kGemmTileK + 8;
+// Units of 8 values per row of a slice.
+inline constexpr int kGemmUnitsPerRow = kGemmTileK / 8;
+
+// Unit u (0 .. kGemmTileOut * kGemmUnitsPerRow - 1) of the weight slice starting at column k0:
+// row r = u / kGemmUnitsPerRow of the tile, values k0 + 8 (u % kGemmUnitsPerRow) .. + 7,
+// decoded exactly into v (zeros past n_out rows or past `in`). Returns its offset in Ws.
+template <WeightType T>
+DS_HOST_DEVICE DS_INLINE int GemmWeightUnit(const uint8_t* w, size_t row_bytes, int n_out,
+                                            int64_t in, int64_t k0, int u, float* v) {
+  const int r = u / kGemmUnitsPerRow;
+  const int c = u % kGemmUnitsPerRow;
+  const int64_t k = k0 + 8 * c;
+  for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+  if (r < n_out && k < in) {
+    const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
+    if (k + 8 <= in) {
+      DecodeUnit<T>(row, k / 8, v);
+    } else if constexpr (kDqDense<T>) {  // the end of a row whose length is not 8m
+DS_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        if (k + i < in) v[i] = DecodeValue<T>(row, k + i);
+      }
+    }
+  }
+  return r * kGemmLd + 8 * c;
+}
+
+// Unit u of the activation slice at k0: tile row t = u / kGemmUnitsPerRow from xrow (nullptr:
+// no row, zeros), zeros past `in`. Returns its offset in Xs.
+DS_HOST_DEVICE DS_INLINE int GemmActivationUnit(const float* xrow, int64_t in, int64_t k0, int u,
+                                                float* v) {
+  const int t = u / kGemmUnitsPerRow;
+  const int c = u % kGemmUnitsPerRow;
+  const int64_t k = k0 + 8 * c;
+  for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+  if (xrow != nullptr && k < in) {
+    if (k + 8 <= in) {
+      LoadActivations8(xrow + k, v);
+    } else {
+DS_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        if (k + i < in) v[i] = LoadActivation(xrow + k + i);
+      }
+    }
+  }
+  return t * kGemmLd + 8 * c;
+}
+
+#if defined(__CUDACC__)
+
 struct GemmShared {
-  static constexpr int kLd = kGemmTileK + 8;     // halves per row of Ws / Xs
+  static constexpr int kLd = kGemmLd;            // halves per row of Ws / Xs
   static constexpr int kLdc = kGemmTileOut + 4;  // floats per row of Cs
   __align__(32) __half ws[kGemmTileOut * kLd];
   __align__(32) __half xs[kGemmTileRows * kLd];
@@ -62,7 +117,6 @@ __device__ void GemmTile(GemmShared& sh, const uint8_t* w, size_t row_bytes, int
   namespace wmma = nvcuda::wmma;
   constexpr int kLd = GemmShared::kLd;
   constexpr int kLdc = GemmShared::kLdc;
-  constexpr int kUnitsPerRow = kGemmTileK / 8;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int wo = warp / 2;  // 32-row block of the output features
@@ -77,39 +131,15 @@ __device__ void GemmTile(GemmShared& sh, const uint8_t* w, size_t row_bytes, int
 
   for (int64_t k0 = 0; k0 < in; k0 += kGemmTileK) {
     __syncthreads();  // the previous slice's fragments are loaded (and xrow/yrow are visible)
-    for (int u = tid; u < kGemmTileOut * kUnitsPerRow; u += kGemmThreads) {
-      const int r = u / kUnitsPerRow;
-      const int64_t k = k0 + 8 * (u % kUnitsPerRow);
-      float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (r < n_out && k < in) {
-        const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
-        if (k + 8 <= in) {
-          DecodeUnit<T>(row, k / 8, v);
-        } else if constexpr (kDqDense<T>) {  // the end of a row whose length is not 8m
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            if (k + i < in) v[i] = DecodeValue<T>(row, k + i);
-          }
-        }
-      }
-      StoreHalf8(&sh.ws[r * kLd + (u % kUnitsPerRow) * 8], v);
+    for (int u = tid; u < kGemmTileOut * kGemmUnitsPerRow; u += kGemmThreads) {
+      float v[8];
+      const int at = GemmWeightUnit<T>(w, row_bytes, n_out, in, k0, u, v);
+      StoreHalf8(&sh.ws[at], v);
     }
-    for (int u = tid; u < kGemmTileRows * kUnitsPerRow; u += kGemmThreads) {
-      const int t = u / kUnitsPerRow;
-      const int64_t k = k0 + 8 * (u % kUnitsPerRow);
-      float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const float* xp = sh.xrow[t];
-      if (xp != nullptr && k < in) {
-        if (k + 8 <= in) {
-          LoadActivations8(xp + k, v);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            if (k + i < in) v[i] = __ldg(xp + k + i);
-          }
-        }
-      }
-      StoreHalf8(&sh.xs[t * kLd + (u % kUnitsPerRow) * 8], v);
+    for (int u = tid; u < kGemmTileRows * kGemmUnitsPerRow; u += kGemmThreads) {
+      float v[8];
+      const int at = GemmActivationUnit(sh.xrow[u / kGemmUnitsPerRow], in, k0, u, v);
+      StoreHalf8(&sh.xs[at], v);
     }
     __syncthreads();
 #pragma unroll
@@ -145,6 +175,6 @@ __device__ void GemmTile(GemmShared& sh, const uint8_t* w, size_t row_bytes, int
   }
 }
 
-}  // namespace deltaserve::kernels::cuda
-
 #endif  // __CUDACC__
+
+}  // namespace deltaserve::kernels::cuda

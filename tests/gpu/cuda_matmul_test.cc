@@ -7,6 +7,8 @@
 // backend. Tolerances: matmul_test_util.h (f32 sums for GEMV; f16 operands for GEMM, checked
 // both against the exact product with the f16 bound and against the product of the
 // f16-rounded operands with the f32 bound; CPU int8 activations bounded by 0.6 d per value).
+// GEMV outputs must moreover equal, bit for bit, the host replay of the warp (gemv.cuh's lane
+// loop is DS_HOST_DEVICE), so this file is built without FMA contraction like the decoders.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/quants.h"
+#include "kernels/cuda/gemv.cuh"
 #include "tests/gpu/gpu_test_support.h"
 #include "tests/gpu/matmul_test_util.h"
 
@@ -38,6 +41,38 @@ class CudaMatMulTest : public GpuBackendTest {
     int64_t matrix = 0;     // use matrix `matrix` of a stack of matrix + 1 ...
     int64_t first_row = 0;  // ... and its rows [first_row, first_row + out)
   };
+
+  // GEMV results equal, bit for bit, the host replay of the warp (gemv.cuh GemvLanePartial for
+  // 32 lanes, then the butterfly): the same decoders, the same fmaf chain, the same additions.
+  static void ExpectGemvBitsOfHostReplay(const HostWeights& w, const Case& c,
+                                         const std::vector<float>& x, int64_t xs,
+                                         const std::vector<float>& y, int64_t ys) {
+    const int nr = static_cast<int>(c.rows);
+    const float* xr[cuda::kGemvMaxRows];
+    for (int r = 0; r < cuda::kGemvMaxRows; ++r) xr[r] = x.data() + (r < nr ? r : 0) * xs;
+    int reported = 0;
+    for (int64_t o = 0; o < c.out; ++o) {
+      const uint8_t* wrow = w.bytes.data() +
+                            static_cast<size_t>((c.matrix * w.out + c.first_row + o)) * w.row_bytes;
+      float lanes[32][cuda::kGemvMaxRows];
+      cuda::DispatchWeightType(c.type, 0, [&](auto tag) {
+        for (int lane = 0; lane < 32; ++lane) {
+          cuda::GemvLanePartial<decltype(tag)::value>(wrow, c.in, xr, nr, lane, lanes[lane]);
+        }
+        return 0;
+      });
+      for (int r = 0; r < nr; ++r) {
+        float v[32];
+        for (int l = 0; l < 32; ++l) v[l] = lanes[l][r];
+        const float want = cuda::ButterflySum(v);
+        const float got = y[r * ys + o];
+        if (std::memcmp(&want, &got, sizeof(float)) != 0 && reported++ < 5) {
+          ADD_FAILURE() << "GEMV bits differ from the host replay at t=" << r << " o=" << o
+                        << ": gpu " << got << " replay " << want;
+        }
+      }
+    }
+  }
 
   // Runs one product on both backends and checks it (see the file comment).
   void Check(const Case& c, std::mt19937& rng) {
@@ -74,6 +109,7 @@ class CudaMatMulTest : public GpuBackendTest {
     ASSERT_EQ(cpu_->MatMul(cw, cx, cy), KernelStatus::kOk);
 
     const bool gemm = c.rows > 8;
+    if (!gemm) ExpectGemvBitsOfHostReplay(w, c, x, xs, y, ys);
     int reported = 0;
     for (int64_t t = 0; t < c.rows; ++t) {
       for (int64_t o = 0; o < c.out; ++o) {

@@ -13,6 +13,8 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/matmul_plan.cuh"
 #include "kernels/cuda/moe_sort.cuh"
 #include "tests/kernels/quant_test_util.h"
@@ -108,6 +110,146 @@ TEST(CudaDequantTest, LayoutsMatchBackend) {
     });
   }
   EXPECT_EQ(DispatchWeightType(static_cast<WeightType>(10), -1, [](auto) { return 1; }), -1);
+}
+
+// --- GEMV warp and GEMM tile, replayed on the host ------------------------------------------
+
+struct Product {
+  WeightType type;
+  int64_t in;
+  int64_t out;
+  std::vector<uint8_t> bytes;
+  std::vector<float> decoded;
+  size_t row_bytes;
+};
+
+Product MakeProduct(WeightType type, int64_t in, int64_t out, std::mt19937& rng) {
+  Product p{type, in, out, {}, std::vector<float>(static_cast<size_t>(in * out)), RowBytes(type, in)};
+  p.bytes.resize(p.row_bytes * static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    const std::vector<float> v = RandomValues(in, rng);
+    EXPECT_EQ(QuantizeRow(type, v.data(), p.bytes.data() + o * p.row_bytes, in), KernelStatus::kOk);
+    EXPECT_EQ(DequantizeRow(type, p.bytes.data() + o * p.row_bytes, p.decoded.data() + o * in, in),
+              KernelStatus::kOk);
+  }
+  return p;
+}
+
+std::vector<float> RandomX(int64_t rows, int64_t stride, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows * stride));
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+// 32 lanes of GemvLanePartial and the butterfly: the sums lane 0 of the GPU warp writes.
+std::vector<float> ReplayGemvWarp(const Product& p, int64_t o, const float* const* xr, int nr) {
+  std::vector<float> lanes(static_cast<size_t>(32 * kGemvMaxRows));
+  DispatchWeightType(p.type, 0, [&](auto tag) {
+    for (int lane = 0; lane < 32; ++lane) {
+      GemvLanePartial<decltype(tag)::value>(p.bytes.data() + o * p.row_bytes, p.in, xr, nr, lane,
+                                            lanes.data() + lane * kGemvMaxRows);
+    }
+    return 0;
+  });
+  std::vector<float> out(nr);
+  for (int r = 0; r < nr; ++r) {
+    float v[32];
+    for (int l = 0; l < 32; ++l) v[l] = lanes[l * kGemvMaxRows + r];
+    out[r] = ButterflySum(v);
+  }
+  return out;
+}
+
+// Every unit of every row is summed once: the replayed warp equals the double product within
+// f32 summation error (1e-5 of sum |w x|), for every type, rows 1..8, dense tails.
+TEST(CudaGemvReplayTest, WarpComputesTheProduct) {
+  std::mt19937 rng(21);
+  for (WeightType type : AllWeightTypes()) {
+    const std::vector<int64_t> lengths =
+        BlockLayoutOf(type).block_size == 1 ? std::vector<int64_t>{5, 8, 100, 300, 777}
+        : BlockLayoutOf(type).block_size == 32 ? std::vector<int64_t>{32, 96, 1056}
+                                               : std::vector<int64_t>{256, 1280};
+    for (int64_t in : lengths) {
+      const Product p = MakeProduct(type, in, 3, rng);
+      const int64_t stride = in + 3;
+      const std::vector<float> x = RandomX(kGemvMaxRows, stride, rng);
+      for (int nr = 1; nr <= kGemvMaxRows; ++nr) {
+        const float* xr[kGemvMaxRows];
+        for (int r = 0; r < kGemvMaxRows; ++r) xr[r] = x.data() + r * stride;
+        for (int64_t o = 0; o < p.out; ++o) {
+          const std::vector<float> got = ReplayGemvWarp(p, o, xr, nr);
+          for (int r = 0; r < nr; ++r) {
+            double want = 0;
+            double scale = 0;
+            for (int64_t k = 0; k < in; ++k) {
+              want += double{p.decoded[o * in + k]} * xr[r][k];
+              scale += std::fabs(double{p.decoded[o * in + k]} * xr[r][k]);
+            }
+            EXPECT_NEAR(got[r], want, 1e-5 * scale + 1e-30)
+                << TypeName(type) << " in=" << in << " nr=" << nr << " o=" << o << " r=" << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+double RoundHalf(float v) { return Fp16ToFp32(Fp32ToFp16(v)); }
+
+// One GEMM tile replayed slice by slice through GemmWeightUnit / GemmActivationUnit into f16
+// slices, multiplied in double: equals the double product of the f16-rounded operands, with
+// zeros from missing rows (n_out < 64, null activation rows) and past `in`.
+TEST(CudaGemmReplayTest, TileSlicesHoldTheRightOperands) {
+  std::mt19937 rng(22);
+  for (WeightType type : AllWeightTypes()) {
+    const int64_t in = BlockLayoutOf(type).block_size == 1 ? 77
+                       : BlockLayoutOf(type).block_size == 32 ? 160 : 512;
+    for (int n_out : {64, 37, 1}) {
+      const Product p = MakeProduct(type, in, n_out + 5, rng);  // the tile covers rows 5 ..
+      const int64_t stride = in + 1;
+      const std::vector<float> x = RandomX(kGemmTileRows, stride, rng);
+      const float* xrow[kGemmTileRows];
+      for (int t = 0; t < kGemmTileRows; ++t) xrow[t] = t % 7 == 3 ? nullptr : x.data() + t * stride;
+      const uint8_t* w = p.bytes.data() + 5 * p.row_bytes;
+      std::vector<double> c(kGemmTileOut * kGemmTileRows, 0.0);
+      for (int64_t k0 = 0; k0 < in; k0 += kGemmTileK) {
+        std::vector<double> ws(kGemmTileOut * kGemmLd, -1e300), xs(kGemmTileRows * kGemmLd, -1e300);
+        for (int u = 0; u < kGemmTileOut * kGemmUnitsPerRow; ++u) {
+          float v[8];
+          const int at = DispatchWeightType(type, -1, [&](auto tag) {
+            return GemmWeightUnit<decltype(tag)::value>(w, p.row_bytes, n_out, in, k0, u, v);
+          });
+          for (int i = 0; i < 8; ++i) ws[at + i] = RoundHalf(v[i]);
+        }
+        for (int u = 0; u < kGemmTileRows * kGemmUnitsPerRow; ++u) {
+          float v[8];
+          const int at = GemmActivationUnit(xrow[u / kGemmUnitsPerRow], in, k0, u, v);
+          for (int i = 0; i < 8; ++i) xs[at + i] = RoundHalf(v[i]);
+        }
+        // What the 2 x 2 warps' WMMA products compute: C[o][t] += Ws[o][:] . Xs[t][:].
+        for (int o = 0; o < kGemmTileOut; ++o) {
+          for (int t = 0; t < kGemmTileRows; ++t) {
+            for (int kk = 0; kk < kGemmTileK; ++kk) {
+              c[o * kGemmTileRows + t] += ws[o * kGemmLd + kk] * xs[t * kGemmLd + kk];
+            }
+          }
+        }
+      }
+      for (int o = 0; o < kGemmTileOut; ++o) {
+        for (int t = 0; t < kGemmTileRows; ++t) {
+          double want = 0;
+          if (o < n_out && xrow[t] != nullptr) {
+            for (int64_t k = 0; k < in; ++k) {
+              want += RoundHalf(p.decoded[(5 + o) * in + k]) * RoundHalf(xrow[t][k]);
+            }
+          }
+          ASSERT_NEAR(c[o * kGemmTileRows + t], want, 1e-9 * (1 + std::fabs(want)))
+              << TypeName(type) << " n_out=" << n_out << " o=" << o << " t=" << t;
+        }
+      }
+    }
+  }
 }
 
 // --- grouped launches ------------------------------------------------------------------------
