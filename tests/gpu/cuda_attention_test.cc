@@ -20,8 +20,10 @@
 // implementation, times |out| <= max |v| (about 4 for N(0,1) values). Hence
 // |gpu - cpu| <= 4e-5 + 2e-8 * n_keys + 2e-4 * |cpu|: 2e-4 absolute at 5,000 keys.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -436,6 +438,66 @@ TEST_F(CudaAttentionTest, SplitCallsNeedTheScratchTheyDeclare) {
   EXPECT_EQ(small->PagedAttention(q1, cache.view, 127, 4, 2, 1.0f, o1), KernelStatus::kOk);
   EXPECT_EQ(small->PagedAttention(q1, cache.view, 200, 4, 2, 1.0f, o1), KernelStatus::kOutOfMemory);
   EXPECT_EQ(small->PagedAttention(qb.mat, cache.view, 200, 4, 2, 1.0f, ob.mat), KernelStatus::kOk);
+}
+
+// Not a test: the kernels' speed alone on Qwen3.5-9B-like attention (16 query heads, 4 kv
+// heads, head_dim 256), for a session with a GPU:
+//   tests/gpu/cuda_attention_test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
+// Decode (T = 1 and 4) reports the K/V bytes it reads per second (a memory-bound kernel's
+// roofline is the device's bandwidth); prefill (a 512-token chunk ending at the context) the
+// flops of q.k and p.v per second (4 * head_dim * n_head per visible key and token).
+TEST_F(CudaAttentionTest, DISABLED_Throughput) {
+  const int64_t n_head = 16, n_head_kv = 4, hd = 256, page = 64;
+  std::mt19937 gen(1000);
+  HostRows src(4096, n_head_kv * hd, 0);
+  src.FillNormal(gen, 1.0f);
+  BackendRows s = ToBackend(*gpu_, src);
+  // Seconds per call: one warm-up, then repeats for about half a second.
+  auto time_call = [&](auto&& call) {
+    EXPECT_EQ(call(), KernelStatus::kOk);
+    EXPECT_EQ(gpu_->Synchronize(), KernelStatus::kOk);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(call(), KernelStatus::kOk);
+    EXPECT_EQ(gpu_->Synchronize(), KernelStatus::kOk);
+    const double once =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int reps = static_cast<int>(std::clamp(0.5 / std::max(once, 1e-6), 3.0, 200.0));
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) call();
+    EXPECT_EQ(gpu_->Synchronize(), KernelStatus::kOk);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  for (WeightType type : {WeightType::kF16, WeightType::kQ8_0}) {
+    for (int64_t ctx : {512, 4096, 32768, 131072}) {
+      const Case c{1, ctx - 1, n_head, n_head_kv, hd, type, type, page};
+      const int64_t pages = (ctx + page - 1) / page;
+      std::vector<int32_t> table(pages);
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), gen);
+      BackendCache cache = MakeCache(*gpu_, c, table, pages);
+      for (int64_t first = 0; first < ctx; first += src.rows) {
+        const int64_t n = std::min(src.rows, ctx - first);
+        ASSERT_EQ(gpu_->StoreKv(s.mat.Rows(0, n), s.mat.Rows(0, n), cache.view, first),
+                  KernelStatus::kOk);
+      }
+      const double kv_bytes =
+          static_cast<double>(ctx) * (cache.view.k.row_bytes + cache.view.v.row_bytes);
+      for (int64_t t : {1, 4, 512}) {
+        if (t > ctx) continue;
+        HostRows qh(t, n_head * hd, 0);
+        qh.FillNormal(gen, 1.0f);
+        BackendRows q = ToBackend(*gpu_, qh), out = ToBackend(*gpu_, qh);
+        const double sec = time_call([&] {
+          return gpu_->PagedAttention(q.mat, cache.view, ctx - t, n_head, n_head_kv, 0.0625f,
+                                      out.mat);
+        });
+        const double visible = static_cast<double>(t) * (ctx - t) + t * (t + 1) / 2.0;
+        std::printf("%-4s ctx %6lld T %3lld: %9.1f us  %7.1f GB/s of K/V  %7.2f TFLOP/s\n",
+                    TypeName(type).c_str(), static_cast<long long>(ctx), static_cast<long long>(t),
+                    sec * 1e6, kv_bytes / sec * 1e-9, 4.0 * hd * n_head * visible / sec * 1e-12);
+      }
+    }
+  }
 }
 
 }  // namespace
