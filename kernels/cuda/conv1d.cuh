@@ -13,8 +13,9 @@
 // `window` inputs of the call (the new state) into shared memory. __syncthreads. Phase 2: each
 // warp convolves its segment token by token, shifting its halo, then the last warp writes the
 // new state. Nothing reads state or another segment's x rows after the barrier, and nothing
-// writes y or state before it, so y may alias x. Shared memory: (warps + 1) * window * 32
-// floats (ConvSharedFloats), which bounds the window of this kernel (kConvMaxSharedWindow).
+// writes y or state before it, so y may alias x. Shared memory: static arrays for up to
+// kMaxWindow inputs ((kConvMaxWarps + 1) * kMaxWindow * 32 floats): instantiated for windows
+// <= 3 (kernel 4, every Qwen3.5 model: 3.4 KiB) and <= kConvMaxSharedWindow (45 KiB).
 //
 // CausalConv1dSiluSerialKernel: windows above that bound, the CPU algorithm verbatim (one
 // thread per channel walks the tokens, shifting the window in `state` itself).
@@ -30,13 +31,16 @@
 
 namespace deltaserve::kernels::cuda {
 
-// Largest window of the shared-memory kernel with kConvMaxWarps warps: 9 * 40 * 32 floats =
-// 45 KiB, under the 48 KiB of dynamic shared memory every device gives without opting in.
-inline constexpr int64_t kConvMaxSharedWindow = 40;
+// Largest window of the shared-memory kernel: 9 * 40 * 32 floats = 45 KiB, under the 48 KiB of
+// static shared memory a block may have.
+inline constexpr int kConvMaxSharedWindow = 40;
+inline constexpr int kConvSmallWindow = 3;
 
-__global__ void CausalConv1dSiluKernel(Mat x, const float* w, int64_t kernel, float* state,
-                                       Mat y) {
-  extern __shared__ float shared[];
+template <int kMaxWindow>
+__global__ void CausalConv1dSiluKernel(Mat x, const float* w, int64_t kernel, float* state, Mat y) {
+  static_assert(kMaxWindow >= 1 && kMaxWindow <= kConvMaxSharedWindow);
+  __shared__ float halos[kConvMaxWarps * kMaxWindow * kConvChannels];
+  __shared__ float new_state[kMaxWindow * kConvChannels];
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int warps = static_cast<int>(blockDim.x >> 5);
@@ -47,8 +51,7 @@ __global__ void CausalConv1dSiluKernel(Mat x, const float* w, int64_t kernel, fl
   const bool active = c < channels;
   const int64_t t0 = SegmentBegin(n_tokens, warps, warp);
   const int64_t t1 = SegmentBegin(n_tokens, warps, warp + 1);
-  float* halo = shared + static_cast<int64_t>(warp) * window * kConvChannels;
-  float* new_state = shared + static_cast<int64_t>(warps) * window * kConvChannels;
+  float* halo = halos + warp * kMaxWindow * kConvChannels;
 
   auto input = [&](int64_t t) {
     const ConvSource src = ConvInputSource(t, window);
@@ -77,7 +80,8 @@ __global__ void CausalConv1dSiluKernel(Mat x, const float* w, int64_t kernel, fl
     y.data[t * y.stride + c] = SiluF(acc);
   }
   if (warp == warps - 1) {
-    for (int64_t j = 0; j < window; ++j) state[j * channels + c] = new_state[j * kConvChannels + lane];
+    for (int64_t j = 0; j < window; ++j)
+      state[j * channels + c] = new_state[j * kConvChannels + lane];
   }
 }
 
@@ -94,7 +98,8 @@ __global__ void CausalConv1dSiluSerialKernel(Mat x, const float* w, int64_t kern
     float acc = 0.0f;
     for (int64_t j = 0; j < window; ++j) acc += wc[j] * state[j * channels + c];
     acc += wc[window] * xc;
-    for (int64_t j = 0; j + 1 < window; ++j) state[j * channels + c] = state[(j + 1) * channels + c];
+    for (int64_t j = 0; j + 1 < window; ++j)
+      state[j * channels + c] = state[(j + 1) * channels + c];
     if (window > 0) state[(window - 1) * channels + c] = xc;
     y.data[t * y.stride + c] = SiluF(acc);
   }

@@ -139,8 +139,8 @@ std::unique_ptr<CudaBackend> CudaBackend::Create(const CudaBackendOptions& optio
       return fail("the scratch area (" + std::to_string(options.scratch_bytes) +
                   " bytes) does not fit on " + backend->name_ + " (" +
                   std::to_string(backend->info_.free_bytes) + " of " +
-                  std::to_string(backend->info_.total_bytes) + " bytes free): " +
-                  backend->last_error_);
+                  std::to_string(backend->info_.total_bytes) +
+                  " bytes free): " + backend->last_error_);
     }
   }
   return backend;
@@ -182,8 +182,7 @@ KernelStatus CudaBackend::Check(int cuda_error, std::string_view what) {
   if (err == cudaSuccess) return KernelStatus::kOk;
   last_error_ = std::string(what) + ": " + CudaText(err);
   cudaGetLastError();  // clear, so the next launch check does not report this one
-  return err == cudaErrorMemoryAllocation ? KernelStatus::kOutOfMemory
-                                          : KernelStatus::kDeviceError;
+  return err == cudaErrorMemoryAllocation ? KernelStatus::kOutOfMemory : KernelStatus::kDeviceError;
 }
 
 KernelStatus CudaBackend::Launched(KernelStatus status, std::string_view op) {
@@ -223,7 +222,8 @@ DeviceBuffer CudaBackend::Allocate(size_t bytes) {
   if (RefusedWhileCapturing("Allocate")) return {};
   DeviceBuffer buffer = AllocateUninitialised(bytes);
   if (buffer.data() == nullptr) return {};
-  const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  const size_t rounded =
+      bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (Check(cudaMemsetAsync(buffer.data(), 0, rounded, stream_), "cudaMemsetAsync") !=
       KernelStatus::kOk) {
     return {};
@@ -294,10 +294,10 @@ KernelStatus CudaBackend::Synchronize() {
 // --- ops -------------------------------------------------------------------------------------
 // Each makes the device current and forwards; the launcher checks the shapes.
 
-#define DS_CUDA_OP(op, call)                                     \
-  do {                                                           \
-    if (!UseDevice()) return KernelStatus::kDeviceError;         \
-    return Launched(cuda::call, op);                             \
+#define DS_CUDA_OP(op, call)                             \
+  do {                                                   \
+    if (!UseDevice()) return KernelStatus::kDeviceError; \
+    return Launched(cuda::call, op);                     \
   } while (false)
 
 KernelStatus CudaBackend::MatMul(const WeightView& w, const Mat& x, Mat& y) {
@@ -325,7 +325,9 @@ KernelStatus CudaBackend::Copy(const Mat& src, Mat& dst) {
   DS_CUDA_OP("Copy", LaunchCopy(Context(), src, dst));
 }
 
-KernelStatus CudaBackend::Add(Mat& x, const Mat& y) { DS_CUDA_OP("Add", LaunchAdd(Context(), x, y)); }
+KernelStatus CudaBackend::Add(Mat& x, const Mat& y) {
+  DS_CUDA_OP("Add", LaunchAdd(Context(), x, y));
+}
 
 KernelStatus CudaBackend::SwiGlu(const Mat& gate, const Mat& up, Mat& out) {
   DS_CUDA_OP("SwiGlu", LaunchSwiGlu(Context(), gate, up, out));
@@ -335,8 +337,8 @@ KernelStatus CudaBackend::MulSigmoid(Mat& x, const Mat& gate) {
   DS_CUDA_OP("MulSigmoid", LaunchMulSigmoid(Context(), x, gate));
 }
 
-KernelStatus CudaBackend::RopeNeox(Mat& x, const int32_t* positions, int64_t n_heads,
-                                   int64_t n_rot, float freq_base) {
+KernelStatus CudaBackend::RopeNeox(Mat& x, const int32_t* positions, int64_t n_heads, int64_t n_rot,
+                                   float freq_base) {
   DS_CUDA_OP("RopeNeox", LaunchRopeNeox(Context(), x, positions, n_heads, n_rot, freq_base));
 }
 
@@ -346,8 +348,7 @@ KernelStatus CudaBackend::StoreKv(const Mat& k, const Mat& v, const PagedKvView&
 }
 
 KernelStatus CudaBackend::PagedAttention(const Mat& q, const PagedKvView& kv, int64_t n_past,
-                                         int64_t n_head, int64_t n_head_kv, float scale,
-                                         Mat& out) {
+                                         int64_t n_head, int64_t n_head_kv, float scale, Mat& out) {
   DS_CUDA_OP("PagedAttention",
              LaunchPagedAttention(Context(), q, kv, n_past, n_head, n_head_kv, scale, out));
 }

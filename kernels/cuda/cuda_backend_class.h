@@ -39,8 +39,7 @@ struct LaunchContext;
 class CudaBackend final : public Backend {
  public:
   // The backend on options.device; null with *error set (see MakeCudaBackend).
-  static std::unique_ptr<CudaBackend> Create(const CudaBackendOptions& options,
-                                             std::string* error);
+  static std::unique_ptr<CudaBackend> Create(const CudaBackendOptions& options, std::string* error);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -149,8 +148,6 @@ class CudaBackend final : public Backend {
 };
 
 // `backend` as a CudaBackend; null when it is another backend.
-inline CudaBackend* AsCudaBackend(Backend* backend) {
-  return dynamic_cast<CudaBackend*>(backend);
-}
+inline CudaBackend* AsCudaBackend(Backend* backend) { return dynamic_cast<CudaBackend*>(backend); }
 
 }  // namespace deltaserve::kernels

@@ -64,8 +64,7 @@ KernelStatus CudaBackend::EndCaptureAndLaunch(int64_t key) {
   }
   if (it == graphs_.end()) {
     cudaGraphExec_t exec = nullptr;
-    const KernelStatus s =
-        Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    const KernelStatus s = Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
     if (s != KernelStatus::kOk) {
       cudaGraphDestroy(graph);
       return s;
@@ -81,8 +80,8 @@ KernelStatus CudaBackend::EndCaptureAndLaunch(int64_t key) {
 KernelStatus CudaBackend::ReplayGraph(int64_t key) {
   const auto it = graphs_.find(key);
   if (capturing_ || it == graphs_.end()) {
-    last_error_ = "ReplayGraph: no graph " + std::to_string(key) +
-                  (capturing_ ? " (capturing)" : "");
+    last_error_ =
+        "ReplayGraph: no graph " + std::to_string(key) + (capturing_ ? " (capturing)" : "");
     return KernelStatus::kInvalidArgument;
   }
   if (!UseDevice()) return KernelStatus::kDeviceError;

@@ -70,8 +70,7 @@ inline KernelStatus CheckDeltaNetGates(const Mat& alpha_to_g, const Mat& beta, V
                                        Vec dt_bias) {
   const int64_t n = alpha_to_g.cols;
   return Refuse(!alpha_to_g.Valid() || !beta.Valid() || !SameShape(alpha_to_g, beta) ||
-                ssm_a.data == nullptr || dt_bias.data == nullptr || ssm_a.n != n ||
-                dt_bias.n != n);
+                ssm_a.data == nullptr || dt_bias.data == nullptr || ssm_a.n != n || dt_bias.n != n);
 }
 
 inline KernelStatus CheckMoeRoute(const Mat& logits, int64_t k, const int32_t* ids,

@@ -71,7 +71,7 @@ DS_HOST_DEVICE DS_INLINE int64_t WarpRun(int64_t block, int warp) {
 // L2Norm's runs are (row, group) pairs: run j is group j % groups of row j / groups, whose
 // first value sits at row * stride + (j % groups) * group.
 DS_HOST_DEVICE DS_INLINE int64_t GroupOffset(int64_t run, int64_t groups, int64_t group,
-                                            int64_t stride) {
+                                             int64_t stride) {
   return (run / groups) * stride + (run % groups) * group;
 }
 
@@ -98,8 +98,7 @@ inline constexpr int kConvMaxWarps = 8;
 
 // Warps for T tokens: one per token up to kConvMaxWarps (decode gets one).
 DS_HOST_DEVICE DS_INLINE int ConvWarps(int64_t n_tokens) {
-  return n_tokens < kConvMaxWarps ? (n_tokens < 1 ? 1 : static_cast<int>(n_tokens))
-                                  : kConvMaxWarps;
+  return n_tokens < kConvMaxWarps ? (n_tokens < 1 ? 1 : static_cast<int>(n_tokens)) : kConvMaxWarps;
 }
 // Tokens [SegmentBegin(s), SegmentBegin(s + 1)) belong to warp s of n_seg; the segments
 // partition [0, T) and differ in length by at most one.
@@ -115,12 +114,8 @@ struct ConvSource {
 DS_HOST_DEVICE DS_INLINE ConvSource ConvInputSource(int64_t t, int64_t window) {
   return t >= 0 ? ConvSource{false, t} : ConvSource{true, window + t};
 }
-// Channels per block and the dynamic shared memory of a conv block: a halo of `window` values
-// per (warp, lane) and the new state, `window` values per lane.
+// Channels per block: one per lane.
 inline constexpr int kConvChannels = 32;
-DS_HOST_DEVICE DS_INLINE int64_t ConvSharedFloats(int warps, int64_t window) {
-  return (static_cast<int64_t>(warps) + 1) * window * kConvChannels;
-}
 
 // --- MoE routing ---------------------------------------------------------------------------
 // One warp per token row. The experts are ordered by probability, descending, ties to the

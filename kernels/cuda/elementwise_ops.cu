@@ -1,13 +1,12 @@
 // Host launchers of elementwise_ops.h: check like the CPU backend (elementwise_checks.h), size
 // the grid (elementwise_index.h), enqueue on ctx.stream, report a failed launch.
-#include "kernels/cuda/elementwise_ops.h"
-
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/conv1d.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/elementwise_checks.h"
 #include "kernels/cuda/elementwise_index.h"
+#include "kernels/cuda/elementwise_ops.h"
 #include "kernels/cuda/moe_route.cuh"
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -22,8 +21,7 @@ KernelStatus LaunchResult() {
 }
 
 template <typename Op>
-KernelStatus LaunchElementwise(const LaunchContext& ctx, const Op& op, int64_t rows,
-                               int64_t cols) {
+KernelStatus LaunchElementwise(const LaunchContext& ctx, const Op& op, int64_t rows, int64_t cols) {
   const Grid2 grid = ElementwiseGrid(rows, cols);
   if (grid.x == 0) return KernelStatus::kOk;
   ElementwiseKernel<<<dim3(static_cast<unsigned>(grid.x), static_cast<unsigned>(grid.y)),
@@ -48,8 +46,8 @@ KernelStatus LaunchRowReduction(const LaunchContext& ctx, int64_t runs, int64_t 
 
 KernelStatus LaunchRmsNorm(const LaunchContext& ctx, const Mat& x, Vec w, float eps, Mat& y) {
   if (KernelStatus s = CheckRmsNorm(x, w, y); s != KernelStatus::kOk) return s;
-  return LaunchRowReduction<Mat, const float*, float, Mat>(
-      ctx, x.rows, x.cols, RmsNormKernel<true>, RmsNormKernel<false>, x, w.data, eps, y);
+  return LaunchRowReduction<Mat, const float*, float, Mat>(ctx, x.rows, x.cols, RmsNormKernel<true>,
+                                                           RmsNormKernel<false>, x, w.data, eps, y);
 }
 
 KernelStatus LaunchGatedRmsNorm(const LaunchContext& ctx, const Mat& x, Vec w, const Mat& z,
@@ -63,8 +61,8 @@ KernelStatus LaunchGatedRmsNorm(const LaunchContext& ctx, const Mat& x, Vec w, c
 KernelStatus LaunchL2Norm(const LaunchContext& ctx, Mat& x, int64_t group, float eps) {
   if (KernelStatus s = CheckL2Norm(x, group); s != KernelStatus::kOk) return s;
   const int64_t runs = x.rows * (x.cols / group);
-  return LaunchRowReduction<Mat, int64_t, float, int64_t>(
-      ctx, runs, group, L2NormKernel<true>, L2NormKernel<false>, x, group, eps, runs);
+  return LaunchRowReduction<Mat, int64_t, float, int64_t>(ctx, runs, group, L2NormKernel<true>,
+                                                          L2NormKernel<false>, x, group, eps, runs);
 }
 
 KernelStatus LaunchCopy(const LaunchContext& ctx, const Mat& src, Mat& dst) {
@@ -128,8 +126,9 @@ KernelStatus LaunchCausalConv1dSilu(const LaunchContext& ctx, const Mat& x, cons
   }
   const int warps = ConvWarps(x.rows);
   const auto blocks = static_cast<unsigned>((channels + kConvChannels - 1) / kConvChannels);
-  const size_t shared = static_cast<size_t>(ConvSharedFloats(warps, window)) * sizeof(float);
-  CausalConv1dSiluKernel<<<blocks, warps * 32, shared, ctx.stream>>>(x, w, kernel, state, y);
+  auto* conv = window <= kConvSmallWindow ? &CausalConv1dSiluKernel<kConvSmallWindow>
+                                          : &CausalConv1dSiluKernel<kConvMaxSharedWindow>;
+  conv<<<blocks, warps * 32, 0, ctx.stream>>>(x, w, kernel, state, y);
   return LaunchResult();
 }
 
@@ -139,7 +138,7 @@ KernelStatus LaunchMoeRoute(const LaunchContext& ctx, const Mat& logits, int64_t
   if (logits.rows == 0) return KernelStatus::kOk;
   const auto blocks = static_cast<unsigned>((logits.rows + kRouteWarps - 1) / kRouteWarps);
   MoeRouteKernel<<<blocks, kRouteWarps * 32, 0, ctx.stream>>>(logits, k, ids, weights,
-                                                               kRouteMinWeightSum);
+                                                              kRouteMinWeightSum);
   return LaunchResult();
 }
 

@@ -28,8 +28,7 @@ namespace deltaserve::kernels::cuda {
 
 inline constexpr int kRouteWarps = 4;
 
-__global__ void MoeRouteKernel(Mat logits, int64_t k, int32_t* ids, float* weights,
-                               float min_sum) {
+__global__ void MoeRouteKernel(Mat logits, int64_t k, int32_t* ids, float* weights, float min_sum) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + (threadIdx.x >> 5);
   if (t >= logits.rows) return;  // the whole warp leaves together

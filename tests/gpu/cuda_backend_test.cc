@@ -9,6 +9,8 @@
 // in place; another kernel sequence rebuilds it; calls that cannot be captured are refused
 // without breaking the capture). Expected values are the bytes the test wrote, or whole-number
 // sums that f32 holds exactly. Reports SKIPPED where the machine has no GPU.
+#include "kernels/cuda/cuda_backend.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,7 +22,6 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_class.h"
 #include "tests/gpu/gpu_test_support.h"
 

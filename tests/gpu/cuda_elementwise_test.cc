@@ -219,8 +219,8 @@ TEST_F(CudaElementwiseTest, DeltaNetGatesAcrossTheSoftplusCutoff) {
 
 TEST_F(CudaElementwiseTest, RmsNormWarpAndBlockRowsWithAndWithoutWeightInPlaceAndOnViews) {
   Rng rng(6);
-  for (const int64_t cols : {int64_t{1}, int64_t{31}, int64_t{128}, int64_t{1024}, int64_t{1025},
-                             int64_t{5120}}) {
+  for (const int64_t cols :
+       {int64_t{1}, int64_t{31}, int64_t{128}, int64_t{1024}, int64_t{1025}, int64_t{5120}}) {
     for (const int64_t rows : {int64_t{1}, int64_t{9}, int64_t{300}}) {
       const std::string what = std::to_string(rows) + " x " + std::to_string(cols);
       std::vector<float> w = rng.NormalVector(cols);
@@ -280,7 +280,7 @@ TEST_F(CudaElementwiseTest, GatedRmsNormSeparateAndAliased) {
     std::vector<float> w = rng.NormalVector(cols);
     DeviceBuffer w_dev = Upload(*gpu_, w);
     for (const int alias : {0, 1, 2}) {  // y separate, y = x, y = z
-      const int64_t rows = 48;  // (token, head) pairs
+      const int64_t rows = 48;           // (token, head) pairs
       Twin x = RandomTwin(*gpu_, rng, rows, cols, 2);
       Twin z = RandomTwin(*gpu_, rng, rows, cols, 0, 3.0f);
       Twin y = RandomTwin(*gpu_, rng, rows, cols, 5);
@@ -290,9 +290,9 @@ TEST_F(CudaElementwiseTest, GatedRmsNormSeparateAndAliased) {
                 KernelStatus::kOk);
       ASSERT_EQ(gpu_->GatedRmsNorm(x.gpu(), {w_dev.floats(), cols}, z.gpu(), 1e-6f, t_gpu),
                 KernelStatus::kOk);
-      ExpectBlockNear(target.Fetch(*gpu_), target.host(), 0, ReductionTol(cols) + 1e-6,
-                      "gated rmsnorm cols " + std::to_string(cols) + " alias " +
-                          std::to_string(alias));
+      ExpectBlockNear(
+          target.Fetch(*gpu_), target.host(), 0, ReductionTol(cols) + 1e-6,
+          "gated rmsnorm cols " + std::to_string(cols) + " alias " + std::to_string(alias));
     }
   }
 }
@@ -305,11 +305,11 @@ TEST_F(CudaElementwiseTest, RopeNeoxPartialFullAndChunkedOnPaddedRows) {
     int64_t n_tokens, n_heads, head_dim, n_rot;
     float base;
   };
-  for (const Case cs : {Case{9, 16, 256, 64, 1e7f}, Case{1, 4, 128, 128, 1e4f},
-                        Case{5, 3, 1100, 1026, 5e5f}, Case{0, 2, 64, 64, 1e4f},
-                        Case{70, 2, 64, 32, 1e7f}}) {
-    const std::string what = std::to_string(cs.n_tokens) + " tokens, n_rot " +
-                             std::to_string(cs.n_rot);
+  for (const Case cs :
+       {Case{9, 16, 256, 64, 1e7f}, Case{1, 4, 128, 128, 1e4f}, Case{5, 3, 1100, 1026, 5e5f},
+        Case{0, 2, 64, 64, 1e4f}, Case{70, 2, 64, 32, 1e7f}}) {
+    const std::string what =
+        std::to_string(cs.n_tokens) + " tokens, n_rot " + std::to_string(cs.n_rot);
     std::vector<int32_t> pos(static_cast<size_t>(std::max<int64_t>(cs.n_tokens, 1)));
     for (size_t t = 0; t < pos.size(); ++t) {
       // Short and long contexts: positions up to 2^18 and beyond.
@@ -318,8 +318,7 @@ TEST_F(CudaElementwiseTest, RopeNeoxPartialFullAndChunkedOnPaddedRows) {
     DeviceBuffer pos_dev = Upload(*gpu_, pos);
     Twin x = RandomTwin(*gpu_, rng, cs.n_tokens * cs.n_heads, cs.head_dim, 6);
     Mat x_cpu = x.cpu(), x_gpu = x.gpu();
-    ASSERT_EQ(cpu_->RopeNeox(x_cpu, pos.data(), cs.n_heads, cs.n_rot, cs.base),
-              KernelStatus::kOk);
+    ASSERT_EQ(cpu_->RopeNeox(x_cpu, pos.data(), cs.n_heads, cs.n_rot, cs.base), KernelStatus::kOk);
     ASSERT_EQ(gpu_->RopeNeox(x_gpu, static_cast<const int32_t*>(pos_dev.data()), cs.n_heads,
                              cs.n_rot, cs.base),
               KernelStatus::kOk);
@@ -394,19 +393,19 @@ TEST_F(CudaElementwiseTest, MoeRouteMatchesCpuIncludingTiesAndKEqualsN) {
     DeviceBuffer ids_dev = gpu_->Allocate(n * sizeof(int32_t));
     DeviceBuffer w_dev = gpu_->Allocate(n * sizeof(float));
     ASSERT_EQ(cpu_->MoeRoute(logits.cpu(), cs.k, ids_cpu.data(), w_cpu.data()), KernelStatus::kOk);
-    ASSERT_EQ(gpu_->MoeRoute(logits.gpu(), cs.k, static_cast<int32_t*>(ids_dev.data()),
-                             w_dev.floats()),
-              KernelStatus::kOk);
+    ASSERT_EQ(
+        gpu_->MoeRoute(logits.gpu(), cs.k, static_cast<int32_t*>(ids_dev.data()), w_dev.floats()),
+        KernelStatus::kOk);
     const std::vector<int32_t> ids_gpu = Download<int32_t>(*gpu_, ids_dev.data(), n);
     const std::vector<float> w_gpu = Download<float>(*gpu_, w_dev.data(), n);
     for (size_t i = 0; i < n; ++i) {
       if (ids_gpu[i] != ids_cpu[i]) {
         // Only a near tie may flip: the GPU's pick has (almost) the CPU's weight there.
-        EXPECT_NEAR(w_gpu[i], w_cpu[i], 2e-6 * w_cpu[i]) << what << " [" << i << "] id "
-                                                         << ids_gpu[i] << " vs " << ids_cpu[i];
+        EXPECT_NEAR(w_gpu[i], w_cpu[i], 2e-6 * w_cpu[i])
+            << what << " [" << i << "] id " << ids_gpu[i] << " vs " << ids_cpu[i];
       }
-      EXPECT_NEAR(w_gpu[i], w_cpu[i], 1e-5 * std::fabs(w_cpu[i]) + 1e-30) << what << " [" << i
-                                                                          << "]";
+      EXPECT_NEAR(w_gpu[i], w_cpu[i], 1e-5 * std::fabs(w_cpu[i]) + 1e-30)
+          << what << " [" << i << "]";
     }
     if (cs.ties) {
       EXPECT_EQ(ids_gpu, ids_cpu) << what;  // exact ties: identical p on both sides
