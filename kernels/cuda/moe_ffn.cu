@@ -29,50 +29,6 @@ namespace {
 
 constexpr int kSortThreads = 1024;
 
-// Device pointers into the scratch area (moe_sort.cuh MoeScratchLayout).
-struct MoePlanPtrs {
-  int32_t* counts;
-  int32_t* offsets;
-  int32_t* fill;
-  int32_t* order;
-  int32_t* inv;
-  int32_t* active;
-  int32_t* tile_expert;
-  int32_t* tile_start;
-  int32_t* header;
-};
-
-MoePlanPtrs PlanPtrs(void* scratch, const MoeScratchLayout& l) {
-  auto at = [scratch](size_t off) {
-    return reinterpret_cast<int32_t*>(static_cast<uint8_t*>(scratch) + off);
-  };
-  return {at(l.counts), at(l.offsets),     at(l.fill),       at(l.order), at(l.inv),
-          at(l.active), at(l.tile_expert), at(l.tile_start), at(l.header)};
-}
-
-// One expert product over positions, for grid.z = 0 .. n_mats - 1 (gate and up, or down).
-// Position p's activation row: x + (by_token ? order[p] / k : p) * x_stride; its output row:
-// y[z] + p * y_stride.
-struct MoeProduct {
-  const uint8_t* w[2];  // expert 0 of each stack
-  size_t row_bytes;
-  size_t matrix_bytes;  // bytes between experts: out * row_bytes
-  int64_t in;
-  int64_t out;
-  const float* x;
-  int64_t x_stride;
-  bool by_token;
-  int64_t k;
-  float* y[2];
-  int64_t y_stride;
-};
-
-__device__ __forceinline__ const float* MoeXRow(const MoeProduct& m, const MoePlanPtrs& plan,
-                                                int64_t p) {
-  const int64_t row = m.by_token ? plan.order[p] / m.k : p;
-  return m.x + row * m.x_stride;
-}
-
 __global__ void __launch_bounds__(kSortThreads)
     MoeSortKernel(const int32_t* __restrict__ ids, int64_t n_assign, int32_t n_expert,
                   MoePlanPtrs plan) {
@@ -113,14 +69,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   if (o >= m.out) return;
   const int32_t e = plan.active[s];
   const int z = blockIdx.z;
-  const uint8_t* wrow = (z == 0 ? m.w[0] : m.w[1]) + static_cast<size_t>(e) * m.matrix_bytes + o * m.row_bytes;
-  float* yz = z == 0 ? m.y[0] : m.y[1];
+  const uint8_t* wrow = MoeWeightRow(m, z, e, o);
+  float* yz = MoeOutput(m, z);
   const int32_t end = plan.offsets[e + 1];
   for (int32_t p0 = plan.offsets[e]; p0 < end; p0 += kGemvMaxRows) {
     const int nr = end - p0 < kGemvMaxRows ? end - p0 : kGemvMaxRows;
     const float* xr[kGemvMaxRows];
 #pragma unroll
-    for (int r = 0; r < kGemvMaxRows; ++r) xr[r] = MoeXRow(m, plan, p0 + (r < nr ? r : 0));
+    for (int r = 0; r < kGemvMaxRows; ++r) xr[r] = MoeActivationRow(m, plan.order, p0 + (r < nr ? r : 0));
     float acc[kGemvMaxRows];
     GemvWarpRow<T>(wrow, m.in, xr, nr, acc);
     if ((threadIdx.x & 31) == 0) {
@@ -147,10 +103,10 @@ __global__ void __launch_bounds__(kGemmThreads) MoeGemmKernel(MoeProduct m, MoeP
   const int n_out = static_cast<int>(m.out - o0 < kGemmTileOut ? m.out - o0 : kGemmTileOut);
   if (threadIdx.x < kGemmTileRows) {
     const int32_t p = start + static_cast<int32_t>(threadIdx.x);
-    sh.xrow[threadIdx.x] = p < end ? MoeXRow(m, plan, p) : nullptr;
-    sh.yrow[threadIdx.x] = p < end ? (z == 0 ? m.y[0] : m.y[1]) + p * m.y_stride : nullptr;
+    sh.xrow[threadIdx.x] = p < end ? MoeActivationRow(m, plan.order, p) : nullptr;
+    sh.yrow[threadIdx.x] = p < end ? MoeOutput(m, z) + p * m.y_stride : nullptr;
   }
-  const uint8_t* w = (z == 0 ? m.w[0] : m.w[1]) + static_cast<size_t>(e) * m.matrix_bytes + o0 * m.row_bytes;
+  const uint8_t* w = MoeWeightRow(m, z, e, o0);
   GemmTile<T>(sh, w, m.row_bytes, n_out, m.in, o0);
 }
 
@@ -160,8 +116,7 @@ __global__ void MoeSwiGluKernel(float* gate, const float* __restrict__ up, int64
   const int64_t n = static_cast<int64_t>(header[2]) * ff;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    gate[i] = MoeSwiGlu(gate[i], up[i]);
   }
 }
 
@@ -174,16 +129,7 @@ __global__ void MoeCombineKernel(const float* __restrict__ down, int64_t n_embd,
   const int64_t t = blockIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= n_embd) return;
-  float sum = 0.0f;
-  for (int64_t j = 0; j < k; ++j) {
-    const int32_t p = inv[t * k + j];
-    if (p < 0) {
-      sum = __int_as_float(0x7FC00000);
-      break;
-    }
-    sum = fmaf(weights[t * k + j], down[p * n_embd + c], sum);
-  }
-  y[t * y_stride + c] = sum;
+  y[t * y_stride + c] = MoeCombine(down, n_embd, inv, weights, k, t, c);
 }
 
 KernelStatus LastLaunchStatus() {
@@ -274,39 +220,21 @@ KernelStatus LaunchMoeFfn(const LaunchContext& ctx, const Mat& x, const int32_t*
                                                     plan);
   if (KernelStatus s = LastLaunchStatus(); s != KernelStatus::kOk) return s;
 
-  // GEMV while the experts see few positions each (decode: T * k rows over k experts, a
-  // handful per expert); an expert with more runs its GEMV kGemvMaxRows positions at a time.
-  const bool gemv = n_tokens <= kGemvMaxRows || n_assign <= 4 * n_expert;
+  // GEMV items while experts see few positions each (decode), GEMM tiles otherwise.
+  const bool gemv = MoeUsesGemv(n_tokens, k, n_expert);
   const int64_t max_items = gemv ? max_active : max_tiles;
 
-  MoeProduct gu{};
-  gu.w[0] = static_cast<const uint8_t*>(gate_exps.data);
-  gu.w[1] = static_cast<const uint8_t*>(up_exps.data);
-  gu.row_bytes = gate_exps.row_bytes;
-  gu.matrix_bytes = static_cast<size_t>(ff) * gate_exps.row_bytes;
-  gu.in = n_embd;
-  gu.out = ff;
-  gu.x = x.data;
-  gu.x_stride = x.stride;
-  gu.by_token = true;
-  gu.k = k;
-  gu.y[0] = gate;
-  gu.y[1] = up;
-  gu.y_stride = ff;
+  const MoeProduct gu = MoeGateUpProduct(gate_exps, up_exps, x, k, gate, up);
   if (gate_exps.type == up_exps.type && gate_exps.row_bytes == up_exps.row_bytes) {
     if (KernelStatus s = LaunchExpertProduct(ctx, gate_exps.type, gu, 2, plan, gemv, max_items);
         s != KernelStatus::kOk) {
       return s;
     }
   } else {
-    MoeProduct up_only = gu;
-    up_only.w[0] = gu.w[1];
-    up_only.row_bytes = up_exps.row_bytes;
-    up_only.matrix_bytes = static_cast<size_t>(ff) * up_exps.row_bytes;
-    up_only.y[0] = up;
     KernelStatus s = LaunchExpertProduct(ctx, gate_exps.type, gu, 1, plan, gemv, max_items);
     if (s == KernelStatus::kOk) {
-      s = LaunchExpertProduct(ctx, up_exps.type, up_only, 1, plan, gemv, max_items);
+      s = LaunchExpertProduct(ctx, up_exps.type, MoeUpOnlyProduct(gu, up_exps), 1, plan, gemv,
+                              max_items);
     }
     if (s != KernelStatus::kOk) return s;
   }
@@ -316,20 +244,7 @@ KernelStatus LaunchMoeFfn(const LaunchContext& ctx, const Mat& x, const int32_t*
                     ctx.stream>>>(gate, up, ff, plan.header);
   if (KernelStatus s = LastLaunchStatus(); s != KernelStatus::kOk) return s;
 
-  MoeProduct dn{};
-  dn.w[0] = static_cast<const uint8_t*>(down_exps.data);
-  dn.w[1] = nullptr;
-  dn.row_bytes = down_exps.row_bytes;
-  dn.matrix_bytes = static_cast<size_t>(n_embd) * down_exps.row_bytes;
-  dn.in = ff;
-  dn.out = n_embd;
-  dn.x = gate;
-  dn.x_stride = ff;
-  dn.by_token = false;
-  dn.k = k;
-  dn.y[0] = down;
-  dn.y[1] = nullptr;
-  dn.y_stride = n_embd;
+  const MoeProduct dn = MoeDownProduct(down_exps, gate, k, down);
   if (KernelStatus s = LaunchExpertProduct(ctx, down_exps.type, dn, 1, plan, gemv, max_items);
       s != KernelStatus::kOk) {
     return s;

@@ -1,6 +1,8 @@
 // Expert grouping of the CUDA MoE FFN (moe_ffn.cu), as DS_HOST_DEVICE functions the CPU unit
-// test checks (tests/kernels/cuda_dequant_test.cc): the scratch layout (MoeFfnScratchBytes is
-// its total, exactly), and the plan one thread builds from the per-expert counts.
+// test replays (tests/kernels/cuda_dequant_test.cc): the scratch layout (MoeFfnScratchBytes is
+// its total, exactly), the plan one thread builds from the per-expert counts, how a position
+// finds its activation row, weight row and output row, the GEMV/GEMM rule, SwiGLU and the
+// combine of a token's k rows.
 //
 // The T * k assignments a = t * k + j (token t's j-th expert ids[a], weight weights[a]) are
 // counting-sorted by expert into "positions" p = 0 .. n_valid - 1: expert e owns positions
@@ -13,9 +15,11 @@
 //   tile_start[i]) for i < n_tiles; at most MoeMaxTiles of them.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/device_compat.h"
 
 namespace deltaserve::kernels::cuda {
@@ -105,6 +109,135 @@ DS_HOST_DEVICE DS_INLINE void MoePlan(const int32_t* counts, int32_t n_expert, i
   header[1] = n_tiles;
   header[2] = pos;
   header[3] = 0;
+}
+
+// Pointers into the scratch area (device pointers in the kernels, host ones in the CPU replay).
+struct MoePlanPtrs {
+  int32_t* counts;
+  int32_t* offsets;
+  int32_t* fill;
+  int32_t* order;
+  int32_t* inv;
+  int32_t* active;
+  int32_t* tile_expert;
+  int32_t* tile_start;
+  int32_t* header;
+};
+
+inline MoePlanPtrs PlanPtrs(void* scratch, const MoeScratchLayout& l) {
+  auto at = [scratch](size_t off) {
+    return reinterpret_cast<int32_t*>(static_cast<uint8_t*>(scratch) + off);
+  };
+  return {at(l.counts), at(l.offsets),     at(l.fill),       at(l.order), at(l.inv),
+          at(l.active), at(l.tile_expert), at(l.tile_start), at(l.header)};
+}
+
+// One expert product over positions, matrix z = 0 .. n_mats - 1 (gate and up, or down).
+// Position p's activation row: x + (by_token ? order[p] / k : p) * x_stride; its output row:
+// y[z] + p * y_stride.
+struct MoeProduct {
+  const uint8_t* w[2];  // expert 0 of each stack
+  size_t row_bytes;
+  size_t matrix_bytes;  // bytes between experts: out * row_bytes
+  int64_t in;
+  int64_t out;
+  const float* x;
+  int64_t x_stride;
+  bool by_token;
+  int64_t k;
+  float* y[2];
+  int64_t y_stride;
+};
+
+// (Selects rather than indexes the two-entry arrays, so the kernels keep them in registers.)
+DS_HOST_DEVICE DS_INLINE const uint8_t* MoeWeightRow(const MoeProduct& m, int z, int32_t e,
+                                                    int64_t o) {
+  return (z == 0 ? m.w[0] : m.w[1]) + static_cast<size_t>(e) * m.matrix_bytes +
+         static_cast<size_t>(o) * m.row_bytes;
+}
+DS_HOST_DEVICE DS_INLINE float* MoeOutput(const MoeProduct& m, int z) {
+  return z == 0 ? m.y[0] : m.y[1];
+}
+DS_HOST_DEVICE DS_INLINE const float* MoeActivationRow(const MoeProduct& m, const int32_t* order,
+                                                       int64_t p) {
+  const int64_t row = m.by_token ? order[p] / m.k : p;
+  return m.x + row * m.x_stride;
+}
+
+// The expert products as GEMV items (few positions per expert: decode, small batches) or as GEMM
+// tiles. GEMV while T <= kGemvMaxRows-ish batches or at most 4 positions per expert on average;
+// an expert with more positions runs its GEMV kGemvMaxRows at a time (its weights then come
+// from L2 for the later passes).
+DS_HOST_DEVICE DS_INLINE bool MoeUsesGemv(int64_t n_tokens, int64_t k, int64_t n_expert) {
+  return n_tokens <= 8 || n_tokens * k <= 4 * n_expert;
+}
+
+// Gate and up (z = 0, 1) of x's tokens, into gate_out / up_out rows [position][ff]. The caller
+// runs them in one launch only when both stacks have the same type and row_bytes.
+inline MoeProduct MoeGateUpProduct(const WeightView& gate, const WeightView& up, const Mat& x,
+                                   int64_t k, float* gate_out, float* up_out) {
+  MoeProduct m{};
+  m.w[0] = static_cast<const uint8_t*>(gate.data);
+  m.w[1] = static_cast<const uint8_t*>(up.data);
+  m.row_bytes = gate.row_bytes;
+  m.matrix_bytes = static_cast<size_t>(gate.out) * gate.row_bytes;
+  m.in = x.cols;
+  m.out = gate.out;
+  m.x = x.data;
+  m.x_stride = x.stride;
+  m.by_token = true;
+  m.k = k;
+  m.y[0] = gate_out;
+  m.y[1] = up_out;
+  m.y_stride = gate.out;
+  return m;
+}
+
+// The same product with only `up` (z = 0 writes up_out): for an up stack whose type or
+// row_bytes differ from gate's.
+inline MoeProduct MoeUpOnlyProduct(const MoeProduct& gate_up, const WeightView& up) {
+  MoeProduct m = gate_up;
+  m.w[0] = gate_up.w[1];
+  m.row_bytes = up.row_bytes;
+  m.matrix_bytes = static_cast<size_t>(up.out) * up.row_bytes;
+  m.y[0] = gate_up.y[1];
+  return m;
+}
+
+// Down over positions: h rows [position][ff] in, down_out rows [position][n_embd] out.
+inline MoeProduct MoeDownProduct(const WeightView& down, const float* h, int64_t k,
+                                 float* down_out) {
+  MoeProduct m{};
+  m.w[0] = static_cast<const uint8_t*>(down.data);
+  m.w[1] = nullptr;
+  m.row_bytes = down.row_bytes;
+  m.matrix_bytes = static_cast<size_t>(down.out) * down.row_bytes;
+  m.in = down.in;
+  m.out = down.out;
+  m.x = h;
+  m.x_stride = down.in;
+  m.by_token = false;
+  m.k = k;
+  m.y[0] = down_out;
+  m.y[1] = nullptr;
+  m.y_stride = down.out;
+  return m;
+}
+
+// silu(g) * u, as the CPU's SwiGlu defines it (x / (1 + e^-x)).
+DS_HOST_DEVICE DS_INLINE float MoeSwiGlu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// y[t][c]: the k contributions of token t summed in j order (one f32 FMA each); NaN when one of
+// its ids was out of range (inv -1).
+DS_HOST_DEVICE DS_INLINE float MoeCombine(const float* down, int64_t n_embd, const int32_t* inv,
+                                          const float* weights, int64_t k, int64_t t, int64_t c) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t p = inv[t * k + j];
+    if (p < 0) return NAN;
+    sum = fmaf(weights[t * k + j], down[p * n_embd + c], sum);
+  }
+  return sum;
 }
 
 }  // namespace deltaserve::kernels::cuda

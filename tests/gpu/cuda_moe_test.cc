@@ -5,12 +5,8 @@
 // launches), down of a third type, strided x and y, repeated runs equal bit for bit, an out-of-
 // range id (NaN row for that token only), the scratch refusal, and the CPU's shape refusals.
 //
-// Tolerance, propagated through the three products in double (matmul_test_util.h for one
-// product): gate and up each within GpuBound; h = silu(g) * u then within
-// 1.1 * eg * (|u| + eu) + (|silu(g)| + 1.1 * eg) * eu + 1e-6 |h| (|silu'| <= 1.1; expf and the
-// division); down within sum_f |Wd| * eh_f + GpuBound; y = sum_j w_j d_j within
-// sum_j w_j ed_j + 1e-6 sum |w_j d_j| (f32 sum of k terms), times 1.01 for the second-order
-// terms (f16 rounding of the perturbed h).
+// Tolerance: matmul_test_util.h MoeReference, the per-product bounds propagated through gate,
+// up, SwiGLU, down and the weighted sum.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -25,6 +21,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/moe_sort.cuh"
 #include "tests/gpu/gpu_test_support.h"
 #include "tests/gpu/matmul_test_util.h"
 
@@ -68,8 +65,6 @@ Route MakeRoute(int64_t n_tokens, int64_t k, std::mt19937& rng) {
   }
   return r;
 }
-
-double Silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 class CudaMoeTest : public GpuBackendTest {
  protected:
@@ -132,52 +127,22 @@ class CudaMoeTest : public GpuBackendTest {
                            ex.down.View(ex.down.bytes.data()), cy),
               KernelStatus::kOk);
 
-    // moe_ffn.cu's choice: GEMV items while experts see few positions, GEMM tiles otherwise.
-    const bool gemm = !(n_tokens <= 8 || n_tokens * k <= 4 * kExperts);
+    const MoeExpected ref = MoeReference(ex.gate, ex.up, ex.down, x.data(), xs, n_tokens,
+                                         route.ids, route.weights, k,
+                                         !cuda::MoeUsesGemv(n_tokens, k, kExperts));
     int reported = 0;
-    std::vector<double> h(c.ff), eh(c.ff);
     for (int64_t t = 0; t < n_tokens; ++t) {
-      const float* xt = x.data() + t * xs;
-      std::vector<double> want(c.n_embd, 0.0), bound(c.n_embd, 0.0), cpu_bound(c.n_embd, 0.0);
-      std::vector<double> abs_sum(c.n_embd, 0.0);
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t e = route.ids[t * k + j];
-        const double wj = route.weights[t * k + j];
-        std::vector<double> ehc(c.ff);  // h error of the CPU (f32 products)
-        for (int64_t f = 0; f < c.ff; ++f) {
-          const DotRef rg = Dot(c.gate, ex.gate.Row(e, f), xt, c.n_embd);
-          const DotRef ru = Dot(c.up, ex.up.Row(e, f), xt, c.n_embd);
-          const double eg = GpuBound(rg, gemm), eu = GpuBound(ru, gemm);
-          const double egc = GpuBound(rg, false), euc = GpuBound(ru, false);
-          h[f] = Silu(rg.exact) * ru.exact;
-          eh[f] = 1.1 * eg * (std::fabs(ru.exact) + eu) + (std::fabs(Silu(rg.exact)) + 1.1 * eg) * eu +
-                  1e-6 * std::fabs(h[f]);
-          ehc[f] = 1.1 * egc * (std::fabs(ru.exact) + euc) +
-                   (std::fabs(Silu(rg.exact)) + 1.1 * egc) * euc + 1e-6 * std::fabs(h[f]);
-        }
-        const std::vector<float> hf(h.begin(), h.end());
-        for (int64_t o = 0; o < c.n_embd; ++o) {
-          const float* wd = ex.down.Row(e, o);
-          const DotRef rd = Dot(c.down, wd, hf.data(), c.ff);
-          double prop = 0, propc = 0;
-          for (int64_t f = 0; f < c.ff; ++f) {
-            prop += std::fabs(double{wd[f]}) * eh[f];
-            propc += std::fabs(double{wd[f]}) * ehc[f];
-          }
-          want[o] += wj * rd.exact;
-          bound[o] += wj * (prop + GpuBound(rd, gemm));
-          cpu_bound[o] += wj * (propc + GpuBound(rd, false));
-          abs_sum[o] += std::fabs(wj * rd.exact);
-        }
-      }
       for (int64_t o = 0; o < c.n_embd; ++o) {
-        const double b = 1.01 * (bound[o] + 1e-6 * abs_sum[o]) + 1e-6;
-        const double bc = b + 1.01 * (cpu_bound[o] + 1e-6 * abs_sum[o]);
+        const size_t i = static_cast<size_t>(t * c.n_embd + o);
         const double got = y[t * ys + o];
-        const bool ok = std::fabs(got - want[o]) <= b && std::fabs(got - yc[t * ys + o]) <= bc;
+        const double cpu = yc[t * ys + o];
+        // The CPU within its own bound checks the reference itself.
+        const bool ok = std::fabs(got - ref.want[i]) <= ref.bound[i] &&
+                        std::fabs(cpu - ref.want[i]) <= ref.cpu_bound[i];
         if (!ok && reported++ < 5) {
-          ADD_FAILURE() << "t=" << t << " o=" << o << " gpu=" << got << " ref=" << want[o]
-                        << " cpu=" << yc[t * ys + o] << " bound=" << b << " cpu_bound=" << bc;
+          ADD_FAILURE() << "t=" << t << " o=" << o << " gpu=" << got << " ref=" << ref.want[i]
+                        << " cpu=" << cpu << " bound=" << ref.bound[i]
+                        << " cpu_bound=" << ref.cpu_bound[i];
         }
       }
       EXPECT_EQ(y[t * ys + c.n_embd], -5.0f) << "padding of row " << t;

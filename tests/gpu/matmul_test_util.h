@@ -141,4 +141,77 @@ inline double GpuBound(const DotRef& r, bool gemm) {
   return b;
 }
 
+// --- the MoE FFN ----------------------------------------------------------------------------
+
+inline double Silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+// backend.h MoeFfn in double from the decoded expert stacks, with the bound of |result - want|
+// for the GPU's path (gemm: f16 operands) and for the CPU backend with f32 activations,
+// propagated through the three products: gate and up each within GpuBound; h = silu(g) * u
+// within 1.1 * eg * (|u| + eu) + (|silu(g)| + 1.1 * eg) * eu + 1e-6 |h| (|silu'| <= 1.1; expf and
+// the division); down within sum_f |Wd| * eh_f + GpuBound; y = sum_j w_j d_j within
+// sum_j w_j ed_j + 1e-6 sum |w_j d_j| (f32 sum of k terms); times 1.01 for second-order terms
+// (the f16 rounding of the perturbed h).
+struct MoeExpected {
+  std::vector<double> want;       // [T][n_embd]
+  std::vector<double> bound;      // |GPU - want| <=
+  std::vector<double> cpu_bound;  // |CPU (f32 activations) - want| <=
+};
+
+inline MoeExpected MoeReference(const HostWeights& gate, const HostWeights& up,
+                                const HostWeights& down, const float* x, int64_t xs,
+                                int64_t n_tokens, const std::vector<int32_t>& ids,
+                                const std::vector<float>& weights, int64_t k, bool gemm) {
+  const int64_t n_embd = gate.in;
+  const int64_t ff = gate.out;
+  MoeExpected r;
+  r.want.assign(n_tokens * n_embd, 0.0);
+  r.bound.assign(n_tokens * n_embd, 0.0);
+  r.cpu_bound.assign(n_tokens * n_embd, 0.0);
+  std::vector<double> abs_sum(n_embd);
+  std::vector<double> h(ff), eh(ff), ehc(ff);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * xs;
+    double* want = r.want.data() + t * n_embd;
+    double* bound = r.bound.data() + t * n_embd;
+    double* cpu_bound = r.cpu_bound.data() + t * n_embd;
+    std::fill(abs_sum.begin(), abs_sum.end(), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids[t * k + j];
+      const double wj = weights[t * k + j];
+      for (int64_t f = 0; f < ff; ++f) {
+        const DotRef rg = Dot(gate.type, gate.Row(e, f), xt, n_embd);
+        const DotRef ru = Dot(up.type, up.Row(e, f), xt, n_embd);
+        const double eg = GpuBound(rg, gemm), eu = GpuBound(ru, gemm);
+        const double egc = GpuBound(rg, false), euc = GpuBound(ru, false);
+        const double sg = Silu(rg.exact);
+        h[f] = sg * ru.exact;
+        eh[f] = 1.1 * eg * (std::fabs(ru.exact) + eu) + (std::fabs(sg) + 1.1 * eg) * eu +
+                1e-6 * std::fabs(h[f]);
+        ehc[f] = 1.1 * egc * (std::fabs(ru.exact) + euc) + (std::fabs(sg) + 1.1 * egc) * euc +
+                 1e-6 * std::fabs(h[f]);
+      }
+      const std::vector<float> hf(h.begin(), h.end());
+      for (int64_t o = 0; o < n_embd; ++o) {
+        const float* wd = down.Row(e, o);
+        const DotRef rd = Dot(down.type, wd, hf.data(), ff);
+        double prop = 0, propc = 0;
+        for (int64_t f = 0; f < ff; ++f) {
+          prop += std::fabs(double{wd[f]}) * eh[f];
+          propc += std::fabs(double{wd[f]}) * ehc[f];
+        }
+        want[o] += wj * rd.exact;
+        bound[o] += wj * (prop + GpuBound(rd, gemm));
+        cpu_bound[o] += wj * (propc + GpuBound(rd, false));
+        abs_sum[o] += std::fabs(wj * rd.exact);
+      }
+    }
+    for (int64_t o = 0; o < n_embd; ++o) {
+      bound[o] = 1.01 * (bound[o] + 1e-6 * abs_sum[o]) + 1e-6;
+      cpu_bound[o] = 1.01 * (cpu_bound[o] + 1e-6 * abs_sum[o]) + 1e-6;
+    }
+  }
+  return r;
+}
+
 }  // namespace deltaserve::kernels::gpu_test

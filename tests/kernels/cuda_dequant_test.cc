@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/matmul_plan.cuh"
 #include "kernels/cuda/moe_sort.cuh"
+#include "tests/gpu/matmul_test_util.h"
 #include "tests/kernels/quant_test_util.h"
 
 namespace deltaserve::kernels::cuda {
@@ -143,11 +144,12 @@ std::vector<float> RandomX(int64_t rows, int64_t stride, std::mt19937& rng) {
 }
 
 // 32 lanes of GemvLanePartial and the butterfly: the sums lane 0 of the GPU warp writes.
-std::vector<float> ReplayGemvWarp(const Product& p, int64_t o, const float* const* xr, int nr) {
+std::vector<float> ReplayGemvWarp(WeightType type, const uint8_t* wrow, int64_t in,
+                                  const float* const* xr, int nr) {
   std::vector<float> lanes(static_cast<size_t>(32 * kGemvMaxRows));
-  DispatchWeightType(p.type, 0, [&](auto tag) {
+  DispatchWeightType(type, 0, [&](auto tag) {
     for (int lane = 0; lane < 32; ++lane) {
-      GemvLanePartial<decltype(tag)::value>(p.bytes.data() + o * p.row_bytes, p.in, xr, nr, lane,
+      GemvLanePartial<decltype(tag)::value>(wrow, in, xr, nr, lane,
                                             lanes.data() + lane * kGemvMaxRows);
     }
     return 0;
@@ -159,6 +161,49 @@ std::vector<float> ReplayGemvWarp(const Product& p, int64_t o, const float* cons
     out[r] = ButterflySum(v);
   }
   return out;
+}
+std::vector<float> ReplayGemvWarp(const Product& p, int64_t o, const float* const* xr, int nr) {
+  return ReplayGemvWarp(p.type, p.bytes.data() + o * p.row_bytes, p.in, xr, nr);
+}
+
+double RoundHalf(float v) { return Fp16ToFp32(Fp32ToFp16(v)); }
+
+// gemm.cuh GemmTile on the host: the slices filled unit by unit through GemmWeightUnit /
+// GemmActivationUnit, rounded to f16, the 2 x 2 warps' WMMA products as double sums, then the
+// epilogue's writes yrow[t][y_col0 + o] for o < n_out.
+void ReplayGemmTile(WeightType type, const uint8_t* w, size_t row_bytes, int n_out, int64_t in,
+                    const float* const* xrow, float* const* yrow, int64_t y_col0) {
+  std::vector<double> c(kGemmTileOut * kGemmTileRows, 0.0);
+  for (int64_t k0 = 0; k0 < in; k0 += kGemmTileK) {
+    // Every slot a unit fails to write would poison the sums.
+    std::vector<double> ws(kGemmTileOut * kGemmLd, -1e300), xs(kGemmTileRows * kGemmLd, -1e300);
+    for (int u = 0; u < kGemmTileOut * kGemmUnitsPerRow; ++u) {
+      float v[8];
+      const int at = DispatchWeightType(type, -1, [&](auto tag) {
+        return GemmWeightUnit<decltype(tag)::value>(w, row_bytes, n_out, in, k0, u, v);
+      });
+      for (int i = 0; i < 8; ++i) ws[at + i] = RoundHalf(v[i]);
+    }
+    for (int u = 0; u < kGemmTileRows * kGemmUnitsPerRow; ++u) {
+      float v[8];
+      const int at = GemmActivationUnit(xrow[u / kGemmUnitsPerRow], in, k0, u, v);
+      for (int i = 0; i < 8; ++i) xs[at + i] = RoundHalf(v[i]);
+    }
+    for (int o = 0; o < kGemmTileOut; ++o) {
+      for (int t = 0; t < kGemmTileRows; ++t) {
+        for (int kk = 0; kk < kGemmTileK; ++kk) {
+          c[o * kGemmTileRows + t] += ws[o * kGemmLd + kk] * xs[t * kGemmLd + kk];
+        }
+      }
+    }
+  }
+  for (int t = 0; t < kGemmTileRows; ++t) {
+    for (int o = 0; o < kGemmTileOut; ++o) {
+      if (yrow[t] != nullptr && o < n_out) {
+        yrow[t][y_col0 + o] = static_cast<float>(c[o * kGemmTileRows + t]);
+      }
+    }
+  }
 }
 
 // Every unit of every row is summed once: the replayed warp equals the double product within
@@ -195,11 +240,9 @@ TEST(CudaGemvReplayTest, WarpComputesTheProduct) {
   }
 }
 
-double RoundHalf(float v) { return Fp16ToFp32(Fp32ToFp16(v)); }
-
-// One GEMM tile replayed slice by slice through GemmWeightUnit / GemmActivationUnit into f16
-// slices, multiplied in double: equals the double product of the f16-rounded operands, with
-// zeros from missing rows (n_out < 64, null activation rows) and past `in`.
+// One GEMM tile replayed slice by slice: equals the double product of the f16-rounded operands,
+// with zeros from missing rows (n_out < 64, null activation rows) and past `in`, written only
+// to the valid (row, column) cells at the column offset.
 TEST(CudaGemmReplayTest, TileSlicesHoldTheRightOperands) {
   std::mt19937 rng(22);
   for (WeightType type : AllWeightTypes()) {
@@ -210,41 +253,30 @@ TEST(CudaGemmReplayTest, TileSlicesHoldTheRightOperands) {
       const int64_t stride = in + 1;
       const std::vector<float> x = RandomX(kGemmTileRows, stride, rng);
       const float* xrow[kGemmTileRows];
-      for (int t = 0; t < kGemmTileRows; ++t) xrow[t] = t % 7 == 3 ? nullptr : x.data() + t * stride;
-      const uint8_t* w = p.bytes.data() + 5 * p.row_bytes;
-      std::vector<double> c(kGemmTileOut * kGemmTileRows, 0.0);
-      for (int64_t k0 = 0; k0 < in; k0 += kGemmTileK) {
-        std::vector<double> ws(kGemmTileOut * kGemmLd, -1e300), xs(kGemmTileRows * kGemmLd, -1e300);
-        for (int u = 0; u < kGemmTileOut * kGemmUnitsPerRow; ++u) {
-          float v[8];
-          const int at = DispatchWeightType(type, -1, [&](auto tag) {
-            return GemmWeightUnit<decltype(tag)::value>(w, p.row_bytes, n_out, in, k0, u, v);
-          });
-          for (int i = 0; i < 8; ++i) ws[at + i] = RoundHalf(v[i]);
-        }
-        for (int u = 0; u < kGemmTileRows * kGemmUnitsPerRow; ++u) {
-          float v[8];
-          const int at = GemmActivationUnit(xrow[u / kGemmUnitsPerRow], in, k0, u, v);
-          for (int i = 0; i < 8; ++i) xs[at + i] = RoundHalf(v[i]);
-        }
-        // What the 2 x 2 warps' WMMA products compute: C[o][t] += Ws[o][:] . Xs[t][:].
-        for (int o = 0; o < kGemmTileOut; ++o) {
-          for (int t = 0; t < kGemmTileRows; ++t) {
-            for (int kk = 0; kk < kGemmTileK; ++kk) {
-              c[o * kGemmTileRows + t] += ws[o * kGemmLd + kk] * xs[t * kGemmLd + kk];
-            }
-          }
-        }
+      float* yrow[kGemmTileRows];
+      const int64_t y_stride = 3 + kGemmTileOut + 2;
+      std::vector<float> y(kGemmTileRows * y_stride, -99.0f);
+      for (int t = 0; t < kGemmTileRows; ++t) {
+        xrow[t] = t % 7 == 3 ? nullptr : x.data() + t * stride;
+        yrow[t] = t % 11 == 5 ? nullptr : y.data() + t * y_stride;
       }
-      for (int o = 0; o < kGemmTileOut; ++o) {
-        for (int t = 0; t < kGemmTileRows; ++t) {
+      ReplayGemmTile(type, p.bytes.data() + 5 * p.row_bytes, p.row_bytes, n_out, in, xrow, yrow,
+                     3);
+      for (int t = 0; t < kGemmTileRows; ++t) {
+        for (int64_t col = 0; col < y_stride; ++col) {
+          const int64_t o = col - 3;
+          const float got = y[t * y_stride + col];
+          if (yrow[t] == nullptr || o < 0 || o >= n_out) {
+            ASSERT_EQ(got, -99.0f) << "written outside the tile: t=" << t << " col=" << col;
+            continue;
+          }
           double want = 0;
-          if (o < n_out && xrow[t] != nullptr) {
+          if (xrow[t] != nullptr) {
             for (int64_t k = 0; k < in; ++k) {
               want += RoundHalf(p.decoded[(5 + o) * in + k]) * RoundHalf(xrow[t][k]);
             }
           }
-          ASSERT_NEAR(c[o * kGemmTileRows + t], want, 1e-9 * (1 + std::fabs(want)))
+          ASSERT_NEAR(got, want, 1e-6 * (1 + std::fabs(want)))
               << TypeName(type) << " n_out=" << n_out << " o=" << o << " t=" << t;
         }
       }
@@ -344,6 +376,190 @@ TEST(CudaMoePlanTest, ScratchLayoutHoldsEveryArray) {
     }
     EXPECT_LE(end, l.total);
     EXPECT_LT(l.total - end, 256u);  // exact up to the alignment of the last array
+  }
+}
+
+// moe_ffn.cu's pipeline replayed on the host with its DS_HOST_DEVICE pieces (the sort kernel's
+// three phases sequentially, MoePlan, the expert products as GEMV warps or GEMM tiles over the
+// plan's items, SwiGLU, MoeCombine) from a scratch area laid out by MoeLayout.
+class MoeReplay {
+ public:
+  MoeReplay(const gpu_test::HostWeights& gate, const gpu_test::HostWeights& up,
+            const gpu_test::HostWeights& down)
+      : gate_(gate), up_(up), down_(down) {}
+
+  std::vector<float> Run(const std::vector<float>& x, int64_t xs, int64_t n_tokens,
+                         const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                         int64_t k) {
+    const int64_t n_expert = gate_.count;
+    const int64_t n_embd = gate_.in;
+    const int64_t ff = gate_.out;
+    const MoeScratchLayout l = MoeLayout(n_tokens, k, n_expert, n_embd, ff, kGemmTileRows);
+    // Not zeroed: a position the replay fails to write shows up as garbage.
+    scratch_.assign(l.total / sizeof(float), -3e38f);
+    plan_ = PlanPtrs(scratch_.data(), l);
+    const int64_t n_assign = n_tokens * k;
+    for (int64_t e = 0; e < n_expert; ++e) plan_.counts[e] = 0;
+    for (int64_t a = 0; a < n_assign; ++a) {
+      if (ids[a] >= 0 && ids[a] < n_expert) ++plan_.counts[ids[a]];
+    }
+    MoePlan(plan_.counts, static_cast<int32_t>(n_expert), kGemmTileRows, plan_.offsets,
+            plan_.fill, plan_.active, plan_.tile_expert, plan_.tile_start, plan_.header);
+    for (int64_t a = 0; a < n_assign; ++a) {
+      if (ids[a] >= 0 && ids[a] < n_expert) {
+        const int32_t p = plan_.fill[ids[a]]++;
+        plan_.order[p] = static_cast<int32_t>(a);
+        plan_.inv[a] = p;
+      } else {
+        plan_.inv[a] = -1;
+      }
+    }
+    auto* base = reinterpret_cast<uint8_t*>(scratch_.data());
+    float* g = reinterpret_cast<float*>(base + l.gate);
+    float* u = reinterpret_cast<float*>(base + l.up);
+    float* d = reinterpret_cast<float*>(base + l.down);
+    gemv_ = MoeUsesGemv(n_tokens, k, n_expert);
+
+    const WeightView gv = gate_.View(gate_.bytes.data());
+    const WeightView uv = up_.View(up_.bytes.data());
+    const WeightView dv = down_.View(down_.bytes.data());
+    const Mat xm{const_cast<float*>(x.data()), n_tokens, n_embd, xs};
+    const MoeProduct gu = MoeGateUpProduct(gv, uv, xm, k, g, u);
+    if (gv.type == uv.type && gv.row_bytes == uv.row_bytes) {
+      Product(gv.type, gu, 2);
+    } else {
+      Product(gv.type, gu, 1);
+      Product(uv.type, MoeUpOnlyProduct(gu, uv), 1);
+    }
+    for (int64_t i = 0; i < int64_t{plan_.header[2]} * ff; ++i) g[i] = MoeSwiGlu(g[i], u[i]);
+    Product(dv.type, MoeDownProduct(dv, g, k, d), 1);
+    std::vector<float> y(static_cast<size_t>(n_tokens * n_embd));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t c = 0; c < n_embd; ++c) {
+        y[t * n_embd + c] = MoeCombine(d, n_embd, plan_.inv, weights.data(), k, t, c);
+      }
+    }
+    return y;
+  }
+  bool gemv() const { return gemv_; }
+
+ private:
+  // MoeGemvKernel / MoeGemmKernel over every block of their grids.
+  void Product(WeightType type, const MoeProduct& m, int n_mats) {
+    for (int z = 0; z < n_mats; ++z) {
+      if (gemv_) {
+        for (int32_t s = 0; s < plan_.header[0]; ++s) {
+          const int32_t e = plan_.active[s];
+          const int32_t end = plan_.offsets[e + 1];
+          for (int64_t o = 0; o < m.out; ++o) {
+            for (int32_t p0 = plan_.offsets[e]; p0 < end; p0 += kGemvMaxRows) {
+              const int nr = std::min<int32_t>(kGemvMaxRows, end - p0);
+              const float* xr[kGemvMaxRows];
+              for (int r = 0; r < kGemvMaxRows; ++r) {
+                xr[r] = MoeActivationRow(m, plan_.order, p0 + (r < nr ? r : 0));
+              }
+              const std::vector<float> acc =
+                  ReplayGemvWarp(type, MoeWeightRow(m, z, e, o), m.in, xr, nr);
+              for (int r = 0; r < nr; ++r) MoeOutput(m, z)[(p0 + r) * m.y_stride + o] = acc[r];
+            }
+          }
+        }
+      } else {
+        for (int32_t tile = 0; tile < plan_.header[1]; ++tile) {
+          const int32_t e = plan_.tile_expert[tile];
+          const int32_t start = plan_.tile_start[tile];
+          const int32_t end = plan_.offsets[e + 1];
+          for (int64_t o0 = 0; o0 < m.out; o0 += kGemmTileOut) {
+            const int n_out = static_cast<int>(std::min<int64_t>(kGemmTileOut, m.out - o0));
+            const float* xrow[kGemmTileRows];
+            float* yrow[kGemmTileRows];
+            for (int t = 0; t < kGemmTileRows; ++t) {
+              const int32_t p = start + t;
+              xrow[t] = p < end ? MoeActivationRow(m, plan_.order, p) : nullptr;
+              yrow[t] = p < end ? MoeOutput(m, z) + p * m.y_stride : nullptr;
+            }
+            ReplayGemmTile(type, MoeWeightRow(m, z, e, o0), m.row_bytes, n_out, m.in, xrow, yrow,
+                           o0);
+          }
+        }
+      }
+    }
+  }
+
+  const gpu_test::HostWeights& gate_;
+  const gpu_test::HostWeights& up_;
+  const gpu_test::HostWeights& down_;
+  std::vector<float> scratch_;
+  MoePlanPtrs plan_{};
+  bool gemv_ = true;
+};
+
+// The replayed pipeline within the bound of tests/gpu/matmul_test_util.h MoeReference (the one
+// cuda_moe_test holds the GPU to), on both the GEMV and the GEMM paths, k 1..8, idle experts,
+// gate and up of different types, an out-of-range id (NaN row for its token only).
+TEST(CudaMoeReplayTest, PipelineComputesTheExpertFfn) {
+  std::mt19937 rng(23);
+  struct Config {
+    WeightType gate, up, down;
+    int64_t n_embd, ff, n_expert;
+  };
+  const Config configs[] = {
+      {WeightType::kQ4_K, WeightType::kQ4_K, WeightType::kQ6_K, 256, 256, 6},
+      {WeightType::kF16, WeightType::kBF16, WeightType::kQ5_1, 40, 32, 9},
+      {WeightType::kQ8_0, WeightType::kQ8_0, WeightType::kQ4_0, 64, 96, 12},
+  };
+  for (const Config& c : configs) {
+    const auto gate = gpu_test::MakeHostWeights(c.gate, c.n_embd, c.ff, c.n_expert, 0.3f, rng);
+    const auto up = gpu_test::MakeHostWeights(c.up, c.n_embd, c.ff, c.n_expert, 0.3f, rng);
+    const auto down = gpu_test::MakeHostWeights(c.down, c.ff, c.n_embd, c.n_expert, 0.3f, rng);
+    MoeReplay replay(gate, up, down);
+    for (const auto& [n_tokens, k] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 1}, {2, 4}, {8, 2}, {5, 1}, {12, 3}, {70, 2}}) {
+      if (k >= c.n_expert) continue;
+      SCOPED_TRACE(TypeName(c.gate) + "/" + TypeName(c.up) + "/" + TypeName(c.down) + " T=" +
+                   std::to_string(n_tokens) + " k=" + std::to_string(k));
+      // k distinct experts among all but the last two (idle), positive weights summing to 1.
+      std::vector<int32_t> ids;
+      std::vector<float> weights;
+      std::vector<int32_t> pool(static_cast<size_t>(c.n_expert - 2));
+      for (size_t e = 0; e < pool.size(); ++e) pool[e] = static_cast<int32_t>(e);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        std::shuffle(pool.begin(), pool.end(), rng);
+        float sum = 0;
+        std::vector<float> w(k);
+        for (float& v : w) sum += (v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
+        for (int64_t j = 0; j < k; ++j) {
+          ids.push_back(pool[j % pool.size()]);
+          weights.push_back(w[j] / sum);
+        }
+      }
+      const int64_t xs = c.n_embd + 2;
+      const std::vector<float> x = RandomX(n_tokens, xs, rng);
+      const std::vector<float> y = replay.Run(x, xs, n_tokens, ids, weights, k);
+      const gpu_test::MoeExpected ref = gpu_test::MoeReference(
+          gate, up, down, x.data(), xs, n_tokens, ids, weights, k, !replay.gemv());
+      int reported = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (!(std::fabs(y[i] - ref.want[i]) <= ref.bound[i]) && reported++ < 5) {
+          ADD_FAILURE() << "gemv=" << replay.gemv() << " i=" << i << " replay=" << y[i]
+                        << " want=" << ref.want[i] << " bound=" << ref.bound[i];
+        }
+      }
+      // One bad id: that token's row is NaN, the others unchanged.
+      std::vector<int32_t> bad = ids;
+      bad[(n_tokens / 2) * k] = static_cast<int32_t>(c.n_expert);
+      const std::vector<float> yb = replay.Run(x, xs, n_tokens, bad, weights, k);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t o = 0; o < c.n_embd; ++o) {
+          const float v = yb[t * c.n_embd + o];
+          if (t == n_tokens / 2) {
+            ASSERT_TRUE(std::isnan(v));
+          } else {
+            ASSERT_EQ(v, y[t * c.n_embd + o]) << t << " " << o;
+          }
+        }
+      }
+    }
   }
 }
 
