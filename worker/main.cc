@@ -5,6 +5,7 @@
 //
 //   deltaserve-worker --model qwen=model.gguf --listen 127.0.0.1:50051 --device cpu --threads 2
 //                     [--ctx 4096] [--parallel 4] [--ram 8GiB] [--cache-type-k f16]
+//                     [--device cuda:N [--vram 20GiB]] [--overhead 256MiB]
 //                     [--cache-type-v f16] [--page-tokens 256] [--batch-tokens 512]
 //                     [--speculation] [--ngram-min 3] [--draft-max 8] [--metrics-port P]
 //                     [--metrics-host 127.0.0.1]
@@ -18,6 +19,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -35,12 +37,18 @@
 #include "proto/worker_channel.h"
 #include "common/prometheus_text.h"
 #include "common/request_log.h"
+#include "worker/cache/device_memory.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/redis_snapshot_tier.h"
 #include "worker/sched/served_model.h"
 #include "worker/service/metrics_endpoint.h"
 #include "worker/service/worker_service.h"
+
+#if defined(DELTASERVE_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace deltaserve::worker {
 namespace {
@@ -53,6 +61,9 @@ struct Flags {
   std::string listen = "127.0.0.1:50051";
   std::string device = "cpu";
   std::string ram;  // empty: physical memory
+  std::string vram;  // --device cuda:N only; empty: the device's free memory at start-up
+  std::string overhead;  // --overhead: added to the plan's fixed overhead
+  DeviceSpec device_spec;
   std::string snapshot_ram;  // empty: the default (a quarter of the RAM left after the plan)
   std::string worker_id;
   int metrics_port = -1;
@@ -73,7 +84,8 @@ struct Flags {
 int Usage(const std::string& why) {
   std::cerr << "deltaserve-worker: " << why << "\n"
             << "usage: deltaserve-worker --model NAME=PATH.gguf (repeatable) [--listen HOST:PORT]\n"
-               "         [--device cpu] [--threads N] [--ctx N] [--parallel N] [--ram SIZE]\n"
+               "         [--device cpu|cuda:N] [--threads N] [--ctx N] [--parallel N]\n"
+               "         [--ram SIZE] [--vram SIZE] [--overhead SIZE]\n"
                "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
                "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
                "         [--draft-max N] [--metrics-port P] [--metrics-host ADDR]\n"
@@ -135,6 +147,14 @@ std::string Parse(int argc, char** argv, Flags& f) {
       const char* v = value();
       if (v == nullptr) return "--ram needs a size (8GiB)";
       f.ram = v;
+    } else if (a == "--vram") {
+      const char* v = value();
+      if (v == nullptr) return "--vram needs a size (20GiB)";
+      f.vram = v;
+    } else if (a == "--overhead") {
+      const char* v = value();
+      if (v == nullptr) return "--overhead needs a size (256MiB)";
+      f.overhead = v;
     } else if (a == "--snapshot-ram") {
       const char* v = value();
       if (v == nullptr) return "--snapshot-ram needs a size (4GiB, or 0 for no snapshots)";
@@ -243,8 +263,17 @@ std::string Parse(int argc, char** argv, Flags& f) {
   if (!f.tls_client_ca.empty() && f.tls_cert.empty()) {
     return "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS runs over TLS)";
   }
-  if (f.device != "cpu") {
-    return absl::StrCat("--device ", f.device, " is not available in this build (only cpu)");
+  absl::StatusOr<DeviceSpec> device = ParseDevice(f.device);
+  if (!device.ok()) return std::string(device.status().message());
+  f.device_spec = *device;
+  if (f.device_spec.kind == DeviceSpec::Kind::kCuda) {
+#if !defined(DELTASERVE_HAVE_CUDA)
+    return absl::StrCat("--device ", f.device,
+                        ": this build has no CUDA backend (configure with nvcc present)");
+#endif
+    if (!f.ram.empty()) return "--ram is the CPU worker's budget; with --device cuda:N use --vram";
+  } else if (!f.vram.empty()) {
+    return "--vram needs --device cuda:N (the CPU worker's budget is --ram)";
   }
   return "";
 }
@@ -253,6 +282,90 @@ uint64_t PhysicalMemory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
 }
+
+#if defined(DELTASERVE_HAVE_CUDA)
+// --device cuda:N: probes the device, sets the VRAM budget (--vram, at most the device's free
+// memory; by default all of it), sizes the shared scratch area from the launchers' own figures
+// for every model's batch shape and context, checks every model's VRAM plan (refusing with its
+// table), and only then makes the backend. No CPU fallback: any failure ends the worker.
+int OpenCudaDevice(Flags& f, std::unique_ptr<kernels::Backend>& backend, std::string& label) {
+  const std::string dev = f.device_spec.Name();
+  auto fail = [&dev](std::string_view why) {
+    std::cerr << "deltaserve-worker: --device " << dev << ": " << why << "\n";
+    return 1;
+  };
+  std::string why;
+  const int count = kernels::CudaDeviceCount(&why);
+  if (count == 0) return fail(why);
+  if (f.device_spec.index >= count) {
+    return fail(absl::StrCat("this machine has ", count, " CUDA device", count == 1 ? "" : "s",
+                             " (cuda:0 .. cuda:", count - 1, ")"));
+  }
+  kernels::CudaDeviceInfo info;
+  if (!kernels::QueryCudaDevice(f.device_spec.index, &info, &why)) return fail(why);
+  uint64_t budget = info.free_bytes;
+  if (!f.vram.empty()) {
+    absl::StatusOr<uint64_t> vram = ParseByteSize(f.vram);
+    if (!vram.ok()) return fail(absl::StrCat("--vram: ", vram.status().message()));
+    if (*vram > info.free_bytes) {
+      return fail(absl::StrCat("--vram ", f.vram, " is more than the ", HumanBytes(info.free_bytes),
+                               " free on ", info.name, " (", HumanBytes(info.total_bytes),
+                               "; other processes hold the rest)"));
+    }
+    budget = *vram;
+  }
+  f.serving.budget_bytes = budget;
+  f.serving.budget_name = "VRAM";
+  f.serving.device_context_bytes = kCudaContextReserveBytes;
+  // One scratch area for every model: the largest need of any launcher call any of them makes.
+  const DeviceScratchFunctions functions{
+      &kernels::cuda::MatMulScratchBytes, &kernels::cuda::MoeFfnScratchBytes,
+      &kernels::cuda::PagedAttentionScratchBytes, &kernels::cuda::GatedDeltaRuleScratchBytes};
+  const ServingBatchShape shape = BatchShapeFor(f.serving);
+  uint64_t scratch = 0;
+  for (const auto& [name, path] : f.models) {
+    absl::StatusOr<std::unique_ptr<common::GgufFile>> file = common::GgufFile::Open(path);
+    absl::StatusOr<common::Qwen35HParams> hp =
+        file.ok() ? common::ReadQwen35HParams(**file) : file.status();
+    if (!hp.ok()) {
+      std::cerr << "deltaserve-worker: model " << name << ": " << hp.status().message() << "\n";
+      return 1;
+    }
+    scratch = std::max(scratch, ForwardPassScratchBytes(*hp, shape.max_batch_tokens,
+                                                        shape.logits_rows, f.serving.ctx,
+                                                        functions));
+  }
+  f.serving.device_scratch_bytes = scratch;
+  std::cerr << "deltaserve-worker: " << dev << " " << info.name << " (compute capability "
+            << info.cc_major << "." << info.cc_minor << ", " << info.sm_count << " SMs): "
+            << HumanBytes(info.total_bytes) << ", " << HumanBytes(info.free_bytes)
+            << " free; VRAM budget " << HumanBytes(budget) << ", CUDA context reserve "
+            << HumanBytes(kCudaContextReserveBytes) << ", kernel scratch " << HumanBytes(scratch)
+            << "\n";
+  // Every model's plan before the first byte is allocated on the device.
+  uint64_t used = 0;
+  for (size_t i = 0; i < f.models.size(); ++i) {
+    ServingOptions o = f.serving;
+    if (i > 0) o.device_context_bytes = o.device_scratch_bytes = 0;
+    o.budget_bytes = budget > used ? budget - used : 0;
+    absl::StatusOr<PlannedServing> planned =
+        ServedModel::Plan(f.models[i].second, o, /*host_memory=*/false);
+    if (!planned.ok()) {
+      std::cerr << "deltaserve-worker: model " << f.models[i].first << ": "
+                << planned.status().message() << "\n";
+      return 1;
+    }
+    used += BytesNeeded(planned->plan, o.ctx, o.n_parallel);
+  }
+  kernels::CudaBackendOptions options;
+  options.device = f.device_spec.index;
+  options.scratch_bytes = scratch;
+  backend = kernels::MakeCudaBackend(options, &why);
+  if (backend == nullptr) return fail(why);
+  label = absl::StrCat(dev, " ", info.name);
+  return 0;
+}
+#endif
 
 int Run(Flags& f, uint64_t baseline) {
   // First: a signal while the models load still ends in an orderly drain.
@@ -272,14 +385,21 @@ int Run(Flags& f, uint64_t baseline) {
     std::cerr << "deltaserve-worker: " << credentials.status().message() << "\n";
     return 2;
   }
-  if (f.ram.empty()) {
-    f.serving.budget_bytes = PhysicalMemory();
-  } else {
-    absl::StatusOr<uint64_t> ram = ParseByteSize(f.ram);
-    if (!ram.ok()) return Usage(std::string(ram.status().message()));
-    f.serving.budget_bytes = *ram;
+  if (f.device_spec.kind == DeviceSpec::Kind::kCpu) {
+    if (f.ram.empty()) {
+      f.serving.budget_bytes = PhysicalMemory();
+    } else {
+      absl::StatusOr<uint64_t> ram = ParseByteSize(f.ram);
+      if (!ram.ok()) return Usage(std::string(ram.status().message()));
+      f.serving.budget_bytes = *ram;
+    }
+    f.serving.budget_name = "RAM";
   }
-  f.serving.budget_name = "RAM";
+  if (!f.overhead.empty()) {
+    absl::StatusOr<uint64_t> overhead = ParseByteSize(f.overhead);
+    if (!overhead.ok()) return Usage(absl::StrCat("--overhead: ", overhead.status().message()));
+    f.serving.fixed_overhead_bytes = *overhead;
+  }
   if (!f.snapshot_ram.empty()) {
     absl::StatusOr<uint64_t> bytes = ParseByteSize(f.snapshot_ram);
     if (!bytes.ok()) return Usage(absl::StrCat("--snapshot-ram: ", bytes.status().message()));
@@ -310,13 +430,22 @@ int Run(Flags& f, uint64_t baseline) {
     std::cerr << "deltaserve-worker: metrics on " << f.metrics_host << ":" << metrics->port()
               << "/metrics\n";
   }
-  std::unique_ptr<kernels::Backend> backend = kernels::MakeCpuBackend(f.serving.n_threads);
+  std::unique_ptr<kernels::Backend> backend;
+  std::string device_label = f.device_spec.Name();  // GetWorkerInfo's device
+  if (f.device_spec.kind == DeviceSpec::Kind::kCpu) {
+    backend = kernels::MakeCpuBackend(f.serving.n_threads);
+  } else {
+#if defined(DELTASERVE_HAVE_CUDA)
+    if (int rc = OpenCudaDevice(f, backend, device_label); rc != 0) return rc;
+#endif
+  }
   std::vector<std::unique_ptr<ServedModel>> served;
   std::map<std::string, ServedModel*> by_name;
   uint64_t used = 0;
   for (size_t i = 0; i < f.models.size(); ++i) {
     ServingOptions o = f.serving;
     o.process_baseline_bytes = i == 0 ? baseline : 0;
+    if (i > 0) o.device_context_bytes = o.device_scratch_bytes = 0;  // one backend for all
     // Later models get what the earlier ones left of the budget.
     o.budget_bytes = f.serving.budget_bytes > used ? f.serving.budget_bytes - used : 0;
     o.load_progress = [progress, name = f.models[i].first](double fraction) {
@@ -391,7 +520,7 @@ int Run(Flags& f, uint64_t baseline) {
   for (auto& m : served) m->scheduler().Start();
 
   const std::string id = f.worker_id.empty() ? f.listen : f.worker_id;
-  WorkerService service(id, f.device, by_name);
+  WorkerService service(id, device_label, by_name);
   // /metrics stops (its thread joined: no scrape is rendering) before `service` goes, on every
   // way out of this function.
   struct StopMetrics {

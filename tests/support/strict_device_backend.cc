@@ -254,6 +254,16 @@ size_t StrictDeviceBackend::live_allocations() const {
   return regions_.size();
 }
 
+uint64_t StrictDeviceBackend::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return allocated_;
+}
+
+uint64_t StrictDeviceBackend::peak_allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
+}
+
 bool StrictDeviceBackend::IsBackendMemory(const void* p, size_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   return FindLocked(p, bytes) != nullptr;
@@ -292,6 +302,7 @@ void StrictDeviceBackend::FreeRegion(void* owner, void* data) {
   if (it == self->regions_.end()) return;
   UnregisterFaultSlot(reinterpret_cast<uintptr_t>(it->second->map));
   munmap(it->second->map, it->second->map_bytes);
+  self->allocated_ -= it->second->bytes;
   self->regions_.erase(it);
 }
 
@@ -319,6 +330,8 @@ kernels::DeviceBuffer StrictDeviceBackend::Allocate(size_t bytes) {
                     reinterpret_cast<uintptr_t>(r->map) + r->map_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   regions_[reinterpret_cast<uintptr_t>(data)] = std::move(r);
+  allocated_ += bytes;
+  peak_ = std::max(peak_, allocated_);
   return kernels::DeviceBuffer(data, bytes, &FreeRegion, this);
 }
 

@@ -59,6 +59,10 @@ class StrictDeviceBackend final : public kernels::Backend {
   std::string Report() const;
   // Allocations now held, and ops run so far (to show a test really went through this backend).
   size_t live_allocations() const;
+  // Bytes asked of Allocate (and ImportWeights) now held, and the most ever held at once: what
+  // a GPU would have had to hold, for checks against the memory plan.
+  uint64_t allocated_bytes() const;
+  uint64_t peak_allocated_bytes() const;
   int64_t ops_run() const { return ops_run_; }
   // True when [p, p + bytes) lies inside one allocation.
   bool IsBackendMemory(const void* p, size_t bytes) const;
@@ -131,6 +135,7 @@ class StrictDeviceBackend final : public kernels::Backend {
   std::map<uintptr_t, std::unique_ptr<Region>> regions_;  // by data address
   std::vector<std::string> violations_;
   int64_t ops_run_ = 0;
+  uint64_t allocated_ = 0, peak_ = 0;
 };
 
 }  // namespace deltaserve::testing

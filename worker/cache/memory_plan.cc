@@ -244,6 +244,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(MemoryPlanInputs inputs) {
   if (inputs.fixed_overhead_bytes >= kMaxSize) {
     return absl::InvalidArgumentError("fixed overhead is out of range (below 4 EiB)");
   }
+  if (inputs.device_scratch_bytes >= kMaxSize) {
+    return absl::InvalidArgumentError("device scratch is out of range (below 4 EiB)");
+  }
   if (absl::Status s = CheckCacheType(inputs.hp, inputs.conv_state_type, "conv state"); !s.ok())
     return s;
   if (CacheValueBits(inputs.conv_state_type) < 16) {
@@ -278,7 +281,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(MemoryPlanInputs inputs) {
   const int64_t logits_rows = in.logits_rows > 0 ? in.logits_rows : in.max_batch_tokens;
   plan.workspace_buffers = Qwen35WorkspaceBuffers(in.hp, in.max_batch_tokens, logits_rows);
   plan.workspace_bytes = WorkspaceBytes(plan.workspace_buffers);
-  plan.kernel_scratch_bytes = AttentionKernelScratchBytes(in.hp, in.n_threads);
+  plan.kernel_scratch_bytes = in.device_budget ? in.device_scratch_bytes
+                                               : AttentionKernelScratchBytes(in.hp, in.n_threads);
   plan.page_bytes = static_cast<uint64_t>(in.page_tokens) * plan.kv.bytes;
   for (int n : kPlannedParallel) plan.contexts.push_back(LargestContext(plan, n));
   return plan;
@@ -433,9 +437,14 @@ std::string RenderMemoryPlan(const MemoryPlan& plan) {
                     " logits rows)"),
        plan.workspace_bytes,
        absl::StrCat(HumanBytes(plan.workspace_bytes), "; logits ", HumanBytes(logits_bytes)));
-  line(absl::StrCat("attention kernel scratch (", in.n_threads,
-                    in.n_threads == 1 ? " thread)" : " threads)"),
-       plan.kernel_scratch_bytes, "");
+  if (in.device_budget) {
+    line("device kernel scratch (largest launcher need)", plan.kernel_scratch_bytes,
+         HumanBytes(plan.kernel_scratch_bytes));
+  } else {
+    line(absl::StrCat("attention kernel scratch (", in.n_threads,
+                      in.n_threads == 1 ? " thread)" : " threads)"),
+         plan.kernel_scratch_bytes, "");
+  }
   line("fixed overhead", in.fixed_overhead_bytes, "");
   line("total", plan.fixed_bytes(), HumanBytes(plan.fixed_bytes()));
   absl::StrAppend(&out, "\n");

@@ -96,6 +96,11 @@ struct MemoryPlanInputs {
   std::string budget_name = "memory";  // "VRAM", "RAM": for messages
   uint64_t fixed_overhead_bytes = 0;   // runtime reserve (CUDA context, allocator slack)
   int n_threads = 1;                   // attention kernel threads (scratch)
+  // A GPU budget: the kernel scratch is the backend's device scratch area (device_scratch_bytes,
+  // worker/cache/device_memory.h ForwardPassScratchBytes), not the CPU attention kernel's
+  // per-thread buffers (which are host memory there).
+  bool device_budget = false;
+  uint64_t device_scratch_bytes = 0;
 };
 
 // The largest context that fits with `n_parallel` sequences.

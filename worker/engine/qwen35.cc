@@ -36,10 +36,15 @@ Mat Contiguous(const kernels::DeviceBuffer& b, int64_t rows, int64_t cols) {
 
 absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(const std::string& path,
                                                                kernels::Backend& backend) {
-  std::unique_ptr<Qwen35Model> m(new Qwen35Model());
   absl::StatusOr<std::unique_ptr<common::GgufFile>> file = common::GgufFile::Open(path);
   if (!file.ok()) return file.status();
-  m->file_ = std::move(*file);
+  return Load(std::move(*file), backend);
+}
+
+absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(
+    std::unique_ptr<common::GgufFile> file, kernels::Backend& backend) {
+  std::unique_ptr<Qwen35Model> m(new Qwen35Model());
+  m->file_ = std::move(file);
   absl::StatusOr<common::Qwen35HParams> hp = common::ReadQwen35HParams(*m->file_);
   if (!hp.ok()) return hp.status();
   m->hp_ = std::move(*hp);

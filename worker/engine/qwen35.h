@@ -65,6 +65,10 @@ class Qwen35Model {
   // on the CPU backend (weights stay in the mapping): see Memory() and Prefetch().
   static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(const std::string& path,
                                                            kernels::Backend& backend);
+  // The same from a file already open (the worker plans memory from its header first, so that
+  // a GPU backend's weight copies start only once the plan fits).
+  static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(std::unique_ptr<common::GgufFile> file,
+                                                           kernels::Backend& backend);
 
   // Reads the mapped weights into memory ahead of the first forward pass, calling
   // `progress(fraction)` every 64 MiB, so a large model shows progress while it loads and the

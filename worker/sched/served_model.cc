@@ -124,7 +124,7 @@ std::string BaseName(const std::string& path) {
 }  // namespace
 
 uint64_t ServingOverhead::total() const {
-  uint64_t t = user + snapshot_slots + zero_slot + page_tables;
+  uint64_t t = user + device_context + snapshot_slots + zero_slot + page_tables;
   if (host_counted) {
     t += process_baseline + tokenizer + gguf_index + mapped_beyond_weights + host_logits +
          sampler_scratch + token_histories + pass_vectors + moe_kernel;
@@ -138,6 +138,7 @@ std::string ServingOverhead::Render() const {
     absl::StrAppendFormat(&out, "  %-44s %16s B (%s)\n", what, Commas(bytes), HumanBytes(bytes));
   };
   line("--overhead", user);
+  if (!host_counted) line("CUDA context reserve", device_context);
   line("speculation snapshot slots", snapshot_slots);
   line("zeroed source slot", zero_slot);
   line("page-table buffer", page_tables);
@@ -243,64 +244,61 @@ ProcessBaseline MeasureProcessBaseline() {
   return b;
 }
 
-absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::string& path,
-                                                                 kernels::Backend& backend,
-                                                                 const ServingOptions& options) {
-  if (absl::Status s = Validate(options); !s.ok()) return s;
-  std::unique_ptr<ServedModel> m(new ServedModel());
-  m->options_ = options;
-  m->shape_ = BatchShapeFor(options);
+namespace {
 
-  absl::StatusOr<std::unique_ptr<Qwen35Model>> model = Qwen35Model::Load(path, backend);
-  if (!model.ok()) return model.status();
-  m->model_ = std::move(*model);
-  absl::StatusOr<std::unique_ptr<common::Tokenizer>> tok =
-      common::Tokenizer::FromGguf(m->model_->file());
-  if (!tok.ok()) return tok.status();
-  m->tokenizer_ = std::move(*tok);
-  const common::GgufFile& file = m->model_->file();
-  const common::Qwen35HParams& hp = m->model_->hparams();
-  m->n_valid_ = static_cast<int32_t>(std::min<int64_t>(m->tokenizer_->vocab_size(), hp.n_vocab));
-  for (int32_t id = 0; id < m->n_valid_; ++id) {
-    if (m->tokenizer_->IsEndOfGeneration(id)) m->eos_.push_back(id);
-  }
-
-  // The plan, with the serving terms as its fixed overhead.
+// The plan of serving `file` with `options`, the serving terms as its fixed overhead. The host
+// terms need the tokenizer; without one (a device budget, which does not count them) they are 0.
+absl::StatusOr<PlannedServing> PlanServing(const std::string& path, const common::GgufFile& file,
+                                           const common::Qwen35HParams& hp,
+                                           const common::Tokenizer* tokenizer,
+                                           const ServingOptions& options, bool host_memory) {
+  PlannedServing out;
+  out.shape = BatchShapeFor(options);
   absl::StatusOr<ModelWeightBytes> weights = ForwardPassWeightBytes(file, hp);
   if (!weights.ok()) return weights.status();
-  const RecurrentStateLayout layout = m->model_->state_layout();
+  RecurrentStateLayout layout;
+  layout.n_layers = static_cast<int>(hp.LayersOf(common::LayerKind::kDeltaNet).size());
+  layout.conv_floats = (hp.ssm_conv_kernel - 1) * hp.ssm_conv_channels();
+  layout.delta_floats = hp.ssm_n_v_heads * hp.ssm_head_dim * hp.ssm_head_dim;
   const int64_t n = options.n_parallel;
   const uint64_t total_pages = static_cast<uint64_t>(n) * CeilDiv(options.ctx, options.page_tokens);
-  ServingOverhead& o = m->overhead_;
+  ServingOverhead& o = out.overhead;
   o.user = options.fixed_overhead_bytes;
+  o.device_context = host_memory ? 0 : options.device_context_bytes;
   o.snapshot_slots = options.speculation ? n * layout.bytes() : 0;
   o.zero_slot = layout.bytes();
   // Forward regrows the buffer to max(needed, 2 x old) entries, the old one alive meanwhile.
   o.page_tables = 3 * total_pages * sizeof(int32_t) + 128;
-  o.host_counted = backend.name() == "cpu";
-  o.process_baseline = options.process_baseline_bytes;
-  o.tokenizer = TokenizerTableBytes(file, *m->tokenizer_);
-  o.gguf_index = GgufIndexBytes(file);
-  uint64_t weight_bytes = 0;
-  for (const WeightTypeBytes& w : weights->read) weight_bytes += w.bytes;
-  // Prefetch reads the whole file: header, unread tensors and alignment padding stay resident.
-  const uint64_t mapped = CeilDiv(file.file_size(), 4096) * 4096;
-  o.mapped_beyond_weights = mapped > weight_bytes ? mapped - weight_bytes : 0;
-  o.host_logits = HeapBlockBytes(static_cast<uint64_t>(m->shape_.logits_rows) * hp.n_vocab * 4);
-  // Sampler::Sample's per-thread buffers: the adjusted logits (4 B) and candidates (8 B).
-  o.sampler_scratch = HeapBlockBytes(static_cast<uint64_t>(m->n_valid_) * 4) +
-                      HeapBlockBytes(static_cast<uint64_t>(m->n_valid_) * 8);
-  o.token_histories = n * HeapBlockBytes(static_cast<uint64_t>(options.ctx) * 4);
-  o.pass_vectors = 2 * HeapBlockBytes(m->shape_.max_batch_tokens * 4) +
-                   HeapBlockBytes(total_pages * sizeof(int32_t));
-  if (hp.is_moe) {
-    // kernels/cpu/moe.cc per call: expert offsets, the T*k assignment order, and [count][H],
-    // [count][ff] x 2, [count][H] f32 for the busiest expert, which can get all T tokens.
-    const uint64_t t = static_cast<uint64_t>(m->shape_.max_batch_tokens);
-    const uint64_t e1 = static_cast<uint64_t>(hp.n_expert) + 1;
-    o.moe_kernel = 2 * HeapBlockBytes(e1 * 8) + HeapBlockBytes(t * hp.n_expert_used * 8) +
-                   2 * HeapBlockBytes(t * hp.n_embd * 4) +
-                   2 * HeapBlockBytes(t * hp.n_ff_expert * 4);
+  o.host_counted = host_memory;
+  if (host_memory) {
+    const int32_t n_valid =
+        tokenizer == nullptr
+            ? static_cast<int32_t>(hp.n_vocab)
+            : static_cast<int32_t>(std::min<int64_t>(tokenizer->vocab_size(), hp.n_vocab));
+    o.process_baseline = options.process_baseline_bytes;
+    o.tokenizer = tokenizer == nullptr ? 0 : TokenizerTableBytes(file, *tokenizer);
+    o.gguf_index = GgufIndexBytes(file);
+    uint64_t weight_bytes = 0;
+    for (const WeightTypeBytes& w : weights->read) weight_bytes += w.bytes;
+    // Prefetch reads the whole file: header, unread tensors and alignment padding stay resident.
+    const uint64_t mapped = CeilDiv(file.file_size(), 4096) * 4096;
+    o.mapped_beyond_weights = mapped > weight_bytes ? mapped - weight_bytes : 0;
+    o.host_logits = HeapBlockBytes(static_cast<uint64_t>(out.shape.logits_rows) * hp.n_vocab * 4);
+    // Sampler::Sample's per-thread buffers: the adjusted logits (4 B) and candidates (8 B).
+    o.sampler_scratch = HeapBlockBytes(static_cast<uint64_t>(n_valid) * 4) +
+                        HeapBlockBytes(static_cast<uint64_t>(n_valid) * 8);
+    o.token_histories = n * HeapBlockBytes(static_cast<uint64_t>(options.ctx) * 4);
+    o.pass_vectors = 2 * HeapBlockBytes(out.shape.max_batch_tokens * 4) +
+                     HeapBlockBytes(total_pages * sizeof(int32_t));
+    if (hp.is_moe) {
+      // kernels/cpu/moe.cc per call: expert offsets, the T*k assignment order, and [count][H],
+      // [count][ff] x 2, [count][H] f32 for the busiest expert, which can get all T tokens.
+      const uint64_t t = static_cast<uint64_t>(out.shape.max_batch_tokens);
+      const uint64_t e1 = static_cast<uint64_t>(hp.n_expert) + 1;
+      o.moe_kernel = 2 * HeapBlockBytes(e1 * 8) + HeapBlockBytes(t * hp.n_expert_used * 8) +
+                     2 * HeapBlockBytes(t * hp.n_embd * 4) +
+                     2 * HeapBlockBytes(t * hp.n_ff_expert * 4);
+    }
   }
 
   MemoryPlanInputs in;
@@ -311,15 +309,79 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
   in.v_type = static_cast<common::GgmlType>(options.v_type);
   in.page_tokens = options.page_tokens;
   in.conv_state_type = common::GgmlType::kF32;  // the engine keeps f32 conv windows
-  in.max_batch_tokens = m->shape_.max_batch_tokens;
-  in.logits_rows = m->shape_.logits_rows;
+  in.max_batch_tokens = out.shape.max_batch_tokens;
+  in.logits_rows = out.shape.logits_rows;
   in.budget_bytes = options.budget_bytes;
   in.budget_name = options.budget_name;
   in.fixed_overhead_bytes = o.total();
   in.n_threads = options.n_threads;
+  in.device_budget = !host_memory;
+  in.device_scratch_bytes = options.device_scratch_bytes;
   absl::StatusOr<MemoryPlan> plan = PlanMemory(std::move(in));
   if (!plan.ok()) return plan.status();
-  m->plan_ = std::move(*plan);
+  out.plan = std::move(*plan);
+  if (absl::Status fits = CheckFits(out.plan, options.ctx, options.n_parallel); !fits.ok()) {
+    return absl::Status(fits.code(),
+                        absl::StrCat(BaseName(path), ": ", fits.message(), "\n", o.Render()));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<PlannedServing> ServedModel::Plan(const std::string& path,
+                                                 const ServingOptions& options, bool host_memory) {
+  if (absl::Status s = Validate(options); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<common::GgufFile>> file = common::GgufFile::Open(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<common::Qwen35HParams> hp = common::ReadQwen35HParams(**file);
+  if (!hp.ok()) return hp.status();
+  std::unique_ptr<common::Tokenizer> tokenizer;
+  if (host_memory) {
+    absl::StatusOr<std::unique_ptr<common::Tokenizer>> tok = common::Tokenizer::FromGguf(**file);
+    if (!tok.ok()) return tok.status();
+    tokenizer = std::move(*tok);
+  }
+  return PlanServing(path, **file, *hp, tokenizer.get(), options, host_memory);
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::string& path,
+                                                                 kernels::Backend& backend,
+                                                                 const ServingOptions& options) {
+  if (absl::Status s = Validate(options); !s.ok()) return s;
+  std::unique_ptr<ServedModel> m(new ServedModel());
+  m->options_ = options;
+  m->shape_ = BatchShapeFor(options);
+
+  // The header, the tokenizer and the plan first: nothing is copied into the backend (a GPU's
+  // weights) until the plan fits.
+  absl::StatusOr<std::unique_ptr<common::GgufFile>> opened = common::GgufFile::Open(path);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<common::GgufFile> file_owner = std::move(*opened);
+  const common::GgufFile& file = *file_owner;  // the model takes it over; the mapping stays
+  absl::StatusOr<common::Qwen35HParams> read_hp = common::ReadQwen35HParams(file);
+  if (!read_hp.ok()) return read_hp.status();
+  const common::Qwen35HParams hp = std::move(*read_hp);
+  absl::StatusOr<std::unique_ptr<common::Tokenizer>> tok = common::Tokenizer::FromGguf(file);
+  if (!tok.ok()) return tok.status();
+  m->tokenizer_ = std::move(*tok);
+  m->n_valid_ = static_cast<int32_t>(std::min<int64_t>(m->tokenizer_->vocab_size(), hp.n_vocab));
+  for (int32_t id = 0; id < m->n_valid_; ++id) {
+    if (m->tokenizer_->IsEndOfGeneration(id)) m->eos_.push_back(id);
+  }
+  absl::StatusOr<PlannedServing> planned =
+      PlanServing(path, file, hp, m->tokenizer_.get(), options, backend.host_memory());
+  if (!planned.ok()) return planned.status();
+  m->plan_ = std::move(planned->plan);
+  m->overhead_ = planned->overhead;
+
+  absl::StatusOr<std::unique_ptr<Qwen35Model>> model =
+      Qwen35Model::Load(std::move(file_owner), backend);
+  if (!model.ok()) return model.status();
+  m->model_ = std::move(*model);
+  const RecurrentStateLayout layout = m->model_->state_layout();
+  const uint64_t total_pages =
+      static_cast<uint64_t>(options.n_parallel) * CeilDiv(options.ctx, options.page_tokens);
 
   // The plan and the engine must count the same bytes; a difference is a bug, not a config.
   const KvCacheOptions kv{options.k_type, options.v_type, options.page_tokens};
@@ -332,11 +394,6 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
                      m->plan_.weight_bytes, " vs ", engine.weight_bytes, ", state ",
                      m->plan_.recurrent.total(), " vs ", engine.state_bytes_per_sequence,
                      ", KV/token ", m->plan_.kv.bytes, " vs ", engine.kv_bytes_per_token));
-  }
-
-  if (absl::Status fits = CheckFits(m->plan_, options.ctx, options.n_parallel); !fits.ok()) {
-    return absl::Status(fits.code(),
-                        absl::StrCat(BaseName(path), ": ", fits.message(), "\n", o.Render()));
   }
 
   // Everything below is planned; a failure here means the budget was not really there.
@@ -388,7 +445,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
       m->reasoning_ = {start, std::move(end)};
     }
   }
-  m->model_->Prefetch(options.load_progress ? options.load_progress : [](double) {});
+  if (backend.host_memory()) {
+    m->model_->Prefetch(options.load_progress ? options.load_progress : [](double) {});
+  } else if (options.load_progress) {
+    options.load_progress(1.0);  // the weights were copied into the device by Load
+  }
   if (absl::Status s = m->WarmUp(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(BaseName(path), ": warm-up pass: ", s.message()));
   }

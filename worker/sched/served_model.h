@@ -51,6 +51,12 @@ struct ServingOptions {
   uint64_t budget_bytes = 0;  // --ram / --vram: the whole budget, bytes
   std::string budget_name = "RAM";    // "RAM" or "VRAM", for messages
   uint64_t fixed_overhead_bytes = 0;  // --overhead: runtime use the plan cannot know (CUDA)
+  // On a GPU (the backend's memory is not host memory): the CUDA context reserve
+  // (kCudaContextReserveBytes, worker/cache/device_memory.h) and the backend's scratch area
+  // (ForwardPassScratchBytes), both counted in the VRAM plan. Models sharing one backend share
+  // both: the worker gives them to the first model only, like process_baseline_bytes.
+  uint64_t device_context_bytes = 0;
+  uint64_t device_scratch_bytes = 0;
   // What the process costs before any model is loaded: MeasureProcessBaseline().total() taken
   // first thing in main(). Counted once per process, so give it to the first model only; counted
   // only when the budget is host memory (CPU backend).
@@ -74,6 +80,7 @@ struct ServingOptions {
 // is host memory (`host_counted`: the CPU backend); on a GPU they are RAM, not VRAM.
 struct ServingOverhead {
   uint64_t user = 0;            // ServingOptions::fixed_overhead_bytes
+  uint64_t device_context = 0;  // ServingOptions::device_context_bytes (device budgets only)
   uint64_t snapshot_slots = 0;  // speculation: n_parallel spare recurrent-state slots
   uint64_t zero_slot = 0;       // the slot pool's zeroed source slot (RecurrentStateSlots::Zero)
   uint64_t page_tables = 0;     // the engine's page-table buffer at its largest, while regrown
@@ -141,12 +148,28 @@ struct ReasoningTokens {
 // `end_first` (a generation prompt that ends in `<think>\n`).
 bool PromptOpensReasoning(absl::Span<const int32_t> prompt, int32_t start, int32_t end_first);
 
+// A configuration's plan as Create checks it.
+struct PlannedServing {
+  MemoryPlan plan;
+  ServingOverhead overhead;
+  ServingBatchShape shape;
+};
+
 // See the file comment.
 class ServedModel {
  public:
-  // Loads `path`, builds its tokenizer, plans memory for `options` and checks ctx x n_parallel
-  // against the budget (ResourceExhausted with the plan when it does not fit; nothing beyond the
-  // model's mapping and tokenizer has been allocated then). Then allocates the KV cache
+  // The plan Create would check, without a backend: reads the GGUF's header and tensor infos
+  // (and builds the tokenizer when `host_memory`, whose terms only a host budget counts) and
+  // checks ctx x n_parallel against the budget, with Create's ResourceExhausted message. A GPU
+  // worker calls it for every model before it makes its backend, so nothing is allocated on the
+  // device for a configuration that does not fit.
+  static absl::StatusOr<PlannedServing> Plan(const std::string& path,
+                                             const ServingOptions& options, bool host_memory);
+
+  // Reads `path`'s header, builds its tokenizer, plans memory for `options` and checks
+  // ctx x n_parallel against the budget (ResourceExhausted with the plan when it does not fit;
+  // nothing beyond the file's mapping and the tokenizer has been allocated then, and nothing in
+  // the backend), then loads the weights into the backend (a GPU copies them). Then allocates the KV cache
   // (n_parallel * ceil(ctx / page_tokens) pages), the state slots (n_parallel, twice that with
   // speculation) and the scheduler, reads the weights in, and runs a warm-up forward pass at the
   // planned batch shape so the workspace is allocated at its planned size before serving.
