@@ -7,9 +7,9 @@
 //    of a chunk that does not depend on the state, all chunks in parallel. Block (c, h):
 //    γ (double cumsum), the decays, the Gram products K Kᵀ and Q Kᵀ over 32-column shared tiles
 //    of K and Q, A (into shared memory) and P (into the record), T = (I + A)⁻¹ by forward
-//    substitution in place in shared memory (one row per step, its entries in parallel), then
-//    W = T diag(β e^γ) K and U = T diag(β) V over 32-column tiles of K and V. Writes the chunk
-//    record (layout: gdn_math.h) of slot c, head h.
+//    substitution in place in shared memory (one row per step and barrier, its entries in
+//    parallel), then W = T diag(β e^γ) K and U = T diag(β) V over 32-column tiles of K and V.
+//    Writes the chunk record (layout: gdn_math.h) of slot c, head h.
 // 2. GdnChunkScanKernel, grid (ceil(d / kGdnScanRows), n_v), kGdnChunkThreads threads: the part
 //    that runs in order over the chunks. Column r of S (row r of the state layout) only ever
 //    mixes with column r of U, V′ and O, so block (x, h) owns state rows [16x, 16x + 16) of head
@@ -106,12 +106,14 @@ __global__ void __launch_bounds__(kGdnChunkThreads)
   }
   __syncthreads();
 
-  // T = (I + A)⁻¹, row i from A's row i and T's rows < i; written after all of row i is read.
+  // T = (I + A)⁻¹, row i from A's row i and T's rows < i. Thread j owns column j of T: it alone
+  // writes T_ij and, of T, reads back only its own column (T_lj, l < i), so one barrier per row
+  // suffices: all of A's row i is read before anyone overwrites it. The W/U tile loop's first
+  // barrier orders the last row's writes before T is read by everyone.
   for (int i = 1; i < n; ++i) {
     const float t_ij = tid < i ? GdnInverseEntry(at, kLd, i, tid) : 0.0f;
     __syncthreads();
     if (tid < i) at[i * kLd + tid] = t_ij;
-    __syncthreads();
   }
 
   // W and U, 32 columns at a time: thread entries e = tid + 256 m, i = e / 32, x = e % 32.
