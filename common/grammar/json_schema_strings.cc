@@ -109,10 +109,52 @@ bool NumberIn(const Json& schema, const Json& v) {
   return ok;
 }
 
-// x{min,max} in O(log max) rules (a plain string's maxLength may be 65535): powers
-// P_i ::= P_{i-1} P_{i-1} match x^(2^i); exactly n is the powers of n's bits, and "up to n" is
-// U(n) ::= O_{k-1} ... O_0 | P_k U(n - 2^k) with 2^k <= n < 2^(k+1) and O_i ::= P_i | "".
-// Each count still has its own matcher state (the language needs them), built lazily.
+// Above this many optional counts (1,024 block rules) "up to n" takes the binary form: U(n) ::=
+// O_{k-1} ... O_0 | P_k U(n - 2^k) with 2^k <= n < 2^(k+1) and O_i ::= P_i | "" — O(log n)
+// rules, but many parses alive per count (slow first masks), for bounds nobody writes by hand.
+constexpr int64_t kMaxBlockedRepeat = 65536;
+
+template <typename Power>
+Symbol BinaryUpTo(GrammarBuilder& b, const SchemaCompiler& c, int64_t n, Power& power) {
+  std::vector<Symbol> optional;  // O_i
+  auto opt = [&](size_t i) {
+    while (optional.size() <= i) {
+      const size_t j = optional.size();
+      optional.push_back(Symbol::Rule(b.Optional(c.Name("opt_pow"), {power(j)})));
+    }
+    return optional[i];
+  };
+  // Built from the smallest remainder up: U(n) refers to U(n - 2^k).
+  std::vector<int64_t> chain;
+  for (int64_t m = n; m > 0;) {
+    chain.push_back(m);
+    m -= int64_t{1} << (63 - __builtin_clzll(static_cast<uint64_t>(m)));
+  }
+  std::optional<Symbol> up_to;  // U(0) is the empty string
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const int k = 63 - __builtin_clzll(static_cast<uint64_t>(*it));
+    const RuleId r = b.AddRule(c.Name("up_to"));
+    Alternative all;
+    for (int i = k - 1; i >= 0; --i) all.push_back(opt(static_cast<size_t>(i)));
+    b.AddAlternative(r, std::move(all));
+    Alternative more = {power(static_cast<size_t>(k))};
+    if (up_to) more.push_back(*up_to);
+    b.AddAlternative(r, std::move(more));
+    up_to = Symbol::Rule(r);
+  }
+  return *up_to;
+}
+
+// x{min,max} in few rules (a plain string's maxLength may be 65535). Exactly `min`: powers
+// P_i ::= P_{i-1} P_{i-1} match x^(2^i) and min is the powers of its bits (one parse). Up to
+// n = max - min more, n = 64q + r: U(0) ::= T_r and U(a) ::= B U(a-1) | T_63, where B is
+// exactly 64 x's (one rule of 64 symbols) and T_k up to k x's (nested optionals, a rule per
+// count). U(a) matches 0..64a + r x's, and at any count at most two parses are alive (inside a
+// block B, or inside the tail T_63), so a matcher state holds two short stacks. (The binary
+// form of "up to n", optional powers O_{k-1} ... O_0, kept dozens of parses alive per count:
+// each count's DFA state cost ~12 us to build, the cold-mask tail of issue 13.) Each count
+// still has its own matcher state (the language needs them), built lazily; q + ~130 rules (up
+// to kMaxBlockedRepeat counts, BinaryUpTo above that).
 Alternative CompactRepeat(GrammarBuilder& b, const SchemaCompiler& c, Symbol x, int64_t min,
                           int64_t max) {
   std::vector<Symbol> powers = {x};
@@ -132,34 +174,30 @@ Alternative CompactRepeat(GrammarBuilder& b, const SchemaCompiler& c, Symbol x, 
     out.push_back(Symbol::Rule(b.Star(c.Name("chars"), {x})));
     return out;
   }
-  std::vector<Symbol> optional;  // O_i
-  auto opt = [&](size_t i) {
-    while (optional.size() <= i) {
-      const size_t j = optional.size();
-      optional.push_back(Symbol::Rule(b.Optional(c.Name("opt_pow"), {power(j)})));
+  const int64_t n = max - min;
+  if (n == 0) return out;
+  if (n > kMaxBlockedRepeat) {
+    out.push_back(BinaryUpTo(b, c, n, power));
+    return out;
+  }
+  constexpr int64_t kBlock = 64;
+  const int64_t q = n / kBlock;
+  const int64_t r = n % kBlock;
+  std::optional<Symbol> up_to;  // U(0): T_r, nothing when r == 0
+  if (r > 0) up_to = Symbol::Rule(b.Repeat(c.Name("tail"), {x}, 0, static_cast<int>(r)));
+  if (q > 0) {
+    const Symbol block = Symbol::Rule(b.Repeat(c.Name("block"), {x}, kBlock, kBlock));
+    const Symbol tail = Symbol::Rule(b.Repeat(c.Name("tail"), {x}, 0, kBlock - 1));
+    for (int64_t a = 1; a <= q; ++a) {
+      const RuleId u = b.AddRule(c.Name("up_to"));
+      Alternative more = {block};
+      if (up_to) more.push_back(*up_to);
+      b.AddAlternative(u, std::move(more));
+      b.AddAlternative(u, {tail});
+      up_to = Symbol::Rule(u);
     }
-    return optional[i];
-  };
-  // Built from the smallest remainder up: U(n) refers to U(n - 2^k).
-  std::vector<int64_t> chain;
-  for (int64_t n = max - min; n > 0;) {
-    chain.push_back(n);
-    int k = 63 - __builtin_clzll(static_cast<uint64_t>(n));
-    n -= int64_t{1} << k;
   }
-  std::optional<Symbol> up_to;  // U(0) is the empty string
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    const int k = 63 - __builtin_clzll(static_cast<uint64_t>(*it));
-    const RuleId r = b.AddRule(c.Name("up_to"));
-    Alternative all;
-    for (int i = k - 1; i >= 0; --i) all.push_back(opt(static_cast<size_t>(i)));
-    b.AddAlternative(r, std::move(all));
-    Alternative more = {power(static_cast<size_t>(k))};
-    if (up_to) more.push_back(*up_to);
-    b.AddAlternative(r, std::move(more));
-    up_to = Symbol::Rule(r);
-  }
-  if (up_to) out.push_back(*up_to);
+  out.push_back(*up_to);
   return out;
 }
 

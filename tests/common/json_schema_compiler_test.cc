@@ -274,9 +274,12 @@ TEST(JsonSchemaCompilerTest, UriReferenceFollowsRfc3986) {
 }
 
 TEST(JsonSchemaCompilerTest, LongStringLengthsMatchBruteForce) {
-  // Lengths past 64 take the powers-of-two rules: every length around the bounds, in code points
-  // (a two-byte character counts once).
-  const std::pair<int, int> kBounds[] = {{0, 65}, {77, 300}, {128, 128}, {100, -1}, {0, 1000}};
+  // Lengths past 64 take CompactRepeat's rules (powers of two for minLength, blocks of 64 and a
+  // tail for the rest): every length around the bounds, in code points (a two-byte character
+  // counts once); bounds on and next to block edges.
+  const std::pair<int, int> kBounds[] = {{0, 65},   {77, 300}, {128, 128}, {100, -1}, {0, 1000},
+                                         {0, 128},  {0, 127},  {1, 129},   {64, 192}, {3, 67},
+                                         {0, 4096}, {70, 70}};
   for (auto [min, max] : kBounds) {
     std::string schema = "{\"type\": \"string\", \"minLength\": " + std::to_string(min);
     if (max >= 0) schema += ", \"maxLength\": " + std::to_string(max);
@@ -287,6 +290,25 @@ TEST(JsonSchemaCompilerTest, LongStringLengthsMatchBruteForce) {
       for (int i = 0; i < n; ++i) text += i % 3 == 0 ? "\u00e9" : "x";
       text += "\"";
       EXPECT_EQ(Accepts(g, text), n >= min && (max < 0 || n <= max)) << schema << " n=" << n;
+    }
+  }
+}
+
+TEST(JsonSchemaCompilerTest, VeryLongStringLengthsAtTheirEdges) {
+  // Lengths next to each bound, with many blocks of 64 ({0, 20000}: 312 of them) and past
+  // 65,536 optional counts, where the rules take the binary form (there only the lower edge:
+  // tens of thousands of characters exhaust the matcher's stack-node limit, CompiledGrammarLimits,
+  // before the upper one — ~58K with the blocks, ~22K with the binary form).
+  const std::pair<int, int> kBounds[] = {{0, 20000}, {100, 20100}, {0, 65537}, {5, 70000}};
+  for (auto [min, max] : kBounds) {
+    auto g = MustCompile("{\"type\": \"string\", \"minLength\": " + std::to_string(min) +
+                         ", \"maxLength\": " + std::to_string(max) + "}");
+    for (int n : {0, 1, 4, 5, 6, 63, 64, 65, min - 1, min, min + 1, max - 1, max, max + 1}) {
+      if (n < 0 || n > 30000) continue;
+      std::string text(static_cast<size_t>(n) + 2, 'x');
+      text.front() = text.back() = '"';
+      EXPECT_EQ(Accepts(g, text), n >= min && n <= max)
+          << min << ".." << max << " n=" << n;
     }
   }
 }
