@@ -37,7 +37,7 @@ struct MoeScratchLayout {
   size_t header = 0;       // int32 [4]: n_active, n_tiles, n_valid (positions), unused
   size_t gate = 0;         // f32 [n_assign][ff]: gate rows, then silu(gate) * up
   size_t up = 0;           // f32 [n_assign][ff]
-  size_t down = 0;         // f32 [n_assign][n_embd]
+  size_t down = 0;         // f32 [n_assign][n_embd], over up's bytes: up is dead after SwiGLU
   size_t total = 0;
 };
 
@@ -73,8 +73,10 @@ DS_HOST_DEVICE DS_INLINE MoeScratchLayout MoeLayout(int64_t n_tokens, int64_t k,
   l.tile_start = take(tiles * 4);
   l.header = take(4 * 4);
   l.gate = take(n_assign * static_cast<size_t>(ff) * 4);
-  l.up = take(n_assign * static_cast<size_t>(ff) * 4);
-  l.down = take(n_assign * static_cast<size_t>(n_embd) * 4);
+  const size_t up_bytes = n_assign * static_cast<size_t>(ff) * 4;
+  const size_t down_bytes = n_assign * static_cast<size_t>(n_embd) * 4;
+  l.up = take(up_bytes > down_bytes ? up_bytes : down_bytes);
+  l.down = l.up;
   l.total = at;
   return l;
 }

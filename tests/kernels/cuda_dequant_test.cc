@@ -367,7 +367,9 @@ TEST(CudaMoePlanTest, ScratchLayoutHoldsEveryArray) {
         {l.counts, e * 4},          {l.offsets, (e + 1) * 4},  {l.fill, e * 4},
         {l.order, t * k * 4},       {l.inv, t * k * 4},        {l.active, e * 4},
         {l.tile_expert, tiles * 4}, {l.tile_start, tiles * 4}, {l.header, 16},
-        {l.gate, t * k * ff * 4},   {l.up, t * k * ff * 4},    {l.down, t * k * embd * 4}};
+        {l.gate, t * k * ff * 4},   {l.up, t * k * std::max(ff, embd) * 4}};
+    // down reuses up's bytes (up is dead once SwiGLU has run).
+    EXPECT_EQ(l.down, l.up);
     size_t end = 0;
     for (const auto& [off, bytes] : arrays) {
       EXPECT_EQ(off % 256, 0u);
