@@ -68,8 +68,13 @@ __global__ void CausalConv1dSiluKernel(Mat x, const float* w, int64_t kernel, fl
   __syncthreads();
   if (!active) return;
   const float* wc = w + c * kernel;
+  // x row t + 1 is loaded before y row t is stored, so the load's latency overlaps this token's
+  // work (a long prefill segment is otherwise one dependent global load per token). Legal in
+  // place: y aliases x row for row, and row t + 1 belongs to this warp and is not written yet.
+  float x_next = t0 < t1 ? x.data[t0 * x.stride + c] : 0.0f;
   for (int64_t t = t0; t < t1; ++t) {
-    const float xt = x.data[t * x.stride + c];
+    const float xt = x_next;
+    if (t + 1 < t1) x_next = x.data[(t + 1) * x.stride + c];
     float acc = 0.0f;
     for (int64_t j = 0; j < window; ++j) acc += wc[j] * halo[j * kConvChannels + lane];
     acc += wc[window] * xt;
