@@ -78,17 +78,25 @@ __device__ __forceinline__ float WarpSum(float x) {
 }
 
 // Decodes the nk rows (rows[j] null: a position whose page is outside the pools, read as zeros)
-// into tile[j][0, kD), columns from head_dim on zero. Warp w takes keys w, w + kAttnWarps, ...
+// into tile[j][0, kD); columns from head_dim on, and rows from nk on, are zero. Warp w takes
+// keys w, w + kAttnWarps, ... Branch-free on purpose: a row that is absent (or a column past
+// head_dim) is read from `fallback` (the pool's first row, always readable) and its value
+// dropped, so the loads of all of a warp's keys can be in flight together.
 template <WeightType kType, int kD>
 __device__ __forceinline__ void DecodeTileT(const uint8_t* const* rows, int nk, int head_dim,
-                                            float (*tile)[kD + 1]) {
+                                            const uint8_t* fallback, float (*tile)[kD + 1]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int j = warp; j < nk; j += kAttnWarps) {
-    const uint8_t* row = rows[j];
+#pragma unroll
+  for (int jj = 0; jj < kAttnKeyTile / kAttnWarps; ++jj) {
+    const int j = warp + kAttnWarps * jj;
+    const uint8_t* row = j < nk ? rows[j] : nullptr;
+    const bool live = row != nullptr;
+    if (!live) row = fallback;
 #pragma unroll
     for (int c = 0; c < kD / 32; ++c) {
       const int d = lane + 32 * c;
-      tile[j][d] = (row != nullptr && d < head_dim) ? DecodeKvValueT<kType>(row, d) : 0.0f;
+      const float x = DecodeKvValueT<kType>(row, d < head_dim ? d : 0);
+      tile[j][d] = (live && d < head_dim) ? x : 0.0f;
     }
   }
 }
@@ -96,28 +104,29 @@ __device__ __forceinline__ void DecodeTileT(const uint8_t* const* rows, int nk, 
 // The cache type is uniform over a call: one switch per tile, each case a loop of its own type.
 template <int kD>
 __device__ __forceinline__ void DecodeTile(WeightType type, const uint8_t* const* rows, int nk,
-                                           int head_dim, float (*tile)[kD + 1]) {
+                                           int head_dim, const uint8_t* fallback,
+                                           float (*tile)[kD + 1]) {
   switch (type) {
     case WeightType::kF32:
-      DecodeTileT<WeightType::kF32, kD>(rows, nk, head_dim, tile);
+      DecodeTileT<WeightType::kF32, kD>(rows, nk, head_dim, fallback, tile);
       break;
     case WeightType::kF16:
-      DecodeTileT<WeightType::kF16, kD>(rows, nk, head_dim, tile);
+      DecodeTileT<WeightType::kF16, kD>(rows, nk, head_dim, fallback, tile);
       break;
     case WeightType::kBF16:
-      DecodeTileT<WeightType::kBF16, kD>(rows, nk, head_dim, tile);
+      DecodeTileT<WeightType::kBF16, kD>(rows, nk, head_dim, fallback, tile);
       break;
     case WeightType::kQ8_0:
-      DecodeTileT<WeightType::kQ8_0, kD>(rows, nk, head_dim, tile);
+      DecodeTileT<WeightType::kQ8_0, kD>(rows, nk, head_dim, fallback, tile);
       break;
     case WeightType::kQ4_0:
-      DecodeTileT<WeightType::kQ4_0, kD>(rows, nk, head_dim, tile);
+      DecodeTileT<WeightType::kQ4_0, kD>(rows, nk, head_dim, fallback, tile);
       break;
     case WeightType::kQ4_1:
-      DecodeTileT<WeightType::kQ4_1, kD>(rows, nk, head_dim, tile);
+      DecodeTileT<WeightType::kQ4_1, kD>(rows, nk, head_dim, fallback, tile);
       break;
     case WeightType::kQ5_0:
-      DecodeTileT<WeightType::kQ5_0, kD>(rows, nk, head_dim, tile);
+      DecodeTileT<WeightType::kQ5_0, kD>(rows, nk, head_dim, fallback, tile);
       break;
     default:
       break;  // refused by CheckPagedAttention
@@ -180,7 +189,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) PagedAttentionKernel(const At
       v_rows[threadIdx.x] = ok ? p.v_pool + KvHeadByteOffset(p.v_geom, page, pos, kvh) : nullptr;
     }
     __syncthreads();
-    DecodeTile<kD>(p.k_type, k_rows, nk, hd, tile);
+    DecodeTile<kD>(p.k_type, k_rows, nk, hd, p.k_pool, tile);
     __syncthreads();
 
     // Scores of key kb + lane for each of this warp's rows, sharing each K value over the rows.
@@ -205,7 +214,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) PagedAttentionKernel(const At
     }
 
     __syncthreads();  // every warp is done with the K tile
-    DecodeTile<kD>(p.v_type, v_rows, nk, hd, tile);
+    DecodeTile<kD>(p.v_type, v_rows, nk, hd, p.v_pool, tile);
     __syncthreads();
     for (int j = 0; j < nk; ++j) {
 #pragma unroll

@@ -159,9 +159,21 @@ DS_HOST_DEVICE DS_INLINE uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((x + (0x7FFFu + ((x >> 16) & 1))) >> 16);
 }
 
+// Loads of cache bytes. On the device they go through the read-only path (ld.global.nc): the
+// pools are not written while an attention kernel reads them, and a global-space load lets the
+// compiler issue the loads of several rows before the shared-memory stores of the ones before
+// (a generic load might alias shared memory).
+DS_HOST_DEVICE DS_INLINE uint8_t LoadU8(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
 DS_HOST_DEVICE DS_INLINE uint16_t LoadU16(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint16_t*>(p);  // 2-byte aligned (see the file comment)
+  return __ldg(reinterpret_cast<const unsigned short*>(p));  // 2-byte aligned (file comment)
 #else
   uint16_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -211,7 +223,7 @@ template <WeightType kType>
 DS_HOST_DEVICE DS_INLINE float DecodeKvValueT(const uint8_t* run, int i) {
   if constexpr (kType == WeightType::kF32) {
 #if defined(__CUDA_ARCH__)
-    return reinterpret_cast<const float*>(run)[i];
+    return __ldg(reinterpret_cast<const float*>(run) + i);
 #else
     float f;
     std::memcpy(&f, run + 4 * i, sizeof(f));
@@ -227,18 +239,18 @@ DS_HOST_DEVICE DS_INLINE float DecodeKvValueT(const uint8_t* run, int i) {
     const int j = i % kKvQk;
     const float d = HalfToFloat(LoadU16(b));
     if constexpr (kType == WeightType::kQ8_0) {
-      return MulRn(static_cast<float>(static_cast<int8_t>(b[2 + j])), d);
+      return MulRn(static_cast<float>(static_cast<int8_t>(LoadU8(b + 2 + j))), d);
     } else if constexpr (kType == WeightType::kQ4_0) {
-      const int q = j < 16 ? (b[2 + j] & 0xF) : (b[2 + j - 16] >> 4);
+      const int q = j < 16 ? (LoadU8(b + 2 + j) & 0xF) : (LoadU8(b + 2 + j - 16) >> 4);
       return MulRn(static_cast<float>(q - 8), d);
     } else if constexpr (kType == WeightType::kQ4_1) {
       const float m = HalfToFloat(LoadU16(b + 2));
-      const int q = j < 16 ? (b[4 + j] & 0xF) : (b[4 + j - 16] >> 4);
+      const int q = j < 16 ? (LoadU8(b + 4 + j) & 0xF) : (LoadU8(b + 4 + j - 16) >> 4);
       return AddRn(MulRn(static_cast<float>(q), d), m);
     } else {
       static_assert(kType == WeightType::kQ5_0, "not a KV cache type");
-      const int lo = j < 16 ? (b[6 + j] & 0xF) : (b[6 + j - 16] >> 4);
-      const int hi = (b[2 + j / 8] >> (j % 8)) & 1;  // bit j of the little-endian u32 qh
+      const int lo = j < 16 ? (LoadU8(b + 6 + j) & 0xF) : (LoadU8(b + 6 + j - 16) >> 4);
+      const int hi = (LoadU8(b + 2 + j / 8) >> (j % 8)) & 1;  // bit j of the little-endian u32 qh
       return MulRn(static_cast<float>((lo | (hi << 4)) - 16), d);
     }
   }
