@@ -301,6 +301,7 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, const CompiledGrammarLimits& l
     }
   }
   if (ok && m.Close(accepts)) m.initial = m.InternState(accepts, class_count_, transitions_);
+  published_memory_bytes_.store(memory_bytes(), std::memory_order_relaxed);
 }
 
 CompiledGrammar::~CompiledGrammar() = default;
@@ -321,9 +322,13 @@ StateId CompiledGrammar::StepSlow(StateId state, uint8_t byte) {
   }
   if (!m.Close(accepts)) return kDeadState;  // a limit: not cached, exhausted() says why
   const bool empty = m.result.empty() && !accepts;
+  const size_t states_before = m.accepting.size();
   const StateId next = m.InternState(accepts, class_count_, transitions_);
   if (next == kDeadState && !empty) return next;  // the state limit: not cached
   transitions_[state * class_count_ + cls] = next;
+  if (m.accepting.size() != states_before) {
+    published_memory_bytes_.store(memory_bytes(), std::memory_order_relaxed);
+  }
   return next;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -70,6 +71,11 @@ class CompiledGrammar {
   size_t state_count() const;
   // Bytes held by the state table (for metrics and the cache budget).
   size_t memory_bytes() const;
+  // memory_bytes() as of the last state added, readable from any thread: the worker's
+  // GrammarCache weighs its grammars on gRPC threads while the scheduler thread grows them.
+  size_t published_memory_bytes() const {
+    return published_memory_bytes_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Impl;
@@ -82,6 +88,7 @@ class CompiledGrammar {
   std::array<uint8_t, 256> class_of_{};
   uint32_t class_count_ = 1;
   std::vector<StateId> transitions_;
+  std::atomic<size_t> published_memory_bytes_{0};
 };
 
 // One sequence's position in a CompiledGrammar. Cheap to copy (a StateId and a pointer).

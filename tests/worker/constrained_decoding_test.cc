@@ -353,5 +353,40 @@ TEST(GrammarCacheTest, CompilesOncePerDistinctConstraintAndStaysBounded) {
   EXPECT_EQ(cache.refused(), 1u);
 }
 
+TEST(GrammarCacheTest, DropsGrammarsPastItsByteBudget) {
+  // A long maxLength string: walking it adds a state per character, so the table grows past
+  // the budget as the scheduler thread would grow it; the next compile drops it (the newest
+  // grammar always stays), says so in its counter, and the gauge counts what is left.
+  OutputConstraintSpec a;
+  a.kind = OutputConstraintSpec::Kind::kJsonSchema;
+  a.schema_json = R"({"type":"string","maxLength":4000})";
+  OutputConstraintSpec b = a;
+  b.schema_json = R"({"type":"boolean"})";
+  auto fresh = std::make_shared<CompiledGrammar>(
+      *common::grammar::CompileOutputConstraint(a));
+  const size_t fresh_bytes = fresh->published_memory_bytes();
+  ASSERT_GT(fresh_bytes, 0u);
+  EXPECT_EQ(fresh_bytes, fresh->memory_bytes());
+
+  GrammarCache cache(64, /*budget_bytes=*/4 * fresh_bytes);
+  auto ga = cache.Get(a);
+  ASSERT_TRUE(ga.ok());
+  common::grammar::GrammarMatcher m(*ga);
+  ASSERT_TRUE(m.AcceptBytes("\"" + std::string(3000, 'x')));
+  EXPECT_EQ((*ga)->published_memory_bytes(), (*ga)->memory_bytes());
+  ASSERT_GT((*ga)->published_memory_bytes(), 4 * fresh_bytes);
+  EXPECT_EQ(cache.cached_bytes(), (*ga)->published_memory_bytes());
+
+  ASSERT_TRUE(cache.Get(b).ok());
+  EXPECT_EQ(cache.evicted_for_memory(), 1u);
+  EXPECT_LT(cache.cached_bytes(), 4 * fresh_bytes);
+  ASSERT_TRUE(cache.Get(a).ok());  // compiled again: it was dropped
+  EXPECT_EQ(cache.misses(), 3u);
+  EXPECT_EQ(cache.hits(), 0u);
+  // The sequence that held the dropped grammar still walks it.
+  EXPECT_TRUE(m.AcceptBytes("xyz\""));
+  EXPECT_TRUE(m.IsAccepting());
+}
+
 }  // namespace
 }  // namespace deltaserve::worker

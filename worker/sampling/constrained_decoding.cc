@@ -1,6 +1,7 @@
 #include "worker/sampling/constrained_decoding.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 namespace deltaserve::worker {
@@ -36,7 +37,32 @@ absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(
     index_.erase(lru_.back().key);
     lru_.pop_back();
   }
+  // The byte budget, over the tables as the scheduler has grown them so far; the newest grammar
+  // always stays.
+  size_t bytes = 0;
+  for (const Entry& e : lru_) bytes += e.grammar->published_memory_bytes();
+  while (bytes > budget_bytes_ && lru_.size() > 1) {
+    const size_t dropped = lru_.back().grammar->published_memory_bytes();
+    std::fprintf(stderr, "grammar cache: %zu bytes cached, over its budget of %zu: dropping a "
+                 "grammar of %zu bytes\n", bytes, budget_bytes_, dropped);
+    bytes -= dropped;
+    ++evicted_for_memory_;
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+  }
   return compiled;
+}
+
+size_t GrammarCache::evicted_for_memory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return evicted_for_memory_;
+}
+
+size_t GrammarCache::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t bytes = 0;
+  for (const Entry& e : lru_) bytes += e.grammar->published_memory_bytes();
+  return bytes;
 }
 
 size_t GrammarCache::hits() const {

@@ -42,10 +42,15 @@
 namespace deltaserve::worker {
 
 // Compiled grammars by OutputConstraintSpec::CacheKey, the least recently used dropped past
-// `max_entries` (a sequence still holding one keeps it alive).
+// `max_entries` or past `budget_bytes` of state tables in all (a sequence still holding one keeps
+// it alive). The budget bounds what cached grammars hold between requests: one grammar's table
+// grows as sequences walk it (up to CompiledGrammarLimits, a few hundred MB for a long
+// maxLength string), so 64 of them could otherwise keep gigabytes.
 class GrammarCache {
  public:
-  explicit GrammarCache(size_t max_entries = 64) : max_entries_(max_entries) {}
+  static constexpr size_t kDefaultBudgetBytes = size_t{1} << 30;
+  explicit GrammarCache(size_t max_entries = 64, size_t budget_bytes = kDefaultBudgetBytes)
+      : max_entries_(max_entries), budget_bytes_(budget_bytes) {}
 
   // The compiled grammar of `spec`; InvalidArgument (the compiler's message) when it cannot be
   // compiled. Failures are not cached (a refused constraint costs its compile each time).
@@ -55,6 +60,10 @@ class GrammarCache {
   size_t hits() const;
   size_t misses() const;   // compiles, refused ones included
   size_t refused() const;  // constraints that did not compile
+  // Grammars dropped because the cached ones held more than the budget (logged each time).
+  size_t evicted_for_memory() const;
+  // State-table bytes of the cached grammars (CompiledGrammar::published_memory_bytes).
+  size_t cached_bytes() const;
 
  private:
   using Key = std::array<uint8_t, 32>;
@@ -63,10 +72,11 @@ class GrammarCache {
     std::shared_ptr<common::grammar::CompiledGrammar> grammar;
   };
   const size_t max_entries_;
+  const size_t budget_bytes_;
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // most recent first
   absl::flat_hash_map<Key, std::list<Entry>::iterator> index_;
-  size_t hits_ = 0, misses_ = 0, refused_ = 0;
+  size_t hits_ = 0, misses_ = 0, refused_ = 0, evicted_for_memory_ = 0;
 };
 
 struct SequenceConstraintOptions {

@@ -418,6 +418,7 @@ void WriteWorkerMetrics(const WorkerService& service, common::PrometheusText& ou
     const char* name;
     const char* help;
     size_t (GrammarCache::*value)() const;
+    bool counter = true;
   };
   static constexpr GrammarSeries kGrammarSeries[] = {
       {"deltaserve_model_grammar_cache_hits_total",
@@ -427,11 +428,22 @@ void WriteWorkerMetrics(const WorkerService& service, common::PrometheusText& ou
       {"deltaserve_model_grammar_refusals_total",
        "Output constraints refused by the compiler (INVALID_ARGUMENT naming the keyword).",
        &GrammarCache::refused},
+      {"deltaserve_model_grammar_cache_evictions_total",
+       "Compiled grammars dropped because the cached ones held more state-table bytes than the "
+       "cache's budget (1 GiB).",
+       &GrammarCache::evicted_for_memory},
+      {"deltaserve_model_grammar_cache_bytes",
+       "State-table bytes held by the cached compiled grammars.", &GrammarCache::cached_bytes,
+       false},
   };
   for (const GrammarSeries& s : kGrammarSeries) {
     for (const auto& [name, model] : service.models()) {
-      out.Counter(s.name, s.help, {{"model", name}},
-                  static_cast<double>((model->grammar_cache().*s.value)()));
+      const auto v = static_cast<double>((model->grammar_cache().*s.value)());
+      if (s.counter) {
+        out.Counter(s.name, s.help, {{"model", name}}, v);
+      } else {
+        out.Gauge(s.name, s.help, {{"model", name}}, v);
+      }
     }
   }
   WriteRedisTierMetrics(service, out);
