@@ -5,8 +5,9 @@
 // interface allows it, at shapes on both sides of every kernel's mode switch (warp vs block
 // rows at 1024 values, the 65535-row grid limit, RoPE's 512-pair chunks, the conv kernel's
 // shared-memory window bound and 8-warp token split). Each comparison covers the whole
-// allocation, so a write outside the view shows up as a mismatch in the padding. Argument
-// errors: every op refuses the same bad calls on both backends.
+// allocation, so a write outside the view shows up as a mismatch in the padding. Batch
+// invariance: a row alone gives the bits it gives among others, a conv split into calls the
+// bits of one call. Argument errors: every op refuses the same bad calls on both backends.
 //
 // Tolerances, GPU vs CPU (u = 2^-24, f32 unit roundoff):
 // - Copy, Add, the conv state: exact (one IEEE operation or a plain copy on both sides).
@@ -31,6 +32,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -411,6 +413,100 @@ TEST_F(CudaElementwiseTest, MoeRouteMatchesCpuIncludingTiesAndKEqualsN) {
       EXPECT_EQ(ids_gpu, ids_cpu) << what;  // exact ties: identical p on both sides
     }
   }
+}
+
+// --- batch invariance ------------------------------------------------------------------------
+// A row's result does not depend on which other rows share the call (each kernel reduces
+// within one row, head, token or channel, in an order fixed by that row's length alone), and a
+// sequence's conv output does not depend on how its tokens are split into calls: bit for bit.
+// The engine's batch invariance (issue 16's tests) rests on this.
+
+TEST_F(CudaElementwiseTest, RowsAreBatchInvariantAndConvSplitsAreExact) {
+  Rng rng(13);
+  const int64_t rows = 37;
+  for (const int64_t cols : {int64_t{256}, int64_t{5120}}) {  // warp rows, block rows
+    const std::string what = "cols " + std::to_string(cols);
+    Twin x = RandomTwin(*gpu_, rng, rows, cols, 0, 2.0f);
+    Twin z = RandomTwin(*gpu_, rng, rows, cols, 0);
+    DeviceBuffer w = Upload(*gpu_, rng.NormalVector(cols));
+    const Vec wv{w.floats(), cols};
+    Twin all = RandomTwin(*gpu_, rng, rows, cols, 0), one = RandomTwin(*gpu_, rng, rows, cols, 0);
+    Twin gall = RandomTwin(*gpu_, rng, rows, cols, 0), gone = RandomTwin(*gpu_, rng, rows, cols, 0);
+    Mat all_m = all.gpu(), gall_m = gall.gpu();
+    ASSERT_EQ(gpu_->RmsNorm(x.gpu(), wv, 1e-6f, all_m), KernelStatus::kOk);
+    ASSERT_EQ(gpu_->GatedRmsNorm(x.gpu(), wv, z.gpu(), 1e-6f, gall_m), KernelStatus::kOk);
+    for (int64_t r = 0; r < rows; ++r) {
+      Mat one_r = one.gpu().Rows(r, 1), gone_r = gone.gpu().Rows(r, 1);
+      ASSERT_EQ(gpu_->RmsNorm(x.gpu().Rows(r, 1), wv, 1e-6f, one_r), KernelStatus::kOk);
+      ASSERT_EQ(gpu_->GatedRmsNorm(x.gpu().Rows(r, 1), wv, z.gpu().Rows(r, 1), 1e-6f, gone_r),
+                KernelStatus::kOk);
+    }
+    EXPECT_EQ(all.Fetch(*gpu_), one.Fetch(*gpu_)) << "rmsnorm " << what;
+    EXPECT_EQ(gall.Fetch(*gpu_), gone.Fetch(*gpu_)) << "gated rmsnorm " << what;
+
+    Twin l_all(*gpu_, x.host(), rows, cols, cols), l_one(*gpu_, x.host(), rows, cols, cols);
+    Mat l_all_m = l_all.gpu();
+    ASSERT_EQ(gpu_->L2Norm(l_all_m, 128, 1e-6f), KernelStatus::kOk);
+    for (int64_t r = 0; r < rows; ++r) {
+      Mat row = l_one.gpu().Rows(r, 1);
+      ASSERT_EQ(gpu_->L2Norm(row, 128, 1e-6f), KernelStatus::kOk);
+    }
+    EXPECT_EQ(l_all.Fetch(*gpu_), l_one.Fetch(*gpu_)) << "l2norm " << what;
+  }
+
+  // Routing: 37 tokens at once or one by one.
+  Twin logits = RandomTwin(*gpu_, rng, rows, 256, 0, 2.0f);
+  const int64_t k = 8;
+  DeviceBuffer ids_all = gpu_->Allocate(rows * k * 4), w_all = gpu_->Allocate(rows * k * 4);
+  DeviceBuffer ids_one = gpu_->Allocate(rows * k * 4), w_one = gpu_->Allocate(rows * k * 4);
+  ASSERT_EQ(gpu_->MoeRoute(logits.gpu(), k, static_cast<int32_t*>(ids_all.data()), w_all.floats()),
+            KernelStatus::kOk);
+  for (int64_t t = 0; t < rows; ++t) {
+    ASSERT_EQ(gpu_->MoeRoute(logits.gpu().Rows(t, 1), k,
+                             static_cast<int32_t*>(ids_one.data()) + t * k, w_one.floats() + t * k),
+              KernelStatus::kOk);
+  }
+  EXPECT_EQ(Download<int32_t>(*gpu_, ids_all.data(), rows * k),
+            Download<int32_t>(*gpu_, ids_one.data(), rows * k));
+  EXPECT_EQ(Download<float>(*gpu_, w_all.data(), rows * k),
+            Download<float>(*gpu_, w_one.data(), rows * k));
+
+  // RoPE: 9 tokens of 4 heads at once or token by token.
+  std::vector<int32_t> pos(9);
+  for (int t = 0; t < 9; ++t) pos[t] = 1000 * t + 3;
+  DeviceBuffer pos_dev = Upload(*gpu_, pos);
+  const auto* pos_ptr = static_cast<const int32_t*>(pos_dev.data());
+  Twin q = RandomTwin(*gpu_, rng, 9 * 4, 128, 0);
+  Twin q_all(*gpu_, q.host(), 36, 128, 128), q_one(*gpu_, q.host(), 36, 128, 128);
+  Mat q_all_m = q_all.gpu();
+  ASSERT_EQ(gpu_->RopeNeox(q_all_m, pos_ptr, 4, 64, 1e7f), KernelStatus::kOk);
+  for (int64_t t = 0; t < 9; ++t) {
+    Mat qt = q_one.gpu().Rows(t * 4, 4);
+    ASSERT_EQ(gpu_->RopeNeox(qt, pos_ptr + t, 4, 64, 1e7f), KernelStatus::kOk);
+  }
+  EXPECT_EQ(q_all.Fetch(*gpu_), q_one.Fetch(*gpu_)) << "rope";
+
+  // Conv: 50 tokens in one call or in calls of 1, 20 and 29 (decode then prefill chunks).
+  const int64_t channels = 96, kernel = 4, n_tokens = 50;
+  Twin cx = RandomTwin(*gpu_, rng, n_tokens, channels, 0);
+  DeviceBuffer cw = Upload(*gpu_, rng.NormalVector(channels * kernel, 0.5f));
+  const std::vector<float> state0 = rng.NormalVector((kernel - 1) * channels);
+  DeviceBuffer s_all = Upload(*gpu_, state0), s_one = Upload(*gpu_, state0);
+  Twin y_all = RandomTwin(*gpu_, rng, n_tokens, channels, 0);
+  Twin y_split = RandomTwin(*gpu_, rng, n_tokens, channels, 0);
+  Mat y_all_m = y_all.gpu();
+  ASSERT_EQ(gpu_->CausalConv1dSilu(cx.gpu(), cw.floats(), kernel, s_all.floats(), y_all_m),
+            KernelStatus::kOk);
+  for (const auto& [first, n] : {std::pair{0, 1}, std::pair{1, 20}, std::pair{21, 29}}) {
+    Mat ys = y_split.gpu().Rows(first, n);
+    ASSERT_EQ(
+        gpu_->CausalConv1dSilu(cx.gpu().Rows(first, n), cw.floats(), kernel, s_one.floats(), ys),
+        KernelStatus::kOk);
+  }
+  EXPECT_EQ(y_all.Fetch(*gpu_), y_split.Fetch(*gpu_)) << "conv split";
+  EXPECT_EQ(Download<float>(*gpu_, s_all.data(), state0.size()),
+            Download<float>(*gpu_, s_one.data(), state0.size()))
+      << "conv state";
 }
 
 // --- argument errors -----------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 // What these kernels use beyond the emulator's subset: blockDim/gridDim, shuffles of ints, the
@@ -289,6 +290,44 @@ TEST_F(CudaElementwiseKernels, Conv1dSegmentsHalosInPlaceAndState) {
       EXPECT_EQ(state_gpu, state_cpu) << what << " state";
     }
   }
+}
+
+// A row alone gives the bits it gives among others (RmsNorm in warp and block mode), and a
+// conv split into calls the bits of one call (the state carries the window exactly).
+TEST_F(CudaElementwiseKernels, BatchInvariantRowsAndExactConvSplits) {
+  Rng rng(6);
+  for (const int64_t cols : {int64_t{200}, int64_t{1500}}) {
+    const int64_t rows = 10;
+    HostMat x = RandomMat(rng, rows, cols, 0), all(rows, cols), one(rows, cols);
+    std::vector<float> w = rng.NormalVector(cols);
+    RunRowReduction<Mat, const float*, float, Mat>(
+        rows, cols, RmsNormKernel<true>, RmsNormKernel<false>, x.mat(), w.data(), 1e-6f, all.mat());
+    for (int64_t r = 0; r < rows; ++r) {
+      RunRowReduction<Mat, const float*, float, Mat>(1, cols, RmsNormKernel<true>,
+                                                     RmsNormKernel<false>, x.mat().Rows(r, 1),
+                                                     w.data(), 1e-6f, one.mat().Rows(r, 1));
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(all.at(r, c), one.at(r, c)) << "cols " << cols << " [" << r << "][" << c << "]";
+      }
+    }
+  }
+  const int64_t channels = 40, kernel = 4, n_tokens = 30;
+  HostMat x = RandomMat(rng, n_tokens, channels, 0), y_all(n_tokens, channels),
+          y_split(n_tokens, channels);
+  const std::vector<float> w = rng.NormalVector(channels * kernel, 0.5f);
+  std::vector<float> s_all = rng.NormalVector((kernel - 1) * channels), s_split = s_all;
+  RunConv(x.mat(), w.data(), kernel, s_all.data(), y_all.mat());
+  for (const auto& [first, n] : {std::pair{0, 1}, std::pair{1, 12}, std::pair{13, 17}}) {
+    RunConv(x.mat().Rows(first, n), w.data(), kernel, s_split.data(), y_split.mat().Rows(first, n));
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t c = 0; c < channels; ++c) {
+      ASSERT_EQ(y_all.at(t, c), y_split.at(t, c)) << "[" << t << "][" << c << "]";
+    }
+  }
+  EXPECT_EQ(s_all, s_split);
 }
 
 TEST_F(CudaElementwiseKernels, MoeRouteWarpPerRow) {
