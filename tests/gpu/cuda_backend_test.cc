@@ -253,13 +253,15 @@ TEST_F(CudaBackendTest, CapturedOpsRunOnlyWhenTheGraphLaunches) {
   ASSERT_EQ(cuda->ReplayGraph(7), KernelStatus::kOk);
   EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 15.0f));
 
-  // Another kernel sequence under the same key: rebuilt, and still right.
+  // Another kernel sequence under the same key (four kernels instead of three: another
+  // topology, which no update can take): rebuilt, and still right.
   ASSERT_EQ(cuda->BeginCapture(), KernelStatus::kOk);
   ASSERT_EQ(gpu_->Add(x, one), KernelStatus::kOk);
   ASSERT_EQ(gpu_->RmsNorm(x, {}, 0.0f, x), KernelStatus::kOk);  // every value 16: rms 16 -> 1
   ASSERT_EQ(gpu_->Add(x, two), KernelStatus::kOk);
+  ASSERT_EQ(gpu_->Add(x, one), KernelStatus::kOk);
   ASSERT_EQ(cuda->EndCaptureAndLaunch(7), KernelStatus::kOk) << cuda->last_error();
-  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 3.0f));
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 4.0f));
   EXPECT_EQ(cuda->graph_stats().instantiated, 2);
   EXPECT_EQ(cuda->graph_stats().launched, 4);
 
@@ -269,7 +271,7 @@ TEST_F(CudaBackendTest, CapturedOpsRunOnlyWhenTheGraphLaunches) {
   ASSERT_EQ(cuda->EndCaptureAndLaunch(8), KernelStatus::kOk);
   EXPECT_TRUE(cuda->HasGraph(7));
   EXPECT_TRUE(cuda->HasGraph(8));
-  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 4.0f));
+  EXPECT_EQ(Download<float>(*gpu_, xb.data(), n), std::vector<float>(n, 5.0f));
   cuda->DropGraphs();
   EXPECT_FALSE(cuda->HasGraph(7));
 }
