@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/grammar/internal/json_schema_internal.h"
@@ -16,6 +18,30 @@
 
 namespace deltaserve::common::grammar {
 namespace {
+
+// Removes '<' from every character set of a regex. A raw-text parameter value must not hold
+// "</" (the parser would end the value there), and a regex is not intersected with "no </"
+// cheaply; without '<' it cannot produce one. Stricter than needed ("a<b" is lost), never
+// unsound. False when a set held nothing but '<' (the pattern needs one: refused, not silently
+// left unmatchable).
+bool DropLessThan(RegexNode& node) {
+  bool ok = true;
+  if (node.kind == RegexNode::Kind::kCodePointSet && !node.ranges.empty()) {
+    std::vector<std::pair<uint32_t, uint32_t>> kept;
+    for (const auto& [lo, hi] : node.ranges) {
+      if (hi < '<' || lo > '<') {
+        kept.emplace_back(lo, hi);
+        continue;
+      }
+      if (lo < '<') kept.emplace_back(lo, '<' - 1);
+      if (hi > '<') kept.emplace_back('<' + 1, hi);
+    }
+    ok = !kept.empty();
+    node.ranges = std::move(kept);
+  }
+  for (const std::unique_ptr<RegexNode>& child : node.children) ok = DropLessThan(*child) && ok;
+  return ok;
+}
 
 using json = nlohmann::ordered_json;
 
@@ -292,6 +318,11 @@ absl::StatusOr<RuleId> AddRawTextValue(GrammarBuilder& b, RawText& raw, const js
     if (!ast.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("\"pattern\" at ", where, ": ", ast.status().message()));
+    }
+    if (!DropLessThan(**ast)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"pattern\" at ", where,
+          " needs a '<', which a raw-text parameter value cannot hold (its closing tag is \"</\")"));
     }
     absl::StatusOr<RuleId> r =
         AddRegexRules(b, **ast, absl::StrCat(name, "_pattern"), RegexTarget::kRawBytes);

@@ -47,11 +47,13 @@ enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
 
 // `response_format` (chat and completions): "text" (default), "json_object" or "json_schema".
 struct ResponseFormat {
-  enum class Type { kText, kJsonObject, kJsonSchema };
+  enum class Type { kText, kJsonObject, kJsonSchema, kRegex };
   Type type = Type::kText;
   std::string name;         // json_schema.name
   std::string schema_json;  // json_schema.schema as compact JSON ("{}" when absent)
   bool strict = false;      // json_schema.strict
+  std::string regex;        // kRegex: the whole output matches it (vLLM's guided decoding)
+  std::string param = "response_format";  // the request field it came from, for errors
 };
 
 struct CompletionRequest {

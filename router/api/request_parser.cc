@@ -264,6 +264,7 @@ absl::Status ParseCommon(const json& doc, bool chat, CompletionRequest* r) {
   }
 
   DS_RETURN_IF_ERROR(internal::ParseResponseFormat(doc, &r->response_format));
+  DS_RETURN_IF_ERROR(internal::ParseGuidedDecoding(doc, &r->response_format));
 
   std::optional<std::string> user;
   DS_RETURN_IF_ERROR(ReadString(doc, "user", "user", &user));
@@ -367,9 +368,11 @@ absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view bo
   if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kFunction) &&
       r.response_format.type != ResponseFormat::Type::kText) {
     // Both would constrain the same output: a call's markup is not a JSON document.
-    return InvalidRequestError("response_format", "invalid_value",
-                               "'response_format' cannot be combined with a 'tool_choice' that "
-                               "forces a tool call");
+    const std::string& param = r.response_format.param;
+    return InvalidRequestError(param, "invalid_value",
+                               absl::StrCat("'", param,
+                                            "' cannot be combined with a 'tool_choice' that "
+                                            "forces a tool call"));
   }
   std::optional<int64_t> budget;
   if (const json* kwargs = Member(*doc, "chat_template_kwargs")) {

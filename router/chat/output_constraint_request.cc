@@ -96,6 +96,10 @@ absl::StatusOr<std::optional<v1::OutputConstraint>> RequestOutputConstraint(
       out.mutable_json_schema()->set_schema(request.response_format.schema_json);
       out.mutable_json_schema()->set_strict(request.response_format.strict);
       break;
+    case api::ResponseFormat::Type::kRegex:
+      // Compiled by the request parser already (ParseGuidedDecoding).
+      out.set_regex(request.response_format.regex);
+      break;
   }
   if (chat && request.tool_choice == api::ToolChoice::kAuto && !request.tools_json.empty() &&
       request.tools_json != "[]") {

@@ -153,6 +153,13 @@ TEST(ForcedToolCallTest, RequestBecomesTheWorkersConstraint) {
   EXPECT_TRUE((*json)->has_json_object());
   EXPECT_FALSE((*json)->has_or_tool_call());
 
+  auto regex = chat::RequestOutputConstraint(Parse(R"("guided_choice":["yes","no"])"),
+                                             ToolCallFormat::kQwenXml);
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  ASSERT_TRUE(regex->has_value());
+  EXPECT_EQ((*regex)->regex(), "(yes|no)");
+  EXPECT_TRUE((*regex)->after_reasoning());
+
   // Structured output with tools under "auto": the document or, instead, calls.
   auto either = chat::RequestOutputConstraint(
       Parse(tools + R"(,"response_format":{"type":"json_object"})"), ToolCallFormat::kJson);
@@ -239,6 +246,37 @@ TEST(ForcedToolCallTest, QwenXmlGrammarAcceptsTheTemplatesFormAndNothingElse) {
                             "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"));
   // Text before the call is not allowed: the call is forced.
   EXPECT_FALSE(AcceptsWhole(g, "Sure! " + call));
+}
+
+TEST(ForcedToolCallTest, QwenXmlPatternValuesNeverHoldTheirClosingTag) {
+  // A string parameter with a pattern is raw text too: whatever the pattern, the value cannot
+  // write "</" (the parser would end the value there), so '<' is taken out of the pattern's
+  // character sets; a pattern that needs one is refused.
+  OutputConstraintSpec spec;
+  spec.kind = OutputConstraintSpec::Kind::kToolCall;
+  spec.format = ToolCallFormat::kQwenXml;
+  spec.functions.push_back(
+      {"note", R"({"type":"object","properties":{"text":{"type":"string","pattern":"^.+$"}},)"
+               R"("required":["text"]})"});
+  auto g = Compile(spec);
+  ASSERT_NE(g, nullptr);
+  auto call = [](const std::string& value) {
+    return "<tool_call>\n<function=note>\n<parameter=text>\n" + value +
+           "\n</parameter>\n</function>\n</tool_call>";
+  };
+  EXPECT_TRUE(AcceptsWhole(g, call("any text, even > and /")));
+  EXPECT_FALSE(AcceptsWhole(g, call("a</b")));
+  EXPECT_FALSE(AcceptsWhole(g, call("x</parameter>")));
+  GrammarMatcher m(g);
+  ASSERT_TRUE(m.AcceptBytes("<tool_call>\n<function=note>\n<parameter=text>\nab"));
+  EXPECT_FALSE(m.AcceptByte('<')) << "no '<' at all inside a pattern value";
+
+  OutputConstraintSpec needs = spec;
+  needs.functions[0].parameters_json =
+      R"({"type":"object","properties":{"tag":{"type":"string","pattern":"^<b>$"}}})";
+  auto refused = common::grammar::CompileOutputConstraint(needs);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("'<'"), std::string_view::npos) << refused.status();
 }
 
 TEST(ForcedToolCallTest, JsonBodyGrammarAcceptsTheTemplatesForm) {

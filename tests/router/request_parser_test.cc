@@ -319,6 +319,69 @@ TEST(ChatRequestParserTest, ResponseFormatAndForcedToolChoice) {
   EXPECT_EQ(none->tool_choice, ToolChoice::kNone);
 }
 
+// vLLM's and SGLang's guided-decoding fields (docs/structured_outputs.md, "vLLM-style fields").
+TEST(ChatRequestParserTest, VllmGuidedDecodingFields) {
+  auto regex = ParseChatCompletionRequest(Chat(R"("structured_outputs":{"regex":"[0-9]{3}"})"));
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  EXPECT_EQ(regex->response_format.type, ResponseFormat::Type::kRegex);
+  EXPECT_EQ(regex->response_format.regex, "[0-9]{3}");
+  EXPECT_EQ(regex->response_format.param, "structured_outputs.regex");
+  for (const char* field : {R"("guided_regex":"a+")", R"("regex":"a+")"}) {
+    auto r = ParseChatCompletionRequest(Chat(field));
+    ASSERT_TRUE(r.ok()) << field << r.status();
+    EXPECT_EQ(r->response_format.type, ResponseFormat::Type::kRegex);
+    EXPECT_EQ(r->response_format.regex, "a+");
+  }
+  // A choice is one of its strings exactly: regex metacharacters are escaped.
+  auto choice = ParseChatCompletionRequest(Chat(R"x("guided_choice":["yes","no (1.5)","a|b"])x"));
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->response_format.type, ResponseFormat::Type::kRegex);
+  EXPECT_EQ(choice->response_format.regex, R"((yes|no \(1\.5\)|a\|b))");
+  auto so_choice =
+      ParseChatCompletionRequest(Chat(R"("structured_outputs":{"choice":["x","y"]})"));
+  ASSERT_TRUE(so_choice.ok()) << so_choice.status();
+  EXPECT_EQ(so_choice->response_format.regex, "(x|y)");
+  // json: a schema object, or a string holding one.
+  for (const char* field : {R"("guided_json":{"type":"boolean"})",
+                            R"("guided_json":"{\"type\": \"boolean\"}")",
+                            R"("structured_outputs":{"json":{"type":"boolean"}})"}) {
+    auto r = ParseChatCompletionRequest(Chat(field));
+    ASSERT_TRUE(r.ok()) << field << r.status();
+    EXPECT_EQ(r->response_format.type, ResponseFormat::Type::kJsonSchema) << field;
+    EXPECT_EQ(r->response_format.schema_json, R"({"type":"boolean"})") << field;
+  }
+  auto completion =
+      ParseCompletionRequest(R"({"model":"m","prompt":"x","guided_regex":"[ab]{2}"})");
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  EXPECT_EQ(completion->response_format.regex, "[ab]{2}");
+
+  // Refusals name the field.
+  const std::pair<std::string, std::string> kBad[] = {
+      {Chat(R"("structured_outputs":[])"), "structured_outputs"},
+      {Chat(R"("structured_outputs":{"regex":7})"), "structured_outputs.regex"},
+      {Chat(R"("structured_outputs":{"regex":"(a"})"), "structured_outputs.regex"},
+      {Chat(R"x("guided_regex":"a(?=b)")x"), "guided_regex"},
+      {Chat(R"("guided_choice":[])"), "guided_choice"},
+      {Chat(R"("guided_choice":["a",1])"), "guided_choice[1]"},
+      {Chat(R"("guided_json":"{not json")"), "guided_json"},
+      {Chat(R"("guided_json":{"type":"strange"})"), "guided_json"},
+      {Chat(R"("guided_grammar":"root ::= \"a\"")"), "guided_grammar"},
+      {Chat(R"("structured_outputs":{"grammar":"root ::= x"})"), "structured_outputs.grammar"},
+      {Chat(R"("ebnf":"root ::= x")"), "ebnf"},
+      {Chat(R"("guided_regex":"a","guided_choice":["b"])"), "guided_regex"},
+      {Chat(R"("response_format":{"type":"json_object"},"guided_regex":"a")"), "guided_regex"},
+      {Chat(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required",)"
+            R"("guided_regex":"a")"),
+       "guided_regex"},
+  };
+  for (const auto& [body, param] : kBad) {
+    auto r = ParseChatCompletionRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(ApiErrorFromStatus(r.status()).http_status, 400) << body;
+    EXPECT_EQ(ErrorParam(r.status()), param) << body << ": " << r.status();
+  }
+}
+
 // A schema the grammar engine cannot enforce is a 400 before any worker is involved, naming the
 // keyword (the compiler's message), with the schema's path as param.
 TEST(ChatRequestParserTest, UnenforceableSchemaIsA400NamingTheKeyword) {

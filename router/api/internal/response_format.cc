@@ -1,7 +1,12 @@
 #include "router/api/internal/response_format.h"
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grammar/output_constraint.h"
 #include "common/str_util.h"
@@ -106,6 +111,136 @@ absl::Status ParseResponseFormat(const json& doc, ResponseFormat* out) {
     return SchemaError("response_format.json_schema.schema", g.status());
   }
   return absl::OkStatus();
+}
+
+std::string ChoiceRegex(const std::vector<std::string>& choices) {
+  std::string out = "(";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) out += '|';
+    for (char c : choices[i]) {
+      if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
+      out += c;
+    }
+  }
+  out += ')';
+  return out;
+}
+
+namespace {
+
+// Most choices of a `choice` constraint, and bytes of one.
+constexpr size_t kMaxChoices = 256;
+
+// One guided-decoding field: `value` at `param`, of kind `key` ("regex", "choice", "json",
+// or a grammar kind), into `out`.
+absl::Status ReadGuided(const json& value, const std::string& param, std::string_view key,
+                        ResponseFormat* out) {
+  out->param = param;
+  if (key == "regex") {
+    if (!value.is_string()) return TypeError(param, "a string", value);
+    out->type = ResponseFormat::Type::kRegex;
+    out->regex = value.get_ref<const std::string&>();
+  } else if (key == "choice") {
+    if (!value.is_array() || value.empty()) {
+      return TypeError(param, "a non-empty array of strings", value);
+    }
+    if (value.size() > kMaxChoices) {
+      return LimitError(param, "max_choices",
+                        absl::StrCat("'", common::Sv(param), "' has ", value.size(),
+                                     " choices, more than ", kMaxChoices));
+    }
+    std::vector<std::string> choices;
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (!value[i].is_string()) {
+        return TypeError(absl::StrCat(common::Sv(param), "[", i, "]"), "a string", value[i]);
+      }
+      choices.push_back(value[i].get<std::string>());
+    }
+    out->type = ResponseFormat::Type::kRegex;
+    out->regex = ChoiceRegex(choices);
+  } else if (key == "json") {
+    json schema = value;
+    if (value.is_string()) {
+      schema = json::parse(value.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+      if (schema.is_discarded()) {
+        return InvalidRequestError(param, "invalid_value",
+                                   absl::StrCat("'", common::Sv(param),
+                                                "' is a string that does not hold JSON"));
+      }
+    }
+    if (!schema.is_object() && !schema.is_boolean()) {
+      return TypeError(param, "an object (a JSON Schema)", value);
+    }
+    out->type = ResponseFormat::Type::kJsonSchema;
+    out->name = "guided_json";
+    out->schema_json = schema.dump(-1, ' ', false, json::error_handler_t::replace);
+    out->strict = false;
+    if (out->schema_json.size() > kMaxResponseSchemaBytes) {
+      return LimitError(param, "max_response_schema_bytes",
+                        absl::StrCat("'", common::Sv(param), "' is ", out->schema_json.size(),
+                                     " bytes as JSON, more than ", kMaxResponseSchemaBytes));
+    }
+  } else {
+    return InvalidRequestError(
+        param, "unsupported_value",
+        absl::StrCat("'", common::Sv(param),
+                     "': grammar constraints are not supported (use a regex, a choice, a JSON "
+                     "Schema or response_format)"));
+  }
+  common::grammar::OutputConstraintSpec spec;
+  if (out->type == ResponseFormat::Type::kRegex) {
+    spec.kind = common::grammar::OutputConstraintSpec::Kind::kRegex;
+    spec.regex = out->regex;
+  } else {
+    spec.kind = common::grammar::OutputConstraintSpec::Kind::kJsonSchema;
+    spec.schema_json = out->schema_json;
+  }
+  if (absl::StatusOr<common::grammar::Grammar> g = common::grammar::CompileOutputConstraint(spec);
+      !g.ok()) {
+    return SchemaError(param, g.status());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseGuidedDecoding(const json& doc, ResponseFormat* out) {
+  // (param, kind) of every field present.
+  std::vector<std::pair<std::string, std::string>> found;
+  const json* so = Member(doc, "structured_outputs");
+  if (so != nullptr) {
+    if (!so->is_object()) return TypeError("structured_outputs", "an object", *so);
+    for (const char* key : {"regex", "choice", "json", "grammar", "structural_tag"}) {
+      const json* v = Member(*so, key);
+      if (v != nullptr) found.emplace_back(absl::StrCat("structured_outputs.", key), key);
+    }
+  }
+  for (const auto& [field, key] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"guided_regex", "regex"},
+           {"guided_choice", "choice"},
+           {"guided_json", "json"},
+           {"guided_grammar", "grammar"},
+           {"regex", "regex"},
+           {"ebnf", "grammar"}}) {
+    if (Member(doc, field) != nullptr) found.emplace_back(field, key);
+  }
+  if (found.empty()) return absl::OkStatus();
+  if (found.size() > 1 || out->type != ResponseFormat::Type::kText) {
+    const std::string other =
+        found.size() > 1 ? found[1].first : std::string("response_format");
+    return InvalidRequestError(
+        found[0].first, "invalid_value",
+        absl::StrCat("'", found[0].first, "' cannot be combined with '", other,
+                     "': one output constraint per request"));
+  }
+  const auto& [param, key] = found[0];
+  const json* value = nullptr;
+  if (absl::StartsWith(param, "structured_outputs.")) {
+    value = Member(*so, key.c_str());
+  } else {
+    value = Member(doc, param.c_str());
+  }
+  return ReadGuided(*value, param, key, out);
 }
 
 }  // namespace deltaserve::router::api::internal

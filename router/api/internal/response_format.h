@@ -8,6 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "router/api/completion_request.h"
 
@@ -18,6 +21,19 @@ inline constexpr size_t kMaxResponseSchemaBytes = 1 << 20;
 
 // Reads doc["response_format"] (absent or null: text) into `out`.
 absl::Status ParseResponseFormat(const nlohmann::ordered_json& doc, ResponseFormat* out);
+
+// vLLM's and SGLang's guided-decoding fields, for clients written against them (docs/
+// structured_outputs.md, "vLLM-style fields"): `structured_outputs` {"regex" | "choice" |
+// "json"}, the older `guided_regex` / `guided_choice` / `guided_json`, and SGLang's `regex`.
+// A regex is the whole output (anchored at both ends); a choice is one of the listed strings
+// exactly (a regex of the escaped alternatives); json is a JSON Schema (an object, or a string
+// holding one). At most one constraint per request, `response_format` included (400 otherwise);
+// grammars (`grammar`, `guided_grammar`, `ebnf`, `structural_tag`) are a 400: not supported.
+// Compiled here like a json_schema. Call after ParseResponseFormat.
+absl::Status ParseGuidedDecoding(const nlohmann::ordered_json& doc, ResponseFormat* out);
+
+// The regex that matches exactly one of `choices` (each escaped).
+std::string ChoiceRegex(const std::vector<std::string>& choices);
 
 // The 400 for a constraint the grammar compiler refused: param `param`, code "invalid_value",
 // the compiler's message (which names the keyword and where).

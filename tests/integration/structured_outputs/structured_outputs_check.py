@@ -23,6 +23,7 @@ import argparse
 import concurrent.futures
 import enum
 import json
+import re
 import signal
 import sys
 import traceback
@@ -122,11 +123,11 @@ class Checks:
         """make_request(seed) for seeds 0..n-1, 4 at a time; the responses in seed order."""
         return list(self.pool.map(make_request, range(n)))
 
-    def chat(self, seed, config="tiny", max_tokens=MAX_TOKENS, **kwargs):
+    def chat(self, seed, config="tiny", max_tokens=MAX_TOKENS, extra=None, **kwargs):
         c = THINKING[config]
         return self.client.chat.completions.create(
             model=c["model"], messages=PROMPT, temperature=1.0, seed=seed,
-            max_tokens=max_tokens, extra_body=dict(c["extra_body"]), **kwargs)
+            max_tokens=max_tokens, extra_body=dict(c["extra_body"], **(extra or {})), **kwargs)
 
     # --- response_format json_schema ---------------------------------------------------------
     def check_json_schema_every_output_validates(self):
@@ -316,6 +317,45 @@ class Checks:
         choice = r.choices[0]
         assert choice.finish_reason == "stop", choice
         assert "\"answer\"" not in choice.message.content, choice
+
+    # --- vLLM-style guided decoding fields (extra_body) ---------------------------------------
+    def check_vllm_guided_regex_and_choice(self):
+        """structured_outputs / guided_regex / guided_choice as vLLM's clients send them: every
+        output matches the regex in full (Python's re as the reference) or is one of the
+        choices, on chat (both templates, thinking on and off) and on completions."""
+        pattern = r"[0-9]{3}-[a-z]{2,4}( ok)?"
+        for config in THINKING:
+            for field in ({"structured_outputs": {"regex": pattern}}, {"guided_regex": pattern}):
+                for seed, r in enumerate(self.many(
+                        lambda s, config=config, field=field: self.chat(s, config, extra=field))):
+                    choice = r.choices[0]
+                    assert choice.finish_reason == "stop", (config, field, seed, choice)
+                    assert re.fullmatch(pattern, choice.message.content), (config, seed, choice)
+        choices = ["red", "green (go)", "a|b", "\u00e9t\u00e9"]
+        for config in ("tiny", "xml-nothink"):
+            for seed, r in enumerate(self.many(lambda s, config=config: self.chat(
+                    s, config, extra={"guided_choice": choices}))):
+                choice = r.choices[0]
+                assert choice.finish_reason == "stop", (config, seed, choice)
+                assert choice.message.content in choices, (config, seed, choice.message.content)
+        for seed in range(4):
+            r = self.client.completions.create(
+                model="tiny", prompt="Code:", temperature=1.0, seed=seed, max_tokens=MAX_TOKENS,
+                extra_body={"guided_regex": pattern})
+            assert r.choices[0].finish_reason == "stop", r
+            assert re.fullmatch(pattern, r.choices[0].text), r
+
+    def check_guided_fields_refused_with_their_param(self):
+        for body, param in (({"guided_grammar": "root ::= \"a\""}, "guided_grammar"),
+                            ({"guided_regex": "a(?=b)"}, "guided_regex"),
+                            ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_regex")):
+            try:
+                self.chat(0, extra=body)
+            except openai.BadRequestError as e:
+                got = e.body if isinstance(e.body, dict) else {}
+                assert got.get("param") == param, (body, e.body)
+            else:
+                raise AssertionError(f"{body} was accepted")
 
     # --- refusals before any worker ----------------------------------------------------------
     def check_unenforceable_schema_is_400_naming_the_keyword(self):
