@@ -300,7 +300,7 @@ TEST(SamplerMaskTest, OnlyAllowedTokensAreSampledAndLogprobsAreOverThem) {
   p.top_p = 1.0f;
   p.min_p = 0.0f;
   p.seed = 3;
-  p.top_logprobs = 2;
+  p.top_logprobs = 3;  // more than are allowed: the masked ones are no alternatives
   auto sampler = Sampler::Create(p, 200);
   ASSERT_TRUE(sampler.ok());
   std::vector<float> logits(200, 0.0f);
@@ -315,6 +315,10 @@ TEST(SamplerMaskTest, OnlyAllowedTokensAreSampledAndLogprobsAreOverThem) {
     // Two equally likely tokens: log(1/2) each.
     EXPECT_NEAR(lp.logprob, std::log(0.5f), 1e-5);
     ASSERT_EQ(lp.top.size(), 2u);
+    for (const auto& alt : lp.top) {
+      EXPECT_TRUE(alt.token == 70 || alt.token == 130) << alt.token;
+      EXPECT_NEAR(alt.logprob, std::log(0.5f), 1e-5);
+    }
   }
   // Ids past the mask's size are disallowed too; greedy takes the best allowed.
   p.temperature = 0.0f;

@@ -291,7 +291,12 @@ void FillLogprobs(absl::Span<const float> row, float m, int32_t token, int top_l
   if (top_logprobs == 0) return;
   SelectTopK(row, static_cast<size_t>(top_logprobs), -kInf, heap);
   std::sort_heap(heap.begin(), heap.end(), Better);
-  for (const Candidate& e : heap) out.top.push_back({e.id, static_cast<float>(e.logit - lse)});
+  for (const Candidate& e : heap) {
+    // A token of probability zero (masked out by an output constraint) is no alternative: fewer
+    // than top_logprobs come back rather than a -inf no JSON can carry (vLLM clamps to -9999).
+    if (std::isfinite(m) && !std::isfinite(e.logit)) continue;
+    out.top.push_back({e.id, static_cast<float>(e.logit - lse)});
+  }
 }
 
 absl::Status Invalid(const std::string& what) {

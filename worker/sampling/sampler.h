@@ -70,7 +70,9 @@ struct TokenLogprob {
 // temperature and truncation (what OpenAI reports), over the n_valid real tokens only.
 struct TokenLogprobs {
   float logprob = 0.0f;           // of the sampled token
-  std::vector<TokenLogprob> top;  // the top_logprobs most likely, best first, lowest id on ties
+  // The top_logprobs most likely, best first, lowest id on ties; tokens of probability zero
+  // (masked out) are left out, so there may be fewer.
+  std::vector<TokenLogprob> top;
 };
 
 // Draws the tokens of one request; see the file comment. Holds the RNG and the token counts the
