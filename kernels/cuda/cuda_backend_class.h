@@ -97,10 +97,11 @@ class CudaBackend final : public Backend {
   // to back instead of waiting on each launch. Between BeginCapture and EndCaptureAndLaunch the
   // ops are recorded, not run (cudaStreamBeginCapture, thread-local mode). EndCaptureAndLaunch
   // then updates the executable graph cached under `key` (a batch-size bucket) in place with
-  // the new recording (cudaGraphExecUpdate: same kernels in the same order, new arguments such
-  // as n_past), or instantiates one when there is none or the sequence of kernels changed, and
-  // launches it. While capturing, Allocate, ImportWeights, CopyToDevice, CopyToHost and
-  // Synchronize are refused (kInvalidArgument: they cannot be part of a graph); an op that fails
+  // the new recording (cudaGraphExecUpdate: the same graph shape, new arguments such as
+  // n_past), or instantiates one when there is none or the update is refused (another number or
+  // order of launches), and launches it. While capturing, Allocate, ImportWeights,
+  // CopyToDevice, CopyToHost and Synchronize are refused (kInvalidArgument: they cannot be part
+  // of a graph) and no DeviceBuffer may be freed (cudaFree breaks a capture); an op that fails
   // while capturing leaves the capture broken: call AbortCapture.
   KernelStatus BeginCapture();
   KernelStatus EndCaptureAndLaunch(int64_t key);
