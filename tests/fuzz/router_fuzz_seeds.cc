@@ -70,6 +70,15 @@ int WriteRequestSeeds(const fs::path& dir) {
                          R"("stop":"x","temperature":0,"stream":false})"},
           {kCompletions, R"({"model":"m","prompt":["one string in an array"]})"},
           {kCompletions, R"({"model":"m","prompt":"x","max_tokens":-1,"top_p":2})"},
+          // Output constraints: response_format and the vLLM-style guided fields.
+          {kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                  R"("response_format":{"type":"json_schema","json_schema":{"name":"n",)"
+                  R"("schema":{"type":"object","properties":{"a":{"enum":[1,"b"]}}}}}})"},
+          {kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                  R"("structured_outputs":{"regex":"[a-z]{1,8}(-[0-9]+)?"}})"},
+          {kChat, R"x({"model":"m","messages":[{"role":"user","content":"x"}],)x"
+                  R"x("guided_choice":["yes","no (maybe)","a|b"]})x"},
+          {kCompletions, R"({"model":"m","prompt":"x","guided_json":"{"type":"integer"}"})"},
       });
 }
 
