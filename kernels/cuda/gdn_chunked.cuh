@@ -44,7 +44,6 @@ __global__ void __launch_bounds__(kGdnChunkThreads)
   constexpr int kC = kGdnChunk;
   constexpr int kLd = kC + 1;  // padded rows: a warp reading a column is conflict-free
   constexpr int kTl = kGdnTile + 1;
-  constexpr int kPairs = kC * kC / kGdnChunkThreads;  // (i, j) pairs per thread
   __shared__ double gamma[kC];
   __shared__ float beta[kC];
   __shared__ float w_weight[kC];
@@ -71,10 +70,16 @@ __global__ void __launch_bounds__(kGdnChunkThreads)
   }
   if (tid == 0) rec[lay.dec + kGdnDecChunk] = expf(static_cast<float>(gamma[n - 1]));
 
-  // Gram products: thread owns pairs e = tid + 256 m, i = e / 64, j = e % 64 (a warp shares i).
-  float kk[kPairs], qk[kPairs];
-#pragma unroll
-  for (int m = 0; m < kPairs; ++m) kk[m] = qk[m] = 0.0f;
+  // Gram products (GdnDot, accumulated over the column tiles) in 4 x 4 register tiles: thread
+  // (ti, tj) = (tid / 16, tid % 16) owns rows i = ti + 16a and columns j = tj + 16b (a, b < 4).
+  // Per column x it loads 4 k_i, 4 q_i and 4 k_j for 32 FMAs (a warp: 2 rows i, broadcast; 16
+  // rows j, distinct banks). Pairs above the diagonal or past n are computed too and masked by
+  // GdnAEntry / GdnPEntry.
+  constexpr int kT = 4;
+  constexpr int kTs = kC / kT;
+  static_assert(kTs * kTs == kGdnChunkThreads, "one 4 x 4 tile per thread");
+  const int ti = tid / kTs, tj = tid % kTs;
+  float kk[kT][kT] = {}, qk[kT][kT] = {};
   for (int k0 = 0; k0 < d; k0 += kGdnTile) {
     const int cols = d - k0 < kGdnTile ? d - k0 : kGdnTile;
     for (int e = tid; e < kC * kGdnTile; e += kGdnChunkThreads) {
@@ -84,25 +89,35 @@ __global__ void __launch_bounds__(kGdnChunkThreads)
       tile_b[i * kTl + x] = in ? p.QRow(t0 + i, h)[k0 + x] : 0.0f;
     }
     __syncthreads();
+    for (int x = 0; x < cols; ++x) {
+      float ki[kT], qi[kT], kj[kT];
 #pragma unroll
-    for (int m = 0; m < kPairs; ++m) {
-      const int e = tid + kGdnChunkThreads * m;
-      const int i = e / kC, j = e % kC;
-      if (j <= i && i < n) {
-        kk[m] += GdnDot(tile_a + i * kTl, 1, tile_a + j * kTl, 1, cols);
-        qk[m] += GdnDot(tile_b + i * kTl, 1, tile_a + j * kTl, 1, cols);
+      for (int a = 0; a < kT; ++a) {
+        ki[a] = tile_a[(ti + kTs * a) * kTl + x];
+        qi[a] = tile_b[(ti + kTs * a) * kTl + x];
+        kj[a] = tile_a[(tj + kTs * a) * kTl + x];
+      }
+#pragma unroll
+      for (int a = 0; a < kT; ++a) {
+#pragma unroll
+        for (int b = 0; b < kT; ++b) {
+          kk[a][b] += ki[a] * kj[b];
+          qk[a][b] += qi[a] * kj[b];
+        }
       }
     }
     __syncthreads();
   }
   // A (kept) and P (to the record; zero above the diagonal and in rows/columns past n).
 #pragma unroll
-  for (int m = 0; m < kPairs; ++m) {
-    const int e = tid + kGdnChunkThreads * m;
-    const int i = e / kC, j = e % kC;
-    const bool in = i < n && j < n;
-    at[i * kLd + j] = in ? GdnAEntry(kk[m], beta, gamma, i, j) : 0.0f;
-    rec[lay.p + i * kC + j] = in ? GdnPEntry(qk[m], p.scale, gamma, i, j) : 0.0f;
+  for (int a = 0; a < kT; ++a) {
+#pragma unroll
+    for (int b = 0; b < kT; ++b) {
+      const int i = ti + kTs * a, j = tj + kTs * b;
+      const bool in = i < n && j < n;
+      at[i * kLd + j] = in ? GdnAEntry(kk[a][b], beta, gamma, i, j) : 0.0f;
+      rec[lay.p + i * kC + j] = in ? GdnPEntry(qk[a][b], p.scale, gamma, i, j) : 0.0f;
+    }
   }
   __syncthreads();
 
@@ -141,11 +156,12 @@ __global__ void __launch_bounds__(kGdnChunkThreads)
     GdnChunkScanKernel(GdnProblem p, int64_t n_tokens, const float* scratch) {
   constexpr int kC = kGdnChunk;
   constexpr int kR = kGdnScanRows;
-  constexpr int kSld = kGdnMaxHeadDim + 1;            // odd: rows r of a warp hit distinct banks
-  constexpr int kPairs = kC * kR / kGdnChunkThreads;  // (i, r) pairs per thread
+  constexpr int kSld = kGdnMaxHeadDim + 1;    // odd: rows r of a warp hit distinct banks
+  constexpr int kRg = kGdnChunkThreads / kC;  // row groups: threads per token
+  constexpr int kRpt = kR / kRg;              // rows per thread in V′, Q S and O
+  static_assert(kRg * kC == kGdnChunkThreads && kRpt * kRg == kR, "thread ownership");
   __shared__ float s[kR * kSld];  // state rows [r0, r0 + rows), row r = S[:, r0 + r]
   __shared__ float vp[kC * kR];   // V′[:, r0 .. r0 + rows)
-  __shared__ float qs[kC * kR];   // Q S[:, r0 .. r0 + rows) (unscaled q)
   __shared__ float dec[3 * kC];
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -154,6 +170,8 @@ __global__ void __launch_bounds__(kGdnChunkThreads)
   const int r0 = static_cast<int>(blockIdx.x) * kR;
   const int rows = d - r0 < kR ? d - r0 : kR;
   const GdnRecordLayout lay = GdnRecord(d);
+  const int i = tid / kRg, g = tid % kRg;                              // V′, Q S, O
+  const int split = kGdnChunkThreads / d, sx = tid % d, sg = tid / d;  // state update
 
   for (int e = tid; e < rows * d; e += kGdnChunkThreads) {
     s[(e / d) * kSld + e % d] = p.StateRow(h, r0 + e / d)[e % d];
@@ -166,35 +184,66 @@ __global__ void __launch_bounds__(kGdnChunkThreads)
     for (int e = tid; e < 3 * kC; e += kGdnChunkThreads) dec[e] = rec[lay.dec + e];
     __syncthreads();  // also: the state and dec writes are visible
 
-    // V′ and the inter-chunk part of O; pairs e = tid + 256 m, i = e / 16, r = e % 16.
+    // V′ (GdnVPrime) and Q S: thread (i, g) = (tid / 4, tid % 4) owns rows r = g + 4b (b < 4)
+    // of token i, so each w_ix and q_ix it loads serves four rows (a warp: 8 tokens, 4 broadcast
+    // s rows).
+    float w_s[kRpt] = {}, q_s[kRpt] = {};
+    if (i < n) {
+      const float* w_row = rec + lay.w + i * d;
+      const float* q_row = p.QRow(t0 + i, h);
+      for (int x = 0; x < d; ++x) {
+        const float w = w_row[x], q = q_row[x];
 #pragma unroll
-    for (int m = 0; m < kPairs; ++m) {
-      const int e = tid + kGdnChunkThreads * m;
-      const int i = e / kR, r = e % kR;
-      if (i < n && r < rows) {
-        const float* s_row = s + r * kSld;
-        vp[i * kR + r] = GdnVPrime(rec[lay.u + i * d + r0 + r], rec + lay.w + i * d, s_row, d);
-        qs[i * kR + r] = GdnDot(p.QRow(t0 + i, h), 1, s_row, 1, d);
+        for (int b = 0; b < kRpt; ++b) {
+          const float s_xr = s[(g + kRg * b) * kSld + x];
+          w_s[b] += w * s_xr;
+          q_s[b] += q * s_xr;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kRpt; ++b) {
+        const int r = g + kRg * b;
+        if (r < rows) vp[i * kR + r] = rec[lay.u + i * d + r0 + r] - w_s[b];
       }
     }
     __syncthreads();
 
-    // Outputs (same pairs), then the state; neither reads what the other writes.
+    // Outputs (GdnOutEntry; same ownership, q_s stays in registers), then the state; neither
+    // reads what the other writes.
+    if (i < n) {
+      const float* p_row = rec + lay.p + i * kC;
+      float o[kRpt] = {};
+      for (int j = 0; j <= i; ++j) {
+        const float p_ij = p_row[j];
 #pragma unroll
-    for (int m = 0; m < kPairs; ++m) {
-      const int e = tid + kGdnChunkThreads * m;
-      const int i = e / kR, r = e % kR;
-      if (i < n && r < rows) {
-        p.OutRow(t0 + i, h)[r0 + r] =
-            GdnOutEntry(qs[i * kR + r], dec[kGdnDecQuery + i], rec + lay.p + i * kC, vp + r, kR, i);
+        for (int b = 0; b < kRpt; ++b) o[b] += p_ij * vp[j * kR + g + kRg * b];
+      }
+      float* out_row = p.OutRow(t0 + i, h) + r0;
+#pragma unroll
+      for (int b = 0; b < kRpt; ++b) {
+        const int r = g + kRg * b;
+        if (r < rows) out_row[r] = dec[kGdnDecQuery + i] * q_s[b] + o[b];
       }
     }
-    const float* k_chunk = p.KRow(t0, h);
-    for (int e = tid; e < rows * d; e += kGdnChunkThreads) {
-      const int r = e / d, x = e % d;
-      float& s_xr = s[r * kSld + x];
-      s_xr = GdnStateEntry(s_xr, dec[kGdnDecChunk], k_chunk + x, p.k_stride, dec + kGdnDecKey,
-                           vp + r, kR, n);
+    // State (GdnStateEntry): thread owns column x = tid % d of rows r = sg + split m (sg =
+    // tid / d, split = 256 / d), so each kdec_i k_ix it loads serves all its rows (a warp:
+    // consecutive x, coalesced, vp broadcast).
+    if (sg < split) {
+      float acc[kR] = {};
+      const float* k_col = p.KRow(t0, h) + sx;
+      for (int j = 0; j < n; ++j) {
+        const float kv = dec[kGdnDecKey + j] * k_col[j * p.k_stride];
+#pragma unroll
+        for (int m = 0; m < kR; ++m) {
+          const int r = sg + split * m;
+          if (r < rows) acc[m] += kv * vp[j * kR + r];
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kR; ++m) {
+        const int r = sg + split * m;
+        if (r < rows) s[r * kSld + sx] = dec[kGdnDecChunk] * s[r * kSld + sx] + acc[m];
+      }
     }
     __syncthreads();  // the next chunk reads the new state and overwrites vp and dec
   }

@@ -3,8 +3,11 @@
 // per-token update of one state row, and the chunk quantities of the WY form (MODEL_SPEC §3:
 // decay cumsums, A = strict_tril(β K Kᵀ ⊙ Γ), T = (I + A)⁻¹ by forward substitution, W, U,
 // P = tril(Q Kᵀ ⊙ Γ), V′ = U − W S, the outputs and the state update). The kernels call them
-// for the elements their threads own; tests/kernels/cuda_gdn_math_test.cc calls them in loops on
-// the CPU, which is the same chunked algorithm, and checks it against the CPU backend.
+// for the elements their threads own, or, where a thread owns several outputs that share an
+// operand (the Gram tiles, the scan's rows), run the same sums in the same order with each
+// operand loaded once (their comments name the function). tests/kernels/cuda_gdn_math_test.cc
+// calls them in loops on the CPU, which is the same chunked algorithm, and checks it against
+// the CPU backend; cuda_gdn_kernels_test runs the kernels themselves (emulated).
 //
 // Layouts (d = head_dim = dk = dv, n ≤ kGdnChunk rows of one chunk of one value head):
 //   state      [n_v][d (v)][d (k)]: row r of head h is S[:, r] (contiguous over k), backend.h.
