@@ -6,12 +6,9 @@
 // - the work split: every key in exactly one split, every (token, head) in exactly one row of
 //   one block, block key ranges, the scratch size the planner gets;
 // - the online softmax and the merge of partials of any split against a double softmax;
-// - the two kernels emulated on the host with these functions and the kernels' decomposition
-//   (row blocks, splits, 32-key tiles, partial layout, merge) against the CPU backend's
-//   StoreKvCpu (bytes equal) and PagedAttentionCpu (within both implementations' f32 error);
 // - the argument checks against the CPU backend's answers.
-// What only a GPU can show (the kernels' shared memory, warps, launches) is tests/gpu/
-// cuda_attention_test.cc.
+// cuda_attention_kernels_test runs the kernels themselves on the CPU (the CUDA emulator); what
+// only a GPU can show (real warps, timing, the launches) is tests/gpu/cuda_attention_test.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -29,6 +26,7 @@
 #include "kernels/cuda/attention_checks.h"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "tests/kernels/cuda_attention_test_util.h"
 #include "tests/kernels/op_test_support.h"
 #include "tests/kernels/quant_test_util.h"
 
@@ -38,9 +36,8 @@ namespace {
 using testing::HostMat;
 using testing::Rng;
 
-const WeightType kCacheTypes[] = {WeightType::kF32,  WeightType::kF16,  WeightType::kBF16,
-                                  WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1,
-                                  WeightType::kQ5_0};
+using attention_test::HostCache;
+using attention_test::kCacheTypes;
 
 uint32_t Bits(float f) {
   uint32_t u;
@@ -390,235 +387,6 @@ TEST(CudaAttentionSoftmaxTest, RowsWithoutKeysStayZero) {
   EXPECT_EQ(cuda::EnterTile(row, cuda::NegInf()), 1.0f);  // a fully masked tile changes nothing
   EXPECT_FLOAT_EQ(cuda::EnterTile(row, 3.0f), std::exp(-1.0f));
   EXPECT_EQ(cuda::MergeWeight(cuda::NegInf(), 3.0f), 0.0f);
-}
-
-// --- the kernels emulated -------------------------------------------------------------------
-
-// A paged cache of one layer in host memory: pools with spare pages, a shuffled page table,
-// every byte 0xFF to start with (NaN in f32/f16/bf16 values and scales: a read of an unwritten
-// row shows).
-struct HostCache {
-  HostCache(WeightType kt, WeightType vt, int64_t n_head_kv, int64_t head_dim, int64_t page_tokens,
-            int64_t n_positions, uint32_t seed) {
-    const int64_t pages = (n_positions + page_tokens - 1) / page_tokens;
-    const int64_t pool_pages = pages + 3;
-    std::vector<int32_t> ids(pool_pages);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
-    table.assign(ids.begin(), ids.begin() + pages);
-    const int64_t kv_dim = n_head_kv * head_dim;
-    k_bytes.assign(RowBytes(kt, kv_dim) * page_tokens * pool_pages, 0xFF);
-    v_bytes.assign(RowBytes(vt, kv_dim) * page_tokens * pool_pages, 0xFF);
-    view.k = {k_bytes.data(), kt, RowBytes(kt, kv_dim), pool_pages};
-    view.v = {v_bytes.data(), vt, RowBytes(vt, kv_dim), pool_pages};
-    view.page_tokens = page_tokens;
-    view.page_table = table.data();
-    view.n_pages = pages;
-    view.n_head_kv = n_head_kv;
-  }
-  std::vector<int32_t> table;
-  std::vector<uint8_t> k_bytes, v_bytes;
-  PagedKvView view;
-};
-
-cuda::KvPageGeometry GeometryOf(const KvPool& pool, const PagedKvView& kv) {
-  return {kv.page_tokens, kv.n_head_kv, static_cast<int64_t>(pool.row_bytes) / kv.n_head_kv};
-}
-
-// StoreKvKernel's body for every thread index: K units, then V units.
-void EmulateStoreKv(const Mat& k, const Mat& v, const PagedKvView& kv, int64_t first_pos) {
-  const int64_t head_dim = k.cols / kv.n_head_kv;
-  const int64_t limit = std::min(kv.k.n_pages, kv.v.n_pages);
-  for (int side = 0; side < 2; ++side) {
-    const Mat& x = side == 0 ? k : v;
-    const KvPool& pool = side == 0 ? kv.k : kv.v;
-    const cuda::KvBlockLayout layout = cuda::KvLayoutOf(pool.type);
-    const int64_t units = head_dim / layout.values;
-    for (int64_t i = 0; i < x.rows * kv.n_head_kv * units; ++i) {
-      const int64_t unit = i % units, head = i / units % kv.n_head_kv,
-                    t = i / (units * kv.n_head_kv);
-      const int64_t pos = first_pos + t, page = kv.page_table[pos / kv.page_tokens];
-      if (!cuda::PageInPool(page, limit)) continue;
-      uint8_t* dst = static_cast<uint8_t*>(pool.data) +
-                     cuda::KvHeadByteOffset(GeometryOf(pool, kv), page, pos, head) +
-                     unit * layout.bytes;
-      cuda::EncodeKvBlock(pool.type, x.data + t * x.stride + head * head_dim + unit * layout.values,
-                          dst);
-    }
-  }
-}
-
-// PagedAttentionKernel and MergePartialsKernel: the same blocks, splits, tiles, masks, partial
-// layout and merge, one row at a time (a warp's max and sum become loops).
-void EmulateAttention(const Mat& q, const PagedKvView& kv, int64_t n_past, int64_t n_head,
-                      int64_t n_head_kv, float scale, Mat& out) {
-  const int64_t hd = q.cols / n_head, group = n_head / n_head_kv, n_tokens = q.rows;
-  const int64_t n_keys = n_past + n_tokens, n_rows = n_tokens * group;
-  const int rows_per_block = cuda::RowsPerBlock(cuda::HeadDimBucket(hd));
-  const cuda::SplitPlan plan = cuda::PlanSplits(n_tokens, n_keys);
-  const int64_t n_out_rows = n_tokens * n_head;
-  std::vector<float> stats(cuda::PartialStatsFloats(plan.n_splits, n_out_rows), -1.0f);
-  std::vector<float> accs(static_cast<size_t>(plan.n_splits * n_out_rows * hd), -1.0f);
-  const int64_t limit_pages = std::min(kv.k.n_pages, kv.v.n_pages);
-  const auto* kp = static_cast<const uint8_t*>(kv.k.data);
-  const auto* vp = static_cast<const uint8_t*>(kv.v.data);
-  const cuda::KvPageGeometry kg = GeometryOf(kv.k, kv), vg = GeometryOf(kv.v, kv);
-  const int64_t blocks = cuda::RowBlocks(n_tokens, group, rows_per_block);
-  for (int64_t split = 0; split < plan.n_splits; ++split) {
-    for (int64_t kvh = 0; kvh < n_head_kv; ++kvh) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t r0 = b * rows_per_block;
-        cuda::KeyRange keys{0, n_keys};
-        if (plan.n_splits > 1) keys = cuda::SplitRange(plan, n_keys, split);
-        keys.end =
-            std::min(keys.end, cuda::BlockKeyEnd(r0, rows_per_block, n_tokens, group, n_past));
-        for (int64_t r = r0; r < std::min(r0 + rows_per_block, n_rows); ++r) {
-          const cuda::AttnRow row = cuda::RowOf(r, kvh, group);
-          const int64_t limit = cuda::TokenKeyLimit(n_past, row.token);
-          const float* qr = q.data + row.token * q.stride + row.head * hd;
-          cuda::SoftmaxRow st;
-          std::vector<float> acc(hd, 0.0f);
-          for (int64_t kb = keys.begin; kb < keys.end; kb += cuda::kAttnKeyTile) {
-            const int64_t nk = std::min<int64_t>(cuda::kAttnKeyTile, keys.end - kb);
-            std::vector<float> s(nk, cuda::NegInf());
-            std::vector<const uint8_t*> vrow(nk, nullptr);
-            for (int64_t j = 0; j < nk; ++j) {
-              const int64_t pos = kb + j, page = kv.page_table[pos / kv.page_tokens];
-              if (!cuda::PageInPool(page, limit_pages) || pos >= limit) continue;
-              const uint8_t* krow = kp + cuda::KvHeadByteOffset(kg, page, pos, kvh);
-              vrow[j] = vp + cuda::KvHeadByteOffset(vg, page, pos, kvh);
-              float dot = 0.0f;
-              for (int64_t d = 0; d < hd; ++d) {
-                dot += qr[d] * cuda::DecodeKvValue(kv.k.type, krow, static_cast<int>(d));
-              }
-              s[j] = scale * dot;
-            }
-            const float factor = cuda::EnterTile(st, *std::max_element(s.begin(), s.end()));
-            float sum = 0.0f;
-            for (float& x : acc) x *= factor;
-            for (int64_t j = 0; j < nk; ++j) {
-              const float prob = cuda::ProbOf(s[j], st.max);
-              sum += prob;
-              if (prob == 0.0f) continue;
-              for (int64_t d = 0; d < hd; ++d) {
-                acc[d] += prob * cuda::DecodeKvValue(kv.v.type, vrow[j], static_cast<int>(d));
-              }
-            }
-            st.sum = st.sum * factor + sum;
-          }
-          const int64_t out_row = row.token * n_head + row.head;
-          if (plan.n_splits == 1) {
-            for (int64_t d = 0; d < hd; ++d) {
-              out.data[row.token * out.stride + row.head * hd + d] = acc[d] * (1.0f / st.sum);
-            }
-          } else {
-            stats[cuda::PartialStatsIndex(split, n_out_rows, out_row)] = st.max;
-            stats[cuda::PartialStatsIndex(split, n_out_rows, out_row) + 1] = st.sum;
-            std::copy(acc.begin(), acc.end(),
-                      accs.begin() + cuda::PartialAccIndex(split, n_out_rows, out_row, hd));
-          }
-        }
-      }
-    }
-  }
-  if (plan.n_splits == 1) return;
-  const size_t stride = cuda::PartialStatsIndex(1, n_out_rows, 0);
-  for (int64_t row = 0; row < n_out_rows; ++row) {
-    const float* rs = stats.data() + cuda::PartialStatsIndex(0, n_out_rows, row);
-    ASSERT_NE(rs[0], -1.0f) << "a partial was never written";
-    const float max = cuda::MergedMax(rs, plan.n_splits, stride);
-    std::vector<float> w(plan.n_splits);
-    float sum = 0.0f;
-    for (int64_t s = 0; s < plan.n_splits; ++s) {
-      w[s] = cuda::MergeWeight(rs[s * stride], max);
-      sum += w[s] * rs[s * stride + 1];
-    }
-    for (int64_t d = 0; d < hd; ++d) {
-      float x = 0.0f;
-      for (int64_t s = 0; s < plan.n_splits; ++s) {
-        if (w[s] != 0.0f) x += w[s] * accs[cuda::PartialAccIndex(s, n_out_rows, row, hd) + d];
-      }
-      out.data[row / n_head * out.stride + row % n_head * hd + d] = x * (1.0f / sum);
-    }
-  }
-}
-
-struct Case {
-  int64_t n_tokens, n_past, n_head, n_head_kv, head_dim;
-  WeightType k_type, v_type;
-  int64_t page_tokens;
-};
-
-// Stores through the emulated kernel and the CPU backend (bytes must be equal), then attends
-// with both: the emulation against PagedAttentionCpu. Tolerance: both compute in f32 and read
-// identical K/V values; each is within 2e-5 + 1e-4 relative of the exact result (the CPU test's
-// bound for dot products over <= 256 terms and online softmax over ~1000 keys), and the
-// emulation's sequential sums over up to 2,000 keys get another 1e-5: 5e-5 + 2e-4 relative.
-void CheckEmulation(const Case& c, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message()
-               << "T=" << c.n_tokens << " past=" << c.n_past << " heads=" << c.n_head << "/"
-               << c.n_head_kv << " hd=" << c.head_dim << " k=" << testing::TypeName(c.k_type)
-               << " v=" << testing::TypeName(c.v_type) << " page=" << c.page_tokens);
-  Rng rng(seed);
-  const int64_t n_kv = c.n_past + c.n_tokens, kv_dim = c.n_head_kv * c.head_dim;
-  HostMat q(c.n_tokens, c.n_head * c.head_dim, 3), k(n_kv, kv_dim, 1), v(n_kv, kv_dim, 2);
-  rng.FillNormal(q);
-  rng.FillNormal(k);
-  rng.FillNormal(v);
-  HostCache gpu(c.k_type, c.v_type, c.n_head_kv, c.head_dim, c.page_tokens, n_kv, seed);
-  HostCache cpu(c.k_type, c.v_type, c.n_head_kv, c.head_dim, c.page_tokens, n_kv, seed);
-  // Prefix first, then the new tokens, as a prefill chunk after a cached prefix stores them.
-  for (auto [first, n] : {std::pair<int64_t, int64_t>{0, c.n_past}, {c.n_past, c.n_tokens}}) {
-    if (n == 0) continue;
-    ASSERT_EQ(cuda::CheckStoreKv(k.mat().Rows(first, n), v.mat().Rows(first, n), gpu.view, first),
-              KernelStatus::kOk);
-    EmulateStoreKv(k.mat().Rows(first, n), v.mat().Rows(first, n), gpu.view, first);
-    ASSERT_EQ(StoreKvCpu(k.mat().Rows(first, n), v.mat().Rows(first, n), cpu.view, first),
-              KernelStatus::kOk);
-  }
-  ASSERT_EQ(gpu.k_bytes, cpu.k_bytes);
-  ASSERT_EQ(gpu.v_bytes, cpu.v_bytes);
-
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  HostMat expect(c.n_tokens, q.cols(), 1);
-  Mat em = expect.mat();
-  ThreadPool pool(2);
-  ASSERT_EQ(PagedAttentionCpu(pool, q.mat(), cpu.view, c.n_past, c.n_head, c.n_head_kv, scale, em),
-            KernelStatus::kOk);
-  Mat qm = q.mat();
-  ASSERT_EQ(cuda::CheckPagedAttention(qm, gpu.view, c.n_past, c.n_head, c.n_head_kv, qm),
-            KernelStatus::kOk);
-  EmulateAttention(qm, gpu.view, c.n_past, c.n_head, c.n_head_kv, scale, qm);  // out aliases q
-  std::vector<double> want(static_cast<size_t>(expect.rows() * expect.cols()));
-  for (int64_t t = 0; t < expect.rows(); ++t) {
-    for (int64_t d = 0; d < expect.cols(); ++d) want[t * expect.cols() + d] = expect.at(t, d);
-  }
-  testing::ExpectClose(q, want, 5e-5, 2e-4, "emulated attention");
-  EXPECT_TRUE(q.PaddingIntact());
-}
-
-TEST(CudaAttentionEmulationTest, MatchesCpuBackend) {
-  uint32_t seed = 100;
-  // Head sizes of each kernel bucket and between them, GQA 1/2/4/8 and 3, decode, short
-  // verification batches (split), prefill (no split), page sizes not dividing the tile.
-  const Case cases[] = {
-      {1, 0, 4, 4, 64, WeightType::kF32, WeightType::kF32, 16},
-      {1, 700, 8, 1, 64, WeightType::kF32, WeightType::kF32, 16},
-      {3, 500, 8, 2, 128, WeightType::kF16, WeightType::kF16, 64},
-      {8, 1000, 16, 2, 256, WeightType::kBF16, WeightType::kQ8_0, 16},
-      {9, 300, 8, 2, 256, WeightType::kQ8_0, WeightType::kQ8_0, 64},
-      {40, 33, 16, 2, 256, WeightType::kF16, WeightType::kF32, 13},
-      {17, 0, 6, 2, 24, WeightType::kF32, WeightType::kBF16, 5},
-      {2, 2000, 12, 4, 80, WeightType::kF16, WeightType::kF16, 64},
-      {1, 1999, 4, 1, 256, WeightType::kQ4_0, WeightType::kQ4_1, 16},
-      {5, 130, 9, 3, 96, WeightType::kF32, WeightType::kF32, 7},
-  };
-  for (const Case& c : cases) CheckEmulation(c, seed++);
-  // Every K type with every V type, decode after a few pages.
-  for (WeightType kt : kCacheTypes) {
-    for (WeightType vt : kCacheTypes) CheckEmulation({1, 300, 8, 2, 64, kt, vt, 16}, seed++);
-  }
-  CheckEmulation({4, 200, 8, 4, 128, WeightType::kQ5_0, WeightType::kQ4_1, 32}, seed++);
 }
 
 // --- argument checks ------------------------------------------------------------------------
