@@ -27,6 +27,32 @@ __device__ __forceinline__ float GdnWarpSum(float x) {
   return x;
 }
 
+// One token's inputs as a lane holds them: its elements of k and q, v of the warp's rows, the
+// decay and β.
+template <int kE>
+struct GdnStepToken {
+  float k[kE], q[kE], v[kGdnStepRowsPerWarp];
+  float decay, beta;
+};
+
+template <int kE>
+__device__ __forceinline__ void GdnLoadToken(const GdnProblem& p, int64_t t, int h, int lane,
+                                             int row0, GdnStepToken<kE>& tok) {
+  const float* kt = p.KRow(t, h);
+  const float* qt = p.QRow(t, h);
+  const float* vt = p.VRow(t, h);
+#pragma unroll
+  for (int c = 0; c < kE; ++c) {
+    const int j = 32 * c + lane;
+    tok.k[c] = j < p.d ? kt[j] : 0.0f;
+    tok.q[c] = j < p.d ? qt[j] : 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < kGdnStepRowsPerWarp; ++r) tok.v[r] = row0 + r < p.d ? vt[row0 + r] : 0.0f;
+  tok.decay = expf(p.G(t, h));
+  tok.beta = p.Beta(t, h);
+}
+
 template <int kE>
 __global__ void __launch_bounds__(kGdnStepThreads) GdnStepKernel(GdnProblem p, int64_t n_tokens) {
   constexpr int kR = kGdnStepRowsPerWarp;
@@ -48,23 +74,21 @@ __global__ void __launch_bounds__(kGdnStepThreads) GdnStepKernel(GdnProblem p, i
     }
   }
 
+  // n_tokens >= 1. Token t + 1's loads are issued before token t's reductions, so their latency
+  // overlaps the shuffles (with out aliasing v, token t + 1's v is another row than token t's
+  // out).
+  GdnStepToken<kE> next;
+  GdnLoadToken(p, 0, h, lane, row0, next);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* kt = p.KRow(t, h);
-    const float* qt = p.QRow(t, h);
-    const float* vt = p.VRow(t, h);
-    float kk[kE], qq[kE];
-#pragma unroll
-    for (int c = 0; c < kE; ++c) {
-      const int j = 32 * c + lane;
-      kk[c] = j < d ? kt[j] : 0.0f;
-      qq[c] = j < d ? qt[j] : 0.0f;
-    }
-    const float decay = expf(p.G(t, h));
-    const float beta = p.Beta(t, h);
-    float v_r[kR], dot[kR];
+    const GdnStepToken<kE> tok = next;
+    if (t + 1 < n_tokens) GdnLoadToken(p, t + 1, h, lane, row0, next);
+    const float* kk = tok.k;
+    const float* qq = tok.q;
+    const float decay = tok.decay;
+    const float beta = tok.beta;
+    float dot[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      v_r[r] = row0 + r < d ? vt[row0 + r] : 0.0f;
       float s = 0.0f;
 #pragma unroll
       for (int c = 0; c < kE; ++c) s += m[r][c] * kk[c];
@@ -74,7 +98,7 @@ __global__ void __launch_bounds__(kGdnStepThreads) GdnStepKernel(GdnProblem p, i
     for (int r = 0; r < kR; ++r) dot[r] = GdnWarpSum(dot[r]);
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      const float u = GdnDeltaCoef(v_r[r], dot[r], decay, beta);
+      const float u = GdnDeltaCoef(tok.v[r], dot[r], decay, beta);
       float s = 0.0f;
 #pragma unroll
       for (int c = 0; c < kE; ++c) {
