@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -309,6 +310,59 @@ TEST_F(CudaGatedDeltaRuleTest, OutMayAliasV) {
     Problem p(70, 2, 4, 64, 31);
     Result want = Cpu(p);
     ExpectSame(Gpu(p, f, 70, /*alias_v=*/true), want, Name(f, p) + " out aliasing v");
+  }
+}
+
+// Not a check: the numbers behind kGdnChunkedMinTokens (gdn_math.h), for a GPU session to run
+// and record in kernels/cuda/README.md:
+//   cuda_gated_delta_rule_test --gtest_also_run_disabled_tests --gtest_filter='*Timings*'
+// Qwen3.5-9B's DeltaNet shape (16 k heads, 32 v heads, d = 128), each form at each T, mean of 20
+// calls after a warm-up, timed with events on the default stream.
+TEST_F(CudaGatedDeltaRuleTest, DISABLED_StepVersusChunkedTimings) {
+  std::printf("%8s %12s %12s %14s %14s\n", "T", "step us", "chunked us", "step us/tok",
+              "chunked us/tok");
+  for (const int64_t t : {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256, 1024, 4096, 8192}) {
+    Problem p(t, 16, 32, 128, static_cast<uint32_t>(t));
+    DeviceBuffer proj = Upload(*gpu_, p.proj);
+    DeviceBuffer gates = Upload(*gpu_, p.gates);
+    DeviceBuffer state = Upload(*gpu_, p.state);
+    DeviceBuffer out = gpu_->Allocate(p.OutFloats() * sizeof(float));
+    const size_t scratch_bytes = GatedDeltaRuleChunkedScratchBytes(t, p.n_v, p.d);
+    DeviceBuffer scratch = gpu_->Allocate(scratch_bytes);
+    ASSERT_EQ(gpu_->Synchronize(), KernelStatus::kOk);
+    LaunchContext ctx;
+    ctx.scratch = scratch.data();
+    ctx.scratch_bytes = scratch_bytes;
+    float* pj = proj.floats();
+    float* gt = gates.floats();
+    const Mat q = p.Q(pj, 0, t), k = p.K(pj, 0, t), v = p.V(pj, 0, t);
+    const Mat g = p.G(gt, 0, t), beta = p.Beta(gt, 0, t);
+    Mat o = p.Out(out.floats(), 0, t);
+    double us[2];
+    for (int form = 0; form < 2; ++form) {
+      const auto run = [&] {
+        return form == 0 ? cuda::LaunchGatedDeltaRuleStep(ctx, q, k, v, g, beta, p.n_k, p.n_v, p.d,
+                                                          state.floats(), o)
+                         : cuda::LaunchGatedDeltaRuleChunked(ctx, q, k, v, g, beta, p.n_k, p.n_v,
+                                                             p.d, state.floats(), o);
+      };
+      ASSERT_EQ(run(), KernelStatus::kOk);
+      cudaEvent_t start, stop;
+      ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+      ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
+      constexpr int kReps = 20;
+      ASSERT_EQ(cudaEventRecord(start, nullptr), cudaSuccess);
+      for (int i = 0; i < kReps; ++i) ASSERT_EQ(run(), KernelStatus::kOk);
+      ASSERT_EQ(cudaEventRecord(stop, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+      float ms = 0.0f;
+      ASSERT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
+      us[form] = 1000.0 * ms / kReps;
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+    }
+    std::printf("%8lld %12.1f %12.1f %14.3f %14.3f\n", static_cast<long long>(t), us[0], us[1],
+                us[0] / static_cast<double>(t), us[1] / static_cast<double>(t));
   }
 }
 
