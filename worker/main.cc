@@ -462,6 +462,8 @@ int Run(Flags& f, uint64_t baseline) {
     }
     used += (*m)->planned_bytes();
     std::cerr << RenderMemoryPlan((*m)->plan());
+    std::cerr << "  planned " << f.serving.budget_name << ": " << (*m)->planned_bytes() << " B ("
+              << HumanBytes((*m)->planned_bytes()) << ") for " << f.models[i].first << "\n";
     const SnapshotCacheStats snap = (*m)->snapshots().stats();
     std::cerr << "  session snapshots: "
               << (snap.ram_budget == 0

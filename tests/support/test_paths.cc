@@ -41,6 +41,11 @@ std::string FixturesPath(const std::string& name) {
 }
 
 std::string BinaryPath(const std::string& relative) {
+  // The environment variable lets prebuilt test binaries run from another place (a bundle
+  // carried to a GPU machine, bench/gpu/pack.sh).
+  if (const char* env = std::getenv("DELTASERVE_BINARY_DIR"); env != nullptr && *env != '\0') {
+    return absl::StrCat(env, "/", relative);
+  }
   return absl::StrCat(DELTASERVE_BINARY_DIR, "/", relative);
 }
 

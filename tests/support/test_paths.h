@@ -22,7 +22,8 @@ std::string FixturesDir();
 // fixture tests never skip.
 std::string FixturesPath(const std::string& name);
 
-// Path of a program built in this build tree, e.g. BinaryPath("common/deltaserve-gguf").
+// Path of a program built in this build tree, e.g. BinaryPath("common/deltaserve-gguf");
+// $DELTASERVE_BINARY_DIR, when set, replaces the build tree (prebuilt binaries elsewhere).
 std::string BinaryPath(const std::string& relative);
 
 }  // namespace deltaserve::testing
