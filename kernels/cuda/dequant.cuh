@@ -136,17 +136,50 @@ DS_HOST_DEVICE DS_INLINE uint32_t DqByte(uint64_t w, int i) {
 // Elements and bytes per block of each type (BlockLayoutOf, usable in device code).
 template <WeightType T>
 struct DqLayout;
-template <> struct DqLayout<WeightType::kF32> { static constexpr int kBlock = 1, kBytes = 4; };
-template <> struct DqLayout<WeightType::kF16> { static constexpr int kBlock = 1, kBytes = 2; };
-template <> struct DqLayout<WeightType::kBF16> { static constexpr int kBlock = 1, kBytes = 2; };
-template <> struct DqLayout<WeightType::kQ4_0> { static constexpr int kBlock = 32, kBytes = 18; };
-template <> struct DqLayout<WeightType::kQ4_1> { static constexpr int kBlock = 32, kBytes = 20; };
-template <> struct DqLayout<WeightType::kQ5_0> { static constexpr int kBlock = 32, kBytes = 22; };
-template <> struct DqLayout<WeightType::kQ5_1> { static constexpr int kBlock = 32, kBytes = 24; };
-template <> struct DqLayout<WeightType::kQ8_0> { static constexpr int kBlock = 32, kBytes = 34; };
-template <> struct DqLayout<WeightType::kQ4_K> { static constexpr int kBlock = 256, kBytes = 144; };
-template <> struct DqLayout<WeightType::kQ5_K> { static constexpr int kBlock = 256, kBytes = 176; };
-template <> struct DqLayout<WeightType::kQ6_K> { static constexpr int kBlock = 256, kBytes = 210; };
+template <>
+struct DqLayout<WeightType::kF32> {
+  static constexpr int kBlock = 1, kBytes = 4;
+};
+template <>
+struct DqLayout<WeightType::kF16> {
+  static constexpr int kBlock = 1, kBytes = 2;
+};
+template <>
+struct DqLayout<WeightType::kBF16> {
+  static constexpr int kBlock = 1, kBytes = 2;
+};
+template <>
+struct DqLayout<WeightType::kQ4_0> {
+  static constexpr int kBlock = 32, kBytes = 18;
+};
+template <>
+struct DqLayout<WeightType::kQ4_1> {
+  static constexpr int kBlock = 32, kBytes = 20;
+};
+template <>
+struct DqLayout<WeightType::kQ5_0> {
+  static constexpr int kBlock = 32, kBytes = 22;
+};
+template <>
+struct DqLayout<WeightType::kQ5_1> {
+  static constexpr int kBlock = 32, kBytes = 24;
+};
+template <>
+struct DqLayout<WeightType::kQ8_0> {
+  static constexpr int kBlock = 32, kBytes = 34;
+};
+template <>
+struct DqLayout<WeightType::kQ4_K> {
+  static constexpr int kBlock = 256, kBytes = 144;
+};
+template <>
+struct DqLayout<WeightType::kQ5_K> {
+  static constexpr int kBlock = 256, kBytes = 176;
+};
+template <>
+struct DqLayout<WeightType::kQ6_K> {
+  static constexpr int kBlock = 256, kBytes = 210;
+};
 
 // True for F32, F16, BF16: one value per "block", rows of any length.
 template <WeightType T>
@@ -160,7 +193,8 @@ DS_HOST_DEVICE DS_INLINE void DqScaleMinK4(int j, const uint8_t* scales, uint32_
     *m = scales[j + 4] & 63u;
   } else {
     *sc = (scales[j + 4] & 0xFu) | ((static_cast<uint32_t>(scales[j - 4]) >> 6) << 4);
-    *m = (static_cast<uint32_t>(scales[j + 4]) >> 4) | ((static_cast<uint32_t>(scales[j]) >> 6) << 4);
+    *m = (static_cast<uint32_t>(scales[j + 4]) >> 4) |
+         ((static_cast<uint32_t>(scales[j]) >> 6) << 4);
   }
 }
 
@@ -172,8 +206,14 @@ DS_HOST_DEVICE DS_INLINE void DqDenseF32(const uint8_t* p, float* v) {
   if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
     const float4 a = *reinterpret_cast<const float4*>(p);
     const float4 b = *reinterpret_cast<const float4*>(p + 16);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
+    v[4] = b.x;
+    v[5] = b.y;
+    v[6] = b.z;
+    v[7] = b.w;
     return;
   }
   for (int i = 0; i < 8; ++i) v[i] = reinterpret_cast<const float*>(p)[i];
@@ -188,7 +228,10 @@ DS_HOST_DEVICE DS_INLINE void DqDense16(const uint8_t* p, float* v) {
 #if defined(__CUDA_ARCH__)
   if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
     const uint4 a = *reinterpret_cast<const uint4*>(p);
-    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[0] = a.x;
+    w[1] = a.y;
+    w[2] = a.z;
+    w[3] = a.w;
   } else {
     for (int i = 0; i < 4; ++i) w[i] = DqLoadU32(p + 4 * i);
   }
@@ -229,8 +272,7 @@ DS_HOST_DEVICE DS_INLINE void DqQ4_1(const uint8_t* b, int j, float* v) {
 }
 
 // Five-bit values of unit j of a Q5 block: nibble as Q4_0, bit 4 of value e is bit e of qh.
-DS_HOST_DEVICE DS_INLINE void DqFiveBits(const uint8_t* qh, const uint8_t* qs, int j,
-                                         uint32_t* q) {
+DS_HOST_DEVICE DS_INLINE void DqFiveBits(const uint8_t* qh, const uint8_t* qs, int j, uint32_t* q) {
   const uint32_t h = DqLoadU32(qh);
   DqNibbles32(qs, j, q);
   for (int i = 0; i < 8; ++i) q[i] |= ((h >> (8 * j + i)) & 1u) << 4;
@@ -365,17 +407,28 @@ struct DqTypeTag {
 template <class R, class F>
 R DispatchWeightType(WeightType type, R unsupported, F&& f) {
   switch (type) {
-    case WeightType::kF32: return f(DqTypeTag<WeightType::kF32>{});
-    case WeightType::kF16: return f(DqTypeTag<WeightType::kF16>{});
-    case WeightType::kBF16: return f(DqTypeTag<WeightType::kBF16>{});
-    case WeightType::kQ4_0: return f(DqTypeTag<WeightType::kQ4_0>{});
-    case WeightType::kQ4_1: return f(DqTypeTag<WeightType::kQ4_1>{});
-    case WeightType::kQ5_0: return f(DqTypeTag<WeightType::kQ5_0>{});
-    case WeightType::kQ5_1: return f(DqTypeTag<WeightType::kQ5_1>{});
-    case WeightType::kQ8_0: return f(DqTypeTag<WeightType::kQ8_0>{});
-    case WeightType::kQ4_K: return f(DqTypeTag<WeightType::kQ4_K>{});
-    case WeightType::kQ5_K: return f(DqTypeTag<WeightType::kQ5_K>{});
-    case WeightType::kQ6_K: return f(DqTypeTag<WeightType::kQ6_K>{});
+    case WeightType::kF32:
+      return f(DqTypeTag<WeightType::kF32>{});
+    case WeightType::kF16:
+      return f(DqTypeTag<WeightType::kF16>{});
+    case WeightType::kBF16:
+      return f(DqTypeTag<WeightType::kBF16>{});
+    case WeightType::kQ4_0:
+      return f(DqTypeTag<WeightType::kQ4_0>{});
+    case WeightType::kQ4_1:
+      return f(DqTypeTag<WeightType::kQ4_1>{});
+    case WeightType::kQ5_0:
+      return f(DqTypeTag<WeightType::kQ5_0>{});
+    case WeightType::kQ5_1:
+      return f(DqTypeTag<WeightType::kQ5_1>{});
+    case WeightType::kQ8_0:
+      return f(DqTypeTag<WeightType::kQ8_0>{});
+    case WeightType::kQ4_K:
+      return f(DqTypeTag<WeightType::kQ4_K>{});
+    case WeightType::kQ5_K:
+      return f(DqTypeTag<WeightType::kQ5_K>{});
+    case WeightType::kQ6_K:
+      return f(DqTypeTag<WeightType::kQ6_K>{});
   }
   return unsupported;
 }

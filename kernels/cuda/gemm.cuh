@@ -58,7 +58,7 @@ DS_HOST_DEVICE DS_INLINE int GemmWeightUnit(const uint8_t* w, size_t row_bytes, 
     if (k + 8 <= in) {
       DecodeUnit<T>(row, k / 8, v);
     } else if constexpr (kDqDense<T>) {  // the end of a row whose length is not 8m
-DS_UNROLL
+      DS_UNROLL
       for (int i = 0; i < 8; ++i) {
         if (k + i < in) v[i] = DecodeValue<T>(row, k + i);
       }
@@ -79,7 +79,7 @@ DS_HOST_DEVICE DS_INLINE int GemmActivationUnit(const float* xrow, int64_t in, i
     if (k + 8 <= in) {
       LoadActivations8(xrow + k, v);
     } else {
-DS_UNROLL
+      DS_UNROLL
       for (int i = 0; i < 8; ++i) {
         if (k + i < in) v[i] = LoadActivation(xrow + k + i);
       }
@@ -112,8 +112,8 @@ __device__ __forceinline__ void StoreHalf8(__half* dst, const float* v) {
 // activation and output rows from sh.xrow / sh.yrow (filled by the caller before the call; the
 // first __syncthreads below publishes them). Called by all kGemmThreads threads of the block.
 template <WeightType T>
-__device__ void GemmTile(GemmShared& sh, const uint8_t* w, size_t row_bytes, int n_out,
-                         int64_t in, int64_t y_col0) {
+__device__ void GemmTile(GemmShared& sh, const uint8_t* w, size_t row_bytes, int n_out, int64_t in,
+                         int64_t y_col0) {
   namespace wmma = nvcuda::wmma;
   constexpr int kLd = GemmShared::kLd;
   constexpr int kLdc = GemmShared::kLdc;
@@ -162,8 +162,8 @@ __device__ void GemmTile(GemmShared& sh, const uint8_t* w, size_t row_bytes, int
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      wmma::store_matrix_sync(&sh.cs[(wt * 32 + 16 * j) * kLdc + wo * 32 + 16 * i], acc[i][j],
-                              kLdc, wmma::mem_col_major);
+      wmma::store_matrix_sync(&sh.cs[(wt * 32 + 16 * j) * kLdc + wo * 32 + 16 * i], acc[i][j], kLdc,
+                              wmma::mem_col_major);
     }
   }
   __syncthreads();

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/gemv_fast.cuh"
 #include "kernels/cuda/matmul_plan.cuh"
 
 namespace deltaserve::kernels::cuda {
@@ -31,10 +32,16 @@ DS_HOST_DEVICE DS_INLINE void LoadActivations8(const float* p, float* x) {
   if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
     const float4 a = __ldg(reinterpret_cast<const float4*>(p));
     const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
-    x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+    x[0] = a.x;
+    x[1] = a.y;
+    x[2] = a.z;
+    x[3] = a.w;
+    x[4] = b.x;
+    x[5] = b.y;
+    x[6] = b.z;
+    x[7] = b.w;
   } else {
-DS_UNROLL
+    DS_UNROLL
     for (int i = 0; i < 8; ++i) x[i] = __ldg(p + i);
   }
 #else
@@ -58,18 +65,18 @@ template <WeightType T>
 DS_HOST_DEVICE DS_INLINE void GemvLanePartial(const uint8_t* wrow, int64_t in,
                                               const float* const* xr, int nr, int lane,
                                               float* acc) {
-DS_UNROLL
+  DS_UNROLL
   for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = 0.0f;
   const int64_t units = in / 8;
   for (int64_t u = lane; u < units; u += 32) {
     float w[8];
     DecodeUnit<T>(wrow, u, w);
-DS_UNROLL
+    DS_UNROLL
     for (int r = 0; r < kGemvMaxRows; ++r) {
       if (r < nr) {
         float x[8];
         LoadActivations8(xr[r] + 8 * u, x);
-DS_UNROLL
+        DS_UNROLL
         for (int i = 0; i < 8; ++i) acc[r] = fmaf(w[i], x[i], acc[r]);
       }
     }
@@ -78,7 +85,7 @@ DS_UNROLL
     // Rows of F32/F16/BF16 weights may end with fewer than 8 values.
     for (int64_t k = units * 8 + lane; k < in; k += 32) {
       const float w = DecodeValue<T>(wrow, k);
-DS_UNROLL
+      DS_UNROLL
       for (int r = 0; r < kGemvMaxRows; ++r) {
         if (r < nr) acc[r] = fmaf(w, LoadActivation(xr[r] + k), acc[r]);
       }
@@ -101,12 +108,19 @@ inline float ButterflySum(const float* lanes) {
 
 #if defined(__CUDACC__)
 
-// acc[r] = W[row] . x_r for r < nr, reduced over the warp (every lane returns the sums).
-// Called by all 32 lanes of a warp.
-template <WeightType T>
-__device__ __forceinline__ void GemvWarpRow(const uint8_t* wrow, int64_t in,
-                                            const float* const* xr, int nr, float* acc) {
-  GemvLanePartial<T>(wrow, in, xr, nr, static_cast<int>(threadIdx.x & 31), acc);
+// acc[r] = W[row] . x_r for r < nr, reduced over the warp (lane 0 holds the sums the kernels
+// write). Called by all 32 lanes of a warp. kFast: gemv_fast.cuh's lane (Q4_K only, rows
+// GemvFastEligible).
+template <WeightType T, bool kFast>
+__device__ __forceinline__ void GemvWarpRow(const uint8_t* wrow, int64_t in, const float* const* xr,
+                                            int nr, float* acc) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  if constexpr (kFast) {
+    static_assert(T == WeightType::kQ4_K, "the fast lane exists for Q4_K only");
+    GemvLaneQ4KFast(wrow, in, xr, nr, lane, acc);
+  } else {
+    GemvLanePartial<T>(wrow, in, xr, nr, lane, acc);
+  }
 #pragma unroll
   for (int r = 0; r < kGemvMaxRows; ++r) {
 #pragma unroll

@@ -26,7 +26,7 @@ namespace {
 
 // GEMV over a group: warp w of block b computes concatenated output row b * kGemvWarps + w for
 // activation rows 0 .. nr-1 of x.
-template <WeightType T>
+template <WeightType T, bool kFast>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     GemvGroupKernel(GroupArgs args, const float* __restrict__ x, int64_t x_stride, int nr) {
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
   for (int r = 0; r < kGemvMaxRows; ++r) xr[r] = x + (r < nr ? r : 0) * x_stride;
   float acc[kGemvMaxRows];
-  GemvWarpRow<T>(p.w + static_cast<size_t>(o) * p.row_bytes, args.in, xr, nr, acc);
+  GemvWarpRow<T, kFast>(p.w + static_cast<size_t>(o) * p.row_bytes, args.in, xr, nr, acc);
   if ((threadIdx.x & 31) == 0) {
 #pragma unroll
     for (int r = 0; r < kGemvMaxRows; ++r) {
@@ -88,7 +88,8 @@ __global__ void GetRowsKernel(const uint8_t* __restrict__ table, size_t row_byte
 #pragma unroll
     for (int j = 0; j < 8; ++j) dst[8 * u + j] = v[j];
   }
-  for (int64_t k = units * 8 + threadIdx.x; k < in; k += blockDim.x) dst[k] = DecodeValue<T>(row, k);
+  for (int64_t k = units * 8 + threadIdx.x; k < in; k += blockDim.x)
+    dst[k] = DecodeValue<T>(row, k);
 }
 
 // y = 0 over rows x cols (a product with in == 0, as the CPU backend does).
@@ -155,7 +156,17 @@ KernelStatus LaunchSameType(const LaunchContext& ctx, const WeightView* w, const
     constexpr WeightType T = decltype(tag)::value;
     if (gemv) {
       const auto blocks = static_cast<unsigned>(CeilDiv(items, kGemvWarps));
-      GemvGroupKernel<T><<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(
+      bool fast = true;  // the fast lane where it exists and every product's rows allow it
+      for (int j = 0; j < n; ++j)
+        fast = fast && GemvFastEligible(T, args.p[j].w, args.p[j].row_bytes);
+      if constexpr (T == WeightType::kQ4_K) {
+        if (fast) {
+          GemvGroupKernel<T, true><<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(
+              args, x.data, x.stride, static_cast<int>(x.rows));
+          return LastLaunchStatus();
+        }
+      }
+      GemvGroupKernel<T, false><<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(
           args, x.data, x.stride, static_cast<int>(x.rows));
     } else {
       const int64_t row_tiles = CeilDiv(x.rows, kGemmTileRows);
@@ -175,8 +186,8 @@ KernelStatus RunProducts(const LaunchContext& ctx, const WeightView* w, int n, c
   if (x.cols == 0) {
     for (int i = 0; i < n; ++i) {
       if (w[i].out == 0 || y[i].rows == 0) continue;
-      ZeroRowsKernel<<<static_cast<unsigned>(y[i].rows), 256, 0, ctx.stream>>>(
-          y[i].data, y[i].cols, y[i].stride);
+      ZeroRowsKernel<<<static_cast<unsigned>(y[i].rows), 256, 0, ctx.stream>>>(y[i].data, y[i].cols,
+                                                                               y[i].stride);
       if (KernelStatus s = LastLaunchStatus(); s != KernelStatus::kOk) return s;
     }
     return KernelStatus::kOk;

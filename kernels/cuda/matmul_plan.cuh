@@ -37,9 +37,9 @@ DS_HOST_DEVICE DS_INLINE int64_t CeilDiv(int64_t a, int64_t b) { return (a + b -
 struct GroupProduct {
   const uint8_t* w = nullptr;  // weight row 0
   size_t row_bytes = 0;
-  int64_t out = 0;             // weight rows = columns of y
-  float* y = nullptr;          // y[0][0]
-  int64_t y_stride = 0;        // floats between rows of y
+  int64_t out = 0;       // weight rows = columns of y
+  float* y = nullptr;    // y[0][0]
+  int64_t y_stride = 0;  // floats between rows of y
 };
 
 // Up to kMaxGroupProducts products of one weight type sharing x; first[i] is the first grid

@@ -60,9 +60,8 @@ __global__ void __launch_bounds__(kSortThreads)
 
 // GEMV items: block (b, s, z): output rows b * kGemvWarps + warp of matrix z of expert
 // active[s], over its positions kGemvMaxRows at a time.
-template <WeightType T>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    MoeGemvKernel(MoeProduct m, MoePlanPtrs plan) {
+template <WeightType T, bool kFast>
+__global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(MoeProduct m, MoePlanPtrs plan) {
   const int32_t s = blockIdx.y;
   if (s >= plan.header[0]) return;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
@@ -76,9 +75,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     const int nr = end - p0 < kGemvMaxRows ? end - p0 : kGemvMaxRows;
     const float* xr[kGemvMaxRows];
 #pragma unroll
-    for (int r = 0; r < kGemvMaxRows; ++r) xr[r] = MoeActivationRow(m, plan.order, p0 + (r < nr ? r : 0));
+    for (int r = 0; r < kGemvMaxRows; ++r)
+      xr[r] = MoeActivationRow(m, plan.order, p0 + (r < nr ? r : 0));
     float acc[kGemvMaxRows];
-    GemvWarpRow<T>(wrow, m.in, xr, nr, acc);
+    GemvWarpRow<T, kFast>(wrow, m.in, xr, nr, acc);
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
       for (int r = 0; r < kGemvMaxRows; ++r) {
@@ -123,9 +123,8 @@ __global__ void MoeSwiGluKernel(float* gate, const float* __restrict__ up, int64
 // y[t][c] = sum_j weights[t * k + j] * down[inv[t * k + j]][c], j ascending; NaN when one of the
 // token's ids was out of range.
 __global__ void MoeCombineKernel(const float* __restrict__ down, int64_t n_embd,
-                                 const int32_t* __restrict__ inv,
-                                 const float* __restrict__ weights, int64_t k, float* y,
-                                 int64_t y_stride) {
+                                 const int32_t* __restrict__ inv, const float* __restrict__ weights,
+                                 int64_t k, float* y, int64_t y_stride) {
   const int64_t t = blockIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= n_embd) return;
@@ -161,7 +160,16 @@ KernelStatus LaunchExpertProduct(const LaunchContext& ctx, WeightType type, cons
     if (gemv) {
       const dim3 grid(static_cast<unsigned>(CeilDiv(m.out, kGemvWarps)),
                       static_cast<unsigned>(max_items), static_cast<unsigned>(n_mats));
-      MoeGemvKernel<T><<<grid, kGemvWarps * 32, 0, ctx.stream>>>(m, plan);
+      if constexpr (T == WeightType::kQ4_K) {
+        // The fast lane when every expert row of every stack is 16-byte aligned.
+        bool fast = GemvFastEligible(T, m.w[0], m.row_bytes);
+        if (n_mats == 2) fast = fast && GemvFastEligible(T, m.w[1], m.row_bytes);
+        if (fast) {
+          MoeGemvKernel<T, true><<<grid, kGemvWarps * 32, 0, ctx.stream>>>(m, plan);
+          return LastLaunchStatus();
+        }
+      }
+      MoeGemvKernel<T, false><<<grid, kGemvWarps * 32, 0, ctx.stream>>>(m, plan);
     } else {
       const dim3 grid(static_cast<unsigned>(CeilDiv(m.out, kGemmTileOut)),
                       static_cast<unsigned>(max_items), static_cast<unsigned>(n_mats));
@@ -204,8 +212,7 @@ KernelStatus LaunchMoeFfn(const LaunchContext& ctx, const Mat& x, const int32_t*
   const int64_t n_assign = n_tokens * k;
   const int64_t max_tiles = MoeMaxTiles(n_assign, n_expert, kGemmTileRows);
   const int64_t max_active = n_assign < n_expert ? n_assign : n_expert;
-  if (n_assign > 0x7FFFFFFF || n_expert > 0x7FFFFFFF || max_tiles > 65535 ||
-      max_active > 65535) {
+  if (n_assign > 0x7FFFFFFF || n_expert > 0x7FFFFFFF || max_tiles > 65535 || max_active > 65535) {
     return KernelStatus::kInvalidArgument;  // beyond the int32 positions / grid.y of the plan
   }
   const MoeScratchLayout layout = MoeLayout(n_tokens, k, n_expert, n_embd, ff, kGemmTileRows);

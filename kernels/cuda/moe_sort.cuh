@@ -51,8 +51,7 @@ DS_HOST_DEVICE DS_INLINE int64_t MoeMaxTiles(int64_t n_assign, int64_t n_expert,
 }
 
 DS_HOST_DEVICE DS_INLINE MoeScratchLayout MoeLayout(int64_t n_tokens, int64_t k, int64_t n_expert,
-                                                    int64_t n_embd, int64_t ff,
-                                                    int64_t tile_rows) {
+                                                    int64_t n_embd, int64_t ff, int64_t tile_rows) {
   const auto n_assign = static_cast<size_t>(n_tokens * k);
   const auto e = static_cast<size_t>(n_expert);
   const auto tiles = static_cast<size_t>(MoeMaxTiles(n_tokens * k, n_expert, tile_rows));
@@ -87,8 +86,7 @@ DS_HOST_DEVICE DS_INLINE MoeScratchLayout MoeLayout(int64_t n_tokens, int64_t k,
 // hundred).
 DS_HOST_DEVICE DS_INLINE void MoePlan(const int32_t* counts, int32_t n_expert, int32_t tile_rows,
                                       int32_t* offsets, int32_t* fill, int32_t* active,
-                                      int32_t* tile_expert, int32_t* tile_start,
-                                      int32_t* header) {
+                                      int32_t* tile_expert, int32_t* tile_start, int32_t* header) {
   int32_t pos = 0;
   int32_t n_active = 0;
   int32_t n_tiles = 0;
@@ -153,7 +151,7 @@ struct MoeProduct {
 
 // (Selects rather than indexes the two-entry arrays, so the kernels keep them in registers.)
 DS_HOST_DEVICE DS_INLINE const uint8_t* MoeWeightRow(const MoeProduct& m, int z, int32_t e,
-                                                    int64_t o) {
+                                                     int64_t o) {
   return (z == 0 ? m.w[0] : m.w[1]) + static_cast<size_t>(e) * m.matrix_bytes +
          static_cast<size_t>(o) * m.row_bytes;
 }

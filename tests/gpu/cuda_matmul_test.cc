@@ -44,20 +44,27 @@ class CudaMatMulTest : public GpuBackendTest {
 
   // GEMV results equal, bit for bit, the host replay of the warp (gemv.cuh GemvLanePartial for
   // 32 lanes, then the butterfly): the same decoders, the same fmaf chain, the same additions.
-  static void ExpectGemvBitsOfHostReplay(const HostWeights& w, const Case& c,
+  // The lane is the one the launcher picks for the device view `gw` (gemv_fast.cuh for Q4_K
+  // rows that are 16-byte aligned).
+  static void ExpectGemvBitsOfHostReplay(const HostWeights& w, const WeightView& gw, const Case& c,
                                          const std::vector<float>& x, int64_t xs,
                                          const std::vector<float>& y, int64_t ys) {
+    const bool fast = cuda::GemvFastEligible(gw.type, gw.data, gw.row_bytes);
     const int nr = static_cast<int>(c.rows);
     const float* xr[cuda::kGemvMaxRows];
     for (int r = 0; r < cuda::kGemvMaxRows; ++r) xr[r] = x.data() + (r < nr ? r : 0) * xs;
     int reported = 0;
     for (int64_t o = 0; o < c.out; ++o) {
-      const uint8_t* wrow = w.bytes.data() +
-                            static_cast<size_t>((c.matrix * w.out + c.first_row + o)) * w.row_bytes;
+      const uint8_t* wrow =
+          w.bytes.data() + static_cast<size_t>((c.matrix * w.out + c.first_row + o)) * w.row_bytes;
       float lanes[32][cuda::kGemvMaxRows];
       cuda::DispatchWeightType(c.type, 0, [&](auto tag) {
         for (int lane = 0; lane < 32; ++lane) {
-          cuda::GemvLanePartial<decltype(tag)::value>(wrow, c.in, xr, nr, lane, lanes[lane]);
+          if (fast) {
+            cuda::GemvLaneQ4KFast(wrow, c.in, xr, nr, lane, lanes[lane]);
+          } else {
+            cuda::GemvLanePartial<decltype(tag)::value>(wrow, c.in, xr, nr, lane, lanes[lane]);
+          }
         }
         return 0;
       });
@@ -76,14 +83,14 @@ class CudaMatMulTest : public GpuBackendTest {
 
   // Runs one product on both backends and checks it (see the file comment).
   void Check(const Case& c, std::mt19937& rng) {
-    const std::string what = std::string(Name(c.type)) + " in=" + std::to_string(c.in) +
-                             " out=" + std::to_string(c.out) + " rows=" + std::to_string(c.rows) +
-                             " x_pad=" + std::to_string(c.x_pad) + " y_pad=" +
-                             std::to_string(c.y_pad) + " matrix=" + std::to_string(c.matrix) +
-                             " first_row=" + std::to_string(c.first_row);
+    const std::string what =
+        std::string(Name(c.type)) + " in=" + std::to_string(c.in) +
+        " out=" + std::to_string(c.out) + " rows=" + std::to_string(c.rows) +
+        " x_pad=" + std::to_string(c.x_pad) + " y_pad=" + std::to_string(c.y_pad) +
+        " matrix=" + std::to_string(c.matrix) + " first_row=" + std::to_string(c.first_row);
     SCOPED_TRACE(what);
-    const HostWeights w = MakeHostWeights(c.type, c.in, c.first_row + c.out + 2, c.matrix + 1,
-                                          0.5f, rng);
+    const HostWeights w =
+        MakeHostWeights(c.type, c.in, c.first_row + c.out + 2, c.matrix + 1, 0.5f, rng);
     const int64_t xs = c.in + c.x_pad;
     const int64_t ys = c.out + c.y_pad;
     std::vector<float> x(static_cast<size_t>(c.rows * xs), 0.0f);
@@ -109,7 +116,7 @@ class CudaMatMulTest : public GpuBackendTest {
     ASSERT_EQ(cpu_->MatMul(cw, cx, cy), KernelStatus::kOk);
 
     const bool gemm = c.rows > 8;
-    if (!gemm) ExpectGemvBitsOfHostReplay(w, c, x, xs, y, ys);
+    if (!gemm) ExpectGemvBitsOfHostReplay(w, gw, c, x, xs, y, ys);
     int reported = 0;
     for (int64_t t = 0; t < c.rows; ++t) {
       for (int64_t o = 0; o < c.out; ++o) {
@@ -137,9 +144,12 @@ class CudaMatMulTest : public GpuBackendTest {
 // Reduction lengths per type: a multiple of the block, not of 256 where the block allows.
 std::vector<int64_t> Lengths(WeightType type) {
   switch (BlockLayoutOf(type).block_size) {
-    case 1: return {8, 13, 100, 136};
-    case 32: return {32, 96, 160};
-    default: return {256, 512};
+    case 1:
+      return {8, 13, 100, 136};
+    case 32:
+      return {32, 96, 160};
+    default:
+      return {256, 512};
   }
 }
 
@@ -178,8 +188,8 @@ TEST_F(CudaMatMulTest, StridedViewsAndWeightSubviews) {
 // A longer reduction (model-sized rows) on the common model types.
 TEST_F(CudaMatMulTest, ModelSizedRows) {
   std::mt19937 rng(4);
-  for (WeightType type : {WeightType::kQ4_K, WeightType::kQ6_K, WeightType::kQ8_0,
-                          WeightType::kF16, WeightType::kBF16}) {
+  for (WeightType type : {WeightType::kQ4_K, WeightType::kQ6_K, WeightType::kQ8_0, WeightType::kF16,
+                          WeightType::kBF16}) {
     for (int64_t rows : {1, 4, 96}) Check({type, 2048, 96, rows}, rng);
   }
 }
@@ -278,9 +288,9 @@ TEST_F(CudaMatMulTest, GetRowsBitIdenticalToCpuAndNaNForBadIds) {
     DeviceBuffer badd = Upload(*gpu_, bad);
     DeviceBuffer bo = Upload(*gpu_, std::vector<float>(3 * in, 0.0f));
     Mat gbo{bo.floats(), 3, in, in};
-    ASSERT_EQ(gpu_->GetRows(table.View(td.data()), static_cast<const int32_t*>(badd.data()), 3,
-                            gbo),
-              KernelStatus::kOk);
+    ASSERT_EQ(
+        gpu_->GetRows(table.View(td.data()), static_cast<const int32_t*>(badd.data()), 3, gbo),
+        KernelStatus::kOk);
     const std::vector<float> rows = Download<float>(*gpu_, bo.data(), 3 * in);
     for (int64_t k = 0; k < in; ++k) {
       EXPECT_EQ(rows[k], table.decoded[3 * in + k]);
@@ -295,8 +305,8 @@ TEST_F(CudaMatMulTest, GetRowsBitIdenticalToCpuAndNaNForBadIds) {
 TEST_F(CudaMatMulTest, RefusesWhatTheCpuRefuses) {
   std::vector<uint8_t> wbytes(RowBytes(WeightType::kQ4_K, 256) * 4, 0);
   std::vector<float> buf(4096, 0.0f);
-  const WeightView good{wbytes.data(), WeightType::kQ4_K, 256, 4, RowBytes(WeightType::kQ4_K, 256),
-                        1};
+  const WeightView good{
+      wbytes.data(), WeightType::kQ4_K, 256, 4, RowBytes(WeightType::kQ4_K, 256), 1};
   struct Bad {
     const char* what;
     WeightView w;

@@ -93,11 +93,13 @@ class CudaMoeTest : public GpuBackendTest {
     DeviceBuffer wd = Upload(*gpu_, route.weights);
     const Mat gx{xd.floats(), n_tokens, n_embd, xs};
     Mat gy{yd.floats(), n_tokens, n_embd, ys};
-    const KernelStatus s = gpu_->MoeFfn(gx, static_cast<const int32_t*>(idd.data()), wd.floats(),
-                                        k, ex.gate.View(g.data()), ex.up.View(u.data()),
-                                        ex.down.View(d.data()), gy);
-    if (status != nullptr) *status = s;
-    else EXPECT_EQ(s, KernelStatus::kOk);
+    const KernelStatus s =
+        gpu_->MoeFfn(gx, static_cast<const int32_t*>(idd.data()), wd.floats(), k,
+                     ex.gate.View(g.data()), ex.up.View(u.data()), ex.down.View(d.data()), gy);
+    if (status != nullptr)
+      *status = s;
+    else
+      EXPECT_EQ(s, KernelStatus::kOk);
     return Download<float>(*gpu_, yd.data(), n_tokens * ys);
   }
 
@@ -127,9 +129,9 @@ class CudaMoeTest : public GpuBackendTest {
                            ex.down.View(ex.down.bytes.data()), cy),
               KernelStatus::kOk);
 
-    const MoeExpected ref = MoeReference(ex.gate, ex.up, ex.down, x.data(), xs, n_tokens,
-                                         route.ids, route.weights, k,
-                                         !cuda::MoeUsesGemv(n_tokens, k, kExperts));
+    const MoeExpected ref =
+        MoeReference(ex.gate, ex.up, ex.down, x.data(), xs, n_tokens, route.ids, route.weights, k,
+                     !cuda::MoeUsesGemv(n_tokens, k, kExperts));
     int reported = 0;
     for (int64_t t = 0; t < n_tokens; ++t) {
       for (int64_t o = 0; o < c.n_embd; ++o) {
@@ -155,7 +157,7 @@ const std::vector<Config>& Configs() {
       {WeightType::kF32, WeightType::kF32, WeightType::kF32, 40, 24},
       {WeightType::kQ4_K, WeightType::kQ4_K, WeightType::kQ6_K, 256, 256},  // Q4_K_M's experts
       {WeightType::kQ8_0, WeightType::kQ8_0, WeightType::kQ8_0, 96, 64},
-      {WeightType::kF16, WeightType::kBF16, WeightType::kQ5_1, 64, 32},     // gate != up type
+      {WeightType::kF16, WeightType::kBF16, WeightType::kQ5_1, 64, 32},  // gate != up type
       {WeightType::kQ4_0, WeightType::kQ5_0, WeightType::kQ4_1, 64, 96},
       {WeightType::kQ5_K, WeightType::kQ5_K, WeightType::kQ4_K, 256, 256},
   };
@@ -174,10 +176,10 @@ TEST_F(CudaMoeTest, DecodeBatchesEveryK) {
 TEST_F(CudaMoeTest, PrefillBatchesTakeBothPaths) {
   std::mt19937 rng(12);
   for (const Config& c : Configs()) {
-    Check(c, 9, 2, rng);    // 18 assignments: GEMV items
-    Check(c, 9, 8, rng);    // 72: GEMM tiles
-    Check(c, 40, 1, rng);   // GEMV, up to 40 positions per expert (kGemvMaxRows at a time)
-    Check(c, 40, 4, rng);   // GEMM
+    Check(c, 9, 2, rng);   // 18 assignments: GEMV items
+    Check(c, 9, 8, rng);   // 72: GEMM tiles
+    Check(c, 40, 1, rng);  // GEMV, up to 40 positions per expert (kGemvMaxRows at a time)
+    Check(c, 40, 4, rng);  // GEMM
     // GEMM, several tiles per expert (fewer tokens where the host reference is slow).
     Check(c, c.n_embd * c.ff <= 96 * 64 ? 300 : 100, 8, rng);
   }
@@ -235,8 +237,7 @@ TEST_F(CudaMoeTest, SmallScratchIsOutOfMemory) {
   const Mat gx{xd.floats(), n_tokens, c.n_embd, c.n_embd};
   Mat gy{yd.floats(), n_tokens, c.n_embd, c.n_embd};
   EXPECT_EQ(small->MoeFfn(gx, static_cast<const int32_t*>(idd.data()), wd.floats(), k,
-                          ex.gate.View(g.data()), ex.up.View(u.data()), ex.down.View(d.data()),
-                          gy),
+                          ex.gate.View(g.data()), ex.up.View(u.data()), ex.down.View(d.data()), gy),
             KernelStatus::kOutOfMemory);
 }
 
@@ -265,8 +266,7 @@ TEST_F(CudaMoeTest, RefusesWhatTheCpuRefuses) {
       {"y aliases x", {buf.data(), 2, 64, 64}, {buf.data(), 2, 64, 64}, 2, gate, gate, down},
       {"y rows", {buf.data(), 2, 64, 64}, {other.data(), 3, 64, 64}, 2, gate, gate, down},
       {"x cols != in", {buf.data(), 2, 63, 64}, {other.data(), 2, 63, 64}, 2, gate, gate, down},
-      {"down count", {buf.data(), 2, 64, 64}, {other.data(), 2, 64, 64}, 2, gate, gate,
-       down_wrong},
+      {"down count", {buf.data(), 2, 64, 64}, {other.data(), 2, 64, 64}, 2, gate, gate, down_wrong},
   };
   for (const Bad& b : bad) {
     Mat yc = b.y;

@@ -44,17 +44,28 @@ inline const std::vector<WeightType>& AllTypes() {
 
 inline const char* Name(WeightType type) {
   switch (type) {
-    case WeightType::kF32: return "F32";
-    case WeightType::kF16: return "F16";
-    case WeightType::kBF16: return "BF16";
-    case WeightType::kQ8_0: return "Q8_0";
-    case WeightType::kQ4_0: return "Q4_0";
-    case WeightType::kQ4_1: return "Q4_1";
-    case WeightType::kQ5_0: return "Q5_0";
-    case WeightType::kQ5_1: return "Q5_1";
-    case WeightType::kQ4_K: return "Q4_K";
-    case WeightType::kQ5_K: return "Q5_K";
-    case WeightType::kQ6_K: return "Q6_K";
+    case WeightType::kF32:
+      return "F32";
+    case WeightType::kF16:
+      return "F16";
+    case WeightType::kBF16:
+      return "BF16";
+    case WeightType::kQ8_0:
+      return "Q8_0";
+    case WeightType::kQ4_0:
+      return "Q4_0";
+    case WeightType::kQ4_1:
+      return "Q4_1";
+    case WeightType::kQ5_0:
+      return "Q5_0";
+    case WeightType::kQ5_1:
+      return "Q5_1";
+    case WeightType::kQ4_K:
+      return "Q4_K";
+    case WeightType::kQ5_K:
+      return "Q5_K";
+    case WeightType::kQ6_K:
+      return "Q6_K";
   }
   return "?";
 }
@@ -68,8 +79,8 @@ struct HostWeights {
   int64_t out = 0;
   int64_t count = 1;
   size_t row_bytes = 0;
-  std::vector<uint8_t> bytes;   // [count][out][row_bytes]
-  std::vector<float> decoded;   // [count][out][in]
+  std::vector<uint8_t> bytes;  // [count][out][row_bytes]
+  std::vector<float> decoded;  // [count][out][in]
 
   const float* Row(int64_t matrix, int64_t o) const {
     return decoded.data() + (matrix * out + o) * in;
@@ -98,9 +109,7 @@ inline HostWeights MakeHostWeights(WeightType type, int64_t in, int64_t out, int
   return w;
 }
 
-inline double RoundF16(double v) {
-  return Fp16ToFp32(Fp32ToFp16(static_cast<float>(v)));
-}
+inline double RoundF16(double v) { return Fp16ToFp32(Fp32ToFp16(static_cast<float>(v))); }
 
 // One output of a product: the double sum of w.x, of the f16-rounded operands, and the sums
 // the bounds above are made of.
@@ -114,15 +123,15 @@ struct DotRef {
 
 inline DotRef Dot(WeightType type, const float* w, const float* x, int64_t n) {
   DotRef r;
-  const int64_t group = type == WeightType::kQ4_K || type == WeightType::kQ5_K ||
-                                type == WeightType::kQ6_K
-                            ? 256
-                            : 32;
+  const int64_t group =
+      type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K ? 256
+                                                                                          : 32;
   double d = 0;
   for (int64_t k = 0; k < n; ++k) {
     if (IsQuantized(type) && k % group == 0) {
       double amax = 0;
-      for (int64_t i = k; i < k + group && i < n; ++i) amax = std::max(amax, std::fabs(double{x[i]}));
+      for (int64_t i = k; i < k + group && i < n; ++i)
+        amax = std::max(amax, std::fabs(double{x[i]}));
       d = amax / 127;
     }
     r.exact += double{w[k]} * x[k];

@@ -125,7 +125,8 @@ struct Product {
 };
 
 Product MakeProduct(WeightType type, int64_t in, int64_t out, std::mt19937& rng) {
-  Product p{type, in, out, {}, std::vector<float>(static_cast<size_t>(in * out)), RowBytes(type, in)};
+  Product p{
+      type, in, out, {}, std::vector<float>(static_cast<size_t>(in * out)), RowBytes(type, in)};
   p.bytes.resize(p.row_bytes * static_cast<size_t>(out));
   for (int64_t o = 0; o < out; ++o) {
     const std::vector<float> v = RandomValues(in, rng);
@@ -143,14 +144,19 @@ std::vector<float> RandomX(int64_t rows, int64_t stride, std::mt19937& rng) {
   return x;
 }
 
-// 32 lanes of GemvLanePartial and the butterfly: the sums lane 0 of the GPU warp writes.
+// 32 lanes of GemvLanePartial (or, fast, gemv_fast.cuh's Q4_K lane) and the butterfly: the
+// sums lane 0 of the GPU warp writes.
 std::vector<float> ReplayGemvWarp(WeightType type, const uint8_t* wrow, int64_t in,
-                                  const float* const* xr, int nr) {
+                                  const float* const* xr, int nr, bool fast = false) {
   std::vector<float> lanes(static_cast<size_t>(32 * kGemvMaxRows));
   DispatchWeightType(type, 0, [&](auto tag) {
     for (int lane = 0; lane < 32; ++lane) {
-      GemvLanePartial<decltype(tag)::value>(wrow, in, xr, nr, lane,
-                                            lanes.data() + lane * kGemvMaxRows);
+      float* acc = lanes.data() + lane * kGemvMaxRows;
+      if (fast) {
+        GemvLaneQ4KFast(wrow, in, xr, nr, lane, acc);
+      } else {
+        GemvLanePartial<decltype(tag)::value>(wrow, in, xr, nr, lane, acc);
+      }
     }
     return 0;
   });
@@ -162,8 +168,9 @@ std::vector<float> ReplayGemvWarp(WeightType type, const uint8_t* wrow, int64_t 
   }
   return out;
 }
-std::vector<float> ReplayGemvWarp(const Product& p, int64_t o, const float* const* xr, int nr) {
-  return ReplayGemvWarp(p.type, p.bytes.data() + o * p.row_bytes, p.in, xr, nr);
+std::vector<float> ReplayGemvWarp(const Product& p, int64_t o, const float* const* xr, int nr,
+                                  bool fast = false) {
+  return ReplayGemvWarp(p.type, p.bytes.data() + o * p.row_bytes, p.in, xr, nr, fast);
 }
 
 double RoundHalf(float v) { return Fp16ToFp32(Fp32ToFp16(v)); }
@@ -212,7 +219,7 @@ TEST(CudaGemvReplayTest, WarpComputesTheProduct) {
   std::mt19937 rng(21);
   for (WeightType type : AllWeightTypes()) {
     const std::vector<int64_t> lengths =
-        BlockLayoutOf(type).block_size == 1 ? std::vector<int64_t>{5, 8, 100, 300, 777}
+        BlockLayoutOf(type).block_size == 1    ? std::vector<int64_t>{5, 8, 100, 300, 777}
         : BlockLayoutOf(type).block_size == 32 ? std::vector<int64_t>{32, 96, 1056}
                                                : std::vector<int64_t>{256, 1280};
     for (int64_t in : lengths) {
@@ -240,14 +247,53 @@ TEST(CudaGemvReplayTest, WarpComputesTheProduct) {
   }
 }
 
+// The fast Q4_K lane (gemv_fast.cuh) replayed: within f32 summation error of the double
+// product of the exactly decoded weights (its fused dequantisation moves a weight by at most an
+// ulp), rows 1..8; and picked only for Q4_K rows with 16-byte aligned data and row_bytes.
+TEST(CudaGemvReplayTest, FastQ4KLaneComputesTheProduct) {
+  std::mt19937 rng(24);
+  for (int64_t in : {256, 512, 2048, 8448}) {
+    const Product p = MakeProduct(WeightType::kQ4_K, in, 4, rng);
+    const int64_t stride = in + 4;
+    const std::vector<float> x = RandomX(kGemvMaxRows, stride, rng);
+    const float* xr[kGemvMaxRows];
+    for (int r = 0; r < kGemvMaxRows; ++r) xr[r] = x.data() + r * stride;
+    for (int nr = 1; nr <= kGemvMaxRows; ++nr) {
+      for (int64_t o = 0; o < p.out; ++o) {
+        const std::vector<float> got = ReplayGemvWarp(p, o, xr, nr, /*fast=*/true);
+        for (int r = 0; r < nr; ++r) {
+          double want = 0;
+          double scale = 0;
+          for (int64_t k = 0; k < in; ++k) {
+            want += double{p.decoded[o * in + k]} * xr[r][k];
+            scale += std::fabs(double{p.decoded[o * in + k]} * xr[r][k]);
+          }
+          EXPECT_NEAR(got[r], want, 1e-5 * scale) << "in=" << in << " nr=" << nr << " o=" << o;
+        }
+      }
+    }
+  }
+  alignas(16) static const uint8_t buf[64] = {};
+  EXPECT_TRUE(GemvFastEligible(WeightType::kQ4_K, buf, 144 * 4));
+  EXPECT_FALSE(GemvFastEligible(WeightType::kQ4_K, buf + 2, 144 * 4));
+  EXPECT_FALSE(GemvFastEligible(WeightType::kQ4_K, buf, 144 * 4 + 2));
+  EXPECT_FALSE(GemvFastEligible(WeightType::kQ6_K, buf, 210 * 8));
+  for (uint32_t w : {0u, 0x0F0A0501u, 0xFFFFFFFFu, 0x80402010u}) {
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(GemvByteToFloat(w, j), static_cast<float>((w >> (8 * j)) & 0xFF));
+    }
+  }
+}
+
 // One GEMM tile replayed slice by slice: equals the double product of the f16-rounded operands,
 // with zeros from missing rows (n_out < 64, null activation rows) and past `in`, written only
 // to the valid (row, column) cells at the column offset.
 TEST(CudaGemmReplayTest, TileSlicesHoldTheRightOperands) {
   std::mt19937 rng(22);
   for (WeightType type : AllWeightTypes()) {
-    const int64_t in = BlockLayoutOf(type).block_size == 1 ? 77
-                       : BlockLayoutOf(type).block_size == 32 ? 160 : 512;
+    const int64_t in = BlockLayoutOf(type).block_size == 1    ? 77
+                       : BlockLayoutOf(type).block_size == 32 ? 160
+                                                              : 512;
     for (int n_out : {64, 37, 1}) {
       const Product p = MakeProduct(type, in, n_out + 5, rng);  // the tile covers rows 5 ..
       const int64_t stride = in + 1;
@@ -260,8 +306,7 @@ TEST(CudaGemmReplayTest, TileSlicesHoldTheRightOperands) {
         xrow[t] = t % 7 == 3 ? nullptr : x.data() + t * stride;
         yrow[t] = t % 11 == 5 ? nullptr : y.data() + t * y_stride;
       }
-      ReplayGemmTile(type, p.bytes.data() + 5 * p.row_bytes, p.row_bytes, n_out, in, xrow, yrow,
-                     3);
+      ReplayGemmTile(type, p.bytes.data() + 5 * p.row_bytes, p.row_bytes, n_out, in, xrow, yrow, 3);
       for (int t = 0; t < kGemmTileRows; ++t) {
         for (int64_t col = 0; col < y_stride; ++col) {
           const int64_t o = col - 3;
@@ -321,9 +366,11 @@ TEST(CudaMoePlanTest, PlanMatchesRecomputationAndTileBound) {
     // Skewed ids: some experts get most assignments, many none.
     std::vector<int32_t> counts(n_expert, 0);
     for (int64_t a = 0; a < n_assign; ++a) {
-      const int32_t e = rep % 3 == 0 ? std::uniform_int_distribution<int32_t>(0, n_expert - 1)(rng)
-                                     : std::min<int32_t>(n_expert - 1, static_cast<int32_t>(
-                                                                           std::geometric_distribution<int>(0.3)(rng)));
+      const int32_t e =
+          rep % 3 == 0
+              ? std::uniform_int_distribution<int32_t>(0, n_expert - 1)(rng)
+              : std::min<int32_t>(n_expert - 1,
+                                  static_cast<int32_t>(std::geometric_distribution<int>(0.3)(rng)));
       ++counts[e];
     }
     const int64_t max_tiles = MoeMaxTiles(n_assign, n_expert, tile);
@@ -363,11 +410,17 @@ TEST(CudaMoePlanTest, ScratchLayoutHoldsEveryArray) {
            {1, 1, 1, 8, 8}, {1, 8, 256, 2048, 512}, {300, 8, 64, 96, 40}, {7, 3, 5, 33, 17}}) {
     const MoeScratchLayout l = MoeLayout(t, k, e, embd, ff, kGemmTileRows);
     const int64_t tiles = MoeMaxTiles(t * k, e, kGemmTileRows);
-    const std::vector<std::pair<size_t, size_t>> arrays = {
-        {l.counts, e * 4},          {l.offsets, (e + 1) * 4},  {l.fill, e * 4},
-        {l.order, t * k * 4},       {l.inv, t * k * 4},        {l.active, e * 4},
-        {l.tile_expert, tiles * 4}, {l.tile_start, tiles * 4}, {l.header, 16},
-        {l.gate, t * k * ff * 4},   {l.up, t * k * std::max(ff, embd) * 4}};
+    const std::vector<std::pair<size_t, size_t>> arrays = {{l.counts, e * 4},
+                                                           {l.offsets, (e + 1) * 4},
+                                                           {l.fill, e * 4},
+                                                           {l.order, t * k * 4},
+                                                           {l.inv, t * k * 4},
+                                                           {l.active, e * 4},
+                                                           {l.tile_expert, tiles * 4},
+                                                           {l.tile_start, tiles * 4},
+                                                           {l.header, 16},
+                                                           {l.gate, t * k * ff * 4},
+                                                           {l.up, t * k * std::max(ff, embd) * 4}};
     // down reuses up's bytes (up is dead once SwiGLU has run).
     EXPECT_EQ(l.down, l.up);
     size_t end = 0;
@@ -405,8 +458,8 @@ class MoeReplay {
     for (int64_t a = 0; a < n_assign; ++a) {
       if (ids[a] >= 0 && ids[a] < n_expert) ++plan_.counts[ids[a]];
     }
-    MoePlan(plan_.counts, static_cast<int32_t>(n_expert), kGemmTileRows, plan_.offsets,
-            plan_.fill, plan_.active, plan_.tile_expert, plan_.tile_start, plan_.header);
+    MoePlan(plan_.counts, static_cast<int32_t>(n_expert), kGemmTileRows, plan_.offsets, plan_.fill,
+            plan_.active, plan_.tile_expert, plan_.tile_start, plan_.header);
     for (int64_t a = 0; a < n_assign; ++a) {
       if (ids[a] >= 0 && ids[a] < n_expert) {
         const int32_t p = plan_.fill[ids[a]]++;
@@ -460,8 +513,11 @@ class MoeReplay {
               for (int r = 0; r < kGemvMaxRows; ++r) {
                 xr[r] = MoeActivationRow(m, plan_.order, p0 + (r < nr ? r : 0));
               }
+              // moe_ffn.cu's choice of lane (the host buffers' alignment stands in).
+              const bool fast = GemvFastEligible(type, m.w[0], m.row_bytes) &&
+                                (n_mats == 1 || GemvFastEligible(type, m.w[1], m.row_bytes));
               const std::vector<float> acc =
-                  ReplayGemvWarp(type, MoeWeightRow(m, z, e, o), m.in, xr, nr);
+                  ReplayGemvWarp(type, MoeWeightRow(m, z, e, o), m.in, xr, nr, fast);
               for (int r = 0; r < nr; ++r) MoeOutput(m, z)[(p0 + r) * m.y_stride + o] = acc[r];
             }
           }
@@ -518,8 +574,8 @@ TEST(CudaMoeReplayTest, PipelineComputesTheExpertFfn) {
     for (const auto& [n_tokens, k] : std::vector<std::pair<int64_t, int64_t>>{
              {1, 1}, {2, 4}, {8, 2}, {5, 1}, {12, 3}, {70, 2}}) {
       if (k >= c.n_expert) continue;
-      SCOPED_TRACE(TypeName(c.gate) + "/" + TypeName(c.up) + "/" + TypeName(c.down) + " T=" +
-                   std::to_string(n_tokens) + " k=" + std::to_string(k));
+      SCOPED_TRACE(TypeName(c.gate) + "/" + TypeName(c.up) + "/" + TypeName(c.down) +
+                   " T=" + std::to_string(n_tokens) + " k=" + std::to_string(k));
       // k distinct experts among all but the last two (idle), positive weights summing to 1.
       std::vector<int32_t> ids;
       std::vector<float> weights;
