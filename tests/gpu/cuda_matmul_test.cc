@@ -40,6 +40,7 @@ class CudaMatMulTest : public GpuBackendTest {
     int64_t y_pad = 0;      // extra floats per y row (must stay kSentinel)
     int64_t matrix = 0;     // use matrix `matrix` of a stack of matrix + 1 ...
     int64_t first_row = 0;  // ... and its rows [first_row, first_row + out)
+    int64_t w_offset = 0;   // bytes before the weights in device memory (alignment)
   };
 
   // GEMV results equal, bit for bit, the host replay of the warp (gemv.cuh GemvLanePartial for
@@ -100,10 +101,14 @@ class CudaMatMulTest : public GpuBackendTest {
     }
     const std::vector<float> y0(static_cast<size_t>(c.rows * ys), kSentinel);
 
-    DeviceBuffer wd = Upload(*gpu_, w.bytes);
+    std::vector<uint8_t> shifted(static_cast<size_t>(c.w_offset), 0);
+    shifted.insert(shifted.end(), w.bytes.begin(), w.bytes.end());
+    DeviceBuffer wd = Upload(*gpu_, shifted);
     DeviceBuffer xd = Upload(*gpu_, x);
     DeviceBuffer yd = Upload(*gpu_, y0);
-    const WeightView gw = w.View(wd.data()).Matrix(c.matrix).Rows(c.first_row, c.out);
+    const WeightView gw = w.View(static_cast<uint8_t*>(wd.data()) + c.w_offset)
+                              .Matrix(c.matrix)
+                              .Rows(c.first_row, c.out);
     Mat gx{xd.floats(), c.rows, c.in, xs};
     Mat gy{yd.floats(), c.rows, c.out, ys};
     ASSERT_EQ(gpu_->MatMul(gw, gx, gy), KernelStatus::kOk);
@@ -186,6 +191,20 @@ TEST_F(CudaMatMulTest, StridedViewsAndWeightSubviews) {
 }
 
 // A longer reduction (model-sized rows) on the common model types.
+// Q4_K rows take the fast GEMV lane when 16-byte aligned and the general one otherwise (data
+// 2 or 8 bytes past an alignment boundary): both checked, each against its own host replay.
+TEST_F(CudaMatMulTest, Q4KFastAndGeneralLanes) {
+  std::mt19937 rng(8);
+  for (int64_t offset : {0, 2, 8}) {
+    for (int64_t rows : {1, 3, 8}) {
+      Case c{WeightType::kQ4_K, 1024, 50, rows};
+      c.w_offset = offset;
+      c.first_row = 1;
+      Check(c, rng);
+    }
+  }
+}
+
 TEST_F(CudaMatMulTest, ModelSizedRows) {
   std::mt19937 rng(4);
   for (WeightType type : {WeightType::kQ4_K, WeightType::kQ6_K, WeightType::kQ8_0, WeightType::kF16,
