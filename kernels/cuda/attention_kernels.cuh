@@ -9,8 +9,8 @@
 // PagedAttentionKernel<kD> (kD = head_dim rounded up to 64 / 128 / 256): grid (row blocks, kv
 // heads, key splits), kAttnWarps warps. A block takes RowsPerBlock(kD) rows (token, query head)
 // of one kv head, loads their q into shared memory, and walks its key range in tiles of 32 keys:
-//   1. the tile's K rows, decoded to f32 into shared memory (one warp per key, lanes along
-//      head_dim: each key's run is contiguous, and the 32 keys of a tile may span pages);
+//   1. the tile's K rows, decoded to f32 into shared memory (warp w takes keys w, w + 4, ...,
+//      lanes along head_dim: each key's run is contiguous, and a tile's keys may span pages);
 //   2. scores: lane j of the warp owning row r computes scale * q_r . k_j (the tile's rows are
 //      kD + 1 floats apart, so the 32 lanes hit 32 banks), then the warp's max and sum update the
 //      row's online softmax (paged_attention.cuh, EnterTile / ProbOf);
@@ -40,7 +40,7 @@
 
 namespace deltaserve::kernels::cuda {
 
-inline constexpr unsigned kFullMask = 0xFFFFFFFFu;
+inline constexpr unsigned kAttnFullMask = 0xFFFFFFFFu;
 inline constexpr int kAttnThreads = kAttnWarps * 32;
 inline constexpr int kMergeThreads = 128;  // MergePartialsKernel
 
@@ -114,16 +114,16 @@ inline AttnGrid AttentionGrid(const AttnParams& p, int kD) {
   return {RowBlocks(p.n_tokens, p.group, RowsPerBlock(kD)), p.n_head_kv, p.plan.n_splits};
 }
 
-__device__ __forceinline__ float WarpMax(float x) {
+__device__ __forceinline__ float AttnWarpMax(float x) {
   for (int o = 16; o > 0; o >>= 1) {
-    const float y = __shfl_xor_sync(kFullMask, x, o);
+    const float y = __shfl_xor_sync(kAttnFullMask, x, o);
     x = x < y ? y : x;
   }
   return x;
 }
 
-__device__ __forceinline__ float WarpSum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(kFullMask, x, o);
+__device__ __forceinline__ float AttnWarpSum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(kAttnFullMask, x, o);
   return x;
 }
 
@@ -257,9 +257,9 @@ __global__ void __launch_bounds__(kAttnThreads, 3) PagedAttentionKernel(const At
 #pragma unroll
     for (int i = 0; i < kRpw; ++i) {
       const float s = (key_ok && kb + lane < limit[i]) ? p.scale * dot[i] : NegInf();
-      const float factor = EnterTile(state[i], WarpMax(s));
+      const float factor = EnterTile(state[i], AttnWarpMax(s));
       prob[i] = ProbOf(s, state[i].max);
-      state[i].sum = state[i].sum * factor + WarpSum(prob[i]);
+      state[i].sum = state[i].sum * factor + AttnWarpSum(prob[i]);
 #pragma unroll
       for (int c = 0; c < kCols; ++c) acc[i][c] *= factor;
     }
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kAttnThreads, 3) PagedAttentionKernel(const At
     for (int j = 0; j < nk; ++j) {
 #pragma unroll
       for (int i = 0; i < kRpw; ++i) {
-        const float pj = __shfl_sync(kFullMask, prob[i], j);
+        const float pj = __shfl_sync(kAttnFullMask, prob[i], j);
         if (pj == 0.0f) continue;  // masked (or underflowed) for this row: nothing to add
 #pragma unroll
         for (int c = 0; c < kCols; ++c) acc[i][c] += pj * tile[j][lane + 32 * c];
