@@ -104,6 +104,8 @@ TEST(CudaGdnKernelsTest, StepKernelMatchesCpu) {
   for (const Shape s :
        {Shape{2, 4, 24, 3}, Shape{1, 2, 64, 2}, Shape{1, 1, 100, 2}, Shape{1, 1, 256, 1}}) {
     for (const Decays& dec : kDecays) {
+      // Strong and weak decays at one shape only: every CUDA thread is a fiber here.
+      if (s.d != 24 && dec.g_min != kDecays[0].g_min) continue;
       Inputs in(s.t, s.n_k, s.n_v, s.d, static_cast<uint32_t>(s.d + s.t), dec.g_min, dec.g_max);
       CompareWithCpu(&EmuStep, &GatedDeltaRuleRecurrentCpu, in,
                      Name("emulated step", s.t, s.n_k, s.n_v, s.d, dec));
@@ -121,6 +123,7 @@ TEST(CudaGdnKernelsTest, ChunkedKernelsMatchCpu) {
   for (const Shape s : {Shape{2, 4, 24, 70}, Shape{1, 2, 64, 65}, Shape{1, 1, 128, 64},
                         Shape{1, 1, 100, 1}, Shape{1, 1, 256, 3}}) {
     for (const Decays& dec : {kDecays[0], kDecays[1]}) {
+      if (s.d != 24 && dec.g_min != kDecays[0].g_min) continue;  // strong decay at one shape
       Inputs in(s.t, s.n_k, s.n_v, s.d, static_cast<uint32_t>(s.d * 3 + s.t), dec.g_min, dec.g_max);
       CompareWithCpu(&EmuChunked, &GatedDeltaRuleRecurrentCpu, in,
                      Name("emulated chunked", s.t, s.n_k, s.n_v, s.d, dec));

@@ -200,10 +200,12 @@ TEST(CudaGdnMathTest, StepCompositionMatchesCpuRecurrence) {
 
 TEST(CudaGdnMathTest, ChunkedCompositionMatchesCpuAroundChunkBoundaries) {
   // The CPU backend's op (recurrent below 12 tokens, its own chunked form from there) and the
-  // per-token recurrence as references; 2 k heads for 4 v heads (tiled map h % 2).
+  // per-token recurrence as references; 2 k heads for 4 v heads (tiled map h % 2). Strong and
+  // weak decays at the two smaller head sizes (the asan build runs this too).
   for (const int64_t t : {1, 2, 63, 64, 65, 128, 129, 300}) {
     for (const int d : {16, 64, 128}) {
       for (const Decays& dec : kDecays) {
+        if (d == 128 && dec.g_min != kDecays[0].g_min) continue;
         Inputs in(t, 2, 4, d, static_cast<uint32_t>(t * 7 + d), dec.g_min, dec.g_max);
         CompareWithCpu(&HostChunked, &GatedDeltaRuleCpu, in, Name("chunked", t, 2, 4, d, dec));
         CompareWithCpu(&HostChunked, &GatedDeltaRuleRecurrentCpu, in,
