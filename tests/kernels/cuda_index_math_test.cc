@@ -169,7 +169,8 @@ void ReplayConvKernel(HostMat& x, HostMat& y_storage, bool in_place, const std::
     const int64_t t0 = SegmentBegin(n_tokens, warps, warp);
     const int64_t t1 = SegmentBegin(n_tokens, warps, warp + 1);
     for (int64_t c = 0; c < channels; ++c) {
-      float* h = halo.data() + warp * window * channels + c;
+      // No halo at all for a kernel of 1 (window 0): no pointer into the empty vector.
+      float* h = window > 0 ? halo.data() + warp * window * channels + c : nullptr;
       for (int64_t t = t0; t < t1; ++t) {
         const float xt = x.at(t, c);
         float acc = 0.0f;
