@@ -6,9 +6,10 @@
 // form forced (gated_delta_rule.h): the step kernel and the chunked one at every T.
 // Covered: T = 1, 2, 3, 63, 64, 65, 200, 1000 (and 1100: two passes of the chunked form);
 // head_dim 128 (Qwen3.5) and 64, plus 24 / 100 / 256 (partial tiles, the largest supported);
-// n_k_heads < n_v_heads (value head h reads q/k head h % n_k); typical, strong and weak decays;
-// state continuity (two calls of T/2 == one call of T); decode == prefill (T tokens one at a time
-// == at once); out aliasing v; the scratch used staying inside GatedDeltaRuleScratchBytes.
+// n_k_heads < n_v_heads (value head h reads q/k head h % n_k); typical, strong and weak decays,
+// nearly parallel keys with β near 1; state continuity (two calls of T/2 == one call of T);
+// decode == prefill (T tokens one at a time == at once); out aliasing v; the scratch used
+// staying inside GatedDeltaRuleScratchBytes.
 // The launcher's argument checks (same statuses as the CPU backend) need no GPU and always run.
 //
 // Tolerance: 2e-5 absolute + 2e-5 relative, against the CPU backend (f32 itself, within 1.2e-7
@@ -257,6 +258,31 @@ TEST_F(CudaGatedDeltaRuleTest, StrongAndWeakDecaysMatchCpu) {
         ExpectSame(Gpu(p, f, t), want, Name(f, p, dec.name));
       }
     }
+  }
+}
+
+TEST_F(CudaGatedDeltaRuleTest, NearlyParallelKeysAndStrongWritesMatchCpu) {
+  // The hard case for T = (I + A)⁻¹ (cuda_gdn_math_test has it too): every key within ~0.1 of
+  // one direction, β in (0.9, 1), weak decay, so A is nearly all-ones below the diagonal.
+  Problem p(200, 1, 2, 128, 77, kWeak);
+  std::mt19937 gen(78);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> strong(0.9f, 1.0f);
+  std::vector<float> base(128);
+  for (float& x : base) x = normal(gen);
+  for (int64_t t = 0; t < p.t; ++t) {
+    float* key = p.proj.data() + t * p.proj_stride + p.n_k * p.d;
+    double ss = 0.0;
+    for (int i = 0; i < p.d; ++i) {
+      key[i] = base[i] + 0.1f * normal(gen);
+      ss += double{key[i]} * key[i];
+    }
+    for (int i = 0; i < p.d; ++i) key[i] = static_cast<float>(key[i] / std::sqrt(ss));
+    for (int h = 0; h < p.n_v; ++h) p.gates[t * p.gate_stride + h] = strong(gen);
+  }
+  const Result want = Cpu(p);
+  for (const Form f : {Form::kStep, Form::kChunked}) {
+    ExpectSame(Gpu(p, f, p.t), want, Name(f, p, "weak, nearly parallel keys"));
   }
 }
 
