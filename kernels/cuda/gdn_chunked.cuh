@@ -173,9 +173,12 @@ __global__ void __launch_bounds__(kGdnChunkThreads)
   const int i = tid / kRg, g = tid % kRg;                              // V′, Q S, O
   const int split = kGdnChunkThreads / d, sx = tid % d, sg = tid / d;  // state update
 
-  for (int e = tid; e < rows * d; e += kGdnChunkThreads) {
-    s[(e / d) * kSld + e % d] = p.StateRow(h, r0 + e / d)[e % d];
+  // Rows past d (the last block of a head size that is not a multiple of 16) are zero in s and
+  // vp: phases 1 and 2 read them for lanes whose results are dropped, and they stay defined.
+  for (int e = tid; e < kR * d; e += kGdnChunkThreads) {
+    s[(e / d) * kSld + e % d] = e / d < rows ? p.StateRow(h, r0 + e / d)[e % d] : 0.0f;
   }
+  for (int e = tid; e < kC * kR; e += kGdnChunkThreads) vp[e] = 0.0f;
   const int64_t chunks = GdnChunks(n_tokens);
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t t0 = c * kC;
