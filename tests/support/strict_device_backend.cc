@@ -349,6 +349,7 @@ kernels::KernelStatus StrictDeviceBackend::CopyToHost(void* dst, const void* src
   g.Host("dst", dst, bytes);
   g.Device("src", src, bytes);
   if (!g.Open()) return KernelStatus::kInvalidArgument;
+  ++copies_to_host_;
   if (bytes != 0) std::memcpy(dst, src, bytes);
   return KernelStatus::kOk;
 }

@@ -64,6 +64,8 @@ class StrictDeviceBackend final : public kernels::Backend {
   uint64_t allocated_bytes() const;
   uint64_t peak_allocated_bytes() const;
   int64_t ops_run() const { return ops_run_; }
+  // CopyToHost calls so far: each one waits for the device on a GPU.
+  int64_t copies_to_host() const { return copies_to_host_; }
   // True when [p, p + bytes) lies inside one allocation.
   bool IsBackendMemory(const void* p, size_t bytes) const;
 
@@ -136,6 +138,7 @@ class StrictDeviceBackend final : public kernels::Backend {
   std::vector<std::string> violations_;
   int64_t ops_run_ = 0;
   uint64_t allocated_ = 0, peak_ = 0;
+  int64_t copies_to_host_ = 0;
 };
 
 }  // namespace deltaserve::testing

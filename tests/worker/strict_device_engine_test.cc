@@ -151,6 +151,29 @@ TEST_P(StrictEngineTest, BatchedSequencesMatchTheCpuBackend) {
   });
 }
 
+// On a GPU every copy to the host waits for the device, and none may happen inside a pass (a
+// decode step must be capturable as a CUDA graph): one pass copies the logits back, and a MoE
+// model's expert ids of all layers in one more copy.
+TEST_P(StrictEngineTest, APassCopiesToTheHostOnlyAtItsEnd) {
+  const std::string name = GetParam();
+  const auto sequences = GoldenTokens(name);
+  StrictDeviceBackend backend(2);
+  std::unique_ptr<Qwen35Model> model = Load(name, backend);
+  ASSERT_NE(model, nullptr);
+  auto seq = model->NewSequence(64);
+  ASSERT_TRUE(seq.ok());
+  std::vector<float> logits;
+  const int64_t per_pass = model->hparams().is_moe ? 2 : 1;
+  for (size_t n : {size_t{9}, size_t{1}, size_t{1}}) {
+    const int64_t before = backend.copies_to_host();
+    BatchEntry e{seq->get(), absl::Span<const int32_t>(sequences.back().data(), n), false};
+    absl::Status s = model->Forward({&e, 1}, logits);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(backend.copies_to_host() - before, per_pass) << n << " tokens";
+  }
+  EXPECT_TRUE(backend.violations().empty()) << backend.Report();
+}
+
 INSTANTIATE_TEST_SUITE_P(GoldenModels, StrictEngineTest,
                          ::testing::Values("tiny-dense-f32", "tiny-moe-f32", "tiny-dense-q8_0",
                                            "tiny-dense-q4_k_m"),

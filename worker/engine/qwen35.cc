@@ -326,6 +326,17 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vecto
       DS_RUN(MatMul, weights_.output, ws_.out_x, ws_.logits);
       DS_RUN(CopyToHost, logits.data(), ws_.logits.data, logits.size() * sizeof(float));
     }
+    if (hp_.is_moe) {
+      // Which experts this pass's tokens went to, per layer, for placement (docs/metrics.md):
+      // every layer's T x k ids in one copy (a memcpy on the CPU backend).
+      const int64_t k = hp_.n_expert_used, per_layer = total * k;
+      route_ids_host_.resize(static_cast<size_t>(hp_.n_layer * per_layer));
+      DS_RUN(CopyToHost, route_ids_host_.data(), route_ids_buf_.data(),
+             route_ids_host_.size() * sizeof(int32_t));
+      for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
+        counters_->CountRoutes(layer, route_ids_host_.data() + layer * per_layer, per_layer);
+      }
+    }
     for (const BatchEntry& e : batch) e.sequence->n_past += static_cast<int64_t>(e.tokens.size());
     int64_t prefill = 0, decode = 0;
     for (const BatchEntry& e : batch) {
@@ -428,16 +439,13 @@ absl::Status Qwen35Model::RunFfn(const LayerWeights& l) {
   }
   const MoeWeights& m = l.moe;
   const int64_t k = hp_.n_expert_used;
-  auto* route_ids = static_cast<int32_t*>(route_ids_buf_.data());
+  // This layer's slice of the route buffer: the pass's [n_layer][T][k] ids are copied to the
+  // host once, after the last layer (Forward), for the routing counters.
+  auto* route_ids = static_cast<int32_t*>(route_ids_buf_.data()) + layer_ * n_tokens_ * k;
   Mat router = ws_.router.Cols(0, hp_.n_expert);
   Mat route_w = ws_.route_w.Cols(0, k);
   DS_RUN(MatMul, m.router, ws_.xn, router);
   DS_RUN(MoeRoute, router, k, route_ids, route_w.data);
-  // Which experts this pass's tokens went to, per layer, for placement (docs/metrics.md): T x k
-  // ids copied back (a memcpy on the CPU backend).
-  route_ids_host_.resize(static_cast<size_t>(n_tokens_ * k));
-  DS_RUN(CopyToHost, route_ids_host_.data(), route_ids, route_ids_host_.size() * sizeof(int32_t));
-  counters_->CountRoutes(layer_, route_ids_host_.data(), n_tokens_ * k);
   DS_RUN(MoeFfn, ws_.xn, route_ids, route_w.data, k, m.gate_exps, m.up_exps, m.down_exps, ws_.mix);
   if (m.has_shared) {
     const int64_t ff = hp_.n_ff_shared_expert;

@@ -31,7 +31,10 @@ std::vector<WorkspaceBuffer> Qwen35WorkspaceBuffers(const common::Qwen35HParams&
   buffers.push_back({"logits", out_rows, hp.n_vocab, WorkspaceElement::kF32});
   buffers.push_back({"ids", tokens, 1, WorkspaceElement::kInt32});
   buffers.push_back({"pos", tokens, 1, WorkspaceElement::kInt32});
-  buffers.push_back({"route_ids", tokens, k, WorkspaceElement::kInt32});
+  // MoE: one [tokens][k] slice per layer, copied to the host once per pass (a copy per layer
+  // would wait for the device at every layer).
+  const int64_t route_layers = hp.is_moe ? std::max<int64_t>(hp.n_layer, 1) : 1;
+  buffers.push_back({"route_ids", tokens * route_layers, k, WorkspaceElement::kInt32});
   return buffers;
 }
 

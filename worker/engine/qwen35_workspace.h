@@ -41,7 +41,8 @@ struct WorkspaceBuffer {
 //   ff_gate, ff_up (max(n_ff, n_ff_shared_expert, 1)), router (max(n_expert, 1)),
 //   route_w (max(n_expert_used, 1)), shared_g (1), shared_out (n_embd);
 //   [out_rows][n_embd] f32 out_x, [out_rows][n_vocab] f32 logits;
-//   [tokens] int32 ids, [tokens] int32 pos, [tokens][max(n_expert_used, 1)] int32 route_ids.
+//   [tokens] int32 ids, [tokens] int32 pos, [n_layer (MoE) or 1][tokens][max(n_expert_used, 1)]
+//   int32 route_ids (rows = tokens x layers).
 std::vector<WorkspaceBuffer> Qwen35WorkspaceBuffers(const common::Qwen35HParams& hp, int64_t tokens,
                                                     int64_t out_rows);
 

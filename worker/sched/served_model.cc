@@ -291,6 +291,11 @@ absl::StatusOr<PlannedServing> PlanServing(const std::string& path, const common
     o.pass_vectors = 2 * HeapBlockBytes(out.shape.max_batch_tokens * 4) +
                      HeapBlockBytes(total_pages * sizeof(int32_t));
     if (hp.is_moe) {
+      // The host copy of every layer's expert ids of a pass (the routing counters).
+      o.pass_vectors += HeapBlockBytes(static_cast<uint64_t>(hp.n_layer) *
+                                       out.shape.max_batch_tokens * hp.n_expert_used * 4);
+    }
+    if (hp.is_moe) {
       // kernels/cpu/moe.cc per call: expert offsets, the T*k assignment order, and [count][H],
       // [count][ff] x 2, [count][H] f32 for the busiest expert, which can get all T tokens.
       const uint64_t t = static_cast<uint64_t>(out.shape.max_batch_tokens);

@@ -92,7 +92,8 @@ struct ServingOverhead {
   uint64_t host_logits = 0;            // the scheduler's host copy of one pass's logits
   uint64_t sampler_scratch = 0;        // the stepping thread's full-vocabulary sampler buffers
   uint64_t token_histories = 0;        // every sequence's token ids, ctx each
-  uint64_t pass_vectors = 0;           // per-pass host vectors (ids, positions, page tables)
+  uint64_t pass_vectors = 0;           // per-pass host vectors (ids, positions, page tables,
+                                       // MoE: every layer's expert ids)
   uint64_t moe_kernel = 0;  // the CPU MoE kernel's per-call buffers, every token on one expert
 
   uint64_t total() const;
