@@ -241,22 +241,37 @@ int main(int argc, char** argv) {
       out = v;
       ++i;
     };
-    if (a == "-m" || a == "--model") str(o.model);
-    else if (a == "--scenario") str(o.scenario);
-    else if (a == "--device") str(o.device);
-    else if (a == "--cache-type-k") str(o.cache_type_k);
-    else if (a == "--cache-type-v") str(o.cache_type_v);
-    else if (a == "--depth") num(o.depth);
-    else if (a == "--prompt") num(o.prompt);
-    else if (a == "--decode") num(o.decode);
-    else if (a == "--batch") num(o.batch);
-    else if (a == "--sequences") num(o.sequences);
-    else if (a == "--reps") num(o.reps);
-    else if (a == "--seed") num(o.seed);
-    else if (a == "--bandwidth") o.bandwidth = true;
+    if (a == "-m" || a == "--model")
+      str(o.model);
+    else if (a == "--scenario")
+      str(o.scenario);
+    else if (a == "--device")
+      str(o.device);
+    else if (a == "--cache-type-k")
+      str(o.cache_type_k);
+    else if (a == "--cache-type-v")
+      str(o.cache_type_v);
+    else if (a == "--depth")
+      num(o.depth);
+    else if (a == "--prompt")
+      num(o.prompt);
+    else if (a == "--decode")
+      num(o.decode);
+    else if (a == "--batch")
+      num(o.batch);
+    else if (a == "--sequences")
+      num(o.sequences);
+    else if (a == "--reps")
+      num(o.reps);
+    else if (a == "--seed")
+      num(o.seed);
+    else if (a == "--bandwidth")
+      o.bandwidth = true;
     else {
-      std::fprintf(stderr, "deltaserve-bench-gpu: unknown argument '%s' (see the file comment "
-                           "of bench/gpu/gpu_engine_bench.cc)\n", a.c_str());
+      std::fprintf(stderr,
+                   "deltaserve-bench-gpu: unknown argument '%s' (see the file comment "
+                   "of bench/gpu/gpu_engine_bench.cc)\n",
+                   a.c_str());
       return 2;
     }
   }
@@ -265,8 +280,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "deltaserve-bench-gpu: -m FILE and --scenario decode|prefill|batched\n");
     return 2;
   }
-  if (o.batch < 1 || o.sequences < 1 || o.decode < 1 || o.reps < 1 || o.depth < 0 ||
-      o.prompt < 0) {
+  if (o.batch < 1 || o.sequences < 1 || o.decode < 1 || o.reps < 1 || o.depth < 0 || o.prompt < 0) {
     std::fprintf(stderr, "deltaserve-bench-gpu: counts out of range\n");
     return 2;
   }

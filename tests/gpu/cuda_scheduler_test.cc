@@ -186,7 +186,8 @@ TEST_P(CudaSchedulerTest, ForkedGreedyChoicesGiveTheLoneTokens) {
   ASSERT_TRUE(c.sched->Submit(Greedy(prompts_.back(), 24), sinks).ok());
   RunToEnd(*c.sched);
   EXPECT_EQ(c.sched->stats().forked_sequences, 2);
-  for (int i = 0; i < 3; ++i) ExpectAlone(prompts_.back(), *typed[i], "choice " + std::to_string(i));
+  for (int i = 0; i < 3; ++i)
+    ExpectAlone(prompts_.back(), *typed[i], "choice " + std::to_string(i));
 }
 
 TEST_P(CudaSchedulerTest, SnapshotsFromRamAndFromAnImageGiveTheColdTokens) {
@@ -197,8 +198,9 @@ TEST_P(CudaSchedulerTest, SnapshotsFromRamAndFromAnImageGiveTheColdTokens) {
   o.snapshot_interval = 40;
   Caches c = MakeScheduler(o, /*pages=*/160, /*snapshot_ram=*/64 << 20);
   std::vector<std::shared_ptr<const LocalSnapshot>> published;
-  c.sched->SetSnapshotPublisher([&](std::vector<std::shared_ptr<const LocalSnapshot>> s,
-                                    int64_t) { published.insert(published.end(), s.begin(), s.end()); });
+  c.sched->SetSnapshotPublisher([&](std::vector<std::shared_ptr<const LocalSnapshot>> s, int64_t) {
+    published.insert(published.end(), s.begin(), s.end());
+  });
   const std::vector<int32_t> turn_end = {7, 8};
   std::vector<int32_t> history, boundaries;
   for (int turn = 0; turn < 3; ++turn) {
@@ -249,8 +251,7 @@ TEST_P(CudaSchedulerTest, SnapshotsFromRamAndFromAnImageGiveTheColdTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(F32Models, CudaSchedulerTest,
-                         ::testing::Values("tiny-dense-f32", "tiny-moe-f32"),
-                         [](const auto& info) {
+                         ::testing::Values("tiny-dense-f32", "tiny-moe-f32"), [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;

@@ -33,8 +33,8 @@ namespace deltaserve::testing {
 namespace {
 
 namespace pb = ::deltaserve::v1;
-using ::testing::HasSubstr;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 
 class CudaWorkerTest : public ::testing::Test {
  protected:
@@ -49,10 +49,20 @@ class CudaWorkerTest : public ::testing::Test {
 };
 
 std::vector<std::string> WorkerArgs(const std::string& device) {
-  std::vector<std::string> argv = {BinaryPath("worker/deltaserve-worker"), "--model",
-                                   "tiny=" + GoldenPath("tiny-dense-f32.gguf"), "--listen",
-                                   "127.0.0.1:0", "--ctx", "256", "--parallel", "2",
-                                   "--cache-type-k", "f32", "--cache-type-v", "f32", "--device",
+  std::vector<std::string> argv = {BinaryPath("worker/deltaserve-worker"),
+                                   "--model",
+                                   "tiny=" + GoldenPath("tiny-dense-f32.gguf"),
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--ctx",
+                                   "256",
+                                   "--parallel",
+                                   "2",
+                                   "--cache-type-k",
+                                   "f32",
+                                   "--cache-type-v",
+                                   "f32",
+                                   "--device",
                                    device};
   if (device == "cpu") argv.insert(argv.end(), {"--threads", "2", "--ram", "2GiB"});
   return argv;
@@ -70,9 +80,9 @@ struct Service {
     EXPECT_TRUE(line.has_value()) << worker->err();
     if (!line) return;
     worker_addr = line->substr(line->find("listening on ") + 13);
-    router = std::make_unique<ChildProcess>(std::vector<std::string>{
-        BinaryPath("router/deltaserve-router"), "--listen", "127.0.0.1:0", "--worker",
-        worker_addr});
+    router = std::make_unique<ChildProcess>(
+        std::vector<std::string>{BinaryPath("router/deltaserve-router"), "--listen", "127.0.0.1:0",
+                                 "--worker", worker_addr});
     auto rline = router->WaitForLine("listening on ", seconds(30));
     EXPECT_TRUE(rline.has_value()) << router->err();
     if (!rline) return;
@@ -134,8 +144,8 @@ TEST_F(CudaWorkerTest, ServesAChatThroughTheRouterAsTheCpuWorkerDoes) {
   EXPECT_THAT(err, HasSubstr("CUDA context reserve"));
   EXPECT_THAT(err, HasSubstr("device kernel scratch"));
   // GetWorkerInfo names the device.
-  auto stub = pb::Worker::NewStub(
-      grpc::CreateChannel(gpu.worker_addr, grpc::InsecureChannelCredentials()));
+  auto stub =
+      pb::Worker::NewStub(grpc::CreateChannel(gpu.worker_addr, grpc::InsecureChannelCredentials()));
   pb::WorkerInfo info;
   grpc::ClientContext ctx;
   ASSERT_TRUE(stub->GetWorkerInfo(&ctx, pb::WorkerInfoRequest(), &info).ok());

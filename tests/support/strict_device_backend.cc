@@ -118,9 +118,9 @@ struct StrictDeviceBackend::Region {
   size_t map_bytes = 0;    // body + guard page
   size_t body_bytes = 0;   // the part that opens for ops
   uint8_t* data = nullptr;
-  size_t bytes = 0;        // what Allocate was asked for
+  size_t bytes = 0;  // what Allocate was asked for
   uint64_t id = 0;
-  int open = 0;            // ops that opened it now
+  int open = 0;  // ops that opened it now
 
   void Protect(int prot) const {
     if (mprotect(map, body_bytes, prot) != 0) std::perror("StrictDeviceBackend: mprotect");
@@ -134,8 +134,9 @@ class StrictDeviceBackend::OpGuard {
   OpGuard(StrictDeviceBackend& b, std::string_view op) : b_(b), op_(op) {
     if (std::this_thread::get_id() != b_.owner_) {
       std::lock_guard<std::mutex> lock(b_.mu_);
-      b_.RecordLocked(absl::StrCat(op_, ": called from a thread other than the one that made the "
-                                        "backend (a Backend is driven by one engine thread)"));
+      b_.RecordLocked(absl::StrCat(op_,
+                                   ": called from a thread other than the one that made the "
+                                   "backend (a Backend is driven by one engine thread)"));
     }
     b_.call_mu_.lock();
   }
@@ -157,11 +158,9 @@ class StrictDeviceBackend::OpGuard {
     Region* r = p == nullptr ? nullptr : b_.FindLocked(p, bytes);
     if (r == nullptr) {
       ok_ = false;
-      b_.RecordLocked(absl::StrFormat("%s: argument '%s' (%p, %u bytes) is not backend memory%s",
-                                      op_, arg, p, bytes,
-                                      b_.OverlapsLocked(p, bytes)
-                                          ? " (it runs past the end of an allocation)"
-                                          : ""));
+      b_.RecordLocked(absl::StrFormat(
+          "%s: argument '%s' (%p, %u bytes) is not backend memory%s", op_, arg, p, bytes,
+          b_.OverlapsLocked(p, bytes) ? " (it runs past the end of an allocation)" : ""));
       return;
     }
     regions_.insert(r);
@@ -172,15 +171,14 @@ class StrictDeviceBackend::OpGuard {
     std::lock_guard<std::mutex> lock(b_.mu_);
     if (b_.OverlapsLocked(p, bytes)) {
       ok_ = false;
-      b_.RecordLocked(absl::StrFormat("%s: argument '%s' (%p, %u bytes) is backend memory, "
-                                      "where host memory is expected",
-                                      op_, arg, p, bytes));
+      b_.RecordLocked(
+          absl::StrFormat("%s: argument '%s' (%p, %u bytes) is backend memory, "
+                          "where host memory is expected",
+                          op_, arg, p, bytes));
     }
   }
   void MatArg(std::string_view arg, const Mat& m) { Device(arg, m.data, MatBytes(m)); }
-  void WeightArg(std::string_view arg, const WeightView& w) {
-    Device(arg, w.data, WeightBytes(w));
-  }
+  void WeightArg(std::string_view arg, const WeightView& w) { Device(arg, w.data, WeightBytes(w)); }
   void VecArg(std::string_view arg, const Vec& v) {
     Device(arg, v.data, v.data == nullptr || v.n <= 0 ? 0 : v.n * sizeof(float));
   }
@@ -211,7 +209,8 @@ class StrictDeviceBackend::OpGuard {
   std::vector<Region*> opened_;
 };
 
-StrictDeviceBackend::StrictDeviceBackend(int n_threads) : cpu_(kernels::MakeCpuBackend(n_threads)) {}
+StrictDeviceBackend::StrictDeviceBackend(int n_threads)
+    : cpu_(kernels::MakeCpuBackend(n_threads)) {}
 
 StrictDeviceBackend::~StrictDeviceBackend() {
   // Buffers must not outlive their backend; whatever is still mapped goes with it.
@@ -291,9 +290,7 @@ bool StrictDeviceBackend::OverlapsLocked(const void* p, size_t bytes) const {
   return it != regions_.end() && it->first < e;
 }
 
-void StrictDeviceBackend::RecordLocked(std::string what) {
-  violations_.push_back(std::move(what));
-}
+void StrictDeviceBackend::RecordLocked(std::string what) { violations_.push_back(std::move(what)); }
 
 void StrictDeviceBackend::FreeRegion(void* owner, void* data) {
   auto* self = static_cast<StrictDeviceBackend*>(owner);
@@ -313,8 +310,8 @@ kernels::DeviceBuffer StrictDeviceBackend::Allocate(size_t bytes) {
   // before the guard page.
   const size_t data_bytes = std::max<size_t>(RoundUp(bytes, 64), 64);
   const size_t body = RoundUp(data_bytes, page);
-  void* map = mmap(nullptr, body + page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+  void* map =
+      mmap(nullptr, body + page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (map == MAP_FAILED) return {};
   auto r = std::make_unique<Region>();
   r->map = static_cast<uint8_t*>(map);
@@ -324,10 +321,9 @@ kernels::DeviceBuffer StrictDeviceBackend::Allocate(size_t bytes) {
   r->bytes = bytes;
   r->id = next_id++;
   void* data = r->data;
-  RegisterFaultSlot(reinterpret_cast<uintptr_t>(r->data),
-                    reinterpret_cast<uintptr_t>(r->data) + bytes,
-                    reinterpret_cast<uintptr_t>(r->map),
-                    reinterpret_cast<uintptr_t>(r->map) + r->map_bytes);
+  RegisterFaultSlot(
+      reinterpret_cast<uintptr_t>(r->data), reinterpret_cast<uintptr_t>(r->data) + bytes,
+      reinterpret_cast<uintptr_t>(r->map), reinterpret_cast<uintptr_t>(r->map) + r->map_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   regions_[reinterpret_cast<uintptr_t>(data)] = std::move(r);
   allocated_ += bytes;

@@ -131,9 +131,9 @@ class StrictDeviceBackend final : public kernels::Backend {
   static void FreeRegion(void* owner, void* data);
 
   std::unique_ptr<kernels::Backend> cpu_;
-  std::mutex call_mu_;     // held for the duration of every call
+  std::mutex call_mu_;  // held for the duration of every call
   const std::thread::id owner_ = std::this_thread::get_id();
-  mutable std::mutex mu_;  // the fields below
+  mutable std::mutex mu_;                                 // the fields below
   std::map<uintptr_t, std::unique_ptr<Region>> regions_;  // by data address
   std::vector<std::string> violations_;
   int64_t ops_run_ = 0;

@@ -24,8 +24,7 @@ using ::testing::Not;
 
 ProcessResult RunWorker(std::vector<std::string> args) {
   args.insert(args.begin(), {BinaryPath("worker/deltaserve-worker"), "--model",
-                             "t=" + GoldenPath("tiny-dense-f32.gguf"), "--listen",
-                             "127.0.0.1:0"});
+                             "t=" + GoldenPath("tiny-dense-f32.gguf"), "--listen", "127.0.0.1:0"});
   return RunProcess(args);
 }
 
@@ -61,7 +60,8 @@ TEST(DeltaserveWorkerDevice, BadDevicesAndMismatchedBudgetsAreRefused) {
 #if defined(DELTASERVE_HAVE_CUDA)
   r = RunWorker({"--device", "cuda:0", "--ram", "8GiB"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--ram is the CPU worker's budget; with --device cuda:N use --vram"));
+  EXPECT_THAT(r.err,
+              HasSubstr("--ram is the CPU worker's budget; with --device cuda:N use --vram"));
 #endif
   r = RunWorker({"--overhead", "lots"});
   EXPECT_NE(r.exit_code, 0);

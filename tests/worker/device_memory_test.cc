@@ -154,12 +154,13 @@ TEST(VramPlan, CountsDeviceScratchAndContextReserve) {
   for (const WeightTypeBytes& w : in.weights) weights += w.bytes;
   // Workspace, from the buffer list of qwen35_workspace.h: 19 per-token f32 buffers, out_x and
   // logits at 4 rows, 3 int32 buffers.
-  const int64_t t = 512, d = 4096, c = in.hp.ssm_conv_channels(), nv = 32, dv = 128, h = 16, hk = 4, hd = 256;
+  const int64_t t = 512, d = 4096, c = in.hp.ssm_conv_channels(), nv = 32, dv = 128, h = 16, hk = 4,
+                hd = 256;
   const int64_t ff = 12288;
   const int64_t per_token = d + d + d + c + nv * dv + nv + nv + nv * dv + 2 * h * hd + hk * hd +
                             hk * hd + h * hd + h * hd + ff + ff + 1 + 1 + 1 + d;
-  const uint64_t workspace = 4 * static_cast<uint64_t>(t * per_token + 4 * d +
-                                                       4 * kQwen35VocabRows + t + t + t);
+  const uint64_t workspace =
+      4 * static_cast<uint64_t>(t * per_token + 4 * d + 4 * kQwen35VocabRows + t + t + t);
   EXPECT_EQ(plan->workspace_bytes, workspace);
   EXPECT_EQ(plan->fixed_bytes(),
             weights + workspace + (uint64_t{100} << 20) + kCudaContextReserveBytes);

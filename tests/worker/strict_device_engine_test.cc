@@ -17,15 +17,15 @@
 #include <future>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/redis_client.h"
 #include "common/snapshot_key.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
-#include "common/redis_client.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/strict_device_backend.h"
 #include "tests/support/test_paths.h"
@@ -370,25 +370,25 @@ TEST(StrictScheduler, SnapshotsFromRamAndImagesMatchTheCpuBackend) {
       last = h.published.back();
       for (const auto& s : h.published) {
         // What the Redis tier encodes: the state copy and the KV pages read back to the host.
-        out.values.insert(out.values.end(), reinterpret_cast<const float*>(s->state().data()),
-                          reinterpret_cast<const float*>(s->state().data()) +
-                              s->state().size() / sizeof(float));
+        out.values.insert(
+            out.values.end(), reinterpret_cast<const float*>(s->state().data()),
+            reinterpret_cast<const float*>(s->state().data()) + s->state().size() / sizeof(float));
       }
       absl::StatusOr<std::vector<uint8_t>> kv = h.snapshots->CopyKv(*last);
       ASSERT_TRUE(kv.ok()) << kv.status();
       out.values.insert(out.values.end(), reinterpret_cast<const float*>(kv->data()),
                         reinterpret_cast<const float*>(kv->data()) + kv->size() / sizeof(float));
       // The image on a second scheduler with caches of its own.
-      auto state = std::make_shared<std::vector<uint8_t>>(last->state().begin(),
-                                                          last->state().end());
+      auto state =
+          std::make_shared<std::vector<uint8_t>>(last->state().begin(), last->state().end());
       auto kv_bytes = std::make_shared<std::vector<uint8_t>>(std::move(*kv));
       auto image = std::make_shared<SnapshotImage>();
       image->key = last->key();
       image->tokens.assign(last->tokens().begin(), last->tokens().end());
       image->state = *state;
       image->kv = *kv_bytes;
-      image->owner = std::make_shared<std::pair<decltype(state), decltype(kv_bytes)>>(state,
-                                                                                     kv_bytes);
+      image->owner =
+          std::make_shared<std::pair<decltype(state), decltype(kv_bytes)>>(state, kv_bytes);
       Harness other(backend, name, o, /*pages=*/160, /*snapshot_ram=*/64 << 20);
       std::vector<int32_t> prompt(last->tokens().begin(), last->tokens().end());
       for (int i = 0; i < 25; ++i) prompt.push_back(100 + i);
@@ -426,10 +426,8 @@ TEST(StrictRedisTier, PublishedSnapshotsResumeOnAnotherScheduler) {
                                          o.max_context, o.snapshot_interval, "strict");
       EXPECT_TRUE(t.ok()) << t.status();
       RedisSnapshotTier* tier = t->get();
-      h.sched->SetSnapshotPublisher(
-          [tier](std::vector<std::shared_ptr<const LocalSnapshot>> s, int64_t n) {
-            tier->Publish(std::move(s), n);
-          });
+      h.sched->SetSnapshotPublisher([tier](std::vector<std::shared_ptr<const LocalSnapshot>> s,
+                                           int64_t n) { tier->Publish(std::move(s), n); });
       return std::move(*t);
     };
     std::vector<int32_t> history, boundaries;

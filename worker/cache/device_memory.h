@@ -40,7 +40,8 @@ inline constexpr uint64_t kCudaContextReserveBytes = uint64_t{512} << 20;
 // The scratch functions of kernels/cuda/cuda_ops.h (same signatures).
 struct DeviceScratchFunctions {
   size_t (*matmul)(int64_t n_tokens, int64_t in, int64_t out) = nullptr;
-  size_t (*moe_ffn)(int64_t n_tokens, int64_t k, int64_t n_expert, int64_t in, int64_t ff) = nullptr;
+  size_t (*moe_ffn)(int64_t n_tokens, int64_t k, int64_t n_expert, int64_t in,
+                    int64_t ff) = nullptr;
   size_t (*paged_attention)(int64_t n_tokens, int64_t n_head, int64_t head_dim,
                             int64_t n_ctx) = nullptr;
   size_t (*gated_delta_rule)(int64_t n_tokens, int64_t n_v_heads, int64_t head_dim) = nullptr;
@@ -68,7 +69,6 @@ std::vector<ScratchQuery> ForwardPassScratchQueries(const common::Qwen35HParams&
 // counts 0). The area is shared by calls that run one after another on one stream, so the
 // maximum, not the sum.
 uint64_t ForwardPassScratchBytes(const common::Qwen35HParams& hp, int64_t max_batch_tokens,
-                                 int64_t logits_rows, int64_t ctx,
-                                 const DeviceScratchFunctions& f);
+                                 int64_t logits_rows, int64_t ctx, const DeviceScratchFunctions& f);
 
 }  // namespace deltaserve::worker

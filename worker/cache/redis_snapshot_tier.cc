@@ -167,8 +167,8 @@ void RedisSnapshotTier::Publish(std::vector<std::shared_ptr<const LocalSnapshot>
   // KV pages in device memory (a GPU worker) are copied to the host here, on the engine thread,
   // since the writer thread may not use the backend; at most 2 x max_bytes of such copies wait
   // in the queue (beyond that whole sequences are dropped, as when the queue is full).
-  const bool staging = kv_->shape().n_layers > 0 && kv_->total_pages() > 0 &&
-                       kv_->HostKPage(0, 0) == nullptr;
+  const bool staging =
+      kv_->shape().n_layers > 0 && kv_->total_pages() > 0 && kv_->HostKPage(0, 0) == nullptr;
   uint64_t queued_staged = 0;
   if (staging) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -203,8 +203,9 @@ void RedisSnapshotTier::Publish(std::vector<std::shared_ptr<const LocalSnapshot>
       std::lock_guard<std::mutex> lock(mu_);
       stats_.publish_dropped += static_cast<int64_t>(chosen.size());
     }
-    LogDegraded("publish_dropped", "device KV copies waiting to be written exceed 2 x "
-                                   "--redis-max-bytes; snapshots dropped");
+    LogDegraded("publish_dropped",
+                "device KV copies waiting to be written exceed 2 x "
+                "--redis-max-bytes; snapshots dropped");
     return;
   }
   if (job.snapshots.empty()) return;

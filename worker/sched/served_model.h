@@ -164,16 +164,16 @@ class ServedModel {
   // checks ctx x n_parallel against the budget, with Create's ResourceExhausted message. A GPU
   // worker calls it for every model before it makes its backend, so nothing is allocated on the
   // device for a configuration that does not fit.
-  static absl::StatusOr<PlannedServing> Plan(const std::string& path,
-                                             const ServingOptions& options, bool host_memory);
+  static absl::StatusOr<PlannedServing> Plan(const std::string& path, const ServingOptions& options,
+                                             bool host_memory);
 
   // Reads `path`'s header, builds its tokenizer, plans memory for `options` and checks
   // ctx x n_parallel against the budget (ResourceExhausted with the plan when it does not fit;
   // nothing beyond the file's mapping and the tokenizer has been allocated then, and nothing in
-  // the backend), then loads the weights into the backend (a GPU copies them). Then allocates the KV cache
-  // (n_parallel * ceil(ctx / page_tokens) pages), the state slots (n_parallel, twice that with
-  // speculation) and the scheduler, reads the weights in, and runs a warm-up forward pass at the
-  // planned batch shape so the workspace is allocated at its planned size before serving.
+  // the backend), then loads the weights into the backend (a GPU copies them). Then allocates the
+  // KV cache (n_parallel * ceil(ctx / page_tokens) pages), the state slots (n_parallel, twice that
+  // with speculation) and the scheduler, reads the weights in, and runs a warm-up forward pass at
+  // the planned batch shape so the workspace is allocated at its planned size before serving.
   // InvalidArgument for options out of range, naming the field.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Create(const std::string& path,
                                                              kernels::Backend& backend,
