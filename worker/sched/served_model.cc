@@ -424,10 +424,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
   domain.v_type = std::string(KvCacheTypeName(options.v_type));
   domain.state_type = "f32";
   domain.page_tokens = options.page_tokens;
-  const uint64_t snapshot_ram =
-      options.snapshot_ram_bytes.value_or(
-          // On a GPU the planned bytes are device memory: none of them comes out of the RAM.
-          DefaultSnapshotRam(backend.host_memory() ? m->planned_bytes() : 0));
+  const uint64_t snapshot_ram = options.snapshot_ram_bytes.value_or(
+      // On a GPU the planned bytes are device memory: none of them comes out of the RAM.
+      DefaultSnapshotRam(backend.host_memory() ? m->planned_bytes() : 0));
   m->snapshots_ = std::make_shared<SnapshotCache>(m->cache_, m->slots_, domain, snapshot_ram);
   absl::StatusOr<std::unique_ptr<Scheduler>> sched = Scheduler::Create(
       *m->model_, m->cache_, m->slots_, so, m->eos_, m->n_valid_, m->snapshots_);
