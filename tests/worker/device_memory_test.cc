@@ -78,6 +78,10 @@ TEST(ForwardPassScratch, QueriesEveryWeightShapeAndEveryPerSequenceSize) {
   EXPECT_TRUE(has_matmul(512, d, 12288));                   // ffn_gate / ffn_up
   EXPECT_TRUE(has_matmul(512, 12288, d));                   // ffn_down
   EXPECT_TRUE(has_matmul(8, d, kQwen35VocabRows));          // output head at the logits rows
+  // MatMulGroup as one product over the concatenated rows: q|k|v|z|beta|alpha, q|k|v, gate|up.
+  EXPECT_TRUE(has_matmul(512, d, hp.ssm_conv_channels() + 32 * 128 + 2 * 32));
+  EXPECT_TRUE(has_matmul(512, d, 2 * 16 * 256 + 2 * 4 * 256));
+  EXPECT_TRUE(has_matmul(512, d, 2 * 12288));
   // Attention and the delta rule at 1, 2, 4, ..., 256 and 512 tokens of one sequence.
   std::vector<int64_t> attn, gdn;
   for (const ScratchQuery& s : q) {
@@ -112,9 +116,10 @@ TEST(ForwardPassScratch, IsTheLargestNeedOfAnyCall) {
   EXPECT_EQ(ForwardPassScratchBytes(hp, 512, 8, 32768, f), 268435456u);
   EXPECT_EQ(ForwardPassScratchBytes(hp, 512, 8, 131072, f), 536870912u);
   f.matmul = &FakeMatMul;
-  // ffn_gate / ffn_up at 512 rows: 512 x 4096 x 12,288 = 25,769,803,776, above the output head
-  // at its 8 logits rows (8 x 4096 x 248,320 = 8,136,949,760).
-  EXPECT_EQ(ForwardPassScratchBytes(hp, 512, 8, 131072, f), uint64_t{512} * 4096 * 12288);
+  // The FFN group (gate | up as one product over 2 x 12,288 rows) at 512 tokens:
+  // 512 x 4096 x 24,576 = 51,539,607,552, above the output head at its 8 logits rows
+  // (8 x 4096 x 248,320 = 8,136,949,760).
+  EXPECT_EQ(ForwardPassScratchBytes(hp, 512, 8, 131072, f), uint64_t{512} * 4096 * 24576);
   // With one token per pass the head is the largest product.
   EXPECT_EQ(ForwardPassScratchBytes(hp, 1, 1, 131072, f), uint64_t{4096} * kQwen35VocabRows);
 

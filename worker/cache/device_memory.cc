@@ -50,12 +50,15 @@ std::vector<ScratchQuery> ForwardPassScratchQueries(const common::Qwen35HParams&
     matmul("ssm_beta", d, nv);
     matmul("ssm_alpha", d, nv);
     matmul("ssm_out", nv * dv, d);
+    // MatMulGroup may run a group as one product over the concatenated rows.
+    matmul("deltanet group", d, c + nv * dv + 2 * nv);
   }
   if (has_attn) {
     matmul("attn_q", d, 2 * h * hd);
     matmul("attn_k", d, hk * hd);
     matmul("attn_v", d, hk * hd);
     matmul("attn_output", h * hd, d);
+    matmul("attention group", d, 2 * h * hd + 2 * hk * hd);
   }
   if (hp.is_moe) {
     matmul("ffn_gate_inp", d, hp.n_expert);
@@ -65,11 +68,13 @@ std::vector<ScratchQuery> ForwardPassScratchQueries(const common::Qwen35HParams&
       matmul("ffn_up_shexp", d, hp.n_ff_shared_expert);
       matmul("ffn_gate_inp_shexp", d, 1);
       matmul("ffn_down_shexp", hp.n_ff_shared_expert, d);
+      matmul("shared expert group", d, 2 * hp.n_ff_shared_expert + 1);
     }
   } else {
     matmul("ffn_gate", d, hp.n_ff);
     matmul("ffn_up", d, hp.n_ff);
     matmul("ffn_down", hp.n_ff, d);
+    matmul("ffn group", d, 2 * hp.n_ff);
   }
   matmul("output", d, hp.n_vocab, rows);
   // Per-sequence ops: one sequence holds at most min(t, ctx) of the pass's tokens.

@@ -56,7 +56,8 @@ struct ScratchQuery {
 
 // Every call shape the engine makes (worker/engine/qwen35.cc) in a pass of up to
 // `max_batch_tokens` tokens with up to `logits_rows` logits rows, for sequences of up to `ctx`
-// positions: each weight matrix at max_batch_tokens rows (the output head at logits_rows), MoE
+// positions: each weight matrix at max_batch_tokens rows (the output head at logits_rows), each
+// MatMulGroup also as one product over its concatenated rows (cuda_ops.h has no group figure), MoE
 // at max_batch_tokens, and the per-sequence ops (attention, delta rule) at every power of two up
 // to min(max_batch_tokens, ctx) tokens and that count itself — one sequence may hold the whole
 // batch, and a decode step (1 token) may split the context differently from a prefill — with the
