@@ -29,6 +29,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/device_compat.h"
+#include "kernels/cuda/float_bits.h"
 
 // "#pragma unroll" for loops in DS_HOST_DEVICE code: the host compiler does not know the pragma
 // (and warns), nvcc's device pass does.
@@ -42,19 +43,6 @@ namespace deltaserve::kernels::cuda {
 
 // --- scalar helpers -----------------------------------------------------------------------
 
-DS_HOST_DEVICE DS_INLINE float DqBitsToFloat(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
-// IEEE half -> float, exact for every finite half (subnormals included) and for infinities.
-// The device uses the hardware conversion; the host rebiases the exponent the way
-// kernels/cpu/quants.cc Fp16ToFp32 does (NaN payloads may differ, finite values never do).
 DS_HOST_DEVICE DS_INLINE float DqHalfToFloat(uint16_t h) {
 #if defined(__CUDA_ARCH__)
   float f;
@@ -65,39 +53,12 @@ DS_HOST_DEVICE DS_INLINE float DqHalfToFloat(uint16_t h) {
   const uint32_t magnitude = h & 0x7FFF;
   if (magnitude >= 0x7C00) {
     const uint32_t mant = magnitude & 0x3FF;
-    return DqBitsToFloat(sign | 0x7F800000 | (mant << 13) | (mant != 0 ? 0x400000u : 0u));
+    return BitsFloat(sign | 0x7F800000 | (mant << 13) | (mant != 0 ? 0x400000u : 0u));
   }
-  const float unsigned_value = DqBitsToFloat(magnitude << 13) * 0x1p112f;
+  const float unsigned_value = BitsFloat(magnitude << 13) * 0x1p112f;
   uint32_t bits;
   std::memcpy(&bits, &unsigned_value, sizeof(bits));
-  return DqBitsToFloat(sign | bits);
-#endif
-}
-
-DS_HOST_DEVICE DS_INLINE float DqBf16ToFloat(uint16_t h) {
-  return DqBitsToFloat(static_cast<uint32_t>(h) << 16);
-}
-
-// a * b and a + b, each rounded once, never contracted into an FMA.
-DS_HOST_DEVICE DS_INLINE float DqMul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-DS_HOST_DEVICE DS_INLINE float DqAdd(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-DS_HOST_DEVICE DS_INLINE float DqSub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
+  return BitsFloat(sign | bits);
 #endif
 }
 
@@ -241,8 +202,8 @@ DS_HOST_DEVICE DS_INLINE void DqDense16(const uint8_t* p, float* v) {
   for (int i = 0; i < 4; ++i) {
     const auto lo = static_cast<uint16_t>(w[i] & 0xFFFF);
     const auto hi = static_cast<uint16_t>(w[i] >> 16);
-    v[2 * i] = kBf16 ? DqBf16ToFloat(lo) : DqHalfToFloat(lo);
-    v[2 * i + 1] = kBf16 ? DqBf16ToFloat(hi) : DqHalfToFloat(hi);
+    v[2 * i] = kBf16 ? Bf16ToFloat(lo) : DqHalfToFloat(lo);
+    v[2 * i + 1] = kBf16 ? Bf16ToFloat(hi) : DqHalfToFloat(hi);
   }
 }
 
@@ -259,7 +220,7 @@ DS_HOST_DEVICE DS_INLINE void DqQ4_0(const uint8_t* b, int j, float* v) {
   const float d = DqHalfToFloat(static_cast<uint16_t>(DqLoadU16(b)));
   uint32_t q[8];
   DqNibbles32(b + 2, j, q);
-  for (int i = 0; i < 8; ++i) v[i] = DqMul(static_cast<float>(static_cast<int>(q[i]) - 8), d);
+  for (int i = 0; i < 8; ++i) v[i] = MulRn(static_cast<float>(static_cast<int>(q[i]) - 8), d);
 }
 
 // Q4_1 block: d, m (f16), qs[16]. x = q * d + m.
@@ -268,7 +229,7 @@ DS_HOST_DEVICE DS_INLINE void DqQ4_1(const uint8_t* b, int j, float* v) {
   const float m = DqHalfToFloat(static_cast<uint16_t>(DqLoadU16(b + 2)));
   uint32_t q[8];
   DqNibbles32(b + 4, j, q);
-  for (int i = 0; i < 8; ++i) v[i] = DqAdd(DqMul(static_cast<float>(q[i]), d), m);
+  for (int i = 0; i < 8; ++i) v[i] = AddRn(MulRn(static_cast<float>(q[i]), d), m);
 }
 
 // Five-bit values of unit j of a Q5 block: nibble as Q4_0, bit 4 of value e is bit e of qh.
@@ -283,7 +244,7 @@ DS_HOST_DEVICE DS_INLINE void DqQ5_0(const uint8_t* b, int j, float* v) {
   const float d = DqHalfToFloat(static_cast<uint16_t>(DqLoadU16(b)));
   uint32_t q[8];
   DqFiveBits(b + 2, b + 6, j, q);
-  for (int i = 0; i < 8; ++i) v[i] = DqMul(static_cast<float>(static_cast<int>(q[i]) - 16), d);
+  for (int i = 0; i < 8; ++i) v[i] = MulRn(static_cast<float>(static_cast<int>(q[i]) - 16), d);
 }
 
 // Q5_1 block: d, m, qh[4], qs[16]. x = q * d + m.
@@ -292,7 +253,7 @@ DS_HOST_DEVICE DS_INLINE void DqQ5_1(const uint8_t* b, int j, float* v) {
   const float m = DqHalfToFloat(static_cast<uint16_t>(DqLoadU16(b + 2)));
   uint32_t q[8];
   DqFiveBits(b + 4, b + 8, j, q);
-  for (int i = 0; i < 8; ++i) v[i] = DqAdd(DqMul(static_cast<float>(q[i]), d), m);
+  for (int i = 0; i < 8; ++i) v[i] = AddRn(MulRn(static_cast<float>(q[i]), d), m);
 }
 
 // Q8_0 block: d, qs[32] int8. x = q * d.
@@ -300,7 +261,7 @@ DS_HOST_DEVICE DS_INLINE void DqQ8_0(const uint8_t* b, int j, float* v) {
   const float d = DqHalfToFloat(static_cast<uint16_t>(DqLoadU16(b)));
   const uint64_t w = DqLoadU64(b + 2 + 8 * j);
   for (int i = 0; i < 8; ++i) {
-    v[i] = DqMul(static_cast<float>(static_cast<int8_t>(DqByte(w, i))), d);
+    v[i] = MulRn(static_cast<float>(static_cast<int8_t>(DqByte(w, i))), d);
   }
 }
 
@@ -319,8 +280,8 @@ DS_HOST_DEVICE DS_INLINE void DqKQuant45(const uint8_t* b, int j, float* v) {
   uint32_t sc;
   uint32_t m;
   DqScaleMinK4(2 * c + h, b + 4, &sc, &m);
-  const float d1 = DqMul(d, static_cast<float>(sc));
-  const float m1 = DqMul(dmin, static_cast<float>(m));
+  const float d1 = MulRn(d, static_cast<float>(sc));
+  const float m1 = MulRn(dmin, static_cast<float>(m));
   const uint8_t* qs = b + (kFive ? 48 : 16) + 32 * c + l0;
   const uint64_t w = DqLoadU64(qs);
   uint64_t hb = 0;
@@ -328,7 +289,7 @@ DS_HOST_DEVICE DS_INLINE void DqKQuant45(const uint8_t* b, int j, float* v) {
   for (int i = 0; i < 8; ++i) {
     uint32_t q = (DqByte(w, i) >> (4 * h)) & 0xF;
     if (kFive) q += ((DqByte(hb, i) >> (2 * c + h)) & 1u) << 4;
-    v[i] = DqSub(DqMul(d1, static_cast<float>(q)), m1);
+    v[i] = SubRn(MulRn(d1, static_cast<float>(q)), m1);
   }
 }
 
@@ -342,14 +303,14 @@ DS_HOST_DEVICE DS_INLINE void DqQ6_K(const uint8_t* b, int j, float* v) {
   const int l0 = e0 & 31;
   const float d = DqHalfToFloat(static_cast<uint16_t>(DqLoadU16(b + 208)));
   const auto sc = static_cast<int8_t>(b[192 + 8 * g + 2 * r + l0 / 16]);
-  const float d1 = DqMul(d, static_cast<float>(sc));
+  const float d1 = MulRn(d, static_cast<float>(sc));
   const uint64_t lw = DqLoadU64(b + 64 * g + 32 * (r & 1) + l0);
   const uint64_t hw = DqLoadU64(b + 128 + 32 * g + l0);
   for (int i = 0; i < 8; ++i) {
     const uint32_t lo = (DqByte(lw, i) >> (r < 2 ? 0 : 4)) & 0xF;
     const uint32_t hi = (DqByte(hw, i) >> (2 * r)) & 3;
     const int q = static_cast<int>(lo | (hi << 4)) - 32;
-    v[i] = DqMul(d1, static_cast<float>(q));
+    v[i] = MulRn(d1, static_cast<float>(q));
   }
 }
 
@@ -385,11 +346,11 @@ DS_HOST_DEVICE DS_INLINE void DecodeUnit(const uint8_t* row, int64_t u, float* v
 template <WeightType T>
 DS_HOST_DEVICE DS_INLINE float DecodeValue(const uint8_t* row, int64_t k) {
   if constexpr (T == WeightType::kF32) {
-    return DqBitsToFloat(DqLoadU32(row + 4 * k));
+    return BitsFloat(DqLoadU32(row + 4 * k));
   } else if constexpr (T == WeightType::kF16) {
     return DqHalfToFloat(static_cast<uint16_t>(DqLoadU16(row + 2 * k)));
   } else if constexpr (T == WeightType::kBF16) {
-    return DqBf16ToFloat(static_cast<uint16_t>(DqLoadU16(row + 2 * k)));
+    return Bf16ToFloat(static_cast<uint16_t>(DqLoadU16(row + 2 * k)));
   } else {
     float v[8];
     DecodeUnit<T>(row, k / 8, v);

@@ -39,7 +39,7 @@ DS_HOST_DEVICE DS_INLINE float GemvByteToFloat(uint32_t w, int j) {
 #else
   const uint32_t bits = ((w >> (8 * j)) & 0xFFu) | 0x4B000000u;
 #endif
-  return DqBitsToFloat(bits) - 8388608.0f;
+  return BitsFloat(bits) - 8388608.0f;
 }
 
 // Four 16-byte aligned words of `p` (on the host: any alignment).
@@ -110,11 +110,11 @@ DS_HOST_DEVICE DS_INLINE void GemvLaneQ4KFast(const uint8_t* wrow, int64_t in,
     uint32_t sc;
     uint32_t m;
     GemvScaleMinK4(head[1], head[2], head[3], 2 * c, &sc, &m);
-    const float d_lo = DqMul(d, static_cast<float>(sc));
-    const float neg_m_lo = -DqMul(dmin, static_cast<float>(m));
+    const float d_lo = MulRn(d, static_cast<float>(sc));
+    const float neg_m_lo = -MulRn(dmin, static_cast<float>(m));
     GemvScaleMinK4(head[1], head[2], head[3], 2 * c + 1, &sc, &m);
-    const float d_hi = DqMul(d, static_cast<float>(sc));
-    const float neg_m_hi = -DqMul(dmin, static_cast<float>(m));
+    const float d_hi = MulRn(d, static_cast<float>(sc));
+    const float neg_m_hi = -MulRn(dmin, static_cast<float>(m));
     uint32_t q[8];
     GemvLoad16(b + 16 + 32 * c, q);
     GemvLoad16(b + 32 + 32 * c, q + 4);

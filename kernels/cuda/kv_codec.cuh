@@ -31,53 +31,11 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/device_compat.h"
+#include "kernels/cuda/float_bits.h"
 
 namespace deltaserve::kernels::cuda {
 
 // --- scalar helpers -----------------------------------------------------------------------
-
-DS_HOST_DEVICE DS_INLINE uint32_t FloatBits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-#endif
-}
-
-DS_HOST_DEVICE DS_INLINE float BitsFloat(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
-// Rounded multiply / add / subtract that the compiler may not fuse into an FMA.
-DS_HOST_DEVICE DS_INLINE float MulRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-DS_HOST_DEVICE DS_INLINE float AddRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-DS_HOST_DEVICE DS_INLINE float SubRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
 
 DS_HOST_DEVICE DS_INLINE float AbsF(float x) { return BitsFloat(FloatBits(x) & 0x7FFFFFFFu); }
 // std::max / std::min on floats as quants.cc calls them: (a < b) ? b : a and (b < a) ? b : a.
@@ -146,10 +104,6 @@ DS_HOST_DEVICE DS_INLINE uint16_t FloatToHalf(float f) {
   const uint32_t halfway = 1u << (shift - 1);
   if (rest > halfway || (rest == halfway && (h & 1))) ++h;
   return static_cast<uint16_t>(sign | h);
-}
-
-DS_HOST_DEVICE DS_INLINE float Bf16ToFloat(uint16_t h) {
-  return BitsFloat(static_cast<uint32_t>(h) << 16);
 }
 
 // float -> bfloat16, nearest even, NaN kept quiet (quants.cc's Fp32ToBf16).
