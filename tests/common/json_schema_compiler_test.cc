@@ -313,6 +313,24 @@ TEST(JsonSchemaCompilerTest, VeryLongStringLengthsAtTheirEdges) {
   }
 }
 
+TEST(JsonSchemaCompilerTest, ManyLongStringsStayWithinTheRuleLimit) {
+  // 300 properties of maxLength 65000: the block form would take ~1,150 rules each (345K in
+  // all, over GrammarLimits::max_rules); past kBlockedRuleBudget the binary form takes over, so
+  // the schema compiles, and the last property's lengths are still exact.
+  std::string schema = R"({"type": "object", "additionalProperties": false, "properties": {)";
+  for (int i = 0; i < 300; ++i) {
+    schema += (i ? ", " : "") + std::string("\"p") + std::to_string(i) +
+              R"(": {"type": "string", "maxLength": 65000})";
+  }
+  schema += "}}";
+  auto g = MustCompile(schema);
+  EXPECT_LT(g->grammar().rules().size(), 65536u);
+  for (int n : {0, 63, 64, 65, 200}) {
+    std::string doc = R"({"p299": ")" + std::string(static_cast<size_t>(n), 'x') + "\"}";
+    EXPECT_TRUE(Accepts(g, doc)) << n;
+  }
+}
+
 TEST(JsonSchemaCompilerTest, IntegerRangesMatchBruteForce) {
   // Every integer in a window around the bounds against the arithmetic comparison.
   const std::pair<int64_t, int64_t> kRanges[] = {{0, 0},    {-5, 5},     {7, 1234},  {-1000, -10},
