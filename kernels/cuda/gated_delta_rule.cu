@@ -89,47 +89,47 @@ KernelStatus RunChunked(const LaunchContext& ctx, const GdnProblem& p, int64_t n
   return KernelStatus::kOk;
 }
 
+// Which form runs: the dispatcher's choice by token count, or one forced (the gpu tests run
+// both at every T).
+enum class GdnForm { kByTokens, kStep, kChunked };
+
+KernelStatus Launch(const LaunchContext& ctx, const Mat& q, const Mat& k, const Mat& v,
+                    const Mat& g, const Mat& beta, int64_t n_k_heads, int64_t n_v_heads,
+                    int64_t head_dim, float* state, Mat& out, GdnForm form) {
+  GdnProblem p;
+  if (const KernelStatus st =
+          Check(q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out, p);
+      st != KernelStatus::kOk) {
+    return st;
+  }
+  if (q.rows == 0) return KernelStatus::kOk;
+  const bool step =
+      form == GdnForm::kStep || (form == GdnForm::kByTokens && q.rows < kGdnChunkedMinTokens);
+  return step ? RunStep(ctx, p, q.rows) : RunChunked(ctx, p, q.rows);
+}
+
 }  // namespace
 
 KernelStatus LaunchGatedDeltaRuleStep(const LaunchContext& ctx, const Mat& q, const Mat& k,
                                       const Mat& v, const Mat& g, const Mat& beta,
                                       int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim,
                                       float* state, Mat& out) {
-  GdnProblem p;
-  if (const KernelStatus st =
-          Check(q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out, p);
-      st != KernelStatus::kOk) {
-    return st;
-  }
-  if (q.rows == 0) return KernelStatus::kOk;
-  return RunStep(ctx, p, q.rows);
+  return Launch(ctx, q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out, GdnForm::kStep);
 }
 
 KernelStatus LaunchGatedDeltaRuleChunked(const LaunchContext& ctx, const Mat& q, const Mat& k,
                                          const Mat& v, const Mat& g, const Mat& beta,
                                          int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim,
                                          float* state, Mat& out) {
-  GdnProblem p;
-  if (const KernelStatus st =
-          Check(q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out, p);
-      st != KernelStatus::kOk) {
-    return st;
-  }
-  if (q.rows == 0) return KernelStatus::kOk;
-  return RunChunked(ctx, p, q.rows);
+  return Launch(ctx, q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out,
+                GdnForm::kChunked);
 }
 
 KernelStatus LaunchGatedDeltaRule(const LaunchContext& ctx, const Mat& q, const Mat& k,
                                   const Mat& v, const Mat& g, const Mat& beta, int64_t n_k_heads,
                                   int64_t n_v_heads, int64_t head_dim, float* state, Mat& out) {
-  GdnProblem p;
-  if (const KernelStatus st =
-          Check(q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out, p);
-      st != KernelStatus::kOk) {
-    return st;
-  }
-  if (q.rows == 0) return KernelStatus::kOk;
-  return q.rows < kGdnChunkedMinTokens ? RunStep(ctx, p, q.rows) : RunChunked(ctx, p, q.rows);
+  return Launch(ctx, q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out,
+                GdnForm::kByTokens);
 }
 
 size_t GatedDeltaRuleChunkedScratchBytes(int64_t n_tokens, int64_t n_v_heads, int64_t head_dim) {

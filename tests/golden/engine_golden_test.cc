@@ -11,14 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "nlohmann/json.hpp"
+#include "tests/support/golden_logits.h"
 #include "tests/support/test_paths.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/sampler.h"
@@ -28,80 +27,13 @@ namespace {
 
 using ::deltaserve::testing::GoldenPath;
 
-struct GoldenRow {
-  int pos;
-  std::vector<std::pair<int, float>> top;  // recorded top-5 (id, logit)
-};
-
-struct GoldenSequence {
-  std::string name;
-  std::vector<int32_t> tokens;
-  std::vector<int> positions;
-  int64_t offset_floats;
-};
-
-struct GoldenGreedy {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> generated;
-  std::vector<std::vector<std::pair<int, float>>> step_top;  // top-5 before each choice
-};
-
-struct GoldenModel {
-  int64_t n_vocab = 0;
-  std::vector<GoldenSequence> sequences;
-  std::vector<GoldenGreedy> greedy;
-  std::vector<float> logits;  // the whole .logits.bin
-};
-
-GoldenModel LoadGolden(const std::string& name) {
-  GoldenModel g;
-  std::ifstream in(GoldenPath(name + ".json"));
-  const nlohmann::json doc = nlohmann::json::parse(in);
-  g.n_vocab = doc.at("n_vocab");
-  for (const auto& s : doc.at("sequences")) {
-    g.sequences.push_back({s.at("name"), s.at("tokens").get<std::vector<int32_t>>(),
-                           s.at("positions").get<std::vector<int>>(), s.at("offset_floats")});
-  }
-  for (const auto& gr : doc.at("greedy")) {
-    GoldenGreedy gg;
-    gg.prompt = gr.at("prompt_tokens").get<std::vector<int32_t>>();
-    gg.generated = gr.at("generated_tokens").get<std::vector<int32_t>>();
-    for (const auto& step : gr.at("steps")) {
-      std::vector<std::pair<int, float>> top;
-      for (const auto& t : step.at("top")) top.emplace_back(t[0].get<int>(), t[1].get<float>());
-      gg.step_top.push_back(std::move(top));
-    }
-    g.greedy.push_back(std::move(gg));
-  }
-  const std::string bin_name = doc.at("logits_file").get<std::string>();
-  std::ifstream bin(GoldenPath(bin_name), std::ios::binary);
-  bin.seekg(0, std::ios::end);
-  const std::streamoff bytes = bin ? static_cast<std::streamoff>(bin.tellg()) : -1;
-  // The file must hold exactly the rows the JSON describes: [rows of every sequence][n_vocab] f32.
-  size_t want_floats = 0;
-  for (const GoldenSequence& s : g.sequences) {
-    want_floats = std::max(want_floats, static_cast<size_t>(s.offset_floats) +
-                                            s.positions.size() * static_cast<size_t>(g.n_vocab));
-  }
-  if (bytes != static_cast<std::streamoff>(want_floats * sizeof(float))) {
-    ADD_FAILURE() << bin_name << " has " << bytes << " bytes; " << name << ".json describes "
-                  << want_floats * sizeof(float);
-    g.logits.assign(want_floats, std::nanf(""));  // every comparison fails, nothing reads past
-    return g;
-  }
-  g.logits.resize(want_floats);
-  bin.seekg(0);
-  bin.read(reinterpret_cast<char*>(g.logits.data()),
-           static_cast<std::streamsize>(g.logits.size() * sizeof(float)));
-  if (bin.gcount() != static_cast<std::streamsize>(want_floats * sizeof(float))) {
-    ADD_FAILURE() << "short read of " << bin_name;
-  }
-  return g;
-}
-
-int ArgmaxRow(const float* row, int64_t n) {
-  return static_cast<int>(std::max_element(row, row + n) - row);
-}
+using ::deltaserve::testing::ArgmaxRow;
+using ::deltaserve::testing::GoldenGreedy;
+using ::deltaserve::testing::GoldenModel;
+using ::deltaserve::testing::GoldenSequence;
+using ::deltaserve::testing::LoadGolden;
+using ::deltaserve::testing::MaxAbsDiff;
+using ::deltaserve::testing::RunChunked;
 
 struct Engine {
   std::unique_ptr<kernels::Backend> backend;
@@ -115,31 +47,6 @@ Engine LoadEngine(const std::string& name) {
   EXPECT_TRUE(m.ok()) << m.status();
   if (m.ok()) e.model = std::move(*m);
   return e;
-}
-
-// Logits of every token of `tokens`, fed as one sequence in chunks of `chunk` tokens.
-std::vector<float> RunChunked(Qwen35Model& model, const std::vector<int32_t>& tokens,
-                              size_t chunk) {
-  auto seq = model.NewSequence(static_cast<int64_t>(tokens.size()));
-  EXPECT_TRUE(seq.ok()) << seq.status();
-  std::vector<float> all, part;
-  for (size_t i = 0; i < tokens.size(); i += chunk) {
-    const size_t n = std::min(chunk, tokens.size() - i);
-    const BatchEntry e{seq->get(), absl::Span<const int32_t>(tokens.data() + i, n), true};
-    absl::Status s = model.Forward({&e, 1}, part);
-    EXPECT_TRUE(s.ok()) << s;
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  return all;
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  }
-  return m;
 }
 
 struct ModelCase {

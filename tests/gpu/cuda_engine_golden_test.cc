@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,7 +32,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "nlohmann/json.hpp"
+#include "tests/support/golden_logits.h"
 #include "tests/support/test_paths.h"
 #include "worker/cache/device_memory.h"
 #include "worker/cache/snapshot_cache.h"
@@ -45,64 +44,13 @@ namespace {
 
 using ::deltaserve::testing::GoldenPath;
 
-struct GoldenSequence {
-  std::string name;
-  std::vector<int32_t> tokens;
-  std::vector<int> positions;
-  int64_t offset_floats = 0;
-};
-struct GoldenGreedy {
-  std::vector<int32_t> prompt, generated;
-  std::vector<std::vector<std::pair<int, float>>> step_top;
-};
-struct Golden {
-  int64_t n_vocab = 0;
-  std::vector<GoldenSequence> sequences;
-  std::vector<GoldenGreedy> greedy;
-  std::vector<float> logits;
-};
-
-Golden LoadGolden(const std::string& name) {
-  Golden g;
-  std::ifstream in(GoldenPath(name + ".json"));
-  const nlohmann::json doc = nlohmann::json::parse(in);
-  g.n_vocab = doc.at("n_vocab");
-  for (const auto& s : doc.at("sequences")) {
-    g.sequences.push_back({s.at("name"), s.at("tokens").get<std::vector<int32_t>>(),
-                           s.at("positions").get<std::vector<int>>(), s.at("offset_floats")});
-  }
-  for (const auto& gr : doc.at("greedy")) {
-    GoldenGreedy gg;
-    gg.prompt = gr.at("prompt_tokens").get<std::vector<int32_t>>();
-    gg.generated = gr.at("generated_tokens").get<std::vector<int32_t>>();
-    for (const auto& step : gr.at("steps")) {
-      std::vector<std::pair<int, float>> top;
-      for (const auto& t : step.at("top")) top.emplace_back(t[0].get<int>(), t[1].get<float>());
-      gg.step_top.push_back(std::move(top));
-    }
-    g.greedy.push_back(std::move(gg));
-  }
-  std::ifstream bin(GoldenPath(doc.at("logits_file").get<std::string>()), std::ios::binary);
-  bin.seekg(0, std::ios::end);
-  g.logits.resize(static_cast<size_t>(bin.tellg()) / sizeof(float));
-  bin.seekg(0);
-  bin.read(reinterpret_cast<char*>(g.logits.data()),
-           static_cast<std::streamsize>(g.logits.size() * sizeof(float)));
-  return g;
-}
-
-int Argmax(const float* row, int64_t n) {
-  return static_cast<int>(std::max_element(row, row + n) - row);
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  }
-  return m;
-}
+using ::deltaserve::testing::ArgmaxRow;
+using ::deltaserve::testing::GoldenGreedy;
+using ::deltaserve::testing::GoldenModel;
+using ::deltaserve::testing::GoldenSequence;
+using ::deltaserve::testing::LoadGolden;
+using ::deltaserve::testing::MaxAbsDiff;
+using ::deltaserve::testing::RunChunked;
 
 // A CUDA backend whose scratch area is what the worker would plan for passes of up to 512
 // tokens over contexts of up to 1024 positions; null (and the test skipped) without a GPU.
@@ -131,22 +79,6 @@ struct Engine {
   std::unique_ptr<Qwen35Model> model;
 };
 
-// Logits of every token of `tokens`, fed as one sequence in chunks of `chunk`.
-std::vector<float> RunChunked(Qwen35Model& model, const std::vector<int32_t>& tokens,
-                              size_t chunk) {
-  auto seq = model.NewSequence(static_cast<int64_t>(tokens.size()) + 8);
-  EXPECT_TRUE(seq.ok()) << seq.status();
-  std::vector<float> all, part;
-  for (size_t i = 0; i < tokens.size(); i += chunk) {
-    const size_t n = std::min(chunk, tokens.size() - i);
-    const BatchEntry e{seq->get(), absl::Span<const int32_t>(tokens.data() + i, n), true};
-    absl::Status s = model.Forward({&e, 1}, part);
-    EXPECT_TRUE(s.ok()) << s;
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  return all;
-}
-
 struct ModelCase {
   const char* name;
   bool exact;  // F32: 1e-3 and identical argmax; quantized: the statistical criteria
@@ -165,7 +97,7 @@ class CudaEngineTest : public ::testing::TestWithParam<ModelCase> {
     golden_ = LoadGolden(GetParam().name);
   }
   Engine gpu_;
-  Golden golden_;
+  GoldenModel golden_;
 };
 
 TEST_P(CudaEngineTest, PrefillLogitsMatchGoldenRows) {
@@ -187,7 +119,7 @@ TEST_P(CudaEngineTest, PrefillLogitsMatchGoldenRows) {
       max_abs = std::max(max_abs, row_max);
       n_values += nv;
       ++rows;
-      const int ours_top = Argmax(got, nv), golden_top = Argmax(want, nv);
+      const int ours_top = ArgmaxRow(got, nv), golden_top = ArgmaxRow(want, nv);
       agree += ours_top == golden_top;
       if (GetParam().exact) {
         EXPECT_LE(row_max, 1e-3) << s.name << " pos " << s.positions[r];
@@ -216,7 +148,7 @@ TEST_P(CudaEngineTest, GreedyContinuationMatchesGolden) {
     double sum_abs = 0;
     int n = 0;
     for (size_t step = 0; step < g.generated.size(); ++step) {
-      const int ours = Argmax(logits.data(), nv);
+      const int ours = ArgmaxRow(logits.data(), nv);
       const auto& top = g.step_top[step];
       if (GetParam().exact) {
         ASSERT_EQ(ours, g.generated[step]) << "greedy step " << step;
@@ -254,7 +186,7 @@ TEST_P(CudaEngineTest, LogitsMatchTheCpuEngine) {
   } else {
     int64_t agree = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      agree += Argmax(got.data() + r * nv, nv) == Argmax(want.data() + r * nv, nv);
+      agree += ArgmaxRow(got.data() + r * nv, nv) == ArgmaxRow(want.data() + r * nv, nv);
     }
     EXPECT_GE(agree * 10, rows * 9) << agree << " of " << rows << " rows agree";
   }

@@ -85,7 +85,7 @@ class CudaMatMulTest : public GpuBackendTest {
   // Runs one product on both backends and checks it (see the file comment).
   void Check(const Case& c, std::mt19937& rng) {
     const std::string what =
-        std::string(Name(c.type)) + " in=" + std::to_string(c.in) +
+        std::string(TypeName(c.type)) + " in=" + std::to_string(c.in) +
         " out=" + std::to_string(c.out) + " rows=" + std::to_string(c.rows) +
         " x_pad=" + std::to_string(c.x_pad) + " y_pad=" + std::to_string(c.y_pad) +
         " matrix=" + std::to_string(c.matrix) + " first_row=" + std::to_string(c.first_row);
@@ -160,7 +160,7 @@ std::vector<int64_t> Lengths(WeightType type) {
 
 TEST_F(CudaMatMulTest, GemvBatchesOfOneToEightRowsOnEveryType) {
   std::mt19937 rng(1);
-  for (WeightType type : AllTypes()) {
+  for (WeightType type : AllWeightTypes()) {
     for (int64_t in : Lengths(type)) {
       for (int64_t rows = 1; rows <= 8; ++rows) Check({type, in, 37, rows}, rng);
     }
@@ -169,7 +169,7 @@ TEST_F(CudaMatMulTest, GemvBatchesOfOneToEightRowsOnEveryType) {
 
 TEST_F(CudaMatMulTest, GemmBatchesOnEveryTypeAcrossTileEdges) {
   std::mt19937 rng(2);
-  for (WeightType type : AllTypes()) {
+  for (WeightType type : AllWeightTypes()) {
     for (int64_t in : Lengths(type)) {
       for (int64_t rows : {9, 64, 65}) Check({type, in, 63, rows}, rng);
       Check({type, in, 64, 17}, rng);
@@ -181,7 +181,7 @@ TEST_F(CudaMatMulTest, GemmBatchesOnEveryTypeAcrossTileEdges) {
 
 TEST_F(CudaMatMulTest, StridedViewsAndWeightSubviews) {
   std::mt19937 rng(3);
-  for (WeightType type : AllTypes()) {
+  for (WeightType type : AllWeightTypes()) {
     const int64_t in = Lengths(type).back();
     for (int64_t rows : {1, 5, 8, 33}) {
       Check({type, in, 40, rows, /*x_pad=*/3, /*y_pad=*/5}, rng);
@@ -284,8 +284,8 @@ TEST_F(CudaMatMulTest, GroupEqualsSeparateProductsBitForBit) {
 // range (which the CPU refuses before writing anything) gives a row of NaN on the GPU.
 TEST_F(CudaMatMulTest, GetRowsBitIdenticalToCpuAndNaNForBadIds) {
   std::mt19937 rng(7);
-  for (WeightType type : AllTypes()) {
-    SCOPED_TRACE(Name(type));
+  for (WeightType type : AllWeightTypes()) {
+    SCOPED_TRACE(TypeName(type));
     const int64_t in = Lengths(type).back();
     const HostWeights table = MakeHostWeights(type, in, 50, 1, 1.0f, rng);
     const std::vector<int32_t> ids = {0, 49, 7, 7, 23, 1};

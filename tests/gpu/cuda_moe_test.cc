@@ -104,7 +104,7 @@ class CudaMoeTest : public GpuBackendTest {
   }
 
   void Check(const Config& c, int64_t n_tokens, int64_t k, std::mt19937& rng) {
-    SCOPED_TRACE(std::string(Name(c.gate)) + "/" + Name(c.up) + "/" + Name(c.down) +
+    SCOPED_TRACE(std::string(TypeName(c.gate)) + "/" + TypeName(c.up) + "/" + TypeName(c.down) +
                  " T=" + std::to_string(n_tokens) + " k=" + std::to_string(k));
     const Experts ex = MakeExperts(c, rng);
     const int64_t xs = c.n_embd + 3;

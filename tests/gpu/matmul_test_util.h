@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/quants.h"
+#include "tests/kernels/quant_test_util.h"
 
 namespace deltaserve::kernels::gpu_test {
 
@@ -34,41 +35,9 @@ inline constexpr double kF32SumRel = 1e-5;
 inline constexpr double kF16Rel = 2.0 * 0x1p-11;  // two operands rounded to f16
 inline constexpr double kF16Abs = 0x1p-25;        // f16 subnormal rounding
 
-inline const std::vector<WeightType>& AllTypes() {
-  static const std::vector<WeightType> types = {
-      WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ8_0,
-      WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1,
-      WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
-  return types;
-}
-
-inline const char* Name(WeightType type) {
-  switch (type) {
-    case WeightType::kF32:
-      return "F32";
-    case WeightType::kF16:
-      return "F16";
-    case WeightType::kBF16:
-      return "BF16";
-    case WeightType::kQ8_0:
-      return "Q8_0";
-    case WeightType::kQ4_0:
-      return "Q4_0";
-    case WeightType::kQ4_1:
-      return "Q4_1";
-    case WeightType::kQ5_0:
-      return "Q5_0";
-    case WeightType::kQ5_1:
-      return "Q5_1";
-    case WeightType::kQ4_K:
-      return "Q4_K";
-    case WeightType::kQ5_K:
-      return "Q5_K";
-    case WeightType::kQ6_K:
-      return "Q6_K";
-  }
-  return "?";
-}
+// The weight types and their names: tests/kernels/quant_test_util.h's, shared with the CPU tests.
+using testing::AllWeightTypes;
+using testing::TypeName;
 
 inline bool IsQuantized(WeightType type) { return BlockLayoutOf(type).block_size > 1; }
 
