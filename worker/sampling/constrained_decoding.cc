@@ -39,8 +39,7 @@ absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(
   }
   // The byte budget, over the tables as the scheduler has grown them so far; the newest grammar
   // always stays.
-  size_t bytes = 0;
-  for (const Entry& e : lru_) bytes += e.grammar->published_memory_bytes();
+  size_t bytes = CachedBytesLocked();
   while (bytes > budget_bytes_ && lru_.size() > 1) {
     const size_t dropped = lru_.back().grammar->published_memory_bytes();
     std::fprintf(stderr, "grammar cache: %zu bytes cached, over its budget of %zu: dropping a "
@@ -60,6 +59,10 @@ size_t GrammarCache::evicted_for_memory() const {
 
 size_t GrammarCache::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return CachedBytesLocked();
+}
+
+size_t GrammarCache::CachedBytesLocked() const {
   size_t bytes = 0;
   for (const Entry& e : lru_) bytes += e.grammar->published_memory_bytes();
   return bytes;

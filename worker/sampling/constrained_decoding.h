@@ -71,6 +71,8 @@ class GrammarCache {
     Key key;
     std::shared_ptr<common::grammar::CompiledGrammar> grammar;
   };
+  size_t CachedBytesLocked() const;  // mu_ held
+
   const size_t max_entries_;
   const size_t budget_bytes_;
   mutable std::mutex mu_;
