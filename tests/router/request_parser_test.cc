@@ -350,6 +350,10 @@ TEST(ChatRequestParserTest, VllmGuidedDecodingFields) {
     EXPECT_EQ(r->response_format.type, ResponseFormat::Type::kJsonSchema) << field;
     EXPECT_EQ(r->response_format.schema_json, R"({"type":"boolean"})") << field;
   }
+  auto object = ParseChatCompletionRequest(
+      Chat(R"("structured_outputs":{"json_object":true,"regex":null})"));
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_EQ(object->response_format.type, ResponseFormat::Type::kJsonObject);
   auto completion =
       ParseCompletionRequest(R"({"model":"m","prompt":"x","guided_regex":"[ab]{2}"})");
   ASSERT_TRUE(completion.ok()) << completion.status();
@@ -368,6 +372,11 @@ TEST(ChatRequestParserTest, VllmGuidedDecodingFields) {
       {Chat(R"("guided_grammar":"root ::= \"a\"")"), "guided_grammar"},
       {Chat(R"("structured_outputs":{"grammar":"root ::= x"})"), "structured_outputs.grammar"},
       {Chat(R"("ebnf":"root ::= x")"), "ebnf"},
+      // vLLM's options are refused, not accepted and ignored.
+      {Chat(R"("structured_outputs":{"regex":"a","disable_any_whitespace":true})"),
+       "structured_outputs.disable_any_whitespace"},
+      {Chat(R"("structured_outputs":{"json_object":1})"), "structured_outputs.json_object"},
+      {Chat(R"("guided_json":{},"guided_whitespace_pattern":" ?")"), "guided_whitespace_pattern"},
       {Chat(R"("guided_regex":"a","guided_choice":["b"])"), "guided_regex"},
       {Chat(R"("response_format":{"type":"json_object"},"guided_regex":"a")"), "guided_regex"},
       {Chat(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required",)"

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grammar/output_constraint.h"
 #include "common/str_util.h"
@@ -136,6 +135,10 @@ constexpr size_t kMaxChoices = 256;
 absl::Status ReadGuided(const json& value, const std::string& param, std::string_view key,
                         ResponseFormat* out) {
   out->param = param;
+  if (key == "json_object") {
+    out->type = ResponseFormat::Type::kJsonObject;
+    return absl::OkStatus();  // any one JSON object: always compiles
+  }
   if (key == "regex") {
     if (!value.is_string()) return TypeError(param, "a string", value);
     out->type = ResponseFormat::Type::kRegex;
@@ -161,11 +164,12 @@ absl::Status ReadGuided(const json& value, const std::string& param, std::string
   } else if (key == "json") {
     json schema = value;
     if (value.is_string()) {
-      schema = json::parse(value.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+      schema =
+          json::parse(value.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
       if (schema.is_discarded()) {
-        return InvalidRequestError(param, "invalid_value",
-                                   absl::StrCat("'", common::Sv(param),
-                                                "' is a string that does not hold JSON"));
+        return InvalidRequestError(
+            param, "invalid_value",
+            absl::StrCat("'", common::Sv(param), "' is a string that does not hold JSON"));
       }
     }
     if (!schema.is_object() && !schema.is_boolean()) {
@@ -205,42 +209,54 @@ absl::Status ReadGuided(const json& value, const std::string& param, std::string
 }  // namespace
 
 absl::Status ParseGuidedDecoding(const json& doc, ResponseFormat* out) {
-  // (param, kind) of every field present.
-  std::vector<std::pair<std::string, std::string>> found;
-  const json* so = Member(doc, "structured_outputs");
-  if (so != nullptr) {
+  struct Found {
+    std::string param;  // where it was, for errors
+    std::string key;    // what it asks for: "regex", "choice", "json", "json_object", "grammar"
+    const json* value;
+  };
+  std::vector<Found> found;
+  if (const json* so = Member(doc, "structured_outputs")) {
     if (!so->is_object()) return TypeError("structured_outputs", "an object", *so);
-    for (const char* key : {"regex", "choice", "json", "grammar", "structural_tag"}) {
-      const json* v = Member(*so, key);
-      if (v != nullptr) found.emplace_back(absl::StrCat("structured_outputs.", key), key);
+    for (const auto& [key, value] : so->items()) {
+      if (value.is_null()) continue;
+      const std::string param = absl::StrCat("structured_outputs.", key);
+      if (key == "json_object") {
+        if (!value.is_boolean()) return TypeError(param, "a boolean", value);
+        if (value.get<bool>()) found.push_back({param, key, &value});
+      } else if (key == "regex" || key == "choice" || key == "json") {
+        found.push_back({param, key, &value});
+      } else if (key == "grammar" || key == "structural_tag") {
+        found.push_back({param, "grammar", &value});
+      } else {
+        // vLLM's options (disable_any_whitespace, whitespace_pattern, ...) and anything else:
+        // refused rather than accepted and not honoured.
+        return InvalidRequestError(param, "unsupported_value",
+                                   absl::StrCat("'", param, "' is not supported"));
+      }
     }
   }
-  for (const auto& [field, key] : std::initializer_list<std::pair<const char*, const char*>>{
-           {"guided_regex", "regex"},
-           {"guided_choice", "choice"},
-           {"guided_json", "json"},
-           {"guided_grammar", "grammar"},
-           {"regex", "regex"},
-           {"ebnf", "grammar"}}) {
-    if (Member(doc, field) != nullptr) found.emplace_back(field, key);
+  for (const auto& [field, key] :
+       std::initializer_list<std::pair<const char*, const char*>>{{"guided_regex", "regex"},
+                                                                  {"guided_choice", "choice"},
+                                                                  {"guided_json", "json"},
+                                                                  {"guided_grammar", "grammar"},
+                                                                  {"regex", "regex"},
+                                                                  {"ebnf", "grammar"}}) {
+    if (const json* v = Member(doc, field)) found.push_back({field, key, v});
+  }
+  if (Member(doc, "guided_whitespace_pattern") != nullptr) {
+    return InvalidRequestError("guided_whitespace_pattern", "unsupported_value",
+                               "'guided_whitespace_pattern' is not supported (whitespace between "
+                               "JSON tokens is bounded by the grammar)");
   }
   if (found.empty()) return absl::OkStatus();
   if (found.size() > 1 || out->type != ResponseFormat::Type::kText) {
-    const std::string other =
-        found.size() > 1 ? found[1].first : std::string("response_format");
-    return InvalidRequestError(
-        found[0].first, "invalid_value",
-        absl::StrCat("'", found[0].first, "' cannot be combined with '", other,
-                     "': one output constraint per request"));
+    const std::string other = found.size() > 1 ? found[1].param : std::string("response_format");
+    return InvalidRequestError(found[0].param, "invalid_value",
+                               absl::StrCat("'", found[0].param, "' cannot be combined with '",
+                                            other, "': one output constraint per request"));
   }
-  const auto& [param, key] = found[0];
-  const json* value = nullptr;
-  if (absl::StartsWith(param, "structured_outputs.")) {
-    value = Member(*so, key.c_str());
-  } else {
-    value = Member(doc, param.c_str());
-  }
-  return ReadGuided(*value, param, key, out);
+  return ReadGuided(*found[0].value, found[0].param, found[0].key, out);
 }
 
 }  // namespace deltaserve::router::api::internal

@@ -24,7 +24,8 @@ absl::Status ParseResponseFormat(const nlohmann::ordered_json& doc, ResponseForm
 
 // vLLM's and SGLang's guided-decoding fields, for clients written against them (docs/
 // structured_outputs.md, "vLLM-style fields"): `structured_outputs` {"regex" | "choice" |
-// "json"}, the older `guided_regex` / `guided_choice` / `guided_json`, and SGLang's `regex`.
+// "json" | "json_object": true}, the older `guided_regex` / `guided_choice` / `guided_json`, and
+// SGLang's `regex`; vLLM's other options (whitespace, fallback) are refused, not ignored.
 // A regex is the whole output (anchored at both ends); a choice is one of the listed strings
 // exactly (a regex of the escaped alternatives); json is a JSON Schema (an object, or a string
 // holding one). At most one constraint per request, `response_format` included (400 otherwise);
