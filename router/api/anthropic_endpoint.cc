@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "router/api/anthropic_request.h"
@@ -44,16 +43,14 @@ void CountIgnoredTools(const std::vector<std::string>& types) {
   }
 }
 
-// The X-DeltaServe-Warning header's value for skipped server tools ("" when none).
+// The X-DeltaServe-Warning header's value for skipped server tools ("" when none). The parser
+// kept only header-safe, distinct types (internal/ignored_tools.h); the list is still capped.
 std::string IgnoredToolsWarning(const std::vector<std::string>& types) {
   if (types.empty()) return "";
   std::string names;
   for (const std::string& t : types) {
     if (names.size() > 200) break;  // a header, not a list of everything
-    // Only header-safe characters of the client's text.
-    std::string safe;
-    for (char c : t) safe.push_back(absl::ascii_isalnum(c) || c == '_' || c == '-' ? c : '?');
-    absl::StrAppend(&names, names.empty() ? "" : ", ", safe);
+    absl::StrAppend(&names, names.empty() ? "" : ", ", t);
   }
   return absl::StrCat("server tools of type ", names,
                       " are not supported by DeltaServe and were ignored");

@@ -12,6 +12,7 @@
 #include "common/grammar/output_constraint.h"
 #include "common/str_util.h"
 #include "router/api/api_error.h"
+#include "router/api/internal/ignored_tools.h"
 #include "router/api/internal/json_fields.h"
 #include "router/api/internal/response_format.h"
 #include "router/api/request_parser.h"
@@ -262,7 +263,7 @@ absl::Status ParseTools(const json& doc, CompletionRequest* r, std::vector<std::
     std::optional<std::string> type;
     DS_RETURN_IF_ERROR(ReadString(tool, "type", path + ".type", &type));
     if (type && *type != "custom") {
-      if (notes != nullptr) notes->ignored_tool_types.push_back(*type);
+      if (notes != nullptr) internal::NoteIgnoredToolType(*type, &notes->ignored_tool_types);
       continue;
     }
     std::string name;

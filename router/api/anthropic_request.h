@@ -30,7 +30,8 @@ inline constexpr size_t kMaxStopSequences = 64;
 
 // What a parse dropped rather than refused, for the answer's warning header and metrics.
 struct AnthropicParseNotes {
-  // `type` of each server tool skipped (web_search_20250305, bash_20250124, ...), in order.
+  // `type` of each server tool skipped (web_search_20250305, bash_20250124, ...), distinct, in
+  // first-seen order, cut to header- and log-safe characters (internal/ignored_tools.h).
   std::vector<std::string> ignored_tool_types;
 };
 

@@ -10,6 +10,7 @@
 #include "common/grammar/output_constraint.h"
 #include "common/str_util.h"
 #include "router/api/api_error.h"
+#include "router/api/internal/ignored_tools.h"
 #include "router/api/internal/json_fields.h"
 #include "router/api/internal/response_format.h"
 #include "router/api/internal/responses_input.h"
@@ -56,17 +57,7 @@ absl::Status ParseTools(const json& doc, ResponsesRequest* r, json* function_too
       std::string type;
       DS_RETURN_IF_ERROR(RequiredString(tool, "type", path + ".type", &type));
       if (type != "function") {
-        // Named in a header and a log line: only characters that are safe in both.
-        std::string safe;
-        for (char ch : type) {
-          const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                          (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
-          if (ok && safe.size() < 64) safe.push_back(ch);
-        }
-        type = safe.empty() ? "unnamed" : safe;
-        bool seen = false;
-        for (const std::string& t : r->ignored_tool_types) seen = seen || t == type;
-        if (!seen) r->ignored_tool_types.push_back(type);
+        internal::NoteIgnoredToolType(type, &r->ignored_tool_types);
         continue;
       }
       std::string name;

@@ -116,6 +116,21 @@ TEST(AnthropicRequestTest, ToolRoundTripBecomesOpenAiToolCallsAndToolMessages) {
   }
 }
 
+// Found by anthropic_request_fuzz: a server tool's type was kept as the client wrote it, and it is
+// named in a header and a log line. Kept: [A-Za-z0-9_.-] only, each type once.
+TEST(AnthropicRequestTest, SkippedServerToolTypesAreHeaderSafeAndDistinct) {
+  AnthropicParseNotes notes;
+  absl::StatusOr<CompletionRequest> r = ParseAnthropicMessagesRequest(
+      R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+          "tools": [{"type": "web_search\r\nX-Injected: 1"}, {"type": "bash_20250124"},
+                    {"type": "\u00e9\n"}, {"type": "bash_20250124"}]})",
+      &notes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(notes.ignored_tool_types,
+            (std::vector<std::string>{"web_searchX-Injected1", "bash_20250124", "unnamed"}));
+  EXPECT_TRUE(r->tools_json.empty());
+}
+
 TEST(AnthropicRequestTest, AssistantWithOnlyToolUseHasNullContent) {
   absl::StatusOr<CompletionRequest> r = Parse(R"({"model": "m", "max_tokens": 5, "messages": [
     {"role": "user", "content": "x"},
