@@ -170,6 +170,12 @@ void HttpServer::Stop(absl::Duration grace) {
   core_->ioc.stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  // Handlers still queued when the loop stopped (the acceptor's close, the cancelled accept)
+  // hold the Acceptor, which holds the ServerCore that owns the io_context holding them: a
+  // cycle that leaked the server. Run what is ready on this thread (every connection is gone
+  // or force-closed, the acceptor closes, nothing blocks), and the cycle is broken.
+  core_->ioc.restart();
+  core_->ioc.poll();
 }
 
 }  // namespace deltaserve::router::http

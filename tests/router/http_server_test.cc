@@ -353,5 +353,21 @@ TEST(HttpServerStartTest, PortInUseIsAClearError) {
   EXPECT_EQ(HttpServer(bad).Start().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A stopped server frees everything: the accept loop's queued handlers once held the server's
+// core (and so its routes) in a cycle whenever the loop stopped before they ran, about one server
+// in four under AddressSanitizer. A route's captured sentinel shows whether the core was freed.
+TEST(HttpServerStartTest, AStoppedServerFreesItsRoutes) {
+  for (int i = 0; i < 20; ++i) {
+    auto sentinel = std::make_shared<int>(i);
+    {
+      HttpServer server(HttpServerOptions{});
+      server.RouteSync("GET", "/x", [sentinel](const Request&) { return Response::Text(200, "x"); });
+      ASSERT_TRUE(server.Start().ok());
+      if (i % 2 == 1) server.Stop(absl::ZeroDuration());
+    }
+    EXPECT_EQ(sentinel.use_count(), 1) << "server " << i << " was not freed";
+  }
+}
+
 }  // namespace
 }  // namespace deltaserve::router::http
