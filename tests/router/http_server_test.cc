@@ -361,7 +361,8 @@ TEST(HttpServerStartTest, AStoppedServerFreesItsRoutes) {
     auto sentinel = std::make_shared<int>(i);
     {
       HttpServer server(HttpServerOptions{});
-      server.RouteSync("GET", "/x", [sentinel](const Request&) { return Response::Text(200, "x"); });
+      server.RouteSync("GET", "/x",
+                       [sentinel](const Request&) { return Response::Text(200, "x"); });
       ASSERT_TRUE(server.Start().ok());
       if (i % 2 == 1) server.Stop(absl::ZeroDuration());
     }
