@@ -1,5 +1,5 @@
-// libFuzzer target for the untrusted inputs of common/redis_client: the --redis URL (config) and
-// the bytes a Redis server sends back. Each input is
+// libFuzzer target for the untrusted inputs of common/redis_url and common/redis_client: the
+// --redis URL (config) and the bytes a Redis server sends back. Each input is
 //   1. parsed as a URL; when it parses, RedactedUrl() must parse again to the same options with
 //      the password "***", and must not depend on the password;
 //   2. fed, in chunks whose sizes come from the input itself, to the reply reader with a 4 KiB
@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "common/internal/redis_protocol.h"
-#include "common/redis_client.h"
+#include "common/redis_url.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace deltaserve::common {
