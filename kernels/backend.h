@@ -150,6 +150,50 @@ struct Vec {
   int64_t n = 0;
 };
 
+// One decode step of a Gated DeltaNet layer (MODEL_SPEC §2.4 steps 2-7, after the input
+// projections) for B sequences with exactly one new token each: Backend::DeltaNetDecodeStep.
+// d = head_dim, C = 2 n_k d + n_v d (the conv channels). Row b of every matrix is sequence b's
+// token. Per sequence b, as RunDeltaNet composes the single ops for one token:
+//   DeltaNetGates(alpha[b], beta[b]); CausalConv1dSilu(qkv[b], conv_w, conv_states[b]) in
+//   place; L2Norm of each q and k head (l2_eps); GatedDeltaRule(q, k, v, g, beta,
+//   delta_states[b]) -> out[b]; GatedRmsNorm(out[b] per head, norm, z[b] per head, norm_eps).
+// The per-sequence states are reached through arrays of B pointers so that one call (one or two
+// kernel launches on a GPU, capturable in a CUDA graph) serves the whole batch:
+// `conv_states`/`delta_states` are in backend memory (what a GPU kernel reads);
+// `conv_states_host`/`delta_states_host` are host arrays holding the same B pointers (what a
+// composition of single ops on the host, the default implementation, uses; no backend reads
+// backend memory on the host to find them). Both pairs are required and must agree.
+// Aliasing: qkv, alpha and beta are clobbered (they hold intermediate values afterwards: the
+// default leaves the conv output with q and k normalised, g and sigmoid(beta)); out must not
+// overlap any other argument; no two sequences may share a state.
+struct DeltaNetStep {
+  Mat qkv;    // [B][C]: in_proj_qkv's output [q heads | k heads | v heads], the conv input
+  Mat z;      // [B][n_v d]: in_proj_z's output (the output gate)
+  Mat alpha;  // [B][n_v]: in_proj_a's output (DeltaNetGates turns it into g)
+  Mat beta;   // [B][n_v]: in_proj_b's output (before the sigmoid)
+  const float* conv_w = nullptr;  // [C][conv_kernel] (CausalConv1dSilu)
+  int64_t conv_kernel = 0;
+  float* const* conv_states = nullptr;   // backend memory, B pointers to [conv_kernel - 1][C]
+  float* const* delta_states = nullptr;  // backend memory, B pointers to [n_v][d (v)][d (k)]
+  float* const* conv_states_host = nullptr;   // host memory, the same B pointers
+  float* const* delta_states_host = nullptr;  // host memory, the same B pointers
+  Vec ssm_a;    // [n_v]
+  Vec dt_bias;  // [n_v]
+  Vec norm;     // [d]: the gated RMSNorm's weight (plain, no +1)
+  float l2_eps = 0.0f;
+  float norm_eps = 0.0f;
+  int64_t n_k_heads = 0;
+  int64_t n_v_heads = 0;
+  int64_t head_dim = 0;
+  Mat out;  // [B][n_v d]
+};
+
+// The shape rules of DeltaNetDecodeStep, shared by every backend so all refuse the same calls:
+// kInvalidArgument unless the shapes above hold, every array and Vec is present, the host
+// arrays' entries are non-null (a conv state may be null when conv_kernel == 1: no window; the
+// backend-memory arrays are not read here) and n_v % n_k == 0. B == 0 is valid.
+KernelStatus ValidateDeltaNetStep(const DeltaNetStep& step);
+
 // A backend allocation; freed by its backend when the handle dies. Move-only.
 class DeviceBuffer {
  public:
@@ -282,6 +326,11 @@ class Backend {
   virtual KernelStatus GatedRmsNorm(const Mat& x, Vec w, const Mat& z, float eps, Mat& y) = 0;
   // g = ssm_a[h] * softplus(alpha + dt_bias[h]); beta = sigmoid(beta), in place, [T][n_v_heads].
   virtual KernelStatus DeltaNetGates(Mat& alpha_to_g, Mat& beta, Vec ssm_a, Vec dt_bias) = 0;
+  // A decode step of one DeltaNet layer for B sequences of one token each (DeltaNetStep says
+  // what it computes, the layouts and the aliasing rules). The default composes the ops above
+  // through the host pointer arrays, exactly as the engine does for longer runs; a GPU backend
+  // fuses it into a launch or two over the whole batch.
+  virtual KernelStatus DeltaNetDecodeStep(const DeltaNetStep& step);
 
   // --- mixture of experts ---------------------------------------------------------------
   // Softmax over each row of `logits` [T][n_expert], top-k, weights renormalised to sum 1

@@ -373,6 +373,10 @@ KernelStatus CudaBackend::DeltaNetGates(Mat& alpha_to_g, Mat& beta, Vec ssm_a, V
   DS_CUDA_OP("DeltaNetGates", LaunchDeltaNetGates(Context(), alpha_to_g, beta, ssm_a, dt_bias));
 }
 
+KernelStatus CudaBackend::DeltaNetDecodeStep(const DeltaNetStep& step) {
+  DS_CUDA_OP("DeltaNetDecodeStep", LaunchDeltaNetDecodeStep(Context(), step));
+}
+
 KernelStatus CudaBackend::MoeRoute(const Mat& logits, int64_t k, int32_t* ids, float* weights) {
   DS_CUDA_OP("MoeRoute", LaunchMoeRoute(Context(), logits, k, ids, weights));
 }

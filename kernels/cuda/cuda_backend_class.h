@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
                               int64_t head_dim, float* state, Mat& out) override;
   KernelStatus GatedRmsNorm(const Mat& x, Vec w, const Mat& z, float eps, Mat& y) override;
   KernelStatus DeltaNetGates(Mat& alpha_to_g, Mat& beta, Vec ssm_a, Vec dt_bias) override;
+  KernelStatus DeltaNetDecodeStep(const DeltaNetStep& step) override;
 
   KernelStatus MoeRoute(const Mat& logits, int64_t k, int32_t* ids, float* weights) override;
   KernelStatus MoeFfn(const Mat& x, const int32_t* ids, const float* weights, int64_t k,

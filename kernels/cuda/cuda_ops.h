@@ -64,4 +64,9 @@ KernelStatus LaunchGatedDeltaRule(const LaunchContext& ctx, const Mat& q, const 
                                   int64_t n_v_heads, int64_t head_dim, float* state, Mat& out);
 size_t GatedDeltaRuleScratchBytes(int64_t n_tokens, int64_t n_v_heads, int64_t head_dim);
 
+// --- gdn_decode.cu: the fused DeltaNet decode step of B sequences (backend.h DeltaNetStep) ----
+// Reads the states through step.conv_states / step.delta_states (device arrays); the host copies
+// are only checked. head_dim above 256 or more than 65535 sequences: kUnsupportedType. No scratch.
+KernelStatus LaunchDeltaNetDecodeStep(const LaunchContext& ctx, const DeltaNetStep& step);
+
 }  // namespace deltaserve::kernels::cuda

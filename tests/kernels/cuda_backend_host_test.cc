@@ -78,6 +78,9 @@ KernelStatus LaunchGatedDeltaRule(const LaunchContext&, const Mat&, const Mat&, 
                                   const Mat&, const Mat&, int64_t, int64_t, int64_t, float*, Mat&) {
   return KernelStatus::kUnsupportedType;
 }
+KernelStatus LaunchDeltaNetDecodeStep(const LaunchContext&, const DeltaNetStep&) {
+  return KernelStatus::kUnsupportedType;
+}
 KernelStatus LaunchL2Norm(const LaunchContext&, Mat&, int64_t, float) {
   return KernelStatus::kUnsupportedType;
 }
