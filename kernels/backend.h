@@ -342,6 +342,52 @@ class Backend {
   virtual KernelStatus MoeFfn(const Mat& x, const int32_t* ids, const float* weights, int64_t k,
                               const WeightView& gate_exps, const WeightView& up_exps,
                               const WeightView& down_exps, Mat& y) = 0;
+
+  // --- step capture (a CUDA graph per decode step) -----------------------------------------
+  // A backend that can record a forward pass's ops and run them later as one unit (the CUDA
+  // backend: a CUDA graph, kernels/cuda/README.md "CUDA graphs") says so here. The engine
+  // (Qwen35Model::Forward) captures decode steps with it:
+  //
+  //   CopyToDevice(inputs); BeginStepCapture(); ops...; EndStepCapture(key);
+  //   LaunchStepGraph(key); CopyToHost(results)
+  //
+  // While capturing (from BeginStepCapture to EndStepCapture or AbortStepCapture):
+  // - every op (CopyOnDevice included) is recorded with its arguments as they are at the call:
+  //   pointers, shapes and host scalars by value, host arrays (MatMulGroup's w and y,
+  //   DeltaNetStep's host pointer arrays) by their contents; it returns kOk without running,
+  //   or an error it detects at once (the capture is then spoilt: AbortStepCapture). Nothing
+  //   is read or written in backend memory until the launch, so the caller may not use an
+  //   op's result on the host before it.
+  // - Allocate (an empty handle), ImportWeights (null), CopyToDevice, CopyToHost and
+  //   Synchronize (kInvalidArgument) are refused, the capture staying valid: none can be part
+  //   of a graph. No DeviceBuffer of the backend may be freed either (cudaFree breaks a CUDA
+  //   capture). Inputs go into backend memory before BeginStepCapture.
+  // One capture at a time, on the thread that drives the backend. The defaults: no support.
+  virtual bool SupportsStepCapture() const { return false; }
+  // kUnsupportedType without support; kInvalidArgument while a capture runs.
+  virtual KernelStatus BeginStepCapture() { return KernelStatus::kUnsupportedType; }
+  // Ends the capture and makes the recording the executable graph kept under `key`: in place
+  // when the graph already kept there has the same sequence of ops (updated: cheap), else a
+  // new one (instantiated). On failure (a spoilt capture, a graph the backend cannot build)
+  // nothing recorded has run or will run, and the caller may run the same ops uncaptured.
+  virtual KernelStatus EndStepCapture(uint64_t key) {
+    (void)key;
+    return KernelStatus::kUnsupportedType;
+  }
+  // Queues the graph kept under `key`: its ops run as if called now, in their order.
+  virtual KernelStatus LaunchStepGraph(uint64_t key) {
+    (void)key;
+    return KernelStatus::kUnsupportedType;
+  }
+  // Ends a capture and drops its recording; nothing recorded runs. No-op when not capturing.
+  virtual void AbortStepCapture() {}
+  // Graphs built from scratch, recordings applied to a kept graph in place, launches.
+  struct StepGraphStats {
+    int64_t instantiated = 0;
+    int64_t updated = 0;
+    int64_t launched = 0;
+  };
+  virtual StepGraphStats step_graph_stats() const { return {}; }
 };
 
 // The CPU backend with `n_threads` worker threads (0: one per core).

@@ -85,7 +85,7 @@ int Usage(const std::string& why) {
   std::cerr << "deltaserve-worker: " << why << "\n"
             << "usage: deltaserve-worker --model NAME=PATH.gguf (repeatable) [--listen HOST:PORT]\n"
                "         [--device cpu|cuda:N] [--threads N] [--ctx N] [--parallel N]\n"
-               "         [--ram SIZE] [--vram SIZE] [--overhead SIZE]\n"
+               "         [--ram SIZE] [--vram SIZE] [--overhead SIZE] [--cuda-graphs on|off]\n"
                "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
                "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
                "         [--draft-max N] [--metrics-port P] [--metrics-host ADDR]\n"
@@ -221,6 +221,12 @@ std::string Parse(int argc, char** argv, Flags& f) {
       if (!integer(f.serving.max_waiting, 1)) return "--max-waiting needs a count >= 1";
     } else if (a == "--speculation") {
       f.serving.speculation = true;
+    } else if (a == "--cuda-graphs") {
+      // Decode steps as CUDA graphs (docs/gpu.md); no effect on the CPU.
+      const char* v = value();
+      const std::string on = v == nullptr ? "" : v;
+      if (on != "on" && on != "off") return "--cuda-graphs needs on or off";
+      f.serving.step_graphs = on == "on";
     } else if (a == "--ngram-min") {
       if (!integer(f.serving.ngram.ngram_min, 1)) return "--ngram-min needs a count >= 1";
     } else if (a == "--draft-max") {

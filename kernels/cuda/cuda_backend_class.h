@@ -106,6 +106,9 @@ class CudaBackend final : public Backend {
   // while capturing leaves the capture broken: call AbortCapture.
   KernelStatus BeginCapture();
   KernelStatus EndCaptureAndLaunch(int64_t key);
+  // EndCaptureAndLaunch without the launch: the cached graph under `key` is updated or built,
+  // and nothing runs until ReplayGraph(key). On failure nothing recorded will run.
+  KernelStatus EndCapture(int64_t key);
   // Ends a capture and throws the recording away (after an op failed mid-step); no-op if none.
   void AbortCapture();
   // Launches the graph cached under `key` again, unchanged: only valid when every argument of
@@ -115,12 +118,23 @@ class CudaBackend final : public Backend {
   bool HasGraph(int64_t key) const { return graphs_.count(key) != 0; }
   // Destroys every cached graph (the engine's buckets changed, or memory is needed).
   void DropGraphs();
-  struct GraphStats {
-    int64_t instantiated = 0;  // graphs built from scratch
-    int64_t updated = 0;       // recordings applied to a cached graph in place
-    int64_t launched = 0;
-  };
+  // instantiated: graphs built from scratch; updated: recordings applied to a cached graph in
+  // place; launched: EndCaptureAndLaunch and ReplayGraph launches.
+  using GraphStats = StepGraphStats;
   const GraphStats& graph_stats() const { return graph_stats_; }
+
+  // The Backend interface's step capture (kernels/backend.h) is the API above: Begin ->
+  // BeginCapture, End -> EndCapture, Launch -> ReplayGraph, Abort -> AbortCapture.
+  bool SupportsStepCapture() const override { return true; }
+  KernelStatus BeginStepCapture() override { return BeginCapture(); }
+  KernelStatus EndStepCapture(uint64_t key) override {
+    return EndCapture(static_cast<int64_t>(key));
+  }
+  KernelStatus LaunchStepGraph(uint64_t key) override {
+    return ReplayGraph(static_cast<int64_t>(key));
+  }
+  void AbortStepCapture() override { AbortCapture(); }
+  StepGraphStats step_graph_stats() const override { return graph_stats_; }
 
  private:
   CudaBackend() = default;

@@ -361,5 +361,56 @@ TEST_F(CudaBackendHostTest, GraphCaptureUpdateRebuildReplayAndAbort) {
   EXPECT_TRUE(mock_cuda::S().allocations.empty());
 }
 
+// The Backend interface's step capture (what the engine calls): End builds or updates the graph
+// without running it, Launch runs it, the stats are graph_stats(); a spoilt capture ends
+// without a graph and the same ops then run uncaptured.
+TEST_F(CudaBackendHostTest, StepCaptureThroughTheBackendInterface) {
+  std::unique_ptr<CudaBackend> gpu = Make();
+  Backend& b = *gpu;
+  DeviceBuffer xb = b.Allocate(16 * sizeof(float));
+  DeviceBuffer ob = b.Allocate(16 * sizeof(float));
+  Mat x{xb.floats(), 1, 16, 16};
+  Mat one{ob.floats(), 1, 16, 16};
+  std::fill(ob.floats(), ob.floats() + 16, 1.0f);
+  EXPECT_TRUE(b.SupportsStepCapture());
+  EXPECT_EQ(b.LaunchStepGraph(1), KernelStatus::kInvalidArgument);  // no graph yet
+
+  ASSERT_EQ(b.BeginStepCapture(), KernelStatus::kOk);
+  ASSERT_EQ(b.Add(x, one), KernelStatus::kOk);
+  ASSERT_EQ(b.Add(x, one), KernelStatus::kOk);
+  ASSERT_EQ(b.EndStepCapture(1), KernelStatus::kOk) << gpu->last_error();
+  EXPECT_EQ(Floats(xb.data(), 16), std::vector<float>(16, 0.0f)) << "End ran the graph";
+  ASSERT_EQ(b.LaunchStepGraph(1), KernelStatus::kOk);
+  EXPECT_EQ(Floats(xb.data(), 16), std::vector<float>(16, 2.0f));
+  ASSERT_EQ(b.BeginStepCapture(), KernelStatus::kOk);
+  ASSERT_EQ(b.Add(x, x), KernelStatus::kOk);
+  ASSERT_EQ(b.Add(x, one), KernelStatus::kOk);
+  ASSERT_EQ(b.EndStepCapture(1), KernelStatus::kOk);
+  ASSERT_EQ(b.LaunchStepGraph(1), KernelStatus::kOk);
+  EXPECT_EQ(Floats(xb.data(), 16), std::vector<float>(16, 5.0f));
+  Backend::StepGraphStats s = b.step_graph_stats();
+  EXPECT_EQ(s.instantiated, 1);
+  EXPECT_EQ(s.updated, 1);
+  EXPECT_EQ(s.launched, 2);
+
+  // Spoilt by an uncapturable launcher (the stub GetRows allocates): no graph, nothing ran.
+  ASSERT_EQ(b.BeginStepCapture(), KernelStatus::kOk);
+  ASSERT_EQ(b.Add(x, one), KernelStatus::kOk);
+  Mat rows{xb.floats(), 0, 16, 16};
+  b.GetRows(WeightView{}, nullptr, 0, rows);
+  EXPECT_EQ(b.EndStepCapture(2), KernelStatus::kDeviceError);
+  EXPECT_FALSE(gpu->capturing());
+  EXPECT_EQ(b.LaunchStepGraph(2), KernelStatus::kInvalidArgument);
+  EXPECT_EQ(Floats(xb.data(), 16), std::vector<float>(16, 5.0f));
+  // Aborted: nothing runs; the uncaptured op does.
+  ASSERT_EQ(b.BeginStepCapture(), KernelStatus::kOk);
+  ASSERT_EQ(b.Add(x, one), KernelStatus::kOk);
+  b.AbortStepCapture();
+  ASSERT_EQ(b.Add(x, one), KernelStatus::kOk);
+  ASSERT_EQ(b.Synchronize(), KernelStatus::kOk);
+  EXPECT_EQ(Floats(xb.data(), 16), std::vector<float>(16, 6.0f));
+  EXPECT_EQ(b.step_graph_stats().launched, 2);
+}
+
 }  // namespace
 }  // namespace deltaserve::kernels

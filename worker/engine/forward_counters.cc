@@ -40,8 +40,20 @@ void ForwardCounters::CountRoutes(int64_t layer, const int32_t* ids, int64_t n) 
   }
 }
 
+void ForwardCounters::CountGraphLaunch(bool instantiated) {
+  (instantiated ? graph_inst_ : graph_upd_).fetch_add(1, std::memory_order_relaxed);
+  graph_launch_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ForwardCounters::CountGraphFallback() {
+  graph_fallback_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void ForwardCounters::Reset() {
-  for (auto* a : {&passes_, &prefill_, &decode_, &sequences_sum_, &tokens_sum_}) a->store(0);
+  for (auto* a : {&passes_, &prefill_, &decode_, &sequences_sum_, &tokens_sum_, &graph_inst_,
+                  &graph_upd_, &graph_launch_, &graph_fallback_}) {
+    a->store(0);
+  }
   for (auto& a : sequence_buckets_) a.store(0);
   for (auto& a : token_buckets_) a.store(0);
   if (routed_ != nullptr) {

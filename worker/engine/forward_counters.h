@@ -27,6 +27,11 @@ class ForwardCounters {
   void CountPass(int64_t sequences, int64_t prefill, int64_t decode);
   // Tokens routed to each expert of MoE layer `layer` ([n_tokens][k] expert ids).
   void CountRoutes(int64_t layer, const int32_t* ids, int64_t n);
+  // Step graphs (CUDA graphs of decode steps, Qwen35Model::set_step_graphs): one launched
+  // graph, built from scratch (`instantiated`) or applied to a kept one in place; a capture
+  // that failed, its step run without a graph.
+  void CountGraphLaunch(bool instantiated);
+  void CountGraphFallback();
   void Reset();
 
   uint64_t passes() const { return passes_.load(std::memory_order_relaxed); }
@@ -37,6 +42,10 @@ class ForwardCounters {
   std::vector<uint64_t> token_buckets() const;
   uint64_t sequences_sum() const { return sequences_sum_.load(std::memory_order_relaxed); }
   uint64_t tokens_sum() const { return tokens_sum_.load(std::memory_order_relaxed); }
+  uint64_t graphs_instantiated() const { return graph_inst_.load(std::memory_order_relaxed); }
+  uint64_t graphs_updated() const { return graph_upd_.load(std::memory_order_relaxed); }
+  uint64_t graphs_launched() const { return graph_launch_.load(std::memory_order_relaxed); }
+  uint64_t graph_fallbacks() const { return graph_fallback_.load(std::memory_order_relaxed); }
   int64_t n_layer() const { return n_layer_; }
   int64_t n_expert() const { return n_expert_; }
   // Tokens routed to `expert` in `layer` (0 for a dense model).
@@ -48,6 +57,7 @@ class ForwardCounters {
   std::array<std::atomic<uint64_t>, kSequenceBounds.size() + 1> sequence_buckets_{};
   std::array<std::atomic<uint64_t>, kTokenBounds.size() + 1> token_buckets_{};
   std::atomic<uint64_t> sequences_sum_{0}, tokens_sum_{0};
+  std::atomic<uint64_t> graph_inst_{0}, graph_upd_{0}, graph_launch_{0}, graph_fallback_{0};
   std::unique_ptr<std::atomic<uint64_t>[]> routed_;  // [n_layer][n_expert]; null when dense
 };
 

@@ -1,7 +1,10 @@
 #include "worker/engine/qwen35.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -60,6 +63,9 @@ absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(
   }
   m->counters_ =
       std::make_unique<ForwardCounters>(m->hp_.n_layer, m->hp_.is_moe ? m->hp_.n_expert : 0);
+  // Models sharing a backend keep their step graphs apart by this salt in their keys.
+  static std::atomic<uint64_t> next_model{1};
+  m->graph_salt_ = 0xcbf29ce484222325ull ^ (next_model.fetch_add(1) * 0x9e3779b97f4a7c15ull);
   return m;
 }
 
@@ -276,6 +282,7 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vecto
     }
   }
   DS_RUN(CopyToDevice, page_table_buf_.data(), tables.data(), tables.size() * sizeof(int32_t));
+  if (auto s = PrepareDeltaNetStep(batch); !s.ok()) return s;
   n_tokens_ = total;
   // Views sized to this pass (the buffers hold ws_tokens_ rows).
   for (Mat* m : {&ws_.x, &ws_.xn, &ws_.mix, &ws_.qkv, &ws_.z, &ws_.alpha, &ws_.beta, &ws_.o,
@@ -288,42 +295,14 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vecto
 
   DS_RUN(CopyToDevice, ids_buf_.data(), ids.data(), ids.size() * sizeof(int32_t));
   DS_RUN(CopyToDevice, pos_buf_.data(), positions.data(), positions.size() * sizeof(int32_t));
-  DS_RUN(GetRows, weights_.token_embd, static_cast<const int32_t*>(ids_buf_.data()), total, ws_.x);
 
-  absl::Status status;
-  for (size_t i = 0; i < weights_.layers.size() && status.ok(); ++i) {
-    const LayerWeights& l = weights_.layers[i];
-    DS_RUN(RmsNorm, ws_.x, l.attn_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
-    status = l.kind == common::LayerKind::kDeltaNet ? RunDeltaNet(l, deltanet_index_[i], batch)
-                                                    : RunAttention(l, attention_index_[i], batch);
-    if (!status.ok()) break;
-    DS_RUN(Add, ws_.x, ws_.mix);
-    DS_RUN(RmsNorm, ws_.x, l.post_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
-    layer_ = static_cast<int64_t>(i);
-    status = RunFfn(l);
-    if (!status.ok()) break;
-    DS_RUN(Add, ws_.x, ws_.mix);
-  }
+  // Every input is in backend memory now: the ops may run as a step graph.
+  const std::optional<uint64_t> graph_key = StepGraphKey(batch);
+  absl::Status status =
+      graph_key.has_value() ? RunOpsAsGraph(batch, out_rows, *graph_key) : RunOps(batch, out_rows);
   if (status.ok()) {
-    // Gather the rows that want logits, then final norm and head on those rows only.
-    int64_t row = 0, out = 0;
-    for (const BatchEntry& e : batch) {
-      const int64_t n = static_cast<int64_t>(e.tokens.size());
-      const int64_t count = e.LogitsRows();
-      const int64_t first = row + n - count;
-      if (count == 0) {
-        row += n;
-        continue;
-      }
-      Mat dst = ws_.out_x.Rows(out, count);
-      DS_RUN(Copy, ws_.x.Rows(first, count), dst);
-      row += n;
-      out += count;
-    }
     logits.resize(static_cast<size_t>(out_rows * hp_.n_vocab));
     if (out_rows > 0) {
-      DS_RUN(RmsNorm, ws_.out_x, weights_.output_norm, static_cast<float>(hp_.rms_eps), ws_.out_x);
-      DS_RUN(MatMul, weights_.output, ws_.out_x, ws_.logits);
       DS_RUN(CopyToHost, logits.data(), ws_.logits.data, logits.size() * sizeof(float));
     }
     if (hp_.is_moe) {
@@ -348,6 +327,134 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vecto
   return status;
 }
 
+absl::Status Qwen35Model::RunOps(absl::Span<const BatchEntry> batch, int64_t out_rows) {
+  DS_RUN(GetRows, weights_.token_embd, static_cast<const int32_t*>(ids_buf_.data()), n_tokens_,
+         ws_.x);
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    const LayerWeights& l = weights_.layers[i];
+    DS_RUN(RmsNorm, ws_.x, l.attn_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
+    absl::Status status = l.kind == common::LayerKind::kDeltaNet
+                              ? RunDeltaNet(l, deltanet_index_[i], batch)
+                              : RunAttention(l, attention_index_[i], batch);
+    if (!status.ok()) return status;
+    DS_RUN(Add, ws_.x, ws_.mix);
+    DS_RUN(RmsNorm, ws_.x, l.post_norm, static_cast<float>(hp_.rms_eps), ws_.xn);
+    layer_ = static_cast<int64_t>(i);
+    if (status = RunFfn(l); !status.ok()) return status;
+    DS_RUN(Add, ws_.x, ws_.mix);
+  }
+  // Gather the rows that want logits, then final norm and head on those rows only.
+  int64_t row = 0, out = 0;
+  for (const BatchEntry& e : batch) {
+    const int64_t n = static_cast<int64_t>(e.tokens.size());
+    const int64_t count = e.LogitsRows();
+    const int64_t first = row + n - count;
+    if (count == 0) {
+      row += n;
+      continue;
+    }
+    Mat dst = ws_.out_x.Rows(out, count);
+    DS_RUN(Copy, ws_.x.Rows(first, count), dst);
+    row += n;
+    out += count;
+  }
+  if (out_rows > 0) {
+    DS_RUN(RmsNorm, ws_.out_x, weights_.output_norm, static_cast<float>(hp_.rms_eps), ws_.out_x);
+    DS_RUN(MatMul, weights_.output, ws_.out_x, ws_.logits);
+  }
+  return absl::OkStatus();
+}
+
+std::optional<uint64_t> Qwen35Model::StepGraphKey(absl::Span<const BatchEntry> batch) const {
+  if (!step_graphs_ || !backend_->SupportsStepCapture()) return std::nullopt;
+  // Why one key per (model, B, T_1..T_B) keeps a graph's op sequence fixed: RunOps calls the
+  // batched ops (projections, norms, FFN/MoE, head) over sum T_b rows and the per-sequence ops
+  // (conv, delta rule, KV store, attention) once per entry over T_b rows, in batch order, and
+  // gathers T_b logits rows per entry (a decode pass asks for all of them). So the ops, their
+  // order and shapes are a function of the key; only pointers (which sequence's state and
+  // pages) and n_past change from step to step, which a graph takes as an update. A launcher
+  // may still choose another kernel sequence from n_past (attention splitting a longer
+  // context): the backend then rebuilds that key's graph (kernels/cuda/README.md).
+  uint64_t key = graph_salt_;
+  auto mix = [&key](uint64_t v) {  // FNV-1a over 8-byte words
+    key = (key ^ v) * 0x100000001b3ull;
+  };
+  mix(batch.size());
+  for (const BatchEntry& e : batch) {
+    const int64_t n = static_cast<int64_t>(e.tokens.size());
+    if (n > kMaxGraphEntryTokens || e.LogitsRows() != n) return std::nullopt;  // prefill
+    mix(static_cast<uint64_t>(n));
+  }
+  if (failed_graph_keys_.count(key) != 0) return std::nullopt;
+  if (graph_keys_.count(key) == 0 && graph_keys_.size() >= kMaxStepGraphs) return std::nullopt;
+  return key;
+}
+
+absl::Status Qwen35Model::RunOpsAsGraph(absl::Span<const BatchEntry> batch, int64_t out_rows,
+                                        uint64_t key) {
+  const kernels::Backend::StepGraphStats before = backend_->step_graph_stats();
+  absl::Status status = Check(backend_->BeginStepCapture(), "BeginStepCapture");
+  if (status.ok()) {
+    status = RunOps(batch, out_rows);
+    if (status.ok()) {
+      status = Check(backend_->EndStepCapture(key), "EndStepCapture");
+    } else {
+      backend_->AbortStepCapture();
+    }
+  }
+  if (!status.ok()) {
+    // Nothing recorded ran: the step runs again without a graph (a degraded mode: counted in
+    // deltaserve_model_graph_capture_fallbacks_total, logged once per model).
+    failed_graph_keys_.insert(key);
+    graph_keys_.erase(key);
+    counters_->CountGraphFallback();
+    if (!capture_failure_logged_) {
+      capture_failure_logged_ = true;
+      std::fprintf(stderr,
+                   "deltaserve engine: capturing a decode step of %zu sequence(s) as a graph on "
+                   "%s failed (%s); such steps run without a graph from now on\n",
+                   batch.size(), std::string(backend_->name()).c_str(),
+                   std::string(status.message()).c_str());
+    }
+    return RunOps(batch, out_rows);
+  }
+  graph_keys_.insert(key);
+  DS_RUN(LaunchStepGraph, key);
+  counters_->CountGraphLaunch(backend_->step_graph_stats().instantiated > before.instantiated);
+  return absl::OkStatus();
+}
+
+absl::Status Qwen35Model::PrepareDeltaNetStep(absl::Span<const BatchEntry> batch) {
+  state_ptrs_host_.clear();
+  const int64_t n_dn = static_cast<int64_t>(state_layout().n_layers);
+  const int64_t b_n = static_cast<int64_t>(batch.size());
+  for (const BatchEntry& e : batch) {
+    if (e.tokens.size() != 1) return absl::OkStatus();  // not a decode step
+  }
+  if (n_dn == 0 || b_n == 0) return absl::OkStatus();
+  state_ptrs_host_.resize(static_cast<size_t>(2 * n_dn * b_n));
+  for (int64_t layer = 0; layer < n_dn; ++layer) {
+    for (int64_t b = 0; b < b_n; ++b) {
+      const RecurrentState& slot = *batch[b].sequence->state;
+      state_ptrs_host_[(2 * layer) * b_n + b] = slot.conv(static_cast<int>(layer));
+      state_ptrs_host_[(2 * layer + 1) * b_n + b] = slot.delta(static_cast<int>(layer));
+    }
+  }
+  const auto needed = static_cast<int64_t>(state_ptrs_host_.size());
+  if (needed > state_ptr_capacity_) {
+    state_ptr_capacity_ = std::max(needed, 2 * state_ptr_capacity_);
+    state_ptr_buf_ = backend_->Allocate(static_cast<size_t>(state_ptr_capacity_) * sizeof(float*));
+    if (state_ptr_buf_.data() == nullptr) {
+      state_ptr_capacity_ = 0;
+      state_ptrs_host_.clear();
+      return absl::ResourceExhaustedError("no memory for the DeltaNet state pointers");
+    }
+  }
+  DS_RUN(CopyToDevice, state_ptr_buf_.data(), state_ptrs_host_.data(),
+         state_ptrs_host_.size() * sizeof(float*));
+  return absl::OkStatus();
+}
+
 absl::Status Qwen35Model::RunDeltaNet(const LayerWeights& l, int dn_index,
                                       absl::Span<const BatchEntry> batch) {
   const DeltaNetWeights& w = l.deltanet;
@@ -358,6 +465,36 @@ absl::Status Qwen35Model::RunDeltaNet(const LayerWeights& l, int dn_index,
     const kernels::WeightView group_w[] = {w.qkv, w.z, w.beta, w.alpha};
     Mat group_y[] = {ws_.qkv, ws_.z, ws_.beta, ws_.alpha};
     DS_RUN(MatMulGroup, group_w, 4, ws_.xn, group_y);
+  }
+  if (!state_ptrs_host_.empty()) {
+    // A decode step: the rest of the layer up to out_proj is one op for the whole batch.
+    const int64_t b_n = static_cast<int64_t>(batch.size());
+    const size_t conv_at = static_cast<size_t>(2 * dn_index * b_n);
+    const size_t delta_at = conv_at + static_cast<size_t>(b_n);
+    auto* const* device_ptrs = static_cast<float* const*>(state_ptr_buf_.data());
+    kernels::DeltaNetStep step;
+    step.qkv = ws_.qkv;
+    step.z = ws_.z;
+    step.alpha = ws_.alpha;
+    step.beta = ws_.beta;
+    step.conv_w = w.conv;
+    step.conv_kernel = hp_.ssm_conv_kernel;
+    step.conv_states = device_ptrs + conv_at;
+    step.delta_states = device_ptrs + delta_at;
+    step.conv_states_host = state_ptrs_host_.data() + conv_at;
+    step.delta_states_host = state_ptrs_host_.data() + delta_at;
+    step.ssm_a = w.ssm_a;
+    step.dt_bias = w.dt_bias;
+    step.norm = w.norm;
+    step.l2_eps = eps;
+    step.norm_eps = eps;
+    step.n_k_heads = nk;
+    step.n_v_heads = nv;
+    step.head_dim = dk;
+    step.out = ws_.o;
+    DS_RUN(DeltaNetDecodeStep, step);
+    DS_RUN(MatMul, w.out, ws_.o, ws_.mix);
+    return absl::OkStatus();
   }
   DS_RUN(DeltaNetGates, ws_.alpha, ws_.beta, w.ssm_a, w.dt_bias);
   Mat q = ws_.qkv.Cols(0, nk * dk);

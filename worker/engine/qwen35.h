@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,6 +110,16 @@ class Qwen35Model {
   const ForwardCounters& counters() const { return *counters_; }
   ForwardCounters& counters() { return *counters_; }
 
+  // Decode steps as step graphs (CUDA graphs; kernels/backend.h "step capture"): on a backend
+  // that supports capture, a decode-only pass (every entry's logits rows cover all its tokens,
+  // at most kMaxGraphEntryTokens each) records its ops from GetRows through the output head
+  // and launches them as one graph kept per batch shape. On by default (the worker's
+  // --cuda-graphs); no effect on a backend without capture (the CPU).
+  void set_step_graphs(bool on) { step_graphs_ = on; }
+  bool step_graphs() const { return step_graphs_; }
+  static constexpr int64_t kMaxGraphEntryTokens = 32;  // a token and its drafts
+  static constexpr size_t kMaxStepGraphs = 64;         // graphs kept per model
+
  private:
   Qwen35Model() = default;
 
@@ -115,9 +127,21 @@ class Qwen35Model {
   absl::Status ReserveWorkspace(int64_t tokens, int64_t out_rows);
   absl::Status RunDeltaNet(const LayerWeights& l, int dn_index,
                            absl::Span<const BatchEntry> batch);
+  // For a pass whose entries have one token each (a decode step), every DeltaNet layer's
+  // per-sequence conv and delta-state pointers, in backend memory for Backend::DeltaNetDecodeStep
+  // (copied before any layer runs: nothing inside the layers allocates or copies).
+  absl::Status PrepareDeltaNetStep(absl::Span<const BatchEntry> batch);
   absl::Status RunAttention(const LayerWeights& l, int attn_index,
                             absl::Span<const BatchEntry> batch);
   absl::Status RunFfn(const LayerWeights& l);
+  // The pass's ops from GetRows through the output head, once the inputs are in backend
+  // memory (ids, positions, page tables) and the views are sized.
+  absl::Status RunOps(absl::Span<const BatchEntry> batch, int64_t out_rows);
+  // The graph key of a pass to be captured, or nullopt (see set_step_graphs).
+  std::optional<uint64_t> StepGraphKey(absl::Span<const BatchEntry> batch) const;
+  // RunOps captured and launched as the graph under `key`; a failed capture runs RunOps
+  // uncaptured instead (counted, logged once, and that key is not captured again).
+  absl::Status RunOpsAsGraph(absl::Span<const BatchEntry> batch, int64_t out_rows, uint64_t key);
 
   std::unique_ptr<common::GgufFile> file_;
   common::Qwen35HParams hp_;
@@ -134,6 +158,11 @@ class Qwen35Model {
   kernels::DeviceBuffer page_table_buf_;  // every sequence's page table, back to back
   int64_t page_table_capacity_ = 0;       // entries
   std::vector<int64_t> page_table_offset_;  // per batch entry
+  // Decode steps: [DeltaNet layer][conv, delta][B] state pointers, on the host (the op's host
+  // copy) and in backend memory (grown like the page tables); empty when the pass is not one.
+  std::vector<float*> state_ptrs_host_;
+  kernels::DeviceBuffer state_ptr_buf_;
+  int64_t state_ptr_capacity_ = 0;  // entries
   struct Views {
     kernels::Mat x, xn, mix;            // [T][d]
     kernels::Mat qkv, z, alpha, beta, o;  // DeltaNet
@@ -146,6 +175,12 @@ class Qwen35Model {
   int64_t layer_ = 0;     // the layer RunFfn runs (MoE routing counts)
   std::vector<int32_t> route_ids_host_;
   std::unique_ptr<ForwardCounters> counters_;
+  // Step graphs: this model's part of the backend's keys (models may share a backend), the
+  // keys it has graphs for, and those whose capture failed (run uncaptured from then on).
+  bool step_graphs_ = true;
+  uint64_t graph_salt_ = 0;
+  std::set<uint64_t> graph_keys_, failed_graph_keys_;
+  bool capture_failure_logged_ = false;
 };
 
 }  // namespace deltaserve::worker

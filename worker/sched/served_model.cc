@@ -384,6 +384,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
       Qwen35Model::Load(std::move(file_owner), backend);
   if (!model.ok()) return model.status();
   m->model_ = std::move(*model);
+  m->model_->set_step_graphs(options.step_graphs);
   const RecurrentStateLayout layout = m->model_->state_layout();
   const uint64_t total_pages =
       static_cast<uint64_t>(options.n_parallel) * CeilDiv(options.ctx, options.page_tokens);

@@ -47,6 +47,9 @@ struct ServingOptions {
   int64_t step_tokens = 512;  // tokens per engine step, decode and prompt chunks (--batch-tokens)
   int64_t max_waiting = 256;  // queued requests beyond which Submit refuses
   bool speculation = false;   // n-gram drafting (--speculation)
+  // Decode steps as CUDA graphs where the backend can capture them (--cuda-graphs on|off;
+  // Qwen35Model::set_step_graphs).
+  bool step_graphs = true;
   NgramDraftOptions ngram;    // --ngram-min, --draft-max, ...
   uint64_t budget_bytes = 0;  // --ram / --vram: the whole budget, bytes
   std::string budget_name = "RAM";    // "RAM" or "VRAM", for messages

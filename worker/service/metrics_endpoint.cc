@@ -333,6 +333,20 @@ void WriteWorkerMetrics(const WorkerService& service, common::PrometheusText& ou
        &ForwardCounters::decode_tokens},
       {"deltaserve_model_forward_passes_total", "Forward passes of the model.",
        &ForwardCounters::passes},
+      // Decode steps as CUDA graphs (--cuda-graphs; docs/gpu.md): always 0 on the CPU.
+      {"deltaserve_model_graph_launches_total",
+       "Decode steps launched as a captured graph (CUDA graphs).",
+       &ForwardCounters::graphs_launched},
+      {"deltaserve_model_graph_instantiations_total",
+       "Step graphs built from scratch: a new batch shape, or a kernel sequence that changed.",
+       &ForwardCounters::graphs_instantiated},
+      {"deltaserve_model_graph_updates_total",
+       "Step graphs updated in place with a new step's arguments (the cheap path).",
+       &ForwardCounters::graphs_updated},
+      {"deltaserve_model_graph_capture_fallbacks_total",
+       "Decode steps whose graph capture failed and that ran without a graph (degraded: the "
+       "worker logged why; that batch shape is no longer captured).",
+       &ForwardCounters::graph_fallbacks},
   };
   for (const Pass& p : kPass) {
     for (const auto& [name, model] : service.models()) {
