@@ -326,6 +326,47 @@ TEST(CudaGdnDecodeTest, DefaultCompositionUsesTheHostArrays) {
   EXPECT_EQ(a.delta_states, b.delta_states);
 }
 
+TEST(CudaGdnDecodeTest, DefaultIsTheEnginesOpByOpComposition) {
+  // The CPU backend's DeltaNetDecodeStep gives the bits of the single ops as the engine called
+  // them per layer before the op existed (so a CPU worker's logits did not change).
+  const Shape s{3, 2, 4, 32, 4};
+  Case a(s, 31), b(s, 31);
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(2);
+  std::vector<float*> ac, ad;
+  ASSERT_EQ(cpu->DeltaNetDecodeStep(a.Step(ac, ad)), KernelStatus::kOk);
+  // Contiguous out and z, as the engine's workspace has them.
+  HostMat out(s.b, b.out.cols()), z(s.b, b.z.cols());
+  for (int r = 0; r < s.b; ++r) {
+    for (int64_t i = 0; i < z.cols(); ++i) z.at(r, i) = b.z.at(r, i);
+  }
+  const int64_t nk = s.n_k, nv = s.n_v, d = s.d;
+  Mat g = b.alpha.mat(), beta = b.beta.mat(), qkv = b.qkv.mat();
+  ASSERT_EQ(cpu->DeltaNetGates(g, beta, {b.ssm_a.data(), nv}, {b.dt_bias.data(), nv}),
+            KernelStatus::kOk);
+  for (int r = 0; r < s.b; ++r) {
+    Mat x = qkv.Rows(r, 1);
+    ASSERT_EQ(cpu->CausalConv1dSilu(x, b.conv_w.data(), s.kernel, b.conv_states[r].data(), x),
+              KernelStatus::kOk);
+  }
+  Mat q = qkv.Cols(0, nk * d), k = qkv.Cols(nk * d, nk * d), v = qkv.Cols(2 * nk * d, nv * d);
+  ASSERT_EQ(cpu->L2Norm(q, d, 1e-6f), KernelStatus::kOk);
+  ASSERT_EQ(cpu->L2Norm(k, d, 1e-6f), KernelStatus::kOk);
+  for (int r = 0; r < s.b; ++r) {
+    Mat o = out.mat().Rows(r, 1);
+    ASSERT_EQ(cpu->GatedDeltaRule(q.Rows(r, 1), k.Rows(r, 1), v.Rows(r, 1), g.Rows(r, 1),
+                                  beta.Rows(r, 1), nk, nv, d, b.delta_states[r].data(), o),
+              KernelStatus::kOk);
+  }
+  Mat heads = out.mat().Reshaped(d);
+  ASSERT_EQ(cpu->GatedRmsNorm(heads, {b.norm.data(), d}, z.mat().Reshaped(d), 1e-6f, heads),
+            KernelStatus::kOk);
+  EXPECT_TRUE(SameBits(Flatten(a.out), Flatten(out)));
+  for (int r = 0; r < s.b; ++r) {
+    EXPECT_TRUE(SameBits(a.conv_states[r], b.conv_states[r]));
+    EXPECT_TRUE(SameBits(a.delta_states[r], b.delta_states[r]));
+  }
+}
+
 TEST(CudaGdnDecodeTest, ArgumentRules) {
   const Shape s{2, 2, 4, 16, 4};
   Case c(s, 9);

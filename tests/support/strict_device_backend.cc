@@ -189,6 +189,25 @@ class StrictDeviceBackend::OpGuard {
            kv.n_pages > 0 ? static_cast<size_t>(kv.n_pages) * sizeof(int32_t) : 0);
   }
 
+  // Copies `bytes` of backend memory at `p` into `dst` without opening the region for the op
+  // (what a kernel reads to find further arguments: the decode step's pointer arrays); false
+  // when [p, p + bytes) is not backend memory (Device reports that).
+  bool Read(const void* p, size_t bytes, void* dst) {
+    std::lock_guard<std::mutex> lock(b_.mu_);
+    Region* r = p == nullptr ? nullptr : b_.FindLocked(p, bytes);
+    if (r == nullptr) return false;
+    if (r->open == 0) r->Protect(PROT_READ);
+    std::memcpy(dst, p, bytes);
+    if (r->open == 0) r->Protect(PROT_NONE);
+    return true;
+  }
+  // A failed check of the op's own (recorded as "<op>: <what>").
+  void Fail(std::string_view what) {
+    std::lock_guard<std::mutex> lock(b_.mu_);
+    ok_ = false;
+    b_.RecordLocked(absl::StrCat(op_, ": ", absl::string_view(what.data(), what.size())));
+  }
+
   // True when every check passed; then opens the regions for the op.
   bool Open() {
     if (!ok_) return false;
@@ -543,6 +562,49 @@ kernels::KernelStatus StrictDeviceBackend::DeltaNetGates(Mat& alpha_to_g, Mat& b
   g.VecArg("dt_bias", dt_bias);
   if (!g.Open()) return KernelStatus::kInvalidArgument;
   return cpu_->DeltaNetGates(alpha_to_g, beta, ssm_a, dt_bias);
+}
+
+kernels::KernelStatus StrictDeviceBackend::DeltaNetDecodeStep(const kernels::DeltaNetStep& s) {
+  OpGuard g(*this, "DeltaNetDecodeStep");
+  g.MatArg("qkv", s.qkv);
+  g.MatArg("z", s.z);
+  g.MatArg("alpha", s.alpha);
+  g.MatArg("beta", s.beta);
+  g.MatArg("out", s.out);
+  const size_t channels = s.qkv.cols > 0 ? static_cast<size_t>(s.qkv.cols) : 0;
+  g.Device("conv_w", s.conv_w,
+           s.conv_kernel > 0 ? channels * static_cast<size_t>(s.conv_kernel) * sizeof(float) : 0);
+  g.VecArg("ssm_a", s.ssm_a);
+  g.VecArg("dt_bias", s.dt_bias);
+  g.VecArg("norm", s.norm);
+  const int64_t b_n = std::max<int64_t>(s.qkv.rows, 0);
+  const size_t array_bytes = static_cast<size_t>(b_n) * sizeof(float*);
+  g.Device("conv_states", s.conv_states, array_bytes);
+  g.Device("delta_states", s.delta_states, array_bytes);
+  g.Host("conv_states_host", s.conv_states_host, array_bytes);
+  g.Host("delta_states_host", s.delta_states_host, array_bytes);
+  // The pointers inside the arrays, as the GPU kernels will dereference them.
+  const size_t conv_bytes =
+      s.conv_kernel > 1 ? channels * static_cast<size_t>(s.conv_kernel - 1) * sizeof(float) : 0;
+  const size_t delta_bytes = s.n_v_heads > 0 && s.head_dim > 0
+                                 ? static_cast<size_t>(s.n_v_heads * s.head_dim * s.head_dim) *
+                                       sizeof(float)
+                                 : 0;
+  std::vector<float*> conv(static_cast<size_t>(b_n)), delta(static_cast<size_t>(b_n));
+  if (b_n > 0 && g.Read(s.conv_states, array_bytes, conv.data()) &&
+      g.Read(s.delta_states, array_bytes, delta.data())) {
+    for (int64_t b = 0; b < b_n; ++b) {
+      g.Device(absl::StrCat("conv_states[", b, "]"), conv[b], conv_bytes);
+      g.Device(absl::StrCat("delta_states[", b, "]"), delta[b], delta_bytes);
+      if (s.conv_states_host != nullptr && s.delta_states_host != nullptr &&
+          (s.conv_states_host[b] != conv[b] || s.delta_states_host[b] != delta[b])) {
+        g.Fail(absl::StrCat("state pointer ", b,
+                            " in backend memory differs from its host copy (stale arrays)"));
+      }
+    }
+  }
+  if (!g.Open()) return KernelStatus::kInvalidArgument;
+  return cpu_->DeltaNetDecodeStep(s);
 }
 
 kernels::KernelStatus StrictDeviceBackend::MoeRoute(const Mat& logits, int64_t k, int32_t* ids,

@@ -8,7 +8,8 @@
 //   copied, as a GPU backend copies them.
 // - Every op first checks that every pointer argument (Mat, Vec and WeightView data over the
 //   whole range the shapes address, token ids, positions, page tables, KV pools, conv and
-//   delta-rule state, MoE route ids and weights) lies inside one of its allocations; an op that
+//   delta-rule state, the decode step's state pointer arrays and every pointer in them, MoE
+//   route ids and weights) lies inside one of its allocations; an op that
 //   gets a host pointer, or a range running past its allocation, fails with kInvalidArgument and
 //   records which op and which argument (violations()). Only then are the touched allocations
 //   made readable and writable, the CPU op runs, and they are locked again.
@@ -112,6 +113,9 @@ class StrictDeviceBackend final : public kernels::Backend {
                                      float eps, kernels::Mat& y) override;
   kernels::KernelStatus DeltaNetGates(kernels::Mat& alpha_to_g, kernels::Mat& beta,
                                       kernels::Vec ssm_a, kernels::Vec dt_bias) override;
+  // Also checks every state pointer inside step.conv_states / delta_states (read as a kernel
+  // would) and that the host copies hold the same pointers.
+  kernels::KernelStatus DeltaNetDecodeStep(const kernels::DeltaNetStep& step) override;
   kernels::KernelStatus MoeRoute(const kernels::Mat& logits, int64_t k, int32_t* ids,
                                  float* weights) override;
   kernels::KernelStatus MoeFfn(const kernels::Mat& x, const int32_t* ids, const float* weights,

@@ -92,6 +92,113 @@ TEST(StrictDeviceBackend, HostPointersAndOverrunsAreRefusedAndNamed) {
   EXPECT_EQ(back, std::vector<float>(8, 0.0f));
 }
 
+// Backend::DeltaNetDecodeStep reaches the states through arrays of pointers in backend memory:
+// the arrays and every pointer in them are checked (as a GPU kernel would dereference them), and
+// the host copies must hold the same pointers.
+TEST(StrictDeviceBackend, DecodeStepChecksThePointersInsideItsArrays) {
+  StrictDeviceBackend b(1);
+  constexpr int64_t kB = 2, kD = 4, kC = 3 * kD, kKernel = 2;  // n_k = n_v = 1
+  auto filled = [](size_t n, float scale) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 7) % 11) - 0.4f;
+    return v;
+  };
+  const std::vector<float> qkv = filled(kB * kC, 0.3f), z = filled(kB * kD, 0.2f),
+                           ab = filled(kB, 0.5f), w = filled(kC * kKernel, 0.25f), one = {-0.5f},
+                           norm = filled(kD, 0.1f), state = filled(kD * kD, 0.05f),
+                           conv = filled(kC, 0.1f);
+  DeviceBuffer qkv_b = Upload(b, qkv), z_b = Upload(b, z), a_b = Upload(b, ab),
+               beta_b = Upload(b, ab), w_b = Upload(b, w), ssm_b = Upload(b, one),
+               dt_b = Upload(b, one), norm_b = Upload(b, norm), out_b = b.Allocate(kB * kD * 4);
+  DeviceBuffer conv0 = Upload(b, conv), conv1 = Upload(b, conv), delta0 = Upload(b, state),
+               delta1 = Upload(b, state), small = b.Allocate(kD * 4);
+  std::vector<float*> conv_ptrs = {conv0.floats(), conv1.floats()},
+                      delta_ptrs = {delta0.floats(), delta1.floats()};
+  auto upload_ptrs = [&](const std::vector<float*>& p) {
+    DeviceBuffer buf = b.Allocate(p.size() * sizeof(float*));
+    EXPECT_EQ(b.CopyToDevice(buf.data(), p.data(), p.size() * sizeof(float*)), KernelStatus::kOk);
+    return buf;
+  };
+  DeviceBuffer conv_arr = upload_ptrs(conv_ptrs), delta_arr = upload_ptrs(delta_ptrs);
+  kernels::DeltaNetStep s;
+  s.qkv = {qkv_b.floats(), kB, kC, kC};
+  s.z = {z_b.floats(), kB, kD, kD};
+  s.alpha = {a_b.floats(), kB, 1, 1};
+  s.beta = {beta_b.floats(), kB, 1, 1};
+  s.conv_w = w_b.floats();
+  s.conv_kernel = kKernel;
+  s.conv_states = static_cast<float* const*>(conv_arr.data());
+  s.delta_states = static_cast<float* const*>(delta_arr.data());
+  s.conv_states_host = conv_ptrs.data();
+  s.delta_states_host = delta_ptrs.data();
+  s.ssm_a = {ssm_b.floats(), 1};
+  s.dt_bias = {dt_b.floats(), 1};
+  s.norm = {norm_b.floats(), kD};
+  s.l2_eps = s.norm_eps = 1e-6f;
+  s.n_k_heads = s.n_v_heads = 1;
+  s.head_dim = kD;
+  s.out = {out_b.floats(), kB, kD, kD};
+  ASSERT_EQ(b.DeltaNetDecodeStep(s), KernelStatus::kOk) << b.Report();
+  EXPECT_TRUE(b.violations().empty()) << b.Report();
+  // The CPU backend on host copies of the same inputs computes the same bits.
+  {
+    auto cpu = kernels::MakeCpuBackend(1);
+    std::vector<float> hq = qkv, hz = z, ha = ab, hb = ab, hout(kB * kD), hc0 = conv, hc1 = conv,
+                       hd0 = state, hd1 = state;
+    std::vector<float*> hc = {hc0.data(), hc1.data()}, hd = {hd0.data(), hd1.data()};
+    kernels::DeltaNetStep h = s;
+    h.qkv.data = hq.data();
+    h.z.data = hz.data();
+    h.alpha.data = ha.data();
+    h.beta.data = hb.data();
+    h.conv_w = w.data();
+    h.conv_states = h.conv_states_host = hc.data();
+    h.delta_states = h.delta_states_host = hd.data();
+    h.ssm_a.data = one.data();
+    h.dt_bias.data = one.data();
+    h.norm.data = norm.data();
+    h.out.data = hout.data();
+    ASSERT_EQ(cpu->DeltaNetDecodeStep(h), KernelStatus::kOk);
+    EXPECT_EQ(Download(b, out_b, kB * kD), hout);
+    EXPECT_EQ(Download(b, delta1, kD * kD), hd1);
+    EXPECT_EQ(Download(b, conv0, kC), hc0);
+  }
+  // The device array given as host memory.
+  kernels::DeltaNetStep bad = s;
+  bad.conv_states = conv_ptrs.data();
+  EXPECT_EQ(b.DeltaNetDecodeStep(bad), KernelStatus::kInvalidArgument);
+  // A pointer inside the device array that is host memory (the host copy agrees).
+  std::vector<float> host_state(kD * kD);
+  std::vector<float*> host_inside = {delta0.floats(), host_state.data()};
+  DeviceBuffer host_inside_arr = upload_ptrs(host_inside);
+  bad = s;
+  bad.delta_states = static_cast<float* const*>(host_inside_arr.data());
+  bad.delta_states_host = host_inside.data();
+  EXPECT_EQ(b.DeltaNetDecodeStep(bad), KernelStatus::kInvalidArgument);
+  // A state smaller than [n_v][d][d].
+  std::vector<float*> too_small = {delta0.floats(), small.floats()};
+  DeviceBuffer small_arr = upload_ptrs(too_small);
+  bad = s;
+  bad.delta_states = static_cast<float* const*>(small_arr.data());
+  bad.delta_states_host = too_small.data();
+  EXPECT_EQ(b.DeltaNetDecodeStep(bad), KernelStatus::kInvalidArgument);
+  // Stale device arrays: they disagree with the host copies.
+  std::vector<float*> swapped = {conv1.floats(), conv0.floats()};
+  bad = s;
+  bad.conv_states_host = swapped.data();
+  EXPECT_EQ(b.DeltaNetDecodeStep(bad), KernelStatus::kInvalidArgument);
+  const std::vector<std::string> v = b.violations();
+  ASSERT_EQ(v.size(), 5u) << b.Report();  // the swap makes both entries stale
+  EXPECT_NE(v[0].find("argument 'conv_states'"), std::string::npos) << v[0];
+  EXPECT_NE(v[1].find("argument 'delta_states[1]'"), std::string::npos) << v[1];
+  EXPECT_NE(v[2].find("argument 'delta_states[1]'"), std::string::npos) << v[2];
+  EXPECT_NE(v[2].find("past the end"), std::string::npos) << v[2];
+  EXPECT_NE(v[3].find("state pointer 0 in backend memory differs from its host copy"),
+            std::string::npos)
+      << v[3];
+  EXPECT_NE(v[4].find("state pointer 1"), std::string::npos) << v[4];
+}
+
 TEST(StrictDeviceBackend, ImportedWeightsAreCopiesInBackendMemory) {
   StrictDeviceBackend b(1);
   const std::vector<float> host = {1, 2, 3, 4};
