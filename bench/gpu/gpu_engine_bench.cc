@@ -7,6 +7,7 @@
 //   deltaserve-bench-gpu -m FILE --scenario prefill --prompt N [--batch 8192]
 //   deltaserve-bench-gpu -m FILE --scenario batched --sequences S --depth N [--decode 64]
 //   common: [--device cuda:0] [--reps 3] [--seed 1] [--cache-type-k f16] [--cache-type-v f16]
+//           [--cuda-graphs on|off]
 //
 // Prompts are bench/bench_ids.h's pseudo-random ids (the CPU benchmarks' and the llama.cpp
 // harnesses' ids). decode: every repetition prefills --depth tokens into a fresh sequence
@@ -15,7 +16,11 @@
 // computed. batched: --sequences sequences each prefilled to --depth, then --decode steps in
 // which every sequence feeds one token (one Forward call per step); tok/s counts all of them.
 // Forward ends with the logits copied to the host, so each timed call includes its whole GPU
-// work. One JSON line per scenario on stdout (medians over --reps), progress on stderr:
+// work. --cuda-graphs (default on, as the worker's flag) runs decode steps as CUDA graphs
+// (Qwen35Model::set_step_graphs); the line reports it with the graph launches and
+// instantiations of the timed repetitions, so a graphs-on row shows its steps were graphs and
+// that they were updated, not rebuilt. One JSON line per scenario on stdout (medians over
+// --reps), progress on stderr:
 //   {"scenario":"decode","depth":4096,"tok_s":..., "weight_bytes_per_token":...,
 //    "device":"NVIDIA H100 80GB HBM3", ...}
 // weight_bytes_per_token is what one decode token reads of the weights: every matrix once, the
@@ -54,6 +59,7 @@ struct Options {
   int reps = 3;
   uint64_t seed = 1;
   bool bandwidth = false;
+  std::string cuda_graphs = "on";
   std::string cache_type_k = "f16", cache_type_v = "f16";
 };
 
@@ -143,6 +149,7 @@ int Run(const Options& o) {
                info.name.c_str());
   auto model = Qwen35Model::Load(std::move(*file), *backend);
   if (!model.ok()) return Fail(std::string(model.status().message()));
+  (*model)->set_step_graphs(o.cuda_graphs == "on");
   auto k_type = worker::ParseKvCacheType(o.cache_type_k);
   auto v_type = worker::ParseKvCacheType(o.cache_type_v);
   if (!k_type.ok() || !v_type.ok()) return Fail("bad --cache-type-k / --cache-type-v");
@@ -202,18 +209,24 @@ int Run(const Options& o) {
       seconds = Seconds(t0);
       tokens = o.decode * seqs;
     }
+    if (rep == 0) (*model)->counters().Reset();  // graph counts of the timed repetitions
     if (rep > 0) tok_s.push_back(tokens / seconds);
     std::fprintf(stderr, "  %s rep %d: %.1f tok/s\n", o.scenario.c_str(), rep, tokens / seconds);
   }
   std::printf(
       "{\"scenario\":\"%s\",\"model\":\"%s\",\"device\":\"%s\",\"depth\":%lld,\"prompt\":%lld,"
       "\"sequences\":%lld,\"decode\":%lld,\"reps\":%d,\"tok_s\":%.2f,"
-      "\"weight_bytes_per_token\":%llu,\"weight_bytes\":%llu}\n",
+      "\"weight_bytes_per_token\":%llu,\"weight_bytes\":%llu,\"cuda_graphs\":%s,"
+      "\"graph_launches\":%llu,\"graph_instantiations\":%llu,\"graph_fallbacks\":%llu}\n",
       o.scenario.c_str(), o.model.c_str(), info.name.c_str(), static_cast<long long>(o.depth),
       static_cast<long long>(o.prompt), static_cast<long long>(seqs),
       static_cast<long long>(o.decode), o.reps, Median(tok_s),
       static_cast<unsigned long long>(decode_bytes),
-      static_cast<unsigned long long>((*model)->Memory(kv).weight_bytes));
+      static_cast<unsigned long long>((*model)->Memory(kv).weight_bytes),
+      o.cuda_graphs == "on" ? "true" : "false",
+      static_cast<unsigned long long>((*model)->counters().graphs_launched()),
+      static_cast<unsigned long long>((*model)->counters().graphs_instantiated()),
+      static_cast<unsigned long long>((*model)->counters().graph_fallbacks()));
   return 0;
 }
 
@@ -267,6 +280,8 @@ int main(int argc, char** argv) {
       num(o.seed);
     else if (a == "--bandwidth")
       o.bandwidth = true;
+    else if (a == "--cuda-graphs")
+      str(o.cuda_graphs);
     else {
       std::fprintf(stderr,
                    "deltaserve-bench-gpu: unknown argument '%s' (see the file comment "
@@ -278,6 +293,10 @@ int main(int argc, char** argv) {
   if (!o.bandwidth && (o.model.empty() || (o.scenario != "decode" && o.scenario != "prefill" &&
                                            o.scenario != "batched"))) {
     std::fprintf(stderr, "deltaserve-bench-gpu: -m FILE and --scenario decode|prefill|batched\n");
+    return 2;
+  }
+  if (o.cuda_graphs != "on" && o.cuda_graphs != "off") {
+    std::fprintf(stderr, "deltaserve-bench-gpu: --cuda-graphs on|off\n");
     return 2;
   }
   if (o.batch < 1 || o.sequences < 1 || o.decode < 1 || o.reps < 1 || o.depth < 0 || o.prompt < 0) {

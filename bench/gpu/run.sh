@@ -20,7 +20,8 @@
 #             (deltaserve-synth, Qwen3 vocabulary of --golden, written to --models-dir and deleted
 #             after its rows so that disk holds one at a time): batch-1 decode at depth 512, 4K and
 #             32K (and 128K with --long), prefill of 512 and 8K tokens, batched decode of 1, 4,
-#             16 and 64 sequences at depth 512; with --llama-cpp DIR (a local llama.cpp clone;
+#             16 and 64 sequences at depth 512, and decode@512, batched 1 and 16 again with
+#             --cuda-graphs off (rows ".../no-graphs": what the graphs gain); with --llama-cpp DIR (a local llama.cpp clone;
 #             nothing is fetched) llama.cpp is built with -DGGML_CUDA=ON and llama-bench runs on
 #             the same files (-ngl 99, -fa 1: prefill 512 and 8192 at depth 0, 64 decode tokens
 #             at each decode depth; llama.cpp's batched column is not measured).
@@ -287,6 +288,14 @@ stage_bench() {
       for s in 1 4 16 64; do
         run_bench "${tag} batched${s}" -m "${model}" --scenario batched --sequences "${s}" \
           --depth 512 --decode "${decode}" --reps "${reps}"
+      done
+      # The same decode rows without CUDA graphs (every kernel launched from the host): what
+      # the graphs gain, at a shallow context where launches weigh most.
+      run_bench "${tag} decode@512/no-graphs" -m "${model}" --scenario decode --depth 512 \
+        --decode "${decode}" --reps "${reps}" --cuda-graphs off
+      for s in 1 16; do
+        run_bench "${tag} batched${s}/no-graphs" -m "${model}" --scenario batched \
+          --sequences "${s}" --depth 512 --decode "${decode}" --reps "${reps}" --cuda-graphs off
       done
       run_llama "${model}" "${tag}" "$(IFS=,; echo "${depths[*]}")"
       rm -f "${model}"  # one model on disk at a time (35B-A3B q8_0 is ~37 GB)

@@ -19,9 +19,13 @@
 //   greedy choices (forks: state slot copied on the device, pages shared) give the lone run's
 //   tokens; a conversation resumed from RAM snapshots (state device -> host -> device) and from
 //   an image (KV pages out of and into device memory) gives the cold run's tokens.
+// - CUDA graphs (on by default, so every decode step above already ran as one): the same
+//   batched decode steps, drafts included, with graphs on and off give bit-identical logits; at
+//   a fixed batch shape the step graph is updated in place, not rebuilt; no capture fails.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend_class.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "tests/support/golden_logits.h"
 #include "tests/support/test_paths.h"
@@ -257,6 +262,114 @@ TEST_P(CudaConsistencyTest, BatchedSequencesEqualEachAlone) {
     EXPECT_LE(MaxAbsDiff(decode(others), solo), 1e-3) << "beside " << others << " others";
   }
 }
+
+// --- CUDA graphs ------------------------------------------------------------------------------
+
+class CudaStepGraphTest : public CudaEngineTest {
+ protected:
+  // Three sequences prefilled to `lengths` (uncaptured), then `steps` decode steps of all three
+  // with `tokens` tokens each per step (a decode token and its drafts; every row's logits).
+  std::vector<float> DecodeBatch(bool graphs, std::vector<int64_t> lengths, int steps,
+                                 std::vector<int> tokens) {
+    gpu_.model->set_step_graphs(graphs);
+    const std::vector<int32_t>& text = golden_.sequences.back().tokens;
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<float> logits, all;
+    for (int64_t len : lengths) {
+      auto s = gpu_.model->NewSequence(len + steps * 4 + 8);
+      EXPECT_TRUE(s.ok());
+      seqs.push_back(std::move(*s));
+      BatchEntry e{seqs.back().get(), absl::Span<const int32_t>(text.data(), len), false};
+      EXPECT_TRUE(gpu_.model->Forward({&e, 1}, logits).ok());
+    }
+    int32_t next = 3;
+    for (int step = 0; step < steps; ++step) {
+      std::vector<std::vector<int32_t>> ids(seqs.size());
+      std::vector<BatchEntry> batch;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        for (int t = 0; t < tokens[i]; ++t) ids[i].push_back(next++ % 200 + 1);
+        BatchEntry e{seqs[i].get(), ids[i], false};
+        e.last_logits = tokens[i];
+        batch.push_back(e);
+      }
+      absl::Status st = gpu_.model->Forward(batch, logits);
+      EXPECT_TRUE(st.ok()) << st;
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    gpu_.model->set_step_graphs(true);
+    return all;
+  }
+  // Why a capture fell back, for the failure message.
+  std::string LastError() {
+    auto* cuda = kernels::AsCudaBackend(gpu_.backend.get());
+    return cuda == nullptr ? "" : cuda->last_error();
+  }
+};
+
+// A graph replays the very kernels the uncaptured step launches, with the same arguments, and
+// the kernels are deterministic (no float atomics; MoE positions come in atomic order but no
+// row's arithmetic depends on its position): the logits must be equal bit for bit. A
+// difference is an argument the graph kept stale (a pointer or n_past baked in at capture that
+// the update did not replace) or an input copied after the capture began.
+TEST_P(CudaStepGraphTest, GraphsOnAndOffGiveBitIdenticalLogits) {
+  const ForwardCounters& c = gpu_.model->counters();
+  for (const std::vector<int>& tokens : {std::vector<int>{1, 1, 1}, std::vector<int>{1, 3, 2}}) {
+    const uint64_t launched = c.graphs_launched();
+    const std::vector<float> on = DecodeBatch(true, {150, 97, 200}, 12, tokens);
+    EXPECT_EQ(c.graphs_launched() - launched, 12u) << "the decode steps were not graphs";
+    const std::vector<float> off = DecodeBatch(false, {150, 97, 200}, 12, tokens);
+    EXPECT_EQ(c.graphs_launched() - launched, 12u) << "--cuda-graphs off captured";
+    ASSERT_EQ(on.size(), off.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < on.size(); ++i) differ += std::memcmp(&on[i], &off[i], 4) != 0;
+    EXPECT_EQ(differ, 0u) << "of " << on.size() << " logits (" << tokens[1]
+                          << "-token entries); max |diff| " << MaxAbsDiff(on, off);
+  }
+  EXPECT_EQ(c.graph_fallbacks(), 0u) << LastError();
+}
+
+// cudaGraphExecUpdate takes new pointers, n_past and grid sizes but not a different number of
+// kernels: every context here is past kSplitKeys (128) keys, so each step's attention launches
+// its merge kernel and the step's kernel sequence is fixed: one instantiation, then updates.
+// A context crossing 128 keys adds the merge kernel once: that step rebuilds its graph.
+TEST_P(CudaStepGraphTest, AFixedBatchShapeUpdatesItsGraphInsteadOfRebuildingIt) {
+  const kernels::Backend::StepGraphStats before = gpu_.backend->step_graph_stats();
+  DecodeBatch(true, {150, 140, 200}, 40, {1, 1, 1});
+  kernels::Backend::StepGraphStats after = gpu_.backend->step_graph_stats();
+  EXPECT_EQ(after.launched - before.launched, 40);
+  EXPECT_EQ(after.instantiated - before.instantiated, 1);
+  EXPECT_EQ(after.updated - before.updated, 39);
+  std::printf("[ %s graphs ] 40 steps of 3 sequences: %lld instantiated, %lld updated\n",
+              GetParam().name, static_cast<long long>(after.instantiated - before.instantiated),
+              static_cast<long long>(after.updated - before.updated));
+  // One sequence from 120 to 140 positions: rebuilt once when its keys pass 128.
+  const kernels::Backend::StepGraphStats mid = gpu_.backend->step_graph_stats();
+  auto seq = gpu_.model->NewSequence(160);
+  ASSERT_TRUE(seq.ok());
+  const std::vector<int32_t>& text = golden_.sequences.back().tokens;
+  std::vector<float> logits;
+  BatchEntry e{seq->get(), absl::Span<const int32_t>(text.data(), 120), false};
+  ASSERT_TRUE(gpu_.model->Forward({&e, 1}, logits).ok());
+  for (int i = 0; i < 20; ++i) {
+    const int32_t id[1] = {text[120 + i]};
+    BatchEntry d{seq->get(), id, false};
+    ASSERT_TRUE(gpu_.model->Forward({&d, 1}, logits).ok());
+  }
+  after = gpu_.backend->step_graph_stats();
+  EXPECT_EQ(after.launched - mid.launched, 20);
+  EXPECT_EQ(after.instantiated - mid.instantiated, 2) << "the first step, and the merge kernel";
+  EXPECT_EQ(gpu_.model->counters().graph_fallbacks(), 0u) << LastError();
+}
+
+INSTANTIATE_TEST_SUITE_P(GoldenModels, CudaStepGraphTest,
+                         ::testing::Values(ModelCase{"tiny-dense-f32", true},
+                                           ModelCase{"tiny-moe-f32", true},
+                                           ModelCase{"tiny-dense-q4_k_m", false}),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(F32Models, CudaConsistencyTest,
                          ::testing::Values(ModelCase{"tiny-dense-f32", true},
