@@ -54,11 +54,12 @@ TEST(DevicePlan, PlanWithoutBackendEqualsCreateAndBoundsWhatTheDeviceHolds) {
     EXPECT_EQ(over.device_context, 64 * kMiB);
     EXPECT_EQ(planned->plan.kernel_scratch_bytes, 3 * kMiB);
     // Device terms only: --overhead, the context, the speculation slots, the zero slot and the
-    // page-table buffer (3 x 3 sequences x 16 pages x 4 B + 128).
+    // page-table buffer (3 x 3 sequences x 16 pages x 4 B + 128) with the decode step's state
+    // pointers (3 x 6 DeltaNet layers x 2 x 3 sequences x 8 B + 128).
     const uint64_t slot = planned->plan.recurrent.total();
     EXPECT_EQ(over.snapshot_slots, 3 * slot);
     EXPECT_EQ(over.zero_slot, slot);
-    EXPECT_EQ(over.page_tables, 3u * 3 * 16 * 4 + 128);
+    EXPECT_EQ(over.page_tables, 3u * 3 * 16 * 4 + 128 + 3u * 6 * 2 * 3 * sizeof(float*) + 128);
     EXPECT_EQ(over.total(), 1 * kMiB + 64 * kMiB + 4 * slot + over.page_tables);
     EXPECT_THAT(over.Render(), HasSubstr("CUDA context reserve"));
     EXPECT_THAT(over.Render(), HasSubstr("not in this device's budget"));

@@ -267,8 +267,11 @@ absl::StatusOr<PlannedServing> PlanServing(const std::string& path, const common
   o.device_context = host_memory ? 0 : options.device_context_bytes;
   o.snapshot_slots = options.speculation ? n * layout.bytes() : 0;
   o.zero_slot = layout.bytes();
-  // Forward regrows the buffer to max(needed, 2 x old) entries, the old one alive meanwhile.
+  // Forward regrows the buffer to max(needed, 2 x old) entries, the old one alive meanwhile;
+  // likewise the decode step's DeltaNet state pointers ([layer][conv, delta][sequence]).
+  const uint64_t state_ptrs = 2 * static_cast<uint64_t>(layout.n_layers) * n * sizeof(float*);
   o.page_tables = 3 * total_pages * sizeof(int32_t) + 128;
+  if (state_ptrs > 0) o.page_tables += 3 * state_ptrs + 128;
   o.host_counted = host_memory;
   if (host_memory) {
     const int32_t n_valid =
@@ -290,6 +293,7 @@ absl::StatusOr<PlannedServing> PlanServing(const std::string& path, const common
     o.token_histories = n * HeapBlockBytes(static_cast<uint64_t>(options.ctx) * 4);
     o.pass_vectors = 2 * HeapBlockBytes(out.shape.max_batch_tokens * 4) +
                      HeapBlockBytes(total_pages * sizeof(int32_t));
+    if (state_ptrs > 0) o.pass_vectors += HeapBlockBytes(state_ptrs);
     if (hp.is_moe) {
       // The host copy of every layer's expert ids of a pass (the routing counters).
       o.pass_vectors += HeapBlockBytes(static_cast<uint64_t>(hp.n_layer) *

@@ -86,7 +86,8 @@ struct ServingOverhead {
   uint64_t device_context = 0;  // ServingOptions::device_context_bytes (device budgets only)
   uint64_t snapshot_slots = 0;  // speculation: n_parallel spare recurrent-state slots
   uint64_t zero_slot = 0;       // the slot pool's zeroed source slot (RecurrentStateSlots::Zero)
-  uint64_t page_tables = 0;     // the engine's page-table buffer at its largest, while regrown
+  uint64_t page_tables = 0;     // the engine's page-table and DeltaNet state-pointer buffers at
+                                // their largest, while regrown
   bool host_counted = false;
   uint64_t process_baseline = 0;       // ServingOptions::process_baseline_bytes
   uint64_t tokenizer = 0;              // TokenizerTableBytes
@@ -96,7 +97,7 @@ struct ServingOverhead {
   uint64_t sampler_scratch = 0;        // the stepping thread's full-vocabulary sampler buffers
   uint64_t token_histories = 0;        // every sequence's token ids, ctx each
   uint64_t pass_vectors = 0;           // per-pass host vectors (ids, positions, page tables,
-                                       // MoE: every layer's expert ids)
+                                       // DeltaNet state pointers, MoE: every layer's expert ids)
   uint64_t moe_kernel = 0;  // the CPU MoE kernel's per-call buffers, every token on one expert
 
   uint64_t total() const;
