@@ -66,6 +66,9 @@ TEST(DeltaserveWorkerDevice, BadDevicesAndMismatchedBudgetsAreRefused) {
   r = RunWorker({"--overhead", "lots"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("--overhead"));
+  r = RunWorker({"--cuda-graphs", "maybe"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cuda-graphs needs on or off"));
 }
 
 }  // namespace
