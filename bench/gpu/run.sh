@@ -31,7 +31,7 @@
 #
 # --bundle DIR: bench/gpu/pack.sh's archives (bundle.tar.xz with bin/ and lib/, golden-*.tar.xz,
 # vocab.tar.xz; whichever are there) are unpacked into /tmp/deltaserve-gpu-bundle and used
-# instead of a build tree. On the workplace's lent GPU machines (10 minutes a command, 30 minutes
+# instead of a build tree. On the workplace's lent GPU machines (10 minutes a command, 15 minutes
 # of device time a session, 64 MiB carried a call, no network) the stages go in separate calls;
 # docs/gpu.md ("A GPU session") has the exact list.
 set -euo pipefail
