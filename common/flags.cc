@@ -131,6 +131,10 @@ FlagKind Flag::kind() const {
 
 Flag StringFlag(std::string name, std::string* out) { return Flag(std::move(name), out); }
 
+Flag IntegerFlag(std::string name, std::function<void(int64_t)> store, int64_t min, int64_t max) {
+  return Flag(std::move(name), Flag::Integer{std::move(store), min, max});
+}
+
 Flag ByteSizeFlag(std::string name, uint64_t* out, ByteSizeParser parse, uint64_t min) {
   return Flag(std::move(name), Flag::ByteSize{out, parse, min});
 }

@@ -130,6 +130,10 @@ Flag IntegerFlag(std::string name, T* out, int64_t min,
               Flag::Integer{[out](int64_t v) { *out = static_cast<T>(v); }, min, max});
 }
 
+// A whole number in min..max (inclusive) handed to `store`, for values kept in another unit
+// (milliseconds as an absl::Duration).
+Flag IntegerFlag(std::string name, std::function<void(int64_t)> store, int64_t min, int64_t max);
+
 // A byte size read by `parse`, at least `min` bytes. Parse failures read "{flag}: " and the
 // parser's message unless InvalidMessage says otherwise.
 Flag ByteSizeFlag(std::string name, uint64_t* out, ByteSizeParser parse, uint64_t min = 0);

@@ -11,7 +11,8 @@
 //                     [--metrics-host 127.0.0.1]
 //                     [--snapshot-ram 4GiB] [--snapshot-interval 1024]
 //                     [--redis redis://[user:pass@]host:port[/db]] [--redis-timeout 50]
-//                     [--redis-min-rate 100] [--redis-ttl 3600] [--redis-max-bytes 512MiB] [--redis-compression none]
+//                     [--redis-min-rate 100] [--redis-ttl 3600] [--redis-max-bytes 512MiB]
+//                     [--redis-compression none]
 //                     [--tls-cert worker.crt --tls-key worker.key [--tls-client-ca ca.crt]]
 //                     [--auth-secret-file FILE]   (or $DELTASERVE_WORKER_SECRET)
 //                     [--log-format text|json]
@@ -31,12 +32,11 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/backend.h"
-#include "proto/worker_channel.h"
 #include "common/prometheus_text.h"
 #include "common/request_log.h"
+#include "kernels/backend.h"
+#include "proto/worker_channel.h"
 #include "worker/cache/device_memory.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
@@ -44,6 +44,7 @@
 #include "worker/sched/served_model.h"
 #include "worker/service/metrics_endpoint.h"
 #include "worker/service/worker_service.h"
+#include "worker/worker_flags.h"
 
 #if defined(DELTASERVE_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
@@ -56,234 +57,6 @@ namespace {
 std::atomic<int> g_signal{0};
 void OnSignal(int sig) { g_signal = sig; }
 
-struct Flags {
-  std::vector<std::pair<std::string, std::string>> models;  // name, path
-  std::string listen = "127.0.0.1:50051";
-  std::string device = "cpu";
-  std::string ram;  // empty: physical memory
-  std::string vram;  // --device cuda:N only; empty: the device's free memory at start-up
-  std::string overhead;  // --overhead: added to the plan's fixed overhead
-  DeviceSpec device_spec;
-  std::string snapshot_ram;  // empty: the default (a quarter of the RAM left after the plan)
-  std::string worker_id;
-  int metrics_port = -1;
-  // Where /metrics listens: loopback by default; 0.0.0.0 (or the pod's IP) where Prometheus
-  // scrapes from another host (Kubernetes).
-  std::string metrics_host = "127.0.0.1";
-  ServingOptions serving;
-  // Session snapshots in Redis (docs/snapshots.md, "Redis tier"); empty URL: the RAM tier alone.
-  std::string redis_url;
-  std::string redis_max_bytes;  // empty: the default
-  RedisTierOptions redis;
-  // The gRPC port's security (docs/worker.md, "Securing the gRPC port"): paths; the secret never
-  // on the command line, where ps shows it.
-  std::string tls_cert, tls_key, tls_client_ca, auth_secret_file;
-  common::LogFormat log_format = common::LogFormat::kText;  // --log-format: the request lines
-};
-
-int Usage(const std::string& why) {
-  std::cerr << "deltaserve-worker: " << why << "\n"
-            << "usage: deltaserve-worker --model NAME=PATH.gguf (repeatable) [--listen HOST:PORT]\n"
-               "         [--device cpu|cuda:N] [--threads N] [--ctx N] [--parallel N]\n"
-               "         [--ram SIZE] [--vram SIZE] [--overhead SIZE] [--cuda-graphs on|off]\n"
-               "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
-               "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
-               "         [--draft-max N] [--metrics-port P] [--metrics-host ADDR]\n"
-               "         [--worker-id ID]\n"
-               "         [--snapshot-ram SIZE] [--snapshot-interval N] [--reasoning-budget N]\n"
-               "         [--redis URL] [--redis-timeout MS] [--redis-min-rate MB/S]\n"
-               "         [--redis-ttl SECONDS] [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
-               "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
-               "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n"
-               "         [--log-format text|json]\n";
-  return 2;
-}
-
-std::string Parse(int argc, char** argv, Flags& f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    auto integer = [&](auto& out, long long lo) -> bool {
-      const char* v = value();
-      long long x;
-      if (v == nullptr || !absl::SimpleAtoi(v, &x) || x < lo) return false;
-      out = static_cast<std::remove_reference_t<decltype(out)>>(x);
-      return true;
-    };
-    if (a == "--model" || a == "-m") {
-      const char* v = value();
-      if (v == nullptr) return "--model needs NAME=PATH";
-      std::string s = v;
-      const size_t eq = s.find('=');
-      std::string name, path;
-      if (eq == std::string::npos) {
-        path = s;
-        name = s.substr(s.find_last_of('/') + 1);
-        if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
-      } else {
-        name = s.substr(0, eq);
-        path = s.substr(eq + 1);
-      }
-      if (name.empty() || path.empty()) return absl::StrCat("bad --model '", s, "'");
-      for (const auto& m : f.models) {
-        if (m.first == name) return absl::StrCat("model name '", name, "' given twice");
-      }
-      f.models.emplace_back(name, path);
-    } else if (a == "--listen") {
-      const char* v = value();
-      if (v == nullptr) return "--listen needs HOST:PORT";
-      f.listen = v;
-    } else if (a == "--device") {
-      const char* v = value();
-      if (v == nullptr) return "--device needs a device";
-      f.device = v;
-    } else if (a == "--threads" || a == "-t") {
-      if (!integer(f.serving.n_threads, 0)) return "--threads needs a count >= 0";
-    } else if (a == "--ctx" || a == "-c") {
-      if (!integer(f.serving.ctx, 1)) return "--ctx needs a token count >= 1";
-    } else if (a == "--parallel" || a == "-np") {
-      if (!integer(f.serving.n_parallel, 1)) return "--parallel needs a count >= 1";
-    } else if (a == "--ram") {
-      const char* v = value();
-      if (v == nullptr) return "--ram needs a size (8GiB)";
-      f.ram = v;
-    } else if (a == "--vram") {
-      const char* v = value();
-      if (v == nullptr) return "--vram needs a size (20GiB)";
-      f.vram = v;
-    } else if (a == "--overhead") {
-      const char* v = value();
-      if (v == nullptr) return "--overhead needs a size (256MiB)";
-      f.overhead = v;
-    } else if (a == "--snapshot-ram") {
-      const char* v = value();
-      if (v == nullptr) return "--snapshot-ram needs a size (4GiB, or 0 for no snapshots)";
-      f.snapshot_ram = v;
-    } else if (a == "--reasoning-budget") {
-      if (!integer(f.serving.reasoning_budget, 0)) {
-        return "--reasoning-budget needs a token count >= 0";
-      }
-    } else if (a == "--snapshot-interval") {
-      if (!integer(f.serving.snapshot_interval, 1)) {
-        return "--snapshot-interval needs a token count >= 1";
-      }
-    } else if (a == "--redis") {
-      const char* v = value();
-      if (v == nullptr) return "--redis needs a URL (redis://[user:pass@]host:port[/db])";
-      absl::StatusOr<common::RedisOptions> o = common::ParseRedisUrl(v);
-      // ParseRedisUrl's messages never quote the password.
-      if (!o.ok()) return absl::StrCat("--redis: ", o.status().message());
-      f.redis_url = v;
-      f.redis.redis = *o;
-    } else if (a == "--redis-timeout") {
-      int64_t ms = 0;
-      if (!integer(ms, 1) || ms > 60000) return "--redis-timeout needs milliseconds in 1..60000";
-      f.redis.timeout = absl::Milliseconds(ms);
-    } else if (a == "--redis-min-rate") {
-      int64_t mb = 0;
-      if (!integer(mb, 1) || mb > 100000) return "--redis-min-rate needs MB/s in 1..100000";
-      f.redis.min_bytes_per_second = static_cast<double>(mb) * 1e6;
-    } else if (a == "--redis-ttl") {
-      int64_t sec = 0;
-      if (!integer(sec, 1) || sec > 365ll * 86400) {
-        return "--redis-ttl needs seconds in 1..31536000";
-      }
-      f.redis.ttl = absl::Seconds(sec);
-    } else if (a == "--redis-max-bytes") {
-      const char* v = value();
-      if (v == nullptr) return "--redis-max-bytes needs a size (512MiB)";
-      absl::StatusOr<uint64_t> bytes = ParseByteSize(v);
-      if (!bytes.ok()) return absl::StrCat("--redis-max-bytes: ", bytes.status().message());
-      // Below a header and one token nothing could ever be written.
-      if (*bytes < 4096) return "--redis-max-bytes must be at least 4KiB";
-      f.redis.max_bytes = *bytes;
-    } else if (a == "--redis-compression") {
-      const char* v = value();
-      const std::string c = v == nullptr ? "" : v;
-      if (c == "none") {
-        f.redis.compression = common::SnapshotCompression::kNone;
-      } else if (c == "zstd") {
-        f.redis.compression = common::SnapshotCompression::kZstd;
-      } else {
-        return "--redis-compression needs none or zstd";
-      }
-    } else if (a == "--cache-type-k" || a == "-ctk" || a == "--cache-type-v" || a == "-ctv") {
-      const char* v = value();
-      if (v == nullptr) return absl::StrCat(a, " needs a type");
-      absl::StatusOr<kernels::WeightType> t = ParseKvCacheType(v);
-      if (!t.ok()) return std::string(t.status().message());
-      (a == "--cache-type-k" || a == "-ctk" ? f.serving.k_type : f.serving.v_type) = *t;
-    } else if (a == "--page-tokens") {
-      if (!integer(f.serving.page_tokens, 1)) return "--page-tokens needs a count >= 1";
-    } else if (a == "--batch-tokens") {
-      if (!integer(f.serving.step_tokens, 1)) return "--batch-tokens needs a count >= 1";
-    } else if (a == "--max-waiting") {
-      if (!integer(f.serving.max_waiting, 1)) return "--max-waiting needs a count >= 1";
-    } else if (a == "--speculation") {
-      f.serving.speculation = true;
-    } else if (a == "--cuda-graphs") {
-      // Decode steps as CUDA graphs (docs/gpu.md); no effect on the CPU.
-      const char* v = value();
-      const std::string on = v == nullptr ? "" : v;
-      if (on != "on" && on != "off") return "--cuda-graphs needs on or off";
-      f.serving.step_graphs = on == "on";
-    } else if (a == "--ngram-min") {
-      if (!integer(f.serving.ngram.ngram_min, 1)) return "--ngram-min needs a count >= 1";
-    } else if (a == "--draft-max") {
-      if (!integer(f.serving.ngram.draft_max, 1)) return "--draft-max needs a count >= 1";
-    } else if (a == "--metrics-port") {
-      if (!integer(f.metrics_port, 0) || f.metrics_port > 65535)
-        return "--metrics-port needs a port";
-    } else if (a == "--metrics-host") {
-      const char* v = value();
-      if (v == nullptr || *v == '\0') return "--metrics-host needs an address";
-      f.metrics_host = v;
-    } else if (a == "--tls-cert" || a == "--tls-key" || a == "--tls-client-ca" ||
-               a == "--auth-secret-file") {
-      const char* v = value();
-      if (v == nullptr || *v == '\0') return absl::StrCat(a, " needs a file");
-      (a == "--tls-cert"        ? f.tls_cert
-       : a == "--tls-key"       ? f.tls_key
-       : a == "--tls-client-ca" ? f.tls_client_ca
-                                : f.auth_secret_file) = v;
-    } else if (a == "--auth-secret") {
-      return "--auth-secret is not accepted: a secret on the command line is visible to every "
-             "user (ps); use --auth-secret-file FILE or $DELTASERVE_WORKER_SECRET";
-    } else if (a == "--log-format") {
-      const char* v = value();
-      absl::StatusOr<common::LogFormat> format = common::ParseLogFormat(v == nullptr ? "" : v);
-      if (!format.ok()) return "--log-format needs text or json";
-      f.log_format = *format;
-    } else if (a == "--worker-id") {
-      const char* v = value();
-      if (v == nullptr) return "--worker-id needs an id";
-      f.worker_id = v;
-    } else if (a == "-h" || a == "--help") {
-      return "help";
-    } else {
-      return absl::StrCat("unknown argument '", a, "'");
-    }
-  }
-  if (f.models.empty()) return "at least one --model is required";
-  if (f.tls_cert.empty() != f.tls_key.empty()) return "--tls-cert and --tls-key go together";
-  if (!f.tls_client_ca.empty() && f.tls_cert.empty()) {
-    return "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS runs over TLS)";
-  }
-  absl::StatusOr<DeviceSpec> device = ParseDevice(f.device);
-  if (!device.ok()) return std::string(device.status().message());
-  f.device_spec = *device;
-  if (f.device_spec.kind == DeviceSpec::Kind::kCuda) {
-#if !defined(DELTASERVE_HAVE_CUDA)
-    return absl::StrCat("--device ", f.device,
-                        ": this build has no CUDA backend (configure with nvcc present)");
-#endif
-    if (!f.ram.empty()) return "--ram is the CPU worker's budget; with --device cuda:N use --vram";
-  } else if (!f.vram.empty()) {
-    return "--vram needs --device cuda:N (the CPU worker's budget is --ram)";
-  }
-  return "";
-}
-
 uint64_t PhysicalMemory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
@@ -294,7 +67,7 @@ uint64_t PhysicalMemory() {
 // memory; by default all of it), sizes the shared scratch area from the launchers' own figures
 // for every model's batch shape and context, checks every model's VRAM plan (refusing with its
 // table), and only then makes the backend. No CPU fallback: any failure ends the worker.
-int OpenCudaDevice(Flags& f, std::unique_ptr<kernels::Backend>& backend, std::string& label) {
+int OpenCudaDevice(WorkerFlags& f, std::unique_ptr<kernels::Backend>& backend, std::string& label) {
   const std::string dev = f.device_spec.Name();
   auto fail = [&dev](std::string_view why) {
     std::cerr << "deltaserve-worker: --device " << dev << ": " << why << "\n";
@@ -337,14 +110,14 @@ int OpenCudaDevice(Flags& f, std::unique_ptr<kernels::Backend>& backend, std::st
       std::cerr << "deltaserve-worker: model " << name << ": " << hp.status().message() << "\n";
       return 1;
     }
-    scratch = std::max(scratch, ForwardPassScratchBytes(*hp, shape.max_batch_tokens,
-                                                        shape.logits_rows, f.serving.ctx,
-                                                        functions));
+    scratch =
+        std::max(scratch, ForwardPassScratchBytes(*hp, shape.max_batch_tokens, shape.logits_rows,
+                                                  f.serving.ctx, functions));
   }
   f.serving.device_scratch_bytes = scratch;
   std::cerr << "deltaserve-worker: " << dev << " " << info.name << " (compute capability "
-            << info.cc_major << "." << info.cc_minor << ", " << info.sm_count << " SMs): "
-            << HumanBytes(info.total_bytes) << ", " << HumanBytes(info.free_bytes)
+            << info.cc_major << "." << info.cc_minor << ", " << info.sm_count
+            << " SMs): " << HumanBytes(info.total_bytes) << ", " << HumanBytes(info.free_bytes)
             << " free; VRAM budget " << HumanBytes(budget) << ", CUDA context reserve "
             << HumanBytes(kCudaContextReserveBytes) << ", kernel scratch " << HumanBytes(scratch)
             << "\n";
@@ -373,7 +146,7 @@ int OpenCudaDevice(Flags& f, std::unique_ptr<kernels::Backend>& backend, std::st
 }
 #endif
 
-int Run(Flags& f, uint64_t baseline) {
+int Run(WorkerFlags& f, uint64_t baseline) {
   // First: a signal while the models load still ends in an orderly drain.
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
@@ -396,19 +169,21 @@ int Run(Flags& f, uint64_t baseline) {
       f.serving.budget_bytes = PhysicalMemory();
     } else {
       absl::StatusOr<uint64_t> ram = ParseByteSize(f.ram);
-      if (!ram.ok()) return Usage(std::string(ram.status().message()));
+      if (!ram.ok()) return WorkerUsage(std::string(ram.status().message()));
       f.serving.budget_bytes = *ram;
     }
     f.serving.budget_name = "RAM";
   }
   if (!f.overhead.empty()) {
     absl::StatusOr<uint64_t> overhead = ParseByteSize(f.overhead);
-    if (!overhead.ok()) return Usage(absl::StrCat("--overhead: ", overhead.status().message()));
+    if (!overhead.ok()) {
+      return WorkerUsage(absl::StrCat("--overhead: ", overhead.status().message()));
+    }
     f.serving.fixed_overhead_bytes = *overhead;
   }
   if (!f.snapshot_ram.empty()) {
     absl::StatusOr<uint64_t> bytes = ParseByteSize(f.snapshot_ram);
-    if (!bytes.ok()) return Usage(absl::StrCat("--snapshot-ram: ", bytes.status().message()));
+    if (!bytes.ok()) return WorkerUsage(absl::StrCat("--snapshot-ram: ", bytes.status().message()));
     f.serving.snapshot_ram_bytes = *bytes;
   }
   common::SetRequestLogFormat(f.log_format);
@@ -476,8 +251,7 @@ int Run(Flags& f, uint64_t baseline) {
                       ? std::string("off (--snapshot-ram 0)")
                       : absl::StrCat(snap.ram_budget >> 20, " MiB of RAM for state copies (",
                                      (*m)->plan().recurrent.total() >> 20,
-                                     " MiB each), a snapshot every ",
-                                     f.serving.snapshot_interval,
+                                     " MiB each), a snapshot every ", f.serving.snapshot_interval,
                                      " tokens of a long message and at message ends"))
               << "\n";
     by_name[f.models[i].first] = m->get();
@@ -608,7 +382,7 @@ int Run(Flags& f, uint64_t baseline) {
 int main(int argc, char** argv) {
   using namespace deltaserve::worker;
   const uint64_t baseline = MeasureProcessBaseline().total();
-  Flags f;
-  if (std::string why = Parse(argc, argv, f); !why.empty()) return Usage(why);
+  WorkerFlags f;
+  if (std::string why = ParseWorkerFlags(argc, argv, f); !why.empty()) return WorkerUsage(why);
   return Run(f, baseline);
 }

@@ -126,6 +126,21 @@ TEST(FlagsTest, IntegerUpperBoundDefaultsToTheTargetsRange) {
             "--n '9223372036854775808' is not a whole number in -5..9223372036854775807");
 }
 
+TEST(FlagsTest, IntegerThroughACallbackInAnotherUnit) {
+  int64_t timeout_us = 50000;
+  const std::vector<Flag> flags = {
+      IntegerFlag(
+          "--redis-timeout", [&timeout_us](int64_t ms) { timeout_us = ms * 1000; }, 1, 60000)
+          .Error("--redis-timeout needs milliseconds in 1..60000")};
+  EXPECT_EQ(ParseFlags(flags, Args{"--redis-timeout", "60000"}), "");
+  EXPECT_EQ(timeout_us, 60000000);
+  EXPECT_EQ(ParseFlags(flags, Args{"--redis-timeout", "0"}),
+            "--redis-timeout needs milliseconds in 1..60000");
+  EXPECT_EQ(ParseFlags(flags, Args{"--redis-timeout", "abc"}),
+            "--redis-timeout needs milliseconds in 1..60000");
+  EXPECT_EQ(timeout_us, 60000000);
+}
+
 TEST(FlagsTest, IntegerRangeMessageApartFromTheInvalidOne) {
   int threads = 2;
   const std::vector<Flag> flags = {IntegerFlag("--threads", &threads, 1, 256)

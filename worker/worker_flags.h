@@ -1,0 +1,52 @@
+// deltaserve-worker's command line: the settings it fills (WorkerFlags), read from argv through a
+// flag table (common/flags.h) and checked across flags; main.cc runs the worker from them.
+//
+//   WorkerFlags f;
+//   if (std::string why = ParseWorkerFlags(argc, argv, f); !why.empty()) return WorkerUsage(why);
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/request_log.h"
+#include "worker/cache/device_memory.h"
+#include "worker/cache/redis_snapshot_tier.h"
+#include "worker/sched/served_model.h"
+
+namespace deltaserve::worker {
+
+// What the command line says; docs/worker.md lists the flags.
+struct WorkerFlags {
+  std::vector<std::pair<std::string, std::string>> models;  // name, path
+  std::string listen = "127.0.0.1:50051";
+  std::string device = "cpu";
+  std::string ram;       // empty: physical memory
+  std::string vram;      // --device cuda:N only; empty: the device's free memory at start-up
+  std::string overhead;  // --overhead: added to the plan's fixed overhead
+  DeviceSpec device_spec;
+  std::string snapshot_ram;  // empty: the default (a quarter of the RAM left after the plan)
+  std::string worker_id;
+  int metrics_port = -1;
+  // Where /metrics listens: loopback by default; 0.0.0.0 (or the pod's IP) where Prometheus
+  // scrapes from another host (Kubernetes).
+  std::string metrics_host = "127.0.0.1";
+  ServingOptions serving;
+  // Session snapshots in Redis (docs/snapshots.md, "Redis tier"); empty URL: the RAM tier alone.
+  std::string redis_url;
+  RedisTierOptions redis;
+  // The gRPC port's security (docs/worker.md, "Securing the gRPC port"): paths; the secret never
+  // on the command line, where ps shows it.
+  std::string tls_cert, tls_key, tls_client_ca, auth_secret_file;
+  common::LogFormat log_format = common::LogFormat::kText;  // --log-format: the request lines
+};
+
+// Reads argv into `f` and checks the flags together (--tls-cert with --tls-key, --ram or --vram
+// for the device, ...); "" when fine, "help" for -h/--help, else what is wrong.
+std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f);
+
+// Prints "deltaserve-worker: why" and the usage on stderr (for "help" the flag listing too);
+// returns the exit status 2.
+int WorkerUsage(const std::string& why);
+
+}  // namespace deltaserve::worker
