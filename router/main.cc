@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "common/request_log.h"
 #include "router/api/access_log.h"
 #include "router/api/api_metrics.h"
@@ -64,62 +65,57 @@ struct Flags {
   common::LogFormat log_format = common::LogFormat::kText;  // --log-format: the request lines
 };
 
+// The command line (common/flags.h); the messages are the ones tests/integration expects.
+std::vector<common::Flag> FlagTable(Flags& f) {
+  using common::IntegerFlag;
+  using common::StringFlag;
+  return {
+      StringFlag("--listen", &f.listen)
+          .MissingMessage("--listen needs HOST:PORT")
+          .Help("HOST:PORT", "the HTTP address (overrides the config's listen)"),
+      common::RepeatedFlag("--worker", &f.workers)
+          .MissingMessage("--worker needs HOST:PORT")
+          .Help("HOST:PORT|dns:///NAME:PORT", "a worker, added to the config's (repeatable)"),
+      StringFlag("--config", &f.config_path)
+          .MissingMessage("--config needs a file")
+          .Help("FILE.yaml", "the router config (reloaded on SIGHUP)"),
+      IntegerFlag("--http-threads", &f.http_threads, 1)
+          .Error("--http-threads needs a count >= 1")
+          .Help("N", "HTTP threads (default 2)"),
+      IntegerFlag("--drain-seconds", &f.drain_seconds, 0)
+          .Error("--drain-seconds needs seconds >= 0")
+          .Help("S", "how long streams may run on after SIGTERM (default 30)"),
+      IntegerFlag("--max-connections", &f.max_connections, 1)
+          .Error("--max-connections needs a count >= 1")
+          .Help("N", "HTTP connections open at once (default 20000; lowered to fit the fd limit)"),
+      StringFlag("--chat-template", &f.chat_template_path)
+          .MissingMessage("--chat-template needs a file")
+          .Help("FILE.jinja", "replaces every model's chat template"),
+      common::ChoiceFlag("--log-format", &f.log_format,
+                         {{"text", common::LogFormat::kText}, {"json", common::LogFormat::kJson}})
+          .Error("--log-format needs text or json")
+          .Help("text|json", "the per-request lines on stderr (default text)"),
+      common::ActionFlag("--help", [] { return std::string("help"); })
+          .Alias("-h")
+          .Help("", "this listing"),
+  };
+}
+
 int Usage(const std::string& why) {
   std::cerr << "deltaserve-router: " << why << "\n"
             << "usage: deltaserve-router [--listen HOST:PORT] "
                "[--worker HOST:PORT|dns:///NAME:PORT]... [--config FILE.yaml]\n"
                "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n"
                "         [--chat-template FILE.jinja] [--log-format text|json]\n";
+  if (why == "help") {
+    Flags defaults;
+    std::cerr << "flags:\n" << common::FlagHelp(FlagTable(defaults));
+  }
   return 2;
 }
 
 std::string Parse(int argc, char** argv, Flags& f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (a == "--listen") {
-      const char* v = value();
-      if (v == nullptr) return "--listen needs HOST:PORT";
-      f.listen = v;
-    } else if (a == "--worker") {
-      const char* v = value();
-      if (v == nullptr) return "--worker needs HOST:PORT";
-      f.workers.push_back(v);
-    } else if (a == "--config") {
-      const char* v = value();
-      if (v == nullptr) return "--config needs a file";
-      f.config_path = v;
-    } else if (a == "--http-threads") {
-      const char* v = value();
-      if (v == nullptr || !absl::SimpleAtoi(v, &f.http_threads) || f.http_threads < 1) {
-        return "--http-threads needs a count >= 1";
-      }
-    } else if (a == "--drain-seconds") {
-      const char* v = value();
-      if (v == nullptr || !absl::SimpleAtoi(v, &f.drain_seconds) || f.drain_seconds < 0) {
-        return "--drain-seconds needs seconds >= 0";
-      }
-    } else if (a == "--max-connections") {
-      const char* v = value();
-      if (v == nullptr || !absl::SimpleAtoi(v, &f.max_connections) || f.max_connections < 1) {
-        return "--max-connections needs a count >= 1";
-      }
-    } else if (a == "--chat-template") {
-      const char* v = value();
-      if (v == nullptr) return "--chat-template needs a file";
-      f.chat_template_path = v;
-    } else if (a == "--log-format") {
-      const char* v = value();
-      absl::StatusOr<common::LogFormat> format = common::ParseLogFormat(v == nullptr ? "" : v);
-      if (!format.ok()) return "--log-format needs text or json";
-      f.log_format = *format;
-    } else if (a == "-h" || a == "--help") {
-      return "help";
-    } else {
-      return absl::StrCat("unknown argument '", a, "'");
-    }
-  }
-  return "";
+  return common::ParseFlags(FlagTable(f), argc, argv);
 }
 
 // The config file (if any) merged with the command line, validated.
@@ -268,7 +264,9 @@ int Run(const Flags& f) {
     const std::string host = e.address.substr(0, e.address.rfind(':'));
     const bool local = host == "127.0.0.1" || host == "localhost" || host == "[::1]";
     std::cerr << "deltaserve-router: worker " << e.address << ": "
-              << (ch.ca_pem.empty() ? "plain text" : ch.cert_pem.empty() ? "TLS" : "mutual TLS")
+              << (ch.ca_pem.empty()     ? "plain text"
+                  : ch.cert_pem.empty() ? "TLS"
+                                        : "mutual TLS")
               << (ch.secret.empty() ? "" : ", shared secret")
               << (!ch.secret.empty() && ch.ca_pem.empty() && !local
                       ? " (sent in clear: configure tls_ca_file where the network is not trusted)"
