@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "common/gguf_file.h"
 #include "common/grammar/grammar.h"
 #include "common/grammar/grammar_matcher.h"
@@ -66,36 +67,24 @@ std::string ParseArgs(int argc, char** argv, Options& opts) {
   if (opts.command != "check" && opts.command != "compile") {
     return absl::StrCat("unknown command \"", opts.command, "\"");
   }
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto take = [&](std::string& into) {
-      if (has_value) {
-        into = value;
-        return true;
-      }
-      if (i + 1 >= argc) return false;
-      into = argv[++i];
-      return true;
-    };
-    if (arg == "--schema") {
-      if (!take(opts.schema_path)) return "--schema needs a file";
-    } else if (arg == "--regex") {
-      if (!take(opts.regex)) return "--regex needs a pattern";
-      opts.has_regex = true;
-    } else if (arg == "--json-object") {
-      opts.json_object = true;
-    } else if (arg == "--model" || arg == "-m") {
-      if (!take(opts.model_path)) return "--model needs a file";
-    } else {
-      return absl::StrCat("unknown argument \"", arg, "\"");
-    }
+  const std::vector<common::Flag> flags = {
+      common::StringFlag("--schema", &opts.schema_path).MissingMessage("--schema needs a file"),
+      common::CustomFlag("--regex",
+                         [&opts](std::string_view v) {
+                           opts.regex = std::string(v);
+                           opts.has_regex = true;
+                           return std::string();
+                         })
+          .MissingMessage("--regex needs a pattern"),
+      common::SwitchFlag("--json-object", &opts.json_object),
+      common::StringFlag("--model", &opts.model_path)
+          .Alias("-m")
+          .MissingMessage("--model needs a file"),
+  };
+  common::FlagParseOptions options;
+  options.unknown_message = "unknown argument \"{flag}\"";
+  if (std::string why = common::ParseFlags(flags, argc, argv, options, /*first=*/2); !why.empty()) {
+    return why;
   }
   const int constraints = !opts.schema_path.empty() + opts.has_regex + opts.json_object;
   if (constraints != 1) return "give exactly one of --schema, --regex, --json-object";

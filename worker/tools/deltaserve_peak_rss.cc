@@ -12,14 +12,16 @@
 // Exit status: 0 served, 1 refused or failed (the message on stderr), 2 usage error.
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/flags.h"
 #include "kernels/backend.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/sched/served_model.h"
@@ -43,53 +45,44 @@ int Usage(const std::string& why) {
   return 2;
 }
 
-std::string Parse(int argc, char** argv, Flags& f) {
+// The command line (common/flags.h). Counts other than --rounds take any integer, as before the
+// table: ServedModel refuses what it cannot plan.
+std::vector<common::Flag> FlagTable(Flags& f) {
   ServingOptions& o = f.serving;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    auto integer = [&](auto& out) {
-      const char* v = value();
-      return v != nullptr && absl::SimpleAtoi(v, &out);
-    };
-    if (a == "-m") {
-      const char* v = value();
-      if (v == nullptr) return "-m needs a file";
-      f.model = v;
-    } else if (a == "--ctx") {
-      if (!integer(o.ctx)) return "--ctx needs a token count";
-    } else if (a == "--parallel") {
-      if (!integer(o.n_parallel)) return "--parallel needs a count";
-    } else if (a == "--ram") {
-      const char* v = value();
-      if (v == nullptr) return "--ram needs a size";
-      f.ram = v;
-    } else if (a == "--overhead") {
-      const char* v = value();
-      if (v == nullptr) return "--overhead needs a size";
-      f.overhead = v;
-    } else if (a == "--cache-type-k" || a == "--cache-type-v") {
-      const char* v = value();
-      if (v == nullptr) return absl::StrCat(a, " needs a type");
+  auto any = [](std::string name, auto* out, std::string message) {
+    using T = std::remove_pointer_t<decltype(out)>;
+    return common::IntegerFlag(std::move(name), out, std::numeric_limits<T>::min())
+        .Error(std::move(message));
+  };
+  auto cache_type = [](kernels::WeightType& out) {
+    return [&out](std::string_view v) -> std::string {
       absl::StatusOr<kernels::WeightType> t = ParseKvCacheType(v);
       if (!t.ok()) return std::string(t.status().message());
-      (a == "--cache-type-k" ? o.k_type : o.v_type) = *t;
-    } else if (a == "--page-tokens") {
-      if (!integer(o.page_tokens)) return "--page-tokens needs a count";
-    } else if (a == "--batch-tokens") {
-      if (!integer(o.step_tokens)) return "--batch-tokens needs a count";
-    } else if (a == "--threads") {
-      if (!integer(o.n_threads)) return "--threads needs a count";
-    } else if (a == "--speculation") {
-      o.speculation = true;
-    } else if (a == "--draft-max") {
-      if (!integer(o.ngram.draft_max)) return "--draft-max needs a count";
-    } else if (a == "--rounds") {
-      if (!integer(f.rounds) || f.rounds < 1) return "--rounds needs a count >= 1";
-    } else {
-      return absl::StrCat("unknown argument '", a, "'");
-    }
-  }
+      out = *t;
+      return "";
+    };
+  };
+  return {
+      common::StringFlag("-m", &f.model).MissingMessage("-m needs a file"),
+      any("--ctx", &o.ctx, "--ctx needs a token count"),
+      any("--parallel", &o.n_parallel, "--parallel needs a count"),
+      common::StringFlag("--ram", &f.ram).MissingMessage("--ram needs a size"),
+      common::StringFlag("--overhead", &f.overhead).MissingMessage("--overhead needs a size"),
+      common::CustomFlag("--cache-type-k", cache_type(o.k_type))
+          .MissingMessage("{flag} needs a type"),
+      common::CustomFlag("--cache-type-v", cache_type(o.v_type))
+          .MissingMessage("{flag} needs a type"),
+      any("--page-tokens", &o.page_tokens, "--page-tokens needs a count"),
+      any("--batch-tokens", &o.step_tokens, "--batch-tokens needs a count"),
+      any("--threads", &o.n_threads, "--threads needs a count"),
+      common::SwitchFlag("--speculation", &o.speculation),
+      any("--draft-max", &o.ngram.draft_max, "--draft-max needs a count"),
+      common::IntegerFlag("--rounds", &f.rounds, 1).Error("--rounds needs a count >= 1"),
+  };
+}
+
+std::string Parse(int argc, char** argv, Flags& f) {
+  if (std::string why = common::ParseFlags(FlagTable(f), argc, argv); !why.empty()) return why;
   if (f.model.empty()) return "-m FILE is required";
   if (f.ram.empty()) return "--ram SIZE is required";
   return "";

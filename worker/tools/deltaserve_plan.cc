@@ -11,12 +11,11 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "common/gguf_file.h"
 #include "common/qwen35_hparams.h"
 #include "common/str_util.h"
@@ -48,6 +47,68 @@ struct Options {
   bool parallel_set = false;
 };
 
+// The command line (common/flags.h): every value is required to be non-empty, counts are
+// bounded; tests/worker/deltaserve_plan_cli_test.cc checks the messages.
+std::vector<common::Flag> FlagTable(Options& o, bool& help) {
+  using common::IntegerFlag;
+  using common::StringFlag;
+  std::string presets = "a Qwen3.5 size instead of a file:";
+  for (const SynthPreset& p : SynthPresets()) absl::StrAppend(&presets, " ", Sv(p.name));
+  absl::StrAppend(&presets, "\n(real checkpoint shapes, 248,320 vocabulary rows)");
+  auto text = [](std::string name, std::string* out) {
+    return StringFlag(std::move(name), out).NonEmpty();
+  };
+  auto count = [](std::string name, auto* out, int64_t min, int64_t max) {
+    return IntegerFlag(std::move(name), out, min, max).NonEmpty();
+  };
+  return {
+      common::SwitchFlag("--help", &help).Alias("-h").StopsParsing(),
+      text("--model", &o.model)
+          .Alias("-m")
+          .Help("F", "GGUF file (metadata and tensor infos only are read)"),
+      text("--preset", &o.preset).Help("P", presets),
+      text("--type", &o.type)
+          .Help("T",
+                "weight mixture of a preset: f32 f16 q8_0 q4_k_m q5_k_m q6_k\n"
+                "(default q4_k_m; as deltaserve-synth and llama-quantize)"),
+      text("--vram", &o.vram)
+          .Help("SIZE", "device memory budget: 8GiB, 512MiB, 64G, 1.5GiB, 24GB ..."),
+      text("--ram", &o.ram).Help("SIZE", "host memory budget (CPU worker), same syntax"),
+      text("--cache-type-k", &o.cache_type_k)
+          .Alias("-ctk")
+          .Help("T", "K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 (default f16)"),
+      text("--cache-type-v", &o.cache_type_v)
+          .Alias("-ctv")
+          .Help("T", "V cache type, same choices (default f16)"),
+      count("--page-tokens", &o.page_tokens, 1, 65536)
+          .Help("N", "token positions per KV page (default 256)"),
+      text("--conv-state", &o.conv_state)
+          .Help("T", "DeltaNet conv window type: f32 f16 bf16 (default f32)"),
+      count("--batch-tokens", &o.batch_tokens, 1, 1 << 20)
+          .Help("N", "tokens of one forward pass, sizing the workspace (default 512)"),
+      count("--logits-rows", &o.logits_rows, 1, 1 << 20)
+          .Help("N", "logits rows of one pass (default: --batch-tokens)"),
+      count("--threads", &o.threads, 1, 4096)
+          .Alias("-t")
+          .Help("N", "attention kernel threads, for its scratch (default 1)"),
+      text("--overhead", &o.overhead)
+          .Help("SIZE", "fixed reserve: runtime context, allocator slack (default 0)"),
+      count("--ctx", &o.ctx, 1, int64_t{1} << 40)
+          .Help("N",
+                "also check that N tokens x --parallel sequences fit; exit 1\n"
+                "with the reason when they do not"),
+      IntegerFlag(
+          "--parallel",
+          [&o](int64_t n) {
+            o.parallel = static_cast<int>(n);
+            o.parallel_set = true;
+          },
+          1, 1 << 20)
+          .NonEmpty()
+          .Help("N", "sequences for --ctx (default 1)"),
+  };
+}
+
 void PrintHelp() {
   std::cout << "usage: deltaserve-plan (-m FILE.gguf | --preset P [--type T]) (--vram SIZE | --ram "
                "SIZE)\n"
@@ -59,28 +120,10 @@ void PrintHelp() {
                "full-attention layers, the DeltaNet recurrent state of each sequence and the\n"
                "forward-pass workspace, and the largest context that fits for 1..64 parallel\n"
                "sequences (docs/memory_plan.md).\n"
-               "\n"
-               "  -m, --model F      GGUF file (metadata and tensor infos only are read)\n"
-               "  --preset P         a Qwen3.5 size instead of a file:";
-  for (const SynthPreset& p : SynthPresets()) std::cout << " " << p.name;
-  std::cout
-      << "\n"
-         "                     (real checkpoint shapes, 248,320 vocabulary rows)\n"
-         "  --type T           weight mixture of a preset: f32 f16 q8_0 q4_k_m q5_k_m q6_k\n"
-         "                     (default q4_k_m; as deltaserve-synth and llama-quantize)\n"
-         "  --vram SIZE        device memory budget: 8GiB, 512MiB, 64G, 1.5GiB, 24GB ...\n"
-         "  --ram SIZE         host memory budget (CPU worker), same syntax\n"
-         "  --cache-type-k T   K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 (default f16)\n"
-         "  --cache-type-v T   V cache type, same choices (default f16)\n"
-         "  --page-tokens N    token positions per KV page (default 256)\n"
-         "  --conv-state T     DeltaNet conv window type: f32 f16 bf16 (default f32)\n"
-         "  --batch-tokens N   tokens of one forward pass, sizing the workspace (default 512)\n"
-         "  --logits-rows N    logits rows of one pass (default: --batch-tokens)\n"
-         "  --threads N        attention kernel threads, for its scratch (default 1)\n"
-         "  --overhead SIZE    fixed reserve: runtime context, allocator slack (default 0)\n"
-         "  --ctx N            also check that N tokens x --parallel sequences fit; exit 1\n"
-         "                     with the reason when they do not\n"
-         "  --parallel N       sequences for --ctx (default 1)\n";
+               "\n";
+  Options o;
+  bool help = false;
+  std::cout << common::FlagHelp(FlagTable(o, help));
 }
 
 int Usage(const std::string& why) {
@@ -95,74 +138,8 @@ int Fail(const absl::Status& s) {
 
 // Parses argv into `o`; returns what is wrong, or "" (and sets `help`) on success.
 std::string Parse(int argc, char** argv, Options& o, bool& help) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string inline_value;
-    bool has_inline = false;
-    if (absl::StartsWith(a, "--") && a.find('=') != std::string::npos) {
-      inline_value = a.substr(a.find('=') + 1);
-      a = a.substr(0, a.find('='));
-      has_inline = true;
-    }
-    auto value = [&](std::string& out) -> std::string {
-      if (has_inline) {
-        out = inline_value;
-      } else if (i + 1 < argc) {
-        out = argv[++i];
-      } else {
-        return absl::StrCat(a, " needs a value");
-      }
-      return out.empty() ? absl::StrCat(a, " needs a value") : "";
-    };
-    auto count = [&](auto& out, int64_t lo, int64_t hi) -> std::string {
-      std::string v;
-      if (std::string err = value(v); !err.empty()) return err;
-      int64_t n = 0;
-      if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi) {
-        return absl::StrCat(a, " '", v, "' is not a whole number in ", lo, "..", hi);
-      }
-      out = static_cast<std::remove_reference_t<decltype(out)>>(n);
-      return "";
-    };
-    std::string err;
-    if (a == "-h" || a == "--help") {
-      help = true;
-      return "";
-    } else if (a == "-m" || a == "--model") {
-      err = value(o.model);
-    } else if (a == "--preset") {
-      err = value(o.preset);
-    } else if (a == "--type") {
-      err = value(o.type);
-    } else if (a == "--vram") {
-      err = value(o.vram);
-    } else if (a == "--ram") {
-      err = value(o.ram);
-    } else if (a == "--cache-type-k" || a == "-ctk") {
-      err = value(o.cache_type_k);
-    } else if (a == "--cache-type-v" || a == "-ctv") {
-      err = value(o.cache_type_v);
-    } else if (a == "--conv-state") {
-      err = value(o.conv_state);
-    } else if (a == "--overhead") {
-      err = value(o.overhead);
-    } else if (a == "--page-tokens") {
-      err = count(o.page_tokens, 1, 65536);
-    } else if (a == "--batch-tokens") {
-      err = count(o.batch_tokens, 1, 1 << 20);
-    } else if (a == "--logits-rows") {
-      err = count(o.logits_rows, 1, 1 << 20);
-    } else if (a == "--threads" || a == "-t") {
-      err = count(o.threads, 1, 4096);
-    } else if (a == "--ctx") {
-      err = count(o.ctx, 1, int64_t{1} << 40);
-    } else if (a == "--parallel") {
-      err = count(o.parallel, 1, 1 << 20);
-      o.parallel_set = true;
-    } else {
-      err = absl::StrCat("unknown argument '", a, "'");
-    }
-    if (!err.empty()) return err;
+  if (std::string err = common::ParseFlags(FlagTable(o, help), argc, argv); !err.empty() || help) {
+    return err;
   }
   if (o.model.empty() == o.preset.empty()) return "give exactly one of -m FILE.gguf and --preset";
   if (!o.model.empty() && !o.type.empty()) return "--type applies to --preset only";

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/str_util.h"
 #include "common/streaming_detokenizer.h"
 #include "common/tokenizer.h"
@@ -29,6 +31,8 @@
 
 namespace deltaserve::worker {
 namespace {
+
+using common::Sv;
 
 struct Options {
   std::string model;
@@ -84,73 +88,69 @@ double PeakRssMb() {
   return ru.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
+// The command line (common/flags.h); tests/integration/deltaserve_run_cli_test.cc runs it.
+std::vector<common::Flag> FlagTable(Options& o) {
+  using common::CustomFlag;
+  using common::IntegerFlag;
+  using common::StringFlag;
+  auto real = [](std::string name, float* out, std::string message) {
+    return CustomFlag(std::move(name),
+                      [out, message](std::string_view v) {
+                        return absl::SimpleAtof(Sv(v), out) ? std::string() : message;
+                      })
+        .MissingMessage(message);
+  };
+  const std::string cache_type = "{flag} needs a type (f32, f16, bf16, q8_0, q4_0, ...)";
+  return {
+      StringFlag("-m", &o.model).Alias("--model").MissingMessage("-m needs a file"),
+      CustomFlag("-p",
+                 [&o](std::string_view v) {
+                   o.prompt = std::string(v);
+                   o.have_prompt = true;
+                   return std::string();
+                 })
+          .Alias("--prompt")
+          .MissingMessage("-p needs a text"),
+      CustomFlag("--tokens",
+                 [&o](std::string_view v) -> std::string {
+                   for (absl::string_view part : absl::StrSplit(Sv(v), ',', absl::SkipEmpty())) {
+                     int32_t id;
+                     if (!absl::SimpleAtoi(part, &id)) {
+                       return absl::StrCat("bad token id '", part, "'");
+                     }
+                     o.tokens.push_back(id);
+                   }
+                   return "";
+                 })
+          .MissingMessage("--tokens needs ids"),
+      StringFlag("--dump-logits", &o.dump_logits).MissingMessage("--dump-logits needs a file"),
+      IntegerFlag("-n", &o.n_predict, 0).Alias("--n-predict").Error("-n needs a count >= 0"),
+      IntegerFlag("--threads", &o.threads, 0).Alias("-t").Error("--threads needs a count"),
+      IntegerFlag("--ctx", &o.ctx, 0).Alias("-c").Error("--ctx needs a token count"),
+      real("--temp", &o.sampling.temperature, "--temp needs a number"),
+      IntegerFlag("--top-k", &o.sampling.top_k, std::numeric_limits<int>::min())
+          .Error("--top-k needs an integer"),
+      real("--top-p", &o.sampling.top_p, "--top-p needs a number"),
+      real("--min-p", &o.sampling.min_p, "--min-p needs a number"),
+      CustomFlag("--seed",
+                 [&o](std::string_view v) -> std::string {
+                   uint64_t seed;
+                   if (!absl::SimpleAtoi(Sv(v), &seed)) return "--seed needs an integer";
+                   o.sampling.seed = seed;
+                   return "";
+                 })
+          .MissingMessage("--seed needs an integer"),
+      StringFlag("--cache-type-k", &o.cache_type_k).Alias("-ctk").MissingMessage(cache_type),
+      StringFlag("--cache-type-v", &o.cache_type_v).Alias("-ctv").MissingMessage(cache_type),
+      IntegerFlag("--page-tokens", &o.page_tokens, 1).Error("--page-tokens needs a count > 0"),
+      common::SwitchFlag("--chat", &o.chat),
+      common::SwitchFlag("--ignore-eos", &o.ignore_eos),
+  };
+}
+
 // Parses argv; returns an empty string on success, else what is wrong.
 std::string Parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    auto number = [&](auto& out) -> bool {
-      const char* v = value();
-      if (v == nullptr) return false;
-      if constexpr (std::is_floating_point_v<std::remove_reference_t<decltype(out)>>) {
-        return absl::SimpleAtof(v, &out);
-      } else {
-        return absl::SimpleAtoi(v, &out);
-      }
-    };
-    if (a == "-m" || a == "--model") {
-      const char* v = value();
-      if (v == nullptr) return "-m needs a file";
-      o.model = v;
-    } else if (a == "-p" || a == "--prompt") {
-      const char* v = value();
-      if (v == nullptr) return "-p needs a text";
-      o.prompt = v;
-      o.have_prompt = true;
-    } else if (a == "--tokens") {
-      const char* v = value();
-      if (v == nullptr) return "--tokens needs ids";
-      for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-        int32_t id;
-        if (!absl::SimpleAtoi(part, &id)) return absl::StrCat("bad token id '", part, "'");
-        o.tokens.push_back(id);
-      }
-    } else if (a == "--dump-logits") {
-      const char* v = value();
-      if (v == nullptr) return "--dump-logits needs a file";
-      o.dump_logits = v;
-    } else if (a == "-n" || a == "--n-predict") {
-      if (!number(o.n_predict) || o.n_predict < 0) return "-n needs a count >= 0";
-    } else if (a == "--threads" || a == "-t") {
-      if (!number(o.threads) || o.threads < 0) return "--threads needs a count";
-    } else if (a == "--ctx" || a == "-c") {
-      if (!number(o.ctx) || o.ctx < 0) return "--ctx needs a token count";
-    } else if (a == "--temp") {
-      if (!number(o.sampling.temperature)) return "--temp needs a number";
-    } else if (a == "--top-k") {
-      if (!number(o.sampling.top_k)) return "--top-k needs an integer";
-    } else if (a == "--top-p") {
-      if (!number(o.sampling.top_p)) return "--top-p needs a number";
-    } else if (a == "--min-p") {
-      if (!number(o.sampling.min_p)) return "--min-p needs a number";
-    } else if (a == "--seed") {
-      uint64_t seed;
-      if (!number(seed)) return "--seed needs an integer";
-      o.sampling.seed = seed;
-    } else if (a == "--cache-type-k" || a == "-ctk" || a == "--cache-type-v" || a == "-ctv") {
-      const char* v = value();
-      if (v == nullptr) return absl::StrCat(a, " needs a type (f32, f16, bf16, q8_0, q4_0, ...)");
-      (a == "--cache-type-k" || a == "-ctk" ? o.cache_type_k : o.cache_type_v) = v;
-    } else if (a == "--page-tokens") {
-      if (!number(o.page_tokens) || o.page_tokens <= 0) return "--page-tokens needs a count > 0";
-    } else if (a == "--chat") {
-      o.chat = true;
-    } else if (a == "--ignore-eos") {
-      o.ignore_eos = true;
-    } else {
-      return absl::StrCat("unknown argument '", a, "'");
-    }
-  }
+  if (std::string why = common::ParseFlags(FlagTable(o), argc, argv); !why.empty()) return why;
   if (o.model.empty()) return "-m FILE is required";
   if (o.have_prompt == !o.tokens.empty()) return "give exactly one of -p TEXT and --tokens IDS";
   if (!o.dump_logits.empty() && o.tokens.empty()) return "--dump-logits goes with --tokens";
@@ -175,8 +175,8 @@ int DumpLogits(Qwen35Model& model, const Options& o) {
   out.write(reinterpret_cast<const char*>(logits.data()),
             static_cast<std::streamsize>(logits.size() * sizeof(float)));
   if (!out) return Fail(absl::InternalError(absl::StrCat("cannot write ", o.dump_logits)));
-  std::cerr << absl::StreamFormat("wrote %d x %d logits to %s\n", o.tokens.size(),
-                                  model.n_vocab(), o.dump_logits);
+  std::cerr << absl::StreamFormat("wrote %d x %d logits to %s\n", o.tokens.size(), model.n_vocab(),
+                                  o.dump_logits);
   return 0;
 }
 

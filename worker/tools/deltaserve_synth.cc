@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/flags.h"
 #include "common/gguf_file.h"
 #include "common/gguf_writer.h"
 #include "common/str_util.h"
@@ -97,59 +98,40 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// The command line (common/flags.h): every value is required to be non-empty;
+// tests/worker/deltaserve_synth_cli_test.cc checks the messages. PrintHelp says what each does.
+std::vector<common::Flag> FlagTable(Options& o, bool& help) {
+  auto text = [](std::string name, std::string* out) {
+    return common::StringFlag(std::move(name), out).NonEmpty();
+  };
+  return {
+      common::SwitchFlag("--help", &help).Alias("-h").StopsParsing(),
+      common::SwitchFlag("--plan", &o.plan_only),
+      text("--preset", &o.preset),
+      text("--type", &o.type),
+      text("--vocab-from", &o.vocab),
+      text("--output", &o.out).Alias("-o"),
+      common::CustomFlag("--seed",
+                         [&o](std::string_view v) -> std::string {
+                           if (!absl::SimpleAtoi(Sv(v), &o.seed)) {
+                             return "--seed needs an unsigned integer";
+                           }
+                           return "";
+                         })
+          .NonEmpty(),
+      common::IntegerFlag("--layers", &o.layers, 1, 1024)
+          .NonEmpty()
+          .InvalidMessage("--layers '{value}' is not a layer count (1..1024)"),
+      common::IntegerFlag("--threads", &o.threads, 1, 256)
+          .NonEmpty()
+          .InvalidMessage("--threads '{value}' is not a thread count (1..256)"),
+  };
+}
+
 // Parses argv into `o`; returns what is wrong, or "" (and sets `help`) on success.
 std::string Parse(int argc, char** argv, Options& o, bool& help) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string inline_value;
-    bool has_inline = false;
-    if (absl::StartsWith(a, "--") && a.find('=') != std::string::npos) {
-      inline_value = a.substr(a.find('=') + 1);
-      a = a.substr(0, a.find('='));
-      has_inline = true;
-    }
-    auto value = [&](std::string& out) -> std::string {
-      if (has_inline) {
-        out = inline_value;
-      } else if (i + 1 < argc) {
-        out = argv[++i];
-      } else {
-        return absl::StrCat(a, " needs a value");
-      }
-      return out.empty() ? absl::StrCat(a, " needs a value") : "";
-    };
-    std::string v;
-    std::string err;
-    if (a == "-h" || a == "--help") {
-      help = true;
-      return "";
-    } else if (a == "--plan") {
-      o.plan_only = true;
-    } else if (a == "--preset") {
-      err = value(o.preset);
-    } else if (a == "--type") {
-      err = value(o.type);
-    } else if (a == "--vocab-from") {
-      err = value(o.vocab);
-    } else if (a == "-o" || a == "--output") {
-      err = value(o.out);
-    } else if (a == "--seed") {
-      err = value(v);
-      if (err.empty() && !absl::SimpleAtoi(v, &o.seed)) err = "--seed needs an unsigned integer";
-    } else if (a == "--layers") {
-      err = value(v);
-      if (err.empty() && (!absl::SimpleAtoi(v, &o.layers) || o.layers < 1 || o.layers > 1024)) {
-        err = absl::StrCat("--layers '", v, "' is not a layer count (1..1024)");
-      }
-    } else if (a == "--threads") {
-      err = value(v);
-      if (err.empty() && (!absl::SimpleAtoi(v, &o.threads) || o.threads < 1 || o.threads > 256)) {
-        err = absl::StrCat("--threads '", v, "' is not a thread count (1..256)");
-      }
-    } else {
-      err = absl::StrCat("unknown argument '", a, "'");
-    }
-    if (!err.empty()) return err;
+  if (std::string err = common::ParseFlags(FlagTable(o, help), argc, argv); !err.empty() || help) {
+    return err;
   }
   if (o.preset.empty()) return "--preset is required";
   if (o.type.empty()) return "--type is required";
