@@ -16,16 +16,7 @@
 namespace deltaserve::kernels::gpu_test {
 
 class GpuBackendTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no GPU on this machine: " << why;
-    std::string error;
-    gpu_ = MakeCudaBackend(CudaBackendOptions{}, &error);
-    ASSERT_NE(gpu_, nullptr) << error;
-    cpu_ = MakeCpuBackend(2);
-  }
-
+ public:
   // A buffer in `backend` holding `host`.
   template <typename T>
   static DeviceBuffer Upload(Backend& backend, const std::vector<T>& host) {
@@ -46,6 +37,16 @@ class GpuBackendTest : public ::testing::Test {
       EXPECT_EQ(backend.CopyToHost(host.data(), src, n * sizeof(T)), KernelStatus::kOk);
     }
     return host;
+  }
+
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no GPU on this machine: " << why;
+    std::string error;
+    gpu_ = MakeCudaBackend(CudaBackendOptions{}, &error);
+    ASSERT_NE(gpu_, nullptr) << error;
+    cpu_ = MakeCpuBackend(2);
   }
 
   std::unique_ptr<Backend> cpu_;
