@@ -12,8 +12,12 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "common/jinja/chat_template.h"
+#include "common/str_util.h"
 #include "nlohmann/json.hpp"
 #include "router/tools/chat_commands.h"
 
@@ -93,18 +97,22 @@ ordered_json RenderCase(const ordered_json& c, size_t index,
 int Run(int argc, char** argv) {
   std::string cases_path;
   std::string template_path;
-  for (int i = 0; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--template" && i + 1 < argc) {
-      template_path = argv[++i];
-    } else if (arg.rfind("--template=", 0) == 0) {
-      template_path = std::string(arg.substr(11));
-    } else if (!arg.empty() && arg[0] != '-' && cases_path.empty()) {
-      cases_path = std::string(arg);
-    } else {
-      std::fprintf(stderr, "deltaserve-chat render: unexpected argument '%s'\n%s", argv[i], kUsage);
-      return 2;
+  // One positional CASES.json and --template; whatever else is refused with the same line.
+  const std::string unexpected = "unexpected argument '{flag}'";
+  const std::vector<common::Flag> flags = {
+      common::StringFlag("--template", &template_path).MissingMessage(unexpected)};
+  common::FlagParseOptions options;
+  options.unknown_message = unexpected;
+  options.positional = [&cases_path](std::string_view arg) -> std::string {
+    if (arg.empty() || arg == "-" || !cases_path.empty()) {
+      return absl::StrCat("unexpected argument '", common::Sv(arg), "'");
     }
+    cases_path = std::string(arg);
+    return "";
+  };
+  if (std::string why = common::ParseFlags(flags, argc, argv, options, /*first=*/0); !why.empty()) {
+    std::fprintf(stderr, "deltaserve-chat render: %s\n%s", why.c_str(), kUsage);
+    return 2;
   }
   if (cases_path.empty()) {
     std::fputs(kUsage, stderr);
