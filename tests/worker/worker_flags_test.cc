@@ -1,0 +1,132 @@
+// Unit tests of deltaserve-worker's flag table (worker/worker_flags.cc): every flag's value lands
+// in its own setting (the process tests in deltaserve_worker_test.cc check only the refusals),
+// the defaults stay those of WorkerFlags / ServingOptions / RedisTierOptions, and the checks
+// across flags. Expected values are the ones given on the command line below.
+#include "worker/worker_flags.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace deltaserve::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Pair;
+
+// ParseWorkerFlags over {"deltaserve-worker", args...}.
+std::string Parse(std::vector<std::string> args, WorkerFlags& f) {
+  args.insert(args.begin(), "deltaserve-worker");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return ParseWorkerFlags(static_cast<int>(argv.size()), argv.data(), f);
+}
+
+TEST(WorkerFlagsTest, EveryFlagLandsInItsSetting) {
+  WorkerFlags f;
+  // clang-format off
+  const std::vector<std::string> args = {
+      "--model", "a=/m/a.gguf", "-m", "/m/b.gguf", "--listen", "0.0.0.0:9", "--device", "cpu",
+      "-t", "3", "--ctx=8192", "-np", "5", "--ram", "16GiB", "--overhead", "1MiB",
+      "--cuda-graphs", "off", "-ctk", "q8_0", "--cache-type-v", "q4_0",
+      "--page-tokens", "128", "--batch-tokens", "64", "--max-waiting", "7",
+      "--speculation", "--ngram-min", "2", "--draft-max", "4",
+      "--metrics-port", "0", "--metrics-host", "0.0.0.0", "--worker-id", "w1",
+      "--snapshot-ram", "0", "--snapshot-interval", "256", "--reasoning-budget", "0",
+      "--redis", "redis://cache:6380/2", "--redis-timeout", "75", "--redis-min-rate", "250",
+      "--redis-ttl", "60", "--redis-max-bytes", "8KiB", "--redis-compression", "zstd",
+      "--tls-cert", "w.crt", "--tls-key", "w.key", "--tls-client-ca", "ca.crt",
+      "--auth-secret-file", "s.txt", "--log-format", "json"};
+  // clang-format on
+  ASSERT_EQ(Parse(args, f), "");
+  EXPECT_THAT(f.models, ElementsAre(Pair("a", "/m/a.gguf"), Pair("b", "/m/b.gguf")));
+  EXPECT_EQ(f.listen, "0.0.0.0:9");
+  EXPECT_EQ(f.device_spec.kind, DeviceSpec::Kind::kCpu);
+  const ServingOptions& s = f.serving;
+  EXPECT_EQ(s.n_threads, 3);
+  EXPECT_EQ(s.ctx, 8192);
+  EXPECT_EQ(s.n_parallel, 5);
+  EXPECT_EQ(f.ram, "16GiB");  // sizes of the budget are read at start (Run), not here
+  EXPECT_EQ(f.overhead, "1MiB");
+  EXPECT_FALSE(s.step_graphs);
+  EXPECT_EQ(s.k_type, kernels::WeightType::kQ8_0);
+  EXPECT_EQ(s.v_type, kernels::WeightType::kQ4_0);
+  EXPECT_EQ(s.page_tokens, 128);
+  EXPECT_EQ(s.step_tokens, 64);
+  EXPECT_EQ(s.max_waiting, 7);
+  EXPECT_TRUE(s.speculation);
+  EXPECT_EQ(s.ngram.ngram_min, 2);
+  EXPECT_EQ(s.ngram.draft_max, 4);
+  EXPECT_EQ(f.metrics_port, 0);
+  EXPECT_EQ(f.metrics_host, "0.0.0.0");
+  EXPECT_EQ(f.worker_id, "w1");
+  EXPECT_EQ(f.snapshot_ram, "0");
+  EXPECT_EQ(s.snapshot_interval, 256);
+  EXPECT_EQ(s.reasoning_budget, 0);
+  EXPECT_EQ(f.redis_url, "redis://cache:6380/2");
+  EXPECT_EQ(f.redis.redis.host, "cache");
+  EXPECT_EQ(f.redis.redis.port, 6380);
+  EXPECT_EQ(f.redis.redis.db, 2);
+  EXPECT_EQ(f.redis.timeout, absl::Milliseconds(75));
+  EXPECT_EQ(f.redis.min_bytes_per_second, 250e6);
+  EXPECT_EQ(f.redis.ttl, absl::Seconds(60));
+  EXPECT_EQ(f.redis.max_bytes, 8192u);
+  EXPECT_EQ(f.redis.compression, common::SnapshotCompression::kZstd);
+  EXPECT_EQ(f.tls_cert, "w.crt");
+  EXPECT_EQ(f.tls_key, "w.key");
+  EXPECT_EQ(f.tls_client_ca, "ca.crt");
+  EXPECT_EQ(f.auth_secret_file, "s.txt");
+  EXPECT_EQ(f.log_format, common::LogFormat::kJson);
+}
+
+TEST(WorkerFlagsTest, DefaultsStayWhenOnlyAModelIsGiven) {
+  WorkerFlags f;
+  const WorkerFlags defaults;
+  ASSERT_EQ(Parse({"--model", "/m/qwen.gguf"}, f), "");
+  EXPECT_THAT(f.models, ElementsAre(Pair("qwen", "/m/qwen.gguf")));
+  EXPECT_EQ(f.listen, "127.0.0.1:50051");
+  EXPECT_EQ(f.device, "cpu");
+  EXPECT_EQ(f.metrics_port, -1);
+  EXPECT_EQ(f.metrics_host, "127.0.0.1");
+  EXPECT_EQ(f.serving.ctx, defaults.serving.ctx);
+  EXPECT_EQ(f.serving.n_threads, defaults.serving.n_threads);
+  EXPECT_EQ(f.serving.reasoning_budget, -1);
+  EXPECT_TRUE(f.serving.step_graphs);
+  EXPECT_FALSE(f.serving.speculation);
+  EXPECT_EQ(f.redis.timeout, defaults.redis.timeout);
+  EXPECT_EQ(f.redis.max_bytes, defaults.redis.max_bytes);
+  EXPECT_EQ(f.redis.compression, common::SnapshotCompression::kNone);
+  EXPECT_TRUE(f.redis_url.empty());
+  EXPECT_EQ(f.log_format, common::LogFormat::kText);
+}
+
+TEST(WorkerFlagsTest, RefusalsAndChecksAcrossFlags) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "at least one --model is required"},
+      {{"--model", "a=x.gguf", "--model", "a=y.gguf"}, "model name 'a' given twice"},
+      {{"--model", "=x.gguf"}, "bad --model '=x.gguf'"},
+      {{"--model", "a=x", "--tls-cert", "c"}, "--tls-cert and --tls-key go together"},
+      {{"--model", "a=x", "--tls-client-ca", "ca"},
+       "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS runs over TLS)"},
+      {{"--model", "a=x", "--vram", "1GiB"},
+       "--vram needs --device cuda:N (the CPU worker's budget is --ram)"},
+      {{"--model", "a=x", "--cuda-graphs", "maybe"}, "--cuda-graphs needs on or off"},
+      {{"--model", "a=x", "-ctv"}, "-ctv needs a type"},
+      {{"--model", "a=x", "--metrics-port", "65536"}, "--metrics-port needs a port"},
+      {{"--model", "a=x", "--parallel", "2147483648"}, "--parallel needs a count >= 1"},
+      {{"--model", "a=x", "--auth-secret", "s3cret"},
+       "--auth-secret is not accepted: a secret on the command line is visible to every user "
+       "(ps); use --auth-secret-file FILE or $DELTASERVE_WORKER_SECRET"},
+      {{"--model", "a=x", "-h"}, "help"},
+      {{"--model", "a=x", "--wat=1"}, "unknown argument '--wat'"},
+  };
+  for (const auto& [args, message] : cases) {
+    WorkerFlags f;
+    EXPECT_EQ(Parse(args, f), message) << (args.empty() ? "" : args.back());
+  }
+}
+
+}  // namespace
+}  // namespace deltaserve::worker
