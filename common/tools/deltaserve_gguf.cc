@@ -70,6 +70,11 @@ void PrintModel(const GgufFile& file) {
     std::cout << "  (no layer plan: DeltaServe reads qwen35 and qwen35moe)\n";
     return;
   }
+  if (file.tensors().empty()) {
+    // A tokenizer file (llama.cpp's vocab-only GGUFs): its model keys are partial by design.
+    std::cout << "  vocabulary only: no tensors, no layer plan (usable as a tokenizer)\n";
+    return;
+  }
   absl::StatusOr<Qwen35HParams> hp = ReadQwen35HParams(file);
   if (!hp.ok()) {
     std::cout << "  INVALID: " << hp.status().message() << "\n";

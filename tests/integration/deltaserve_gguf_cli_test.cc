@@ -33,6 +33,16 @@ TEST(DeltaserveGgufCli, InfoShowsTinyMoeLayerPlan) {
   EXPECT_THAT(r.out, HasSubstr("tokenizer.ggml.pre"));
 }
 
+// A vocabulary-only file has a partial set of model keys by design: it is named as a tokenizer
+// file, not called INVALID.
+TEST(DeltaserveGgufCli, InfoNamesAVocabularyOnlyFile) {
+  ProcessResult r = Gguf({"info", GoldenPath("qwen3-vocab-qwen35pre.gguf")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("vocabulary only: no tensors"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("INVALID")));
+  EXPECT_THAT(r.out, HasSubstr("tensors: 0"));
+}
+
 TEST(DeltaserveGgufCli, InfoShowsDenseQ4KMTypes) {
   ProcessResult r = Gguf({"info", GoldenPath("tiny-dense-q4_k_m.gguf")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
