@@ -279,6 +279,42 @@ TEST(SchedulerTest, CancelFreesPagesAndSlotAtOnce) {
   EXPECT_EQ(s.running, 0);
 }
 
+// With max_sequences 1, a request waiting behind one that is cancelled starts in the very step
+// that takes the cancel: the cancelled sequence gave its slot and pages back there and no longer
+// holds a place (it used to, until the step's end, so the waiting one started a step late).
+TEST(SchedulerTest, ACancelledSequencesPlaceIsTakenInTheSameStep) {
+  SchedulerOptions o;
+  o.max_sequences = 1;
+  o.max_context = 512;
+  Harness h("tiny-dense-f32", o, 32, 16);
+  const std::vector<int32_t> prompt = GoldenTokens("tiny-dense-f32").back();
+  GenerationRequest r;
+  r.prompt = std::vector<int32_t>(prompt.begin(), prompt.begin() + 20);
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = 400;
+  auto first = std::make_shared<CollectingSink>();
+  auto handle = h.sched->Submit(r, first);
+  ASSERT_TRUE(handle.ok());
+  for (int i = 0; i < 3; ++i) h.sched->Step();
+  auto second = std::make_shared<CollectingSink>();
+  ASSERT_TRUE(h.sched->Submit(r, second).ok());
+  h.sched->Step();
+  ASSERT_EQ(h.sched->stats().waiting, 1);  // behind the running one
+  h.sched->Cancel(*handle);
+  h.sched->Step();
+  ASSERT_TRUE(first->result.has_value());
+  EXPECT_EQ(first->result->reason, EndReason::kCancelled);
+  const SchedulerStats s = h.sched->stats();
+  EXPECT_EQ(s.running, 1);
+  EXPECT_EQ(s.waiting, 0);
+  EXPECT_EQ(s.free_slots, 0);
+  // The second request runs to its end as it would alone.
+  for (int i = 0; i < 1000 && !second->result.has_value(); ++i) h.sched->Step();
+  ASSERT_TRUE(second->result.has_value());
+  EXPECT_EQ(second->result->reason, EndReason::kLength);
+  EXPECT_EQ(second->tokens.size(), 400u);
+}
+
 TEST(SchedulerTest, RefusesBadRequestsAndAFullQueue) {
   SchedulerOptions o;
   o.max_sequences = 1;

@@ -316,6 +316,11 @@ void Scheduler::Admit() {
     reserved += std::max<int64_t>(0, need - static_cast<int64_t>(s->state->kv->pages().size()));
     reserved += static_cast<int64_t>(s->fork_sinks.size());
   }
+  // Places among max_sequences: a sequence that ended before this step's batch (a cancel taken
+  // from the inbox) has given its pages and slot back and leaves running_ only after the batch,
+  // so it does not count; one still closing holds its state and does.
+  int64_t live = 0;
+  for (const auto& s : running_) live += !s->finished || s->state != nullptr ? 1 : 0;
   // Slots (and places among max_sequences) kept for choices still to fork.
   int64_t reserved_slots = ReservedForkSlots();
   while (!waiting_.empty()) {
@@ -325,8 +330,7 @@ void Scheduler::Admit() {
       continue;
     }
     const int64_t forks = static_cast<int64_t>(seq.fork_sinks.size());
-    if (static_cast<int64_t>(running_.size()) + reserved_slots + 1 + forks >
-            options_.max_sequences ||
+    if (live + reserved_slots + 1 + forks > options_.max_sequences ||
         slots_->free_slots() - reserved_slots < 1 + forks) {
       break;  // FIFO: the head waits for sequences to end
     }
@@ -361,6 +365,7 @@ void Scheduler::Admit() {
     if (snapshots_ != nullptr) RestoreAtAdmission(seq, point, first_admission);
     reserved += need_new;
     reserved_slots += forks;
+    ++live;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
