@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the comparison scripts (tokenizer_bench.sh, engine_bench.sh): the venv with the
-# pinned llama-cpp-python (the reference engine, compiled from PyPI source with GGML_NATIVE=ON)
-# and gguf. Lives under build/ (ignored by git); never committed.
+# pinned llama-cpp-python (the reference engine, compiled from PyPI source with GGML_NATIVE=ON),
+# gguf and regex. Lives under build/ (ignored by git); never committed.
 #
 #   source "${repo}/bench/venv.sh"
 #   bench_venv_ensure VENV_DIR PYTHON CALLER   # creates / completes VENV_DIR; exits 1 on failure
@@ -11,6 +11,8 @@
 
 readonly LLAMA_CPP_PYTHON_VERSION=0.3.36
 readonly GGUF_VERSION=0.19.0
+# bench/make_vocab_248k.py (the synthetic 248K vocabulary) applies the pre-tokenizer regex with it.
+readonly REGEX_VERSION=2024.11.6
 
 bench_venv_installed_version() {  # venv, distribution name
   "$1/bin/python" -c "import importlib.metadata as m; print(m.version('$2'))" 2>/dev/null || true
@@ -41,5 +43,10 @@ bench_venv_ensure() {  # venv, python, caller
     fi
   else
     echo "== llama-cpp-python ${LLAMA_CPP_PYTHON_VERSION} already in ${venv}" >&2
+  fi
+  if [[ "$(bench_venv_installed_version "${venv}" regex)" != "${REGEX_VERSION}" ]]; then
+    echo "== installing regex==${REGEX_VERSION}" >&2
+    "${venv}/bin/pip" install --quiet "regex==${REGEX_VERSION}" ||
+      { echo "${caller}: pip install regex failed" >&2; exit 1; }
   fi
 }
