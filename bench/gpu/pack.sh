@@ -35,8 +35,10 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
-mapfile -t tests < <(find "${repo}/tests/gpu" -name 'cuda_*_test.cc' -printf '%f\n' |
-  sed 's/\.cc$//' | sort)
+# The test programs as tests/gpu/CMakeLists.txt names them (a source file is not a program:
+# cuda_gdn_decode_step_test.cc is part of cuda_gated_delta_rule_test).
+mapfile -t tests < <(sed -n 's/^deltaserve_gpu_test(NAME \([A-Za-z0-9_]*\).*/\1/p' \
+  "${repo}/tests/gpu/CMakeLists.txt" | sort)
 if [[ ! -f "${build_dir}/build.ninja" ]]; then
   cmake -S "${repo}" -B "${build_dir}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDELTASERVE_CUDA=ON \
     -DDELTASERVE_CUDA_ARCHS="${archs}" -DCMAKE_CUDA_ARCHITECTURES="${archs}" \

@@ -127,8 +127,10 @@ stage_build() {
       "dependencies? use bench/gpu/pack.sh elsewhere and --bundle)" >&2; exit 1; }
   log "building (log: ${out_dir}/build.log)"
   local tests
-  mapfile -t tests < <(find "${repo}/tests/gpu" -name 'cuda_*_test.cc' -printf '%f\n' |
-    sed 's/\.cc$//' | sort)
+  # The test programs as tests/gpu/CMakeLists.txt names them (a source file is not a program:
+  # cuda_gdn_decode_step_test.cc is part of cuda_gated_delta_rule_test).
+  mapfile -t tests < <(sed -n 's/^deltaserve_gpu_test(NAME \([A-Za-z0-9_]*\).*/\1/p' \
+    "${repo}/tests/gpu/CMakeLists.txt" | sort)
   ninja -C "${build_dir}" deltaserve-worker deltaserve-router deltaserve-synth \
     deltaserve-bench-gpu "${tests[@]}" > "${out_dir}/build.log" 2>&1 ||
     { tail -40 "${out_dir}/build.log" >&2; exit 1; }
