@@ -158,6 +158,12 @@ Flag CustomFlag(std::string name, std::function<std::string(std::string_view val
   return Flag(std::move(name), Flag::Custom{std::move(store)});
 }
 
+Flag HelpFlag() {
+  return ActionFlag("--help", [] { return std::string(kHelpRequested); })
+      .Alias("-h")
+      .Help("", "this listing");
+}
+
 std::string ParseFlags(absl::Span<const Flag> flags, const std::vector<std::string>& args,
                        const FlagParseOptions& options) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -180,17 +186,10 @@ std::string ParseFlags(absl::Span<const Flag> flags, const std::vector<std::stri
       if (std::string why = sw->action(); !why.empty()) return why;
       if (has_inline) return Expand("{flag} takes no value", spelling, inline_value);
     } else {
-      std::string_view value;
-      if (has_inline) {
-        value = inline_value;
-      } else if (i + 1 < args.size()) {
-        value = args[++i];
-      } else {
-        return Expand(
-            flag->missing_message().empty() ? "{flag} needs a value" : flag->missing_message(),
-            spelling, "");
-      }
-      if (value.empty() && flag->non_empty()) {
+      const bool present = has_inline || i + 1 < args.size();
+      std::string_view value = inline_value;  // a view of args, never of a temporary
+      if (!has_inline && present) value = args[++i];
+      if (!present || (value.empty() && flag->non_empty())) {
         return Expand(
             flag->missing_message().empty() ? "{flag} needs a value" : flag->missing_message(),
             spelling, "");

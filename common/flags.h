@@ -163,6 +163,12 @@ Flag RepeatedFlag(std::string name, std::vector<std::string>* out);
 // Text, handed to `store`, whose non-empty return is the parse's error (as given, no {flag}).
 Flag CustomFlag(std::string name, std::function<std::string(std::string_view value)> store);
 
+// What ParseFlags returns when HelpFlag's row is given: the program prints its usage.
+inline constexpr std::string_view kHelpRequested = "help";
+// `-h` / `--help` for programs whose usage goes to stderr with exit 2: ParseFlags stops there and
+// returns kHelpRequested.
+Flag HelpFlag();
+
 // How ParseFlags treats what is not in the table.
 struct FlagParseOptions {
   // An argument that is no flag of the table; {flag} is the argument (up to '=' in a long one).

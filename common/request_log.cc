@@ -38,6 +38,18 @@ absl::StatusOr<LogFormat> ParseLogFormat(std::string_view name) {
       absl::StrCat("log format '", Sv(name), "' is not one of text, json"));
 }
 
+Flag LogFormatFlag(LogFormat* out) {
+  return CustomFlag("--log-format",
+                    [out](std::string_view v) -> std::string {
+                      absl::StatusOr<LogFormat> format = ParseLogFormat(v);
+                      if (!format.ok()) return "--log-format needs text or json";
+                      *out = *format;
+                      return "";
+                    })
+      .MissingMessage("--log-format needs text or json")
+      .Help("text|json", "the per-request lines on stderr (default text)");
+}
+
 RequestLogLine& RequestLogLine::Str(std::string key, std::string_view value) {
   fields_.emplace_back(std::move(key), std::string(value));
   return *this;

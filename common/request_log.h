@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/flags.h"
 
 namespace deltaserve::common {
 
@@ -24,6 +25,8 @@ enum class LogFormat { kText, kJson };
 
 // "text" or "json"; anything else is InvalidArgument naming it.
 absl::StatusOr<LogFormat> ParseLogFormat(std::string_view name);
+// The --log-format row of a program's flag table (common/flags.h), read with ParseLogFormat.
+Flag LogFormatFlag(LogFormat* out);
 
 class RequestLogLine {
  public:

@@ -91,13 +91,8 @@ std::vector<common::Flag> FlagTable(Flags& f) {
       StringFlag("--chat-template", &f.chat_template_path)
           .MissingMessage("--chat-template needs a file")
           .Help("FILE.jinja", "replaces every model's chat template"),
-      common::ChoiceFlag("--log-format", &f.log_format,
-                         {{"text", common::LogFormat::kText}, {"json", common::LogFormat::kJson}})
-          .Error("--log-format needs text or json")
-          .Help("text|json", "the per-request lines on stderr (default text)"),
-      common::ActionFlag("--help", [] { return std::string("help"); })
-          .Alias("-h")
-          .Help("", "this listing"),
+      common::LogFormatFlag(&f.log_format),
+      common::HelpFlag(),
   };
 }
 
@@ -107,7 +102,7 @@ int Usage(const std::string& why) {
                "[--worker HOST:PORT|dns:///NAME:PORT]... [--config FILE.yaml]\n"
                "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n"
                "         [--chat-template FILE.jinja] [--log-format text|json]\n";
-  if (why == "help") {
+  if (why == common::kHelpRequested) {
     Flags defaults;
     std::cerr << "flags:\n" << common::FlagHelp(FlagTable(defaults));
   }

@@ -42,14 +42,6 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
   using common::StringFlag;
   ServingOptions& s = f.serving;
   RedisTierOptions& r = f.redis;
-  auto cache_type = [](kernels::WeightType& out) {
-    return [&out](std::string_view v) -> std::string {
-      absl::StatusOr<kernels::WeightType> t = ParseKvCacheType(v);
-      if (!t.ok()) return std::string(t.status().message());
-      out = *t;
-      return "";
-    };
-  };
   auto file = [](std::string name, std::string* out, std::string help) {
     return StringFlag(std::move(name), out)
         .NonEmpty()
@@ -92,13 +84,11 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
       ChoiceFlag("--cuda-graphs", &s.step_graphs, {{"on", true}, {"off", false}})
           .Error("--cuda-graphs needs on or off")
           .Help("on|off", "decode steps as CUDA graphs (default on; no effect on the CPU)"),
-      CustomFlag("--cache-type-k", cache_type(s.k_type))
+      KvCacheTypeFlag("--cache-type-k", &s.k_type)
           .Alias("-ctk")
-          .MissingMessage("{flag} needs a type")
           .Help("T", "K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 (default f16)"),
-      CustomFlag("--cache-type-v", cache_type(s.v_type))
+      KvCacheTypeFlag("--cache-type-v", &s.v_type)
           .Alias("-ctv")
-          .MissingMessage("{flag} needs a type")
           .Help("T", "V cache type, the same choices (default f16)"),
       IntegerFlag("--page-tokens", &s.page_tokens, 1)
           .Error("--page-tokens needs a count >= 1")
@@ -181,13 +171,8 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
                                "visible to every user (ps); use --auth-secret-file FILE or "
                                "$DELTASERVE_WORKER_SECRET");
                          }),
-      ChoiceFlag("--log-format", &f.log_format,
-                 {{"text", common::LogFormat::kText}, {"json", common::LogFormat::kJson}})
-          .Error("--log-format needs text or json")
-          .Help("text|json", "the per-request lines on stderr (default text)"),
-      common::ActionFlag("--help", [] { return std::string("help"); })
-          .Alias("-h")
-          .Help("", "this listing"),
+      common::LogFormatFlag(&f.log_format),
+      common::HelpFlag(),
   };
 }
 
@@ -209,7 +194,7 @@ int WorkerUsage(const std::string& why) {
          "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
          "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n"
          "         [--log-format text|json]\n";
-  if (why == "help") {
+  if (why == common::kHelpRequested) {
     WorkerFlags defaults;
     std::cerr << "flags:\n" << common::FlagHelp(FlagTable(defaults));
   }

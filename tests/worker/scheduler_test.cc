@@ -254,16 +254,23 @@ TEST_P(SchedulerGoldenTest, TinyCachePreemptsAndLosesNothing) {
 INSTANTIATE_TEST_SUITE_P(Models, SchedulerGoldenTest,
                          ::testing::Values("tiny-dense-f32", "tiny-moe-f32"));
 
+// A greedy request of the first `prompt_tokens` of tiny-dense-f32's longest golden sequence that
+// runs long enough (400 tokens) to be cancelled mid-way.
+GenerationRequest LongGreedyRequest(int prompt_tokens) {
+  const std::vector<int32_t> prompt = GoldenTokens("tiny-dense-f32").back();
+  GenerationRequest r;
+  r.prompt = std::vector<int32_t>(prompt.begin(), prompt.begin() + prompt_tokens);
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = 400;
+  return r;
+}
+
 TEST(SchedulerTest, CancelFreesPagesAndSlotAtOnce) {
   SchedulerOptions o;
   o.max_sequences = 2;
   o.max_context = 512;
   Harness h("tiny-dense-f32", o, 32, 16);
-  const std::vector<int32_t> prompt = GoldenTokens("tiny-dense-f32").back();
-  GenerationRequest r;
-  r.prompt = std::vector<int32_t>(prompt.begin(), prompt.begin() + 40);
-  r.sampling.temperature = 0;
-  r.sampling.max_tokens = 400;
+  const GenerationRequest r = LongGreedyRequest(40);
   auto sink = std::make_shared<CollectingSink>();
   auto handle = h.sched->Submit(r, sink);
   ASSERT_TRUE(handle.ok());
@@ -287,11 +294,7 @@ TEST(SchedulerTest, ACancelledSequencesPlaceIsTakenInTheSameStep) {
   o.max_sequences = 1;
   o.max_context = 512;
   Harness h("tiny-dense-f32", o, 32, 16);
-  const std::vector<int32_t> prompt = GoldenTokens("tiny-dense-f32").back();
-  GenerationRequest r;
-  r.prompt = std::vector<int32_t>(prompt.begin(), prompt.begin() + 20);
-  r.sampling.temperature = 0;
-  r.sampling.max_tokens = 400;
+  const GenerationRequest r = LongGreedyRequest(20);
   auto first = std::make_shared<CollectingSink>();
   auto handle = h.sched->Submit(r, first);
   ASSERT_TRUE(handle.ok());

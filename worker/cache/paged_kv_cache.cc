@@ -48,6 +48,17 @@ absl::StatusOr<WeightType> ParseKvCacheType(std::string_view name) {
                    "' (use f32, f16, bf16, q8_0, q4_0, q4_1 or q5_0)"));
 }
 
+common::Flag KvCacheTypeFlag(std::string name, WeightType* out) {
+  return common::CustomFlag(std::move(name),
+                            [out](std::string_view v) -> std::string {
+                              absl::StatusOr<WeightType> t = ParseKvCacheType(v);
+                              if (!t.ok()) return std::string(t.status().message());
+                              *out = *t;
+                              return "";
+                            })
+      .MissingMessage("{flag} needs a type");
+}
+
 std::string_view KvCacheTypeName(WeightType type) {
   for (const auto& [n, t] : kCacheTypes) {
     if (t == type) return n;

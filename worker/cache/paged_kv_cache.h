@@ -14,12 +14,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/flags.h"
 #include "kernels/backend.h"
 #include "worker/engine/sequence_state.h"
 
@@ -35,6 +37,9 @@ struct KvCacheOptions {
 // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0" (the names llama.cpp's --cache-type-k
 // takes) to the type; InvalidArgument naming the accepted ones otherwise.
 absl::StatusOr<kernels::WeightType> ParseKvCacheType(std::string_view name);
+// A --cache-type-k / --cache-type-v row of a program's flag table (common/flags.h), read with
+// ParseKvCacheType (whose message is the error).
+common::Flag KvCacheTypeFlag(std::string name, kernels::WeightType* out);
 // The inverse; "?" for a type that is not a cache type.
 std::string_view KvCacheTypeName(kernels::WeightType type);
 
@@ -101,8 +106,8 @@ class PagedKvCache {
   int64_t n_pages_ = 0;
   size_t k_row_bytes_ = 0, v_row_bytes_ = 0;
   std::vector<kernels::DeviceBuffer> k_pools_, v_pools_;  // per layer
-  std::vector<int32_t> free_;                              // stack of free page ids
-  std::vector<int32_t> refs_;                              // per page
+  std::vector<int32_t> free_;                             // stack of free page ids
+  std::vector<int32_t> refs_;                             // per page
 };
 
 // One sequence's positions in a PagedKvCache: its page table. Releases its pages when destroyed.

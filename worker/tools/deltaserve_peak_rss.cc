@@ -24,6 +24,7 @@
 #include "common/flags.h"
 #include "kernels/backend.h"
 #include "worker/cache/memory_plan.h"
+#include "worker/cache/paged_kv_cache.h"
 #include "worker/sched/served_model.h"
 
 namespace deltaserve::worker {
@@ -54,24 +55,14 @@ std::vector<common::Flag> FlagTable(Flags& f) {
     return common::IntegerFlag(std::move(name), out, std::numeric_limits<T>::min())
         .Error(std::move(message));
   };
-  auto cache_type = [](kernels::WeightType& out) {
-    return [&out](std::string_view v) -> std::string {
-      absl::StatusOr<kernels::WeightType> t = ParseKvCacheType(v);
-      if (!t.ok()) return std::string(t.status().message());
-      out = *t;
-      return "";
-    };
-  };
   return {
       common::StringFlag("-m", &f.model).MissingMessage("-m needs a file"),
       any("--ctx", &o.ctx, "--ctx needs a token count"),
       any("--parallel", &o.n_parallel, "--parallel needs a count"),
       common::StringFlag("--ram", &f.ram).MissingMessage("--ram needs a size"),
       common::StringFlag("--overhead", &f.overhead).MissingMessage("--overhead needs a size"),
-      common::CustomFlag("--cache-type-k", cache_type(o.k_type))
-          .MissingMessage("{flag} needs a type"),
-      common::CustomFlag("--cache-type-v", cache_type(o.v_type))
-          .MissingMessage("{flag} needs a type"),
+      KvCacheTypeFlag("--cache-type-k", &o.k_type),
+      KvCacheTypeFlag("--cache-type-v", &o.v_type),
       any("--page-tokens", &o.page_tokens, "--page-tokens needs a count"),
       any("--batch-tokens", &o.step_tokens, "--batch-tokens needs a count"),
       any("--threads", &o.n_threads, "--threads needs a count"),
