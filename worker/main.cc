@@ -15,7 +15,7 @@
 //                     [--redis-compression none]
 //                     [--tls-cert worker.crt --tls-key worker.key [--tls-client-ca ca.crt]]
 //                     [--auth-secret-file FILE]   (or $DELTASERVE_WORKER_SECRET)
-//                     [--log-format text|json]
+//                     [--log-format text|json] [--check-args]
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
@@ -83,15 +83,13 @@ int OpenCudaDevice(WorkerFlags& f, std::unique_ptr<kernels::Backend>& backend, s
   kernels::CudaDeviceInfo info;
   if (!kernels::QueryCudaDevice(f.device_spec.index, &info, &why)) return fail(why);
   uint64_t budget = info.free_bytes;
-  if (!f.vram.empty()) {
-    absl::StatusOr<uint64_t> vram = ParseByteSize(f.vram);
-    if (!vram.ok()) return fail(absl::StrCat("--vram: ", vram.status().message()));
-    if (*vram > info.free_bytes) {
+  if (!f.vram.empty()) {  // read by ParseWorkerFlags
+    if (f.vram_bytes > info.free_bytes) {
       return fail(absl::StrCat("--vram ", f.vram, " is more than the ", HumanBytes(info.free_bytes),
                                " free on ", info.name, " (", HumanBytes(info.total_bytes),
                                "; other processes hold the rest)"));
     }
-    budget = *vram;
+    budget = f.vram_bytes;
   }
   f.serving.budget_bytes = budget;
   f.serving.budget_name = "VRAM";
@@ -164,27 +162,10 @@ int Run(WorkerFlags& f, uint64_t baseline) {
     std::cerr << "deltaserve-worker: " << credentials.status().message() << "\n";
     return 2;
   }
+  // --ram, --overhead and --snapshot-ram were read by ParseWorkerFlags.
   if (f.device_spec.kind == DeviceSpec::Kind::kCpu) {
-    if (f.ram.empty()) {
-      f.serving.budget_bytes = PhysicalMemory();
-    } else {
-      absl::StatusOr<uint64_t> ram = ParseByteSize(f.ram);
-      if (!ram.ok()) return WorkerUsage(std::string(ram.status().message()));
-      f.serving.budget_bytes = *ram;
-    }
+    if (f.ram.empty()) f.serving.budget_bytes = PhysicalMemory();
     f.serving.budget_name = "RAM";
-  }
-  if (!f.overhead.empty()) {
-    absl::StatusOr<uint64_t> overhead = ParseByteSize(f.overhead);
-    if (!overhead.ok()) {
-      return WorkerUsage(absl::StrCat("--overhead: ", overhead.status().message()));
-    }
-    f.serving.fixed_overhead_bytes = *overhead;
-  }
-  if (!f.snapshot_ram.empty()) {
-    absl::StatusOr<uint64_t> bytes = ParseByteSize(f.snapshot_ram);
-    if (!bytes.ok()) return WorkerUsage(absl::StrCat("--snapshot-ram: ", bytes.status().message()));
-    f.serving.snapshot_ram_bytes = *bytes;
   }
   common::SetRequestLogFormat(f.log_format);
   // /metrics from before the first model loads (deltaserve_worker_model_load_progress); the
@@ -384,5 +365,12 @@ int main(int argc, char** argv) {
   const uint64_t baseline = MeasureProcessBaseline().total();
   WorkerFlags f;
   if (std::string why = ParseWorkerFlags(argc, argv, f); !why.empty()) return WorkerUsage(why);
+  if (f.check_args) {
+    // Nothing past the command line: the files it names may exist only where the worker runs
+    // (a pod's volumes), the device only on its machine.
+    std::cout << "deltaserve-worker: the command line is valid (" << f.models.size()
+              << " model(s) on " << f.device_spec.Name() << "; no file read, no device opened)\n";
+    return 0;
+  }
   return Run(f, baseline);
 }

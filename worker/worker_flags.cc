@@ -172,6 +172,10 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
                                "$DELTASERVE_WORKER_SECRET");
                          }),
       common::LogFormatFlag(&f.log_format),
+      common::SwitchFlag("--check-args", &f.check_args)
+          .Help("",
+                "check the command line and exit: 0 valid, 2 what is wrong (reads no file, "
+                "opens no device)"),
       common::HelpFlag(),
   };
 }
@@ -193,7 +197,7 @@ int WorkerUsage(const std::string& why) {
          "         [--redis-ttl SECONDS] [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
          "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
          "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n"
-         "         [--log-format text|json]\n";
+         "         [--log-format text|json] [--check-args]\n";
   if (why == common::kHelpRequested) {
     WorkerFlags defaults;
     std::cerr << "flags:\n" << common::FlagHelp(FlagTable(defaults));
@@ -211,15 +215,39 @@ std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   absl::StatusOr<DeviceSpec> device = ParseDevice(f.device);
   if (!device.ok()) return std::string(device.status().message());
   f.device_spec = *device;
-  if (f.device_spec.kind == DeviceSpec::Kind::kCuda) {
-#if !defined(DELTASERVE_HAVE_CUDA)
-    return absl::StrCat("--device ", f.device,
-                        ": this build has no CUDA backend (configure with nvcc present)");
-#endif
-    if (!f.ram.empty()) return "--ram is the CPU worker's budget; with --device cuda:N use --vram";
-  } else if (!f.vram.empty()) {
+  const bool cuda = f.device_spec.kind == DeviceSpec::Kind::kCuda;
+  if (cuda && !f.ram.empty()) {
+    return "--ram is the CPU worker's budget; with --device cuda:N use --vram";
+  }
+  if (!cuda && !f.vram.empty()) {
     return "--vram needs --device cuda:N (the CPU worker's budget is --ram)";
   }
+  // The sizes: a bad one is a usage error now, not a failure after the files are read.
+  auto size = [](const char* flag, const std::string& text, uint64_t& out) -> std::string {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(text);
+    if (!bytes.ok()) return absl::StrCat(flag, ": ", bytes.status().message());
+    out = *bytes;
+    return "";
+  };
+  std::string why;
+  if (!f.ram.empty()) why = size("--ram", f.ram, f.serving.budget_bytes);
+  if (why.empty() && !f.vram.empty()) why = size("--vram", f.vram, f.vram_bytes);
+  if (why.empty() && !f.overhead.empty()) {
+    why = size("--overhead", f.overhead, f.serving.fixed_overhead_bytes);
+  }
+  if (why.empty() && !f.snapshot_ram.empty()) {
+    uint64_t bytes = 0;
+    why = size("--snapshot-ram", f.snapshot_ram, bytes);
+    if (why.empty()) f.serving.snapshot_ram_bytes = bytes;
+  }
+  if (!why.empty()) return why;
+#if !defined(DELTASERVE_HAVE_CUDA)
+  // Last: the command line is right, but this binary cannot run it.
+  if (cuda) {
+    return absl::StrCat("--device ", f.device,
+                        ": this build has no CUDA backend (configure with nvcc present)");
+  }
+#endif
   return "";
 }
 

@@ -1,10 +1,12 @@
 // deltaserve-worker's command line: the settings it fills (WorkerFlags), read from argv through a
-// flag table (common/flags.h) and checked across flags; main.cc runs the worker from them.
+// flag table (common/flags.h) and checked across flags; main.cc runs the worker from them, or
+// with --check-args only reports that they are valid.
 //
 //   WorkerFlags f;
 //   if (std::string why = ParseWorkerFlags(argc, argv, f); !why.empty()) return WorkerUsage(why);
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,9 +23,12 @@ struct WorkerFlags {
   std::vector<std::pair<std::string, std::string>> models;  // name, path
   std::string listen = "127.0.0.1:50051";
   std::string device = "cpu";
-  std::string ram;       // empty: physical memory
-  std::string vram;      // --device cuda:N only; empty: the device's free memory at start-up
-  std::string overhead;  // --overhead: added to the plan's fixed overhead
+  // The sizes as given; ParseWorkerFlags reads them into serving.budget_bytes (--ram),
+  // vram_bytes, serving.fixed_overhead_bytes and serving.snapshot_ram_bytes.
+  std::string ram;          // empty: physical memory
+  std::string vram;         // --device cuda:N only; empty: the device's free memory at start-up
+  std::string overhead;     // --overhead: added to the plan's fixed overhead
+  uint64_t vram_bytes = 0;  // --vram read; meaningful only when vram is not empty
   DeviceSpec device_spec;
   std::string snapshot_ram;  // empty: the default (a quarter of the RAM left after the plan)
   std::string worker_id;
@@ -39,10 +44,15 @@ struct WorkerFlags {
   // on the command line, where ps shows it.
   std::string tls_cert, tls_key, tls_client_ca, auth_secret_file;
   common::LogFormat log_format = common::LogFormat::kText;  // --log-format: the request lines
+  // --check-args: the command line is checked as the worker would check it, and nothing more
+  // happens: no file is read (models, TLS, secret), no device opened, no port bound.
+  bool check_args = false;
 };
 
 // Reads argv into `f` and checks the flags together (--tls-cert with --tls-key, --ram or --vram
-// for the device, ...); "" when fine, "help" for -h/--help, else what is wrong.
+// for the device, the sizes, a CUDA device only in a build with the CUDA backend, ...); "" when
+// fine, "help" for -h/--help, else what is wrong. Everything the command line alone decides is
+// checked here, so --check-args answers for it; files and devices are checked at start (Run).
 std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f);
 
 // Prints "deltaserve-worker: why" and the usage on stderr (for "help" the flag listing too);

@@ -9,8 +9,9 @@
                                                 the rendered router.yaml loaded by the real
                                                 deltaserve-router (it must start and listen)
     helm_chart_check.py worker-args VALUES.yaml WORKER MODEL.gguf
-                                                each pool's rendered command line starts
-                                                the real deltaserve-worker
+                                                each pool's rendered command line passes
+                                                deltaserve-worker --check-args (GPU pools too),
+                                                and each CPU pool's starts the real worker
     helm_chart_check.py schema-rejects          values.schema.json and the templates refuse
                                                 bad values, naming them
 
@@ -31,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 import yaml
 
@@ -355,6 +357,55 @@ def cmd_render(values_path):
     check_refs(docs, values)
 
 
+def wait_for_line(proc, needle, timeout):
+    """Reads proc.stderr until a line holds `needle`, the stream ends or `timeout` seconds pass
+    (then the child is killed); returns (the lines read, whether the needle came). A reader
+    thread, so that a child that neither prints nor exits cannot hang the check."""
+    lines, found = [], threading.Event()
+
+    def read():
+        for line in proc.stderr:
+            lines.append(line)
+            if needle in line:
+                found.set()
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        proc.kill()
+        reader.join(30)
+    return list(lines), found.is_set()
+
+
+def run_until_listening(cmd, env, what, start_timeout):
+    """Starts `cmd`, waits (at most start_timeout s) for its 'listening on' line, then stops it
+    with SIGTERM (60 s to exit); prints its log and fails unless it listened and exited 0."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    lines, listening = wait_for_line(proc, "listening on", start_timeout)
+    rest = ""
+    if listening:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, rest = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, rest = proc.communicate()
+            print("".join(lines) + rest)
+            fail(f"{what} did not exit within 60 s of SIGTERM")
+    else:
+        proc.wait(timeout=30)  # it ended, or wait_for_line killed it
+    log = "".join(lines) + rest
+    print(log)
+    if not listening:
+        fail(f"{what} did not start: no 'listening on' within {start_timeout} s "
+             f"(exit {proc.returncode})")
+    if proc.returncode != 0:
+        fail(f"{what} exited {proc.returncode}")
+    return log
+
+
 def cmd_router_config(values_path, router_bin):
     """The real router parses and validates the rendered config and starts listening."""
     docs = render(load_values(values_path))
@@ -377,65 +428,76 @@ def cmd_router_config(values_path, router_bin):
             subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(tls / "tls.key"),
                             "-out", str(tls / "tls.crt"), "-days", "1", "-subj", "/CN=test"],
-                           check=True, capture_output=True)
+                           check=True, capture_output=True, timeout=60)
             shutil.copy(tls / "tls.crt", tls / "ca.crt")
             text = text.replace("/etc/deltaserve/tls/", f"{tmp}/tls/")
         config = pathlib.Path(tmp, "router.yaml")
         config.write_text(text)
         env = dict(os.environ, DELTASERVE_WORKER_SECRET="0123456789abcdef0123456789abcdef")
-        proc = subprocess.Popen([router_bin, "--config", str(config), "--listen", "127.0.0.1:0"],
-                                stderr=subprocess.PIPE, text=True, env=env)
-        lines = []
-        for line in proc.stderr:
-            lines.append(line)
-            if "listening on" in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        _, rest = proc.communicate(timeout=60)
-        log = "".join(lines) + rest
-        print(log)
-        if not any("listening on" in l for l in lines):
-            fail("the router did not start with the rendered config")
-        if proc.returncode != 0:
-            fail(f"the router exited {proc.returncode}")
+        log = run_until_listening([router_bin, "--config", str(config), "--listen", "127.0.0.1:0"],
+                                  env, "the router with the rendered config", 120)
         n_workers = len(yaml.safe_load(cm["data"]["router.yaml"])["workers"])
         if f"{n_workers} worker(s)" not in log and "dns:///" not in log:
             fail("the router did not take the pools' dns:/// workers")
 
 
+def pod_env(dep, c):
+    """The container's environment as the pod would have it: its values, POD_NAME from the
+    Downward API, stand-ins for what comes from Secrets."""
+    env = dict(os.environ)
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+    env["POD_NAME"] = dep["metadata"]["name"] + "-0"
+    env.setdefault("REDIS_URL", "redis://127.0.0.1:1")  # from a Secret in the cluster
+    if any(e["name"] == "DELTASERVE_WORKER_SECRET" for e in c.get("env", [])):
+        env["DELTASERVE_WORKER_SECRET"] = "0123456789abcdef0123456789abcdef"
+    return env
+
+
+def expand(args, env):
+    """$(VAR) in args, as the kubelet substitutes it from the container's env."""
+    return [re.sub(r"\$\(([A-Z_]+)\)", lambda m: env[m.group(1)], a) for a in args]
+
+
 def cmd_worker_args(values_path, worker_bin, model):
-    """Each pool's rendered worker command line starts the real deltaserve-worker (on the tiny
-    golden model, its ports chosen by the kernel): every flag the chart passes exists and parses.
-    A GPU pool runs with --device cpu instead of cuda:0 (this build has no CUDA backend)."""
+    """Each pool's rendered worker command line, exactly as the pod runs it, passes the real
+    deltaserve-worker's own checks (--check-args: every flag, size and rule between flags, no file
+    read, no device opened), GPU pools included; and each CPU pool's command line starts the real
+    worker on the tiny golden model (its ports chosen by the kernel, TLS files made here)."""
     docs = render(load_values(values_path))
     workers = [d for d in docs if d["kind"] == "Deployment"
                and d["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"]
-    started = 0
+    checked = started = 0
     for dep in workers:
+        name = dep["metadata"]["name"]
         c = dep["spec"]["template"]["spec"]["containers"][0]
-        args = list(c["args"])
+        env = pod_env(dep, c)
+        args = expand(c["args"], env)
+        print(f"$ deltaserve-worker {' '.join(args)} --check-args")
+        try:
+            r = subprocess.run([worker_bin] + args + ["--check-args"], capture_output=True,
+                               text=True, env=env, timeout=60)
+        except subprocess.TimeoutExpired:
+            fail(f"{name}: deltaserve-worker --check-args did not answer within 60 s")
+        print(r.stdout + r.stderr)
+        if r.returncode != 0:
+            fail(f"{name}: the worker refuses the chart's command line (exit {r.returncode}): "
+                 f"{r.stderr.splitlines()[0] if r.stderr else ''}")
+        checked += 1
         if args[args.index("--device") + 1] != "cpu":
-            # The CUDA build takes --device cuda:0; this build only cpu: the other flags still count.
-            print(f"{dep['metadata']['name']}: GPU pool, started with --device cpu")
-            args[args.index("--device") + 1] = "cpu"
+            continue  # a GPU pool: checked above; starting it needs a GPU
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ)
-            for e in c.get("env", []):
-                if "value" in e:
-                    env[e["name"]] = e["value"]
-            env["POD_NAME"] = dep["metadata"]["name"] + "-0"
-            env.setdefault("REDIS_URL", "redis://127.0.0.1:1")  # from a Secret in the cluster
-            if any(e["name"] == "DELTASERVE_WORKER_SECRET" for e in c.get("env", [])):
-                env["DELTASERVE_WORKER_SECRET"] = "0123456789abcdef0123456789abcdef"
             if "--tls-cert" in args:
                 subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                                 "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
                                 f"{tmp}/tls.key", "-out", f"{tmp}/tls.crt", "-days", "1",
-                                "-subj", "/CN=test"], check=True, capture_output=True)
+                                "-subj", "/CN=test"], check=True, capture_output=True, timeout=60)
                 shutil.copy(f"{tmp}/tls.crt", f"{tmp}/ca.crt")
+            # Started here: the files the pod mounts are made in tmp, the model is the tiny one
+            # and the ports are the kernel's.
             cmd = []
             for a in args:
-                a = re.sub(r"\$\(([A-Z_]+)\)", lambda m: env[m.group(1)], a)
                 a = a.replace("/etc/deltaserve/tls/", f"{tmp}/")
                 if a.startswith("0.0.0.0:"):
                     a = "127.0.0.1:0"
@@ -443,21 +505,14 @@ def cmd_worker_args(values_path, worker_bin, model):
             cmd[cmd.index("--model") + 1] = cmd[cmd.index("--model") + 1].split("=")[0] + "=" + model
             cmd[cmd.index("--metrics-port") + 1] = "0"
             print("$ deltaserve-worker " + " ".join(cmd))
-            proc = subprocess.Popen([worker_bin] + cmd, stderr=subprocess.PIPE, text=True, env=env)
-            lines = []
-            for line in proc.stderr:
-                lines.append(line)
-                if "listening on" in line:
-                    break
-            proc.send_signal(signal.SIGTERM)
-            _, rest = proc.communicate(timeout=120)
-            print("".join(lines) + rest)
-            if not any("listening on" in l for l in lines):
-                fail(f"{dep['metadata']['name']}: the worker did not start with the chart's flags")
-            if proc.returncode != 0:
-                fail(f"{dep['metadata']['name']}: the worker exited {proc.returncode}")
+            run_until_listening([worker_bin] + cmd, env,
+                                f"{name}: the worker with the chart's flags", 300)
             started += 1
-    print(f"{started} pool(s) started with the chart's flags")
+    print(f"{checked} pool(s) checked with the chart's flags, {started} CPU pool(s) started")
+    if checked == 0 or checked != len(workers):
+        fail(f"{checked} of {len(workers)} pool(s) checked: the values render no worker pool")
+    if started == 0:
+        fail("no CPU pool started: the values should have one, so that a real start is tested")
 
 
 def cmd_schema_rejects():
@@ -470,6 +525,10 @@ def cmd_schema_rejects():
         ("workerPools/0/name", {"workerPools": [dict(pool, name="Bad_Name")]}),
         ("workerPools/0/cacheTypeK", {"workerPools": [dict(pool, cacheTypeK="f8")]}),
         ("workerPools/0/redisUrl", {"workerPools": [dict(pool, redisUrl="redis://u:pw@r:6379")]}),
+        # The worker takes --ram only on the CPU and --vram only on a GPU.
+        ("workerPools[p].ram", {"workerPools": [dict(pool, device="gpu", ram="12GiB")]}),
+        ("workerPools[p].vram", {"workerPools": [dict(pool, vram="12GiB")]}),
+        ("workerPools/0/vram", {"workerPools": [dict(pool, device="gpu", vram="lots")]}),
         ("apiKeys/keys/0/sha256", {"apiKeys": {"keys": [{"name": "a", "sha256": "beef"}]}}),
         ("router/configReload", {"router": {"configReload": "inotify"}}),
         ("config/routing", {"config": {"routing": {"dns_interval_ms": 5}}}),
@@ -491,10 +550,24 @@ def cmd_schema_rejects():
             print(f"refused as expected ({where}): {msg.splitlines()[0][:160]}")
             continue
         fail(f"{where}: bad values rendered")
-    # And the good example values pass the schema.
-    for f in sorted((CHART / "ci").glob("*-values.yaml")):
-        helm.Chart.load(str(CHART)).validate_schema(
-            helm.Chart.load(str(CHART)).merge_values(load_values(f)))
+    # And the good example values pass the schema (validate_schema raises HelmValuesError), a
+    # bad variant of each does not (so the call can fail).
+    chart = helm.Chart.load(str(CHART))
+    files = sorted((CHART / "ci").glob("*-values.yaml"))
+    if not files:
+        fail("no ci/*-values.yaml")
+    for f in files:
+        values = load_values(f)
+        try:
+            chart.validate_schema(chart.merge_values(values))
+        except helm.HelmError as e:
+            fail(f"{f.name} does not pass values.schema.json: {e}")
+        try:
+            chart.validate_schema(chart.merge_values(dict(values, unknownTopLevel=1)))
+        except helm.HelmError:
+            print(f"values.schema.json: {f.name} passes, with an unknown key it does not")
+            continue
+        fail(f"values.schema.json accepted {f.name} with an unknown top-level key")
 
 
 def main(argv):

@@ -1,9 +1,12 @@
 // Unit tests of deltaserve-worker's flag table (worker/worker_flags.cc): every flag's value lands
 // in its own setting (the process tests in deltaserve_worker_test.cc check only the refusals),
 // the defaults stay those of WorkerFlags / ServingOptions / RedisTierOptions, and the checks
-// across flags. Expected values are the ones given on the command line below.
+// across flags (sizes included, so that --check-args answers for them). Expected values are the
+// ones given on the command line below.
 #include "worker/worker_flags.h"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::Pair;
+using ::testing::StartsWith;
 
 // ParseWorkerFlags over {"deltaserve-worker", args...}.
 std::string Parse(std::vector<std::string> args, WorkerFlags& f) {
@@ -38,7 +42,7 @@ TEST(WorkerFlagsTest, EveryFlagLandsInItsSetting) {
       "--redis", "redis://cache:6380/2", "--redis-timeout", "75", "--redis-min-rate", "250",
       "--redis-ttl", "60", "--redis-max-bytes", "8KiB", "--redis-compression", "zstd",
       "--tls-cert", "w.crt", "--tls-key", "w.key", "--tls-client-ca", "ca.crt",
-      "--auth-secret-file", "s.txt", "--log-format", "json"};
+      "--auth-secret-file", "s.txt", "--log-format", "json", "--check-args"};
   // clang-format on
   ASSERT_EQ(Parse(args, f), "");
   EXPECT_THAT(f.models, ElementsAre(Pair("a", "/m/a.gguf"), Pair("b", "/m/b.gguf")));
@@ -48,8 +52,10 @@ TEST(WorkerFlagsTest, EveryFlagLandsInItsSetting) {
   EXPECT_EQ(s.n_threads, 3);
   EXPECT_EQ(s.ctx, 8192);
   EXPECT_EQ(s.n_parallel, 5);
-  EXPECT_EQ(f.ram, "16GiB");  // sizes of the budget are read at start (Run), not here
+  EXPECT_EQ(f.ram, "16GiB");
+  EXPECT_EQ(s.budget_bytes, uint64_t{16} << 30);
   EXPECT_EQ(f.overhead, "1MiB");
+  EXPECT_EQ(s.fixed_overhead_bytes, uint64_t{1} << 20);
   EXPECT_FALSE(s.step_graphs);
   EXPECT_EQ(s.k_type, kernels::WeightType::kQ8_0);
   EXPECT_EQ(s.v_type, kernels::WeightType::kQ4_0);
@@ -63,6 +69,7 @@ TEST(WorkerFlagsTest, EveryFlagLandsInItsSetting) {
   EXPECT_EQ(f.metrics_host, "0.0.0.0");
   EXPECT_EQ(f.worker_id, "w1");
   EXPECT_EQ(f.snapshot_ram, "0");
+  EXPECT_EQ(s.snapshot_ram_bytes, std::optional<uint64_t>(0));
   EXPECT_EQ(s.snapshot_interval, 256);
   EXPECT_EQ(s.reasoning_budget, 0);
   EXPECT_EQ(f.redis_url, "redis://cache:6380/2");
@@ -79,6 +86,7 @@ TEST(WorkerFlagsTest, EveryFlagLandsInItsSetting) {
   EXPECT_EQ(f.tls_client_ca, "ca.crt");
   EXPECT_EQ(f.auth_secret_file, "s.txt");
   EXPECT_EQ(f.log_format, common::LogFormat::kJson);
+  EXPECT_TRUE(f.check_args);
 }
 
 TEST(WorkerFlagsTest, DefaultsStayWhenOnlyAModelIsGiven) {
@@ -100,6 +108,8 @@ TEST(WorkerFlagsTest, DefaultsStayWhenOnlyAModelIsGiven) {
   EXPECT_EQ(f.redis.compression, common::SnapshotCompression::kNone);
   EXPECT_TRUE(f.redis_url.empty());
   EXPECT_EQ(f.log_format, common::LogFormat::kText);
+  EXPECT_FALSE(f.check_args);
+  EXPECT_FALSE(f.serving.snapshot_ram_bytes.has_value());
 }
 
 TEST(WorkerFlagsTest, RefusalsAndChecksAcrossFlags) {
@@ -112,6 +122,13 @@ TEST(WorkerFlagsTest, RefusalsAndChecksAcrossFlags) {
        "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS runs over TLS)"},
       {{"--model", "a=x", "--vram", "1GiB"},
        "--vram needs --device cuda:N (the CPU worker's budget is --ram)"},
+      // What the command line says is wrong comes before what this build lacks, so that
+      // --check-args names a GPU command line's mistakes in any build.
+      {{"--model", "a=x", "--device", "cuda:0", "--ram", "8GiB"},
+       "--ram is the CPU worker's budget; with --device cuda:N use --vram"},
+      {{"--model", "a=x", "--device", "cuda:0", "--vram", "lots"},
+       "--vram: size 'lots': does not start with a number (examples: 8GiB, 512MiB, 64G, 1.5GiB)"},
+
       {{"--model", "a=x", "--cuda-graphs", "maybe"}, "--cuda-graphs needs on or off"},
       {{"--model", "a=x", "-ctv"}, "-ctv needs a type"},
       {{"--model", "a=x", "--metrics-port", "65536"}, "--metrics-port needs a port"},
@@ -126,6 +143,37 @@ TEST(WorkerFlagsTest, RefusalsAndChecksAcrossFlags) {
     WorkerFlags f;
     EXPECT_EQ(Parse(args, f), message) << (args.empty() ? "" : args.back());
   }
+}
+
+TEST(WorkerFlagsTest, SizesAreReadWithTheFlags) {
+  // A bad size is refused by the parse (the message then says what a size looks like), not at
+  // start after the files are read: --check-args sees it.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--ram", "12XB"}, "--ram: size '12XB': unknown unit 'XB'"},
+      {{"--overhead", "lots"}, "--overhead: size 'lots': does not start with a number"},
+      {{"--snapshot-ram", "-1"}, "--snapshot-ram: size '-1': does not start with a number"},
+      {{"--device", "cuda:1", "--vram", "1.5QiB"}, "--vram: size '1.5QiB': unknown unit"},
+  };
+  for (const auto& [args, message] : cases) {
+    WorkerFlags f;
+    std::vector<std::string> argv = {"--model", "a=x"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    EXPECT_THAT(Parse(argv, f), StartsWith(message));
+  }
+  WorkerFlags f;
+  ASSERT_EQ(Parse({"--model", "a=x", "--device", "cpu", "--ram", "1.5GiB"}, f), "");
+  EXPECT_EQ(f.serving.budget_bytes, uint64_t{3} << 29);
+}
+
+TEST(WorkerFlagsTest, ACudaCommandLineNeedsTheCudaBackendLast) {
+  WorkerFlags f;
+  const std::string why = Parse({"--model", "a=x", "--device", "cuda:0", "--vram", "20GiB"}, f);
+#if defined(DELTASERVE_HAVE_CUDA)
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(f.vram_bytes, uint64_t{20} << 30);
+#else
+  EXPECT_EQ(why, "--device cuda:0: this build has no CUDA backend (configure with nvcc present)");
+#endif
 }
 
 }  // namespace
