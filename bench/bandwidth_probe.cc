@@ -6,10 +6,12 @@
 //
 // Allocates M MiB (default 2048, far beyond any cache), touches it from the threads that later
 // read it, then R times (default 5) has each of N threads (default: one per core) sum the 64-byte
-// lines of its contiguous slice (AVX-512 loads with a software prefetch 4 KiB ahead where the CPU
-// has them, else AVX2, else a plain loop the compiler vectorises). The prefetch raised the best
-// of 5 from 44-48 to 48-53 GB/s on the dev box (4 interleaved runs): without it the probe was a
-// lower ceiling than the decode kernels, which prefetch, can reach. Prints the best repetition, GB = 10^9 bytes:
+// lines of its contiguous slice (AVX-512 loads with a software prefetch 4 KiB ahead at the CPU
+// kernel level avx512, AVX2 loads at avx2 and avx_vnni, else a plain loop the compiler vectorises;
+// the level is the best the CPU has, or DELTASERVE_CPU_ISA's: kernels/cpu/cpu_features.h). The
+// prefetch raised the best of 5 from 44-48 to 48-53 GB/s on the dev box (4 interleaved runs):
+// without it the probe was a lower ceiling than the decode kernels, which prefetch, can reach.
+// Prints the best repetition, GB = 10^9 bytes:
 //   bandwidth: threads=N bytes=B best_gb_s=X median_gb_s=Y
 // and each repetition on stderr.
 
@@ -24,6 +26,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "kernels/cpu/cpu_features.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -87,17 +91,18 @@ uint64_t SumScalar(const uint8_t* p, size_t bytes) {
 
 using SumFn = uint64_t (*)(const uint8_t*, size_t);
 
-SumFn PickSum(const char** name) {
+SumFn PickSum(kernels::CpuIsa level, const char** name) {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) {
+  if (level == kernels::CpuIsa::kAvx512) {
     *name = "avx512";
     return SumAvx512;
   }
-  if (__builtin_cpu_supports("avx2")) {
+  if (level != kernels::CpuIsa::kScalar) {
     *name = "avx2";
     return SumAvx2;
   }
+#else
+  (void)level;
 #endif
   *name = "scalar";
   return SumScalar;
@@ -128,6 +133,12 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  const absl::StatusOr<kernels::CpuIsa> level = kernels::ResolveCpuIsaFromEnv();
+  if (!level.ok()) {
+    std::fprintf(stderr, "deltaserve-bench-bandwidth: %s\n",
+                 std::string(level.status().message()).c_str());
+    return 2;
+  }
   const size_t bytes = static_cast<size_t>(mib) << 20;
   std::unique_ptr<uint8_t, FreeDeleter> buffer(
       static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
@@ -136,7 +147,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const char* isa = nullptr;
-  const SumFn sum = PickSum(&isa);
+  const SumFn sum = PickSum(*level, &isa);
   const auto n = static_cast<size_t>(threads);
   // Slices of whole 256-byte groups; the last thread takes the remainder.
   const size_t slice = bytes / n / 256 * 256;

@@ -49,6 +49,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_ids.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "worker/engine/qwen35.h"
 
 namespace deltaserve::bench {
@@ -332,6 +333,13 @@ int main(int argc, char** argv) {
     if (why != "help") std::fprintf(stderr, "deltaserve-bench-engine: %s\n", why.c_str());
     std::fputs(deltaserve::bench::kUsage, stderr);
     return why == "help" ? 0 : 2;
+  }
+  // A DELTASERVE_CPU_ISA the CPU cannot run is refused before anything loads.
+  if (absl::StatusOr<deltaserve::kernels::CpuIsa> isa = deltaserve::kernels::ResolveCpuIsaFromEnv();
+      !isa.ok()) {
+    std::fprintf(stderr, "deltaserve-bench-engine: %s\n",
+                 std::string(isa.status().message()).c_str());
+    return 2;
   }
   return deltaserve::bench::Run(options);
 }

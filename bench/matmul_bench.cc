@@ -16,7 +16,9 @@
 //       [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]  # adds "_min" rows
 //
 // Weights are random values quantized with QuantizeRow; activations N(0, 1). Threads default
-// to one per core (the pool includes the calling thread).
+// to one per core (the pool includes the calling thread). Every ISA path this CPU supports is
+// measured, up to the level DELTASERVE_CPU_ISA names (kernels/cpu/cpu_features.h; a level the
+// CPU lacks is refused, exit 2).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -138,8 +140,8 @@ void RegisterAll() {
                               WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1,
                               WeightType::kQ5_0, WeightType::kQ5_1, WeightType::kQ4_K,
                               WeightType::kQ5_K, WeightType::kQ6_K};
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (!IsaSupported(isa)) continue;
+  for (CpuIsa isa : kAllCpuIsas) {
+    if (!IsaSupported(isa) || static_cast<int>(isa) > static_cast<int>(ActiveIsa())) continue;
     for (WeightType type : types) {
       for (int64_t t : g_tokens) {
         for (size_t si = 0; si < std::max<size_t>(g_shapes.size(), 1); ++si) {
@@ -172,6 +174,12 @@ void RegisterAll() {
 int main(int argc, char** argv) {
   // --threads=N and --act= are ours; everything else goes to Google Benchmark.
   using deltaserve::kernels::MatMulActivations;
+  if (absl::StatusOr<deltaserve::kernels::CpuIsa> isa = deltaserve::kernels::ResolveCpuIsaFromEnv();
+      !isa.ok()) {
+    std::fprintf(stderr, "deltaserve-bench-matmul: %s\n",
+                 std::string(isa.status().message()).c_str());
+    return 2;
+  }
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--threads=", 10) == 0) {

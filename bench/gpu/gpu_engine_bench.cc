@@ -39,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_ids.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "worker/cache/device_memory.h"
@@ -301,6 +302,12 @@ int main(int argc, char** argv) {
   }
   if (o.batch < 1 || o.sequences < 1 || o.decode < 1 || o.reps < 1 || o.depth < 0 || o.prompt < 0) {
     std::fprintf(stderr, "deltaserve-bench-gpu: counts out of range\n");
+    return 2;
+  }
+  // A DELTASERVE_CPU_ISA the CPU cannot run is refused before anything loads.
+  if (absl::StatusOr<deltaserve::kernels::CpuIsa> isa = deltaserve::kernels::ResolveCpuIsaFromEnv();
+      !isa.ok()) {
+    std::fprintf(stderr, "deltaserve-bench-gpu: %s\n", std::string(isa.status().message()).c_str());
     return 2;
   }
   return deltaserve::bench::Run(o);

@@ -43,14 +43,18 @@ DELTASERVE_ALWAYS_INLINE void ConvTokens(const Mat& x, const float* __restrict w
   }
 }
 
-DELTASERVE_ISA_CLONES void ConvChannels(const Mat& x, const float* w, int64_t kernel, float* state,
-                                        Mat& y, int64_t c0, int64_t c1) {
+DELTASERVE_ALWAYS_INLINE void ConvChannelsImpl(const Mat& x, const float* w, int64_t kernel,
+                                               float* state, Mat& y, int64_t c0, int64_t c1) {
   if (kernel == 4) {
     ConvTokens<4>(x, w, kernel, state, y, c0, c1);
   } else {
     ConvTokens<0>(x, w, kernel, state, y, c0, c1);
   }
 }
+DELTASERVE_ISA_DISPATCH(void, ConvChannels,
+                        (const Mat& x, const float* w, int64_t kernel, float* state, Mat& y,
+                         int64_t c0, int64_t c1),
+                        (x, w, kernel, state, y, c0, c1))
 
 }  // namespace
 

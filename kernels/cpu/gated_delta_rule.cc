@@ -104,7 +104,7 @@ DELTASERVE_ALWAYS_INLINE void RecurrentRows(float* __restrict m, int64_t d, int6
 constexpr int64_t kPrefetchRows = 8;
 
 // Head h over all T tokens, one token at a time. o_buf holds d floats.
-DELTASERVE_ISA_CLONES void RecurrentHead(const Problem& p, int64_t h, float* o_buf) {
+DELTASERVE_ALWAYS_INLINE void RecurrentHeadImpl(const Problem& p, int64_t h, float* o_buf) {
   const int64_t d = p.d;
   const int64_t kh = h % p.n_k_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -132,14 +132,17 @@ DELTASERVE_ISA_CLONES void RecurrentHead(const Problem& p, int64_t h, float* o_b
     std::copy_n(o_buf, d, p.out.data + t * p.out.stride + h * d);
   }
 }
+DELTASERVE_ISA_DISPATCH(void, RecurrentHead, (const Problem& p, int64_t h, float* o_buf),
+                        (p, h, o_buf))
 
 // c[m][n] = a[m][k] b[k][n] + c_scale * c, row-major with leading dimensions lda, ldb, ldc; the
 // three must not overlap; c_scale == 0 does not read c. With lower_k, a is lower triangular (row
 // i zero past column i, zeros stored), so a 4-row block stops its k loop at its last row. The
 // 4 x 32 output tile stays in registers (8 zmm / 16 ymm) while k runs.
-DELTASERVE_ISA_CLONES void Gemm(int64_t m, int64_t n, int64_t k, const float* __restrict a,
-                                int64_t lda, const float* __restrict b, int64_t ldb,
-                                float* __restrict c, int64_t ldc, float c_scale, bool lower_k) {
+DELTASERVE_ALWAYS_INLINE void GemmImpl(int64_t m, int64_t n, int64_t k, const float* __restrict a,
+                                       int64_t lda, const float* __restrict b, int64_t ldb,
+                                       float* __restrict c, int64_t ldc, float c_scale,
+                                       bool lower_k) {
   constexpr int kRows = 4;
   constexpr int kCols = 32;
   for (int64_t i0 = 0; i0 < m; i0 += kRows) {
@@ -182,6 +185,11 @@ DELTASERVE_ISA_CLONES void Gemm(int64_t m, int64_t n, int64_t k, const float* __
     }
   }
 }
+DELTASERVE_ISA_DISPATCH(void, Gemm,
+                        (int64_t m, int64_t n, int64_t k, const float* __restrict a, int64_t lda,
+                         const float* __restrict b, int64_t ldb, float* __restrict c, int64_t ldc,
+                         float c_scale, bool lower_k),
+                        (m, n, k, a, lda, b, ldb, c, ldc, c_scale, lower_k))
 
 // dst[c][r] = src[r][c] for a [rows][cols] src, in 16 x 16 tiles: a plain column walk over a
 // 128 x 128 state writes a new cache line per element and cost ~80 us per head (Xeon VM).
@@ -227,7 +235,7 @@ struct ChunkScratch {
 // Head h over all T tokens in chunks (MODEL_SPEC §3; step numbers below refer to it). The state
 // is transposed to S [k][v] for the call so that every product below is a register-tiled Gemm
 // over contiguous rows, and transposed back at the end.
-DELTASERVE_ISA_CLONES void ChunkedHead(const Problem& p, int64_t h, ChunkScratch& s) {
+DELTASERVE_ALWAYS_INLINE void ChunkedHeadImpl(const Problem& p, int64_t h, ChunkScratch& s) {
   const int64_t d = p.d;
   const int64_t kh = h % p.n_k_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -337,6 +345,8 @@ DELTASERVE_ISA_CLONES void ChunkedHead(const Problem& p, int64_t h, ChunkScratch
   }
   Transpose(st, d, d, m);
 }
+DELTASERVE_ISA_DISPATCH(void, ChunkedHead, (const Problem& p, int64_t h, ChunkScratch& s),
+                        (p, h, s))
 
 // Runs head_fn(h, scratch) for every value head, on the pool when the work is big enough;
 // each thread builds its scratch once with make_scratch().

@@ -195,6 +195,7 @@ void MultiplyFused(ThreadPool& pool, const MatMulKernels& kern, const WeightView
 
 // The int8 weight decoder and product kernel of an ISA path; rows null where it has none.
 struct Int8Kernel {
+  CpuIsa isa = CpuIsa::kScalar;  // the level: also that of the activation quantizer
   Int8DecodeFn decode = nullptr;
   Int8RowsFn rows = nullptr;
   Int8FusedFn fused = nullptr;              // the few-row product, if any
@@ -206,17 +207,24 @@ struct Int8Kernel {
 Int8Kernel Int8KernelFor(CpuIsa isa) {
   switch (ClampIsa(isa)) {
     case CpuIsa::kScalar:
-      return {&DecodeInt8RowsBaseline, &Int8RowsScalar};
+      return {CpuIsa::kScalar, &DecodeInt8RowsBaseline, &Int8RowsScalar};
     case CpuIsa::kAvx512:
 #if defined(DELTASERVE_HAVE_X86_SIMD)
+      // AVX512-VNNI is part of the avx512 level where the CPU has it (cpu_features.h).
       if (DetectedCpuFeatures().avx512vnni) {
         return {
-            &DecodeInt8RowsAvx512,   &Int8RowsAvx512Vnni,       &Int8FusedAvx512Vnni,
-            &Int8FusedAvx512VnniHas, &Int8FusedBatchAvx512Vnni, &Int8FusedBatchAvx512VnniHas,
+            CpuIsa::kAvx512,
+            &DecodeInt8RowsAvx512,
+            &Int8RowsAvx512Vnni,
+            &Int8FusedAvx512Vnni,
+            &Int8FusedAvx512VnniHas,
+            &Int8FusedBatchAvx512Vnni,
+            &Int8FusedBatchAvx512VnniHas,
         };
       }
 #endif
       return {};
+    case CpuIsa::kAvxVnni:  // no AVX-VNNI kernels yet: the AVX2 level's f32 path
     case CpuIsa::kAvx2:
       break;
   }
@@ -232,7 +240,7 @@ void MultiplyInt8(ThreadPool& pool, Int8Kernel kernel, const WeightView& w, cons
   Int8Activations& acts = storage;
   PrepareInt8Activations(w.type, x, acts);
   pool.ParallelFor(acts.panels, 1, [&](int64_t begin, int64_t end) {
-    QuantizeInt8Panels(w.type, x, acts, begin, end);
+    QuantizeInt8Panels(w.type, x, acts, begin, end, kernel.isa);
   });
   const Int8ActivationsView view = acts.View();
   const auto* base = static_cast<const uint8_t*>(w.data);
@@ -299,10 +307,10 @@ void MultiplyFusedInt8(ThreadPool& pool, const Int8Kernel& k, const Int8Route* r
       // In parallel only where it saves more than the pool's hand-off (~1 us; ~0.3 ns a value).
       if (x.rows * x.cols >= 32768) {
         pool.ParallelFor(x.rows, 1, [&](int64_t begin, int64_t end) {
-          QuantizeInt8FlatRows(w[i].type, x, a, begin, end);
+          QuantizeInt8FlatRows(w[i].type, x, a, begin, end, k.isa);
         });
       } else {
-        QuantizeInt8FlatRows(w[i].type, x, a, 0, x.rows);
+        QuantizeInt8FlatRows(w[i].type, x, a, 0, x.rows, k.isa);
       }
       if (route[i] == Int8Route::kBatch) batch[i] = OrderInt8FlatForBatch(w[i].type, a, x.rows);
     }
@@ -386,6 +394,7 @@ const MatMulKernels& KernelsFor(CpuIsa isa) {
   switch (ClampIsa(isa)) {
     case CpuIsa::kAvx512:
       return Avx512Kernels();
+    case CpuIsa::kAvxVnni:  // no AVX-VNNI kernels yet (cpu_features.h)
     case CpuIsa::kAvx2:
       return Avx2Kernels();
     case CpuIsa::kScalar:

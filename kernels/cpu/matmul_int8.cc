@@ -139,23 +139,23 @@ void QuantizeInt8PanelsScalar(bool k_quant, const Mat& x, const Int8ActivationsO
   }
 }
 
-bool QuantizeInt8PanelsSimd(bool k_quant, const Mat& x, const Int8ActivationsOut& a, int64_t p0,
-                            int64_t p1) {
+bool QuantizeInt8PanelsSimd(CpuIsa isa, bool k_quant, const Mat& x, const Int8ActivationsOut& a,
+                            int64_t p0, int64_t p1) {
 #if defined(DELTASERVE_HAVE_X86_SIMD)
-  if (DetectedCpuFeatures().avx512f && DetectedCpuFeatures().avx512bw) {
+  if (isa == CpuIsa::kAvx512 && IsaSupported(CpuIsa::kAvx512)) {
     QuantizeInt8PanelsAvx512(k_quant, x, a, p0, p1);
     return true;
   }
 #else
-  (void)k_quant, (void)x, (void)a, (void)p0, (void)p1;
+  (void)isa, (void)k_quant, (void)x, (void)a, (void)p0, (void)p1;
 #endif
   return false;
 }
 
 void QuantizeInt8Panels(WeightType type, const Mat& x, Int8Activations& acts, int64_t p0,
-                        int64_t p1) {
+                        int64_t p1, CpuIsa isa) {
   const Int8ActivationsOut out{acts.n, acts.group, acts.q.data(), acts.d.data(), acts.dsum.data()};
-  if (!QuantizeInt8PanelsSimd(IsKQuant(type), x, out, p0, p1)) {
+  if (!QuantizeInt8PanelsSimd(isa, IsKQuant(type), x, out, p0, p1)) {
     QuantizeInt8PanelsScalar(IsKQuant(type), x, out, p0, p1);
   }
 }
@@ -179,31 +179,31 @@ void QuantizeInt8FlatScalar(bool k_quant, const Mat& x, const Int8FlatOut& a, in
   }
 }
 
-bool QuantizeInt8FlatSimd(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
+bool QuantizeInt8FlatSimd(CpuIsa isa, bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
                           int64_t t1) {
 #if defined(DELTASERVE_HAVE_X86_SIMD)
-  if (DetectedCpuFeatures().avx512f && DetectedCpuFeatures().avx512bw) {
+  if (isa == CpuIsa::kAvx512 && IsaSupported(CpuIsa::kAvx512)) {
     QuantizeInt8FlatAvx512(k_quant, x, a, t0, t1);
     return true;
   }
 #else
-  (void)k_quant, (void)x, (void)a, (void)t0, (void)t1;
+  (void)isa, (void)k_quant, (void)x, (void)a, (void)t0, (void)t1;
 #endif
   return false;
 }
 
 void QuantizeInt8FlatRows(WeightType type, const Mat& x, Int8FlatActivations& acts, int64_t t0,
-                          int64_t t1) {
+                          int64_t t1, CpuIsa isa) {
   const Int8FlatOut out{acts.n,        acts.group,       acts.q.data(),
                         acts.d.data(), acts.dsum.data(), acts.qsum.data()};
-  if (!QuantizeInt8FlatSimd(IsKQuant(type), x, out, t0, t1)) {
+  if (!QuantizeInt8FlatSimd(isa, IsKQuant(type), x, out, t0, t1)) {
     QuantizeInt8FlatScalar(IsKQuant(type), x, out, t0, t1);
   }
 }
 
-void QuantizeInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts) {
+void QuantizeInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts, CpuIsa isa) {
   PrepareInt8Flat(type, x, acts);
-  QuantizeInt8FlatRows(type, x, acts, 0, x.rows);
+  QuantizeInt8FlatRows(type, x, acts, 0, x.rows, isa);
 }
 
 Int8FlatBatch OrderInt8FlatForBatch(WeightType type, Int8FlatActivations& acts, int64_t rows) {

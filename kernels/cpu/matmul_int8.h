@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace deltaserve::kernels::internal {
 
@@ -70,9 +71,10 @@ void PrepareInt8Activations(WeightType type, const Mat& x, Int8Activations& acts
 // Q8_0-style blocks of 32 (d = f16(amax / 127), q = round(x * 127 / amax)) for the legacy
 // types, Q8_K-style blocks of 256 (d = max / -127 with the signed max, q = round(x / d)) for
 // the K-quants, as llama.cpp's quantize_row_q8_0 / quantize_row_q8_K.
-// Through QuantizeInt8PanelsSimd when it can (the same bytes and floats, bit for bit).
+// Through QuantizeInt8PanelsSimd at level `isa` (the level of the kernel that reads them) when
+// it can: the same bytes and floats, bit for bit.
 void QuantizeInt8Panels(WeightType type, const Mat& x, Int8Activations& acts, int64_t p0,
-                        int64_t p1);
+                        int64_t p1, CpuIsa isa);
 
 // Writable storage of prepared activations, for the ISA files (which use no library templates).
 struct Int8ActivationsOut {
@@ -92,10 +94,10 @@ void QuantizeInt8PanelsScalar(bool k_quant, const Mat& x, const Int8ActivationsO
 void QuantizeInt8PanelsAvx512(bool k_quant, const Mat& x, const Int8ActivationsOut& a, int64_t p0,
                               int64_t p1);
 #endif
-// QuantizeInt8PanelsAvx512 where this build and the CPU have it; false (nothing written)
-// otherwise.
-bool QuantizeInt8PanelsSimd(bool k_quant, const Mat& x, const Int8ActivationsOut& a, int64_t p0,
-                            int64_t p1);
+// QuantizeInt8PanelsAvx512 when `isa` is kAvx512 and this build and the CPU have it; false
+// (nothing written) otherwise.
+bool QuantizeInt8PanelsSimd(CpuIsa isa, bool k_quant, const Mat& x, const Int8ActivationsOut& a,
+                            int64_t p0, int64_t p1);
 
 // Weight rows decoded for the int8 kernels (layouts above); views into caller buffers.
 struct Int8WeightRows {
@@ -160,13 +162,14 @@ struct Int8FlatActivations {
   }
 };
 
-// Quantizes the rows of x for `type` (Int8Group(type) != 0), as QuantizeInt8Panels.
-void QuantizeInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts);
+// Quantizes the rows of x for `type` (Int8Group(type) != 0), as QuantizeInt8Panels, at level
+// `isa`.
+void QuantizeInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts, CpuIsa isa);
 // The same in two steps, for quantizing rows in parallel: sizes acts for x, then quantizes rows
-// [t0, t1) (through QuantizeInt8FlatAvx512 where the CPU has it: the same bytes and floats).
+// [t0, t1) (through QuantizeInt8FlatSimd at level `isa`: the same bytes and floats).
 void PrepareInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts);
 void QuantizeInt8FlatRows(WeightType type, const Mat& x, Int8FlatActivations& acts, int64_t t0,
-                          int64_t t1);
+                          int64_t t1, CpuIsa isa);
 
 // Writable storage of flat rows, for the ISA files: row t at q + t * n, d / dsum / qsum +
 // t * (n / group).
@@ -188,9 +191,10 @@ void QuantizeInt8FlatScalar(bool k_quant, const Mat& x, const Int8FlatOut& a, in
 void QuantizeInt8FlatAvx512(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
                             int64_t t1);
 #endif
-// QuantizeInt8FlatAvx512 where this build and the CPU have it; false (nothing written)
-// otherwise.
-bool QuantizeInt8FlatSimd(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0, int64_t t1);
+// QuantizeInt8FlatAvx512 when `isa` is kAvx512 and this build and the CPU have it; false
+// (nothing written) otherwise.
+bool QuantizeInt8FlatSimd(CpuIsa isa, bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
+                          int64_t t1);
 
 // The fused few-row product on int8 activations: y[r] = W[r] . x for r < rows, rows row_bytes
 // apart from w, each decoded in registers. False (nothing written) for a type it lacks.

@@ -45,10 +45,10 @@ inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 // llama.cpp uses.
 inline float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-// The ops below evaluate an exp per element; cloned per ISA so that internal::FastExp runs 16
-// (AVX-512) or 8 (AVX2) lanes wide.
-DELTASERVE_ISA_CLONES void GatedRmsNormRows(const Mat& x, const float* w, const Mat& z, float eps,
-                                            Mat& y, int64_t begin, int64_t end) {
+// The ops below evaluate an exp per element; compiled per ISA (DELTASERVE_ISA_DISPATCH) so that
+// internal::FastExp runs 16 (AVX-512) or 8 (AVX2) lanes wide.
+DELTASERVE_ALWAYS_INLINE void GatedRmsNormRowsImpl(const Mat& x, const float* w, const Mat& z,
+                                                   float eps, Mat& y, int64_t begin, int64_t end) {
   const int64_t n = x.cols;
   for (int64_t r = begin; r < end; ++r) {
     const float* xr = x.data + r * x.stride;
@@ -58,9 +58,13 @@ DELTASERVE_ISA_CLONES void GatedRmsNormRows(const Mat& x, const float* w, const 
     for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * w[i] * internal::FastSilu(zr[i]);
   }
 }
+DELTASERVE_ISA_DISPATCH(void, GatedRmsNormRows,
+                        (const Mat& x, const float* w, const Mat& z, float eps, Mat& y,
+                         int64_t begin, int64_t end),
+                        (x, w, z, eps, y, begin, end))
 
-DELTASERVE_ISA_CLONES void SwiGluRows(const Mat& gate, const Mat& up, Mat& out, int64_t begin,
-                                      int64_t end) {
+DELTASERVE_ALWAYS_INLINE void SwiGluRowsImpl(const Mat& gate, const Mat& up, Mat& out,
+                                             int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     const float* gr = gate.data + r * gate.stride;
     const float* ur = up.data + r * up.stride;
@@ -68,9 +72,12 @@ DELTASERVE_ISA_CLONES void SwiGluRows(const Mat& gate, const Mat& up, Mat& out, 
     for (int64_t i = 0; i < gate.cols; ++i) orow[i] = internal::FastSilu(gr[i]) * ur[i];
   }
 }
+DELTASERVE_ISA_DISPATCH(void, SwiGluRows,
+                        (const Mat& gate, const Mat& up, Mat& out, int64_t begin, int64_t end),
+                        (gate, up, out, begin, end))
 
-DELTASERVE_ISA_CLONES void MulSigmoidRows(Mat& x, const Mat& gate, bool per_row, int64_t begin,
-                                          int64_t end) {
+DELTASERVE_ALWAYS_INLINE void MulSigmoidRowsImpl(Mat& x, const Mat& gate, bool per_row,
+                                                 int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     float* xr = x.data + r * x.stride;
     const float* gr = gate.data + r * gate.stride;
@@ -82,6 +89,9 @@ DELTASERVE_ISA_CLONES void MulSigmoidRows(Mat& x, const Mat& gate, bool per_row,
     }
   }
 }
+DELTASERVE_ISA_DISPATCH(void, MulSigmoidRows,
+                        (Mat & x, const Mat& gate, bool per_row, int64_t begin, int64_t end),
+                        (x, gate, per_row, begin, end))
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 # Every non-matmul op of the CPU backend and the Backend implementation itself (CpuBackend,
 # MakeCpuBackend). Included by kernels/cpu/CMakeLists.txt. No ISA flags: the hot loops are
-# compiled for AVX-512, AVX2 and baseline via target_clones and picked at load time (vec_math.h).
+# compiled for AVX-512, AVX2 and baseline by target attributes and picked per call from the
+# kernel level (DELTASERVE_ISA_DISPATCH, vec_math.h).
 target_sources(deltaserve_kernels_cpu PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/norm_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/rope.cc
@@ -11,8 +12,8 @@ target_sources(deltaserve_kernels_cpu PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu_backend.cc)
 
 # The exception: f16 K/V converted inside the attention tiles needs the F16C conversion of 16
-# values at once, which target_clones code cannot ask for (g++ 12 emits 4-wide conversions for
-# the generic vector form); it runs only after cpu_features.cc found AVX-512.
+# values at once, which the generic vector code cannot ask for (g++ 12 emits 4-wide conversions
+# for the generic vector form); it runs only at the avx512 level (cpu_features.h).
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   target_sources(deltaserve_kernels_cpu PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/paged_attention_avx512.cc)

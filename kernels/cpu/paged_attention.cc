@@ -33,7 +33,7 @@ constexpr int64_t kRowsPerItem = 32;    // prefill: query rows (tokens x group h
 constexpr int64_t kMinSplitKeys = 256;  // decode: fewest keys worth a split of their own
 // Below this many multiply-adds (q·k plus p·v over all heads) the op stays on the calling thread.
 constexpr int64_t kParallelFlops = 1 << 16;
-// IEEE half to float: F16C in the AVX2 / AVX-512 clones under g++. clang 14 has no _Float16 on
+// IEEE half to float: F16C in the AVX2 / AVX-512 copies under g++. clang 14 has no _Float16 on
 // x86 without AVX512-FP16, so it calls the scalar converter (the ASan build only).
 DELTASERVE_ALWAYS_INLINE float HalfToFloat(uint16_t h) {
 #if defined(__clang__)
@@ -87,13 +87,20 @@ HalfRowFn PickHalfToFloat() {
   switch (ActiveIsa()) {
     case CpuIsa::kAvx512:
       return &HalfToFloatAvx512;
+    case CpuIsa::kAvxVnni:
     case CpuIsa::kAvx2:
       return &HalfToFloatF16c;
-    default:
-      return &HalfToFloatScalar;
+    case CpuIsa::kScalar:
+      break;
   }
+  return &HalfToFloatScalar;
 }
-const HalfRowFn g_half_to_float = PickHalfToFloat();
+// Picked at the first call, not while the program loads: a program checks DELTASERVE_CPU_ISA in
+// main first (cpu_features.h), and ActiveIsa() would stop it before it could say why.
+HalfRowFn HalfToFloatRow() {
+  static const HalfRowFn fn = PickHalfToFloat();
+  return fn;
+}
 
 // Decodes the n values (n a multiple of the type's block size) at src into dst[0, n), with the
 // arithmetic of quants.cc's DequantizeRow.
@@ -104,7 +111,7 @@ DELTASERVE_ALWAYS_INLINE void DecodeValues(WeightType type, const uint8_t* __res
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
       return;
     case WeightType::kF16:
-      g_half_to_float(src, n, dst);
+      HalfToFloatRow()(src, n, dst);
       return;
     case WeightType::kBF16:
       for (int64_t i = 0; i < n; ++i) {
@@ -185,15 +192,20 @@ enum class KvRead {
   kF16Avx512,  // f16 K and V, head_dim a multiple of 16, AVX-512: converted inside the tiles
 };
 
-DELTASERVE_ISA_CLONES void AttendItem(const AttentionProblem& p, KvRead read, int64_t t0,
-                                      int64_t nt, int64_t kvh, int64_t key_begin, int64_t key_end,
-                                      AttentionScratch& s, float* partial) {
+DELTASERVE_ALWAYS_INLINE void AttendItemImpl(const AttentionProblem& p, KvRead read, int64_t t0,
+                                             int64_t nt, int64_t kvh, int64_t key_begin,
+                                             int64_t key_end, AttentionScratch& s, float* partial) {
   if (read == KvRead::kF32) {
     AttendItemBody<F32Rows, F32Rows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
   } else {
     AttendItemBody<DecodedRows, DecodedRows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
   }
 }
+DELTASERVE_ISA_DISPATCH(void, AttendItem,
+                        (const AttentionProblem& p, KvRead read, int64_t t0, int64_t nt,
+                         int64_t kvh, int64_t key_begin, int64_t key_end, AttentionScratch& s,
+                         float* partial),
+                        (p, read, t0, nt, kvh, key_begin, key_end, s, partial))
 
 // Combines the n_splits partial results of one (token block, kv head): every split's sum and
 // accumulator rescaled to the overall max.
@@ -262,8 +274,8 @@ bool ViewValid(const PagedKvView& kv, int64_t n_head_kv, int64_t head_dim, int64
 
 // F32 rows into a pool row of `type` (f16 / bf16 vectorised here, the block types through
 // quants.cc's QuantizeRow).
-DELTASERVE_ISA_CLONES KernelStatus EncodeRow(WeightType type, const float* src, int64_t n,
-                                             uint8_t* dst) {
+DELTASERVE_ALWAYS_INLINE KernelStatus EncodeRowImpl(WeightType type, const float* src, int64_t n,
+                                                    uint8_t* dst) {
 #if !defined(__clang__)
   if (type == WeightType::kF16) {
     for (int64_t i = 0; i < n; ++i) {
@@ -279,6 +291,9 @@ DELTASERVE_ISA_CLONES KernelStatus EncodeRow(WeightType type, const float* src, 
   }
   return QuantizeRow(type, src, dst, n);
 }
+DELTASERVE_ISA_DISPATCH(KernelStatus, EncodeRow,
+                        (WeightType type, const float* src, int64_t n, uint8_t* dst),
+                        (type, src, n, dst))
 
 }  // namespace
 

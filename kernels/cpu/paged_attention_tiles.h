@@ -1,8 +1,8 @@
 // Internal to paged_attention*.cc: the work item of the paged attention kernel (one block of
 // query tokens x the query heads of one kv head, against a range of keys) written once as an
 // always-inline template over where K and V rows come from, so that paged_attention.cc
-// (target_clones: AVX-512 / AVX2 / baseline; f32 rows read in place, other types decoded into an
-// f32 tile) and paged_attention_avx512.cc (f16 rows converted inside the score and p·V tiles)
+// (DELTASERVE_ISA_DISPATCH: AVX-512 / AVX2 / baseline; f32 rows read in place, other types
+// decoded into an f32 tile) and paged_attention_avx512.cc (f16 rows converted inside the score and p·V tiles)
 // compile the same arithmetic for their ISA. Everything here is always inlined: no out-of-line
 // copy exists for the linker to share between code compiled for different ISAs (vec_math.h).
 #pragma once
@@ -18,9 +18,9 @@
 
 namespace deltaserve::kernels::internal {
 
-// 16 floats: one AVX-512 register (two AVX2 ones, four SSE ones in the other clones). Values of
+// 16 floats: one AVX-512 register (two AVX2 ones, four SSE ones in the other copies). Values of
 // this type never cross a function boundary (only always-inline helpers take references), since
-// passing one would change the calling convention between the clones.
+// passing one would change the calling convention between the copies.
 typedef float V16 __attribute__((vector_size(64)));
 
 inline constexpr int64_t kKeyTile = 32;  // keys per tile; a multiple of 4

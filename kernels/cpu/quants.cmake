@@ -1,9 +1,8 @@
 # Block formats and matrix products of the CPU backend (included by CMakeLists.txt here).
 # The library stays baseline x86-64; only the ISA files get wider instructions, and they
-# run only after cpu_features.cc found the CPU has them.
+# run only at the level ActiveIsa() names (cpu_features.h), which the CPU has.
 target_sources(deltaserve_kernels_cpu PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/quants.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_features.cc
   ${CMAKE_CURRENT_LIST_DIR}/matmul.cc
   ${CMAKE_CURRENT_LIST_DIR}/matmul_int8.cc)
 
@@ -35,6 +34,6 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
     PROPERTIES
     COMPILE_OPTIONS
     "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx512bf16;-mavx2;-mfma;-mf16c;-ffp-contract=off")
-  # cpu_features.cc reports the SIMD paths as available only when they were compiled in.
+  # The SIMD paths are compiled in (deltaserve_cpu_features says the same in CMakeLists.txt).
   target_compile_definitions(deltaserve_kernels_cpu PRIVATE DELTASERVE_HAVE_X86_SIMD=1)
 endif()

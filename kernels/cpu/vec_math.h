@@ -1,6 +1,6 @@
 // Building blocks for the loops of the CPU ops (norm_ops, attention, conv1d, gated_delta_rule):
-// an attribute that compiles a function for AVX-512, AVX2+FMA and baseline x86-64 and picks the
-// copy for the running CPU at load time (the library itself targets baseline x86-64), and exp,
+// a macro that compiles a function for AVX-512, AVX2+FMA and baseline x86-64 and runs the copy
+// of the kernel level ActiveIsa() names (the library itself targets baseline x86-64), and exp,
 // sigmoid and SiLU written without library calls so that g++ vectorises loops over them.
 //
 // The helpers are always inlined, so no out-of-line copy exists for the linker to share between
@@ -11,14 +11,42 @@
 #include <cstdint>
 #include <limits>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define DELTASERVE_ISA_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define DELTASERVE_ISA_CLONES
-#endif
+#include "kernels/cpu/cpu_features.h"
 
 #define DELTASERVE_ALWAYS_INLINE __attribute__((always_inline)) inline
+
+// DELTASERVE_ISA_DISPATCH(ret, Name, (params), (args)) defines `ret Name(params)`, which runs
+// NameImpl (declared DELTASERVE_ALWAYS_INLINE, as must be all it calls that should be vectorised)
+// compiled for x86-64-v4 at the avx512 level, for x86-64-v3 at avx2 and avx_vnni, and for
+// baseline x86-64 at scalar:
+//
+//   DELTASERVE_ALWAYS_INLINE void ScaleRowsImpl(Mat& x, float s) { ... }
+//   DELTASERVE_ISA_DISPATCH(void, ScaleRows, (Mat& x, float s), (x, s))
+//
+// The copy is picked per call from ActiveIsa(), not by the loader as target_clones would (that
+// picks by the CPU alone, so DELTASERVE_CPU_ISA could not test the narrower copies). No copy is
+// inlined into the callers (the V4 and V3 ones cannot be), as with target_clones.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DELTASERVE_ISA_DISPATCH(ret, name, params, args)                                    \
+  __attribute__((target("arch=x86-64-v4"))) ret name##V4 params { return name##Impl args; } \
+  __attribute__((target("arch=x86-64-v3"))) ret name##V3 params { return name##Impl args; } \
+  __attribute__((noinline)) ret name##Baseline params { return name##Impl args; }           \
+  ret name params {                                                                         \
+    switch (::deltaserve::kernels::ActiveIsa()) {                                           \
+      case ::deltaserve::kernels::CpuIsa::kAvx512:                                          \
+        return name##V4 args;                                                               \
+      case ::deltaserve::kernels::CpuIsa::kAvxVnni:                                         \
+      case ::deltaserve::kernels::CpuIsa::kAvx2:                                            \
+        return name##V3 args;                                                               \
+      case ::deltaserve::kernels::CpuIsa::kScalar:                                          \
+        break;                                                                              \
+    }                                                                                       \
+    return name##Baseline args;                                                             \
+  }
+#else
+#define DELTASERVE_ISA_DISPATCH(ret, name, params, args) \
+  ret name params { return name##Impl args; }
+#endif
 
 namespace deltaserve::kernels::internal {
 

@@ -82,7 +82,7 @@ void ExpectGroupEqualsSeparate(ThreadPool& pool,
       << " in=" << in << " first type " << TypeName(specs[0].first);
 }
 
-std::vector<CpuIsa> Isas() { return {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}; }
+std::vector<CpuIsa> Isas() { return {std::begin(kAllCpuIsas), std::end(kAllCpuIsas)}; }
 
 // T = 1..3 take the fused one-row kernels, 2..16 the fused batch kernel, 17 and 40 the panel
 // kernel (run product by product).

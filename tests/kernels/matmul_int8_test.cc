@@ -179,7 +179,7 @@ TEST_P(MatMulInt8Test, WithinActivationQuantizationBound) {
   }
 }
 
-std::vector<CpuIsa> AllIsas() { return {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}; }
+std::vector<CpuIsa> AllIsas() { return {std::begin(kAllCpuIsas), std::end(kAllCpuIsas)}; }
 
 INSTANTIATE_TEST_SUITE_P(Int8Types, MatMulInt8Test,
                          ::testing::Combine(::testing::ValuesIn(AllIsas()),
@@ -370,7 +370,8 @@ TEST(MatMulInt8QuantizeTest, Avx512EqualsScalarBitForBit) {
                                                dsum[i].data()};
         if (i == 0) {
           internal::QuantizeInt8PanelsScalar(c.k_quant, xm, out, 0, panels);
-        } else if (!internal::QuantizeInt8PanelsSimd(c.k_quant, xm, out, 0, panels)) {
+        } else if (!internal::QuantizeInt8PanelsSimd(CpuIsa::kAvx512, c.k_quant, xm, out, 0,
+                                                     panels)) {
           GTEST_SKIP() << "no AVX-512 quantizer in this build or on this CPU";
         }
       }
@@ -419,10 +420,10 @@ TEST(MatMulInt8QuantizeTest, FlatAvx512EqualsScalarBitForBit) {
           internal::QuantizeInt8FlatScalar(c.k_quant, xm, out, 0, rows);
         } else {
           // Two calls: the second starts at row t0 = 1.
-          if (!internal::QuantizeInt8FlatSimd(c.k_quant, xm, out, 0, 1)) {
+          if (!internal::QuantizeInt8FlatSimd(CpuIsa::kAvx512, c.k_quant, xm, out, 0, 1)) {
             GTEST_SKIP() << "no AVX-512 quantizer in this build or on this CPU";
           }
-          internal::QuantizeInt8FlatSimd(c.k_quant, xm, out, 1, rows);
+          internal::QuantizeInt8FlatSimd(CpuIsa::kAvx512, c.k_quant, xm, out, 1, rows);
         }
       }
       const std::string what = std::string(c.k_quant ? "K" : "legacy") +
@@ -439,6 +440,27 @@ TEST(MatMulInt8QuantizeTest, FlatAvx512EqualsScalarBitForBit) {
         ASSERT_EQ(qsum[0][b], sum) << what << " block " << b;
       }
     }
+  }
+}
+
+// The AVX-512 quantizers run only at the avx512 level: at the levels below it the int8 products
+// quantize with the plain C++ code, even on an AVX-512 CPU (DELTASERVE_CPU_ISA caps them).
+TEST(MatMulInt8QuantizeTest, SimdQuantizersRunOnlyAtTheAvx512Level) {
+  std::mt19937 rng(31);
+  const int64_t n = 256;
+  const std::vector<float> x = Activations(n, rng);
+  const Mat xm{const_cast<float*>(x.data()), 1, n, n};
+  std::vector<uint8_t> q(static_cast<size_t>(n * internal::kActPanel));
+  std::vector<int8_t> flat_q(n);
+  std::vector<float> d(n), dsum(n);
+  std::vector<int32_t> qsum(n);
+  const internal::Int8ActivationsOut panels{n, 32, q.data(), d.data(), dsum.data()};
+  const internal::Int8FlatOut flat{n, 32, flat_q.data(), d.data(), dsum.data(), qsum.data()};
+  for (CpuIsa isa : AllIsas()) {
+    const bool simd = isa == CpuIsa::kAvx512 && IsaSupported(CpuIsa::kAvx512);
+    EXPECT_EQ(internal::QuantizeInt8PanelsSimd(isa, false, xm, panels, 0, 1), simd)
+        << CpuIsaName(isa);
+    EXPECT_EQ(internal::QuantizeInt8FlatSimd(isa, false, xm, flat, 0, 1), simd) << CpuIsaName(isa);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,7 +53,10 @@ inline std::string TypeName(WeightType type) {
   return "unknown";
 }
 
-inline std::vector<CpuIsa> SimdIsas() { return {CpuIsa::kAvx2, CpuIsa::kAvx512}; }
+// Every level above kScalar.
+inline std::vector<CpuIsa> SimdIsas() {
+  return {std::begin(kAllCpuIsas) + 1, std::end(kAllCpuIsas)};
+}
 
 // n values ~ N(0, 1), scaled per 32-value group by a random factor in [0.01, 10] and shifted
 // in some groups, so blocks see different ranges, signs and asymmetries.

@@ -1,3 +1,6 @@
+# The kernel levels and DELTASERVE_CPU_ISA (kernels/cpu/cpu_features.h).
+deltaserve_test(NAME cpu_features_test LABEL unit
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_features_test.cc LIBS deltaserve_cpu_features)
 # Block formats and matrix products of the CPU backend (kernels/cpu/quants.cmake).
 deltaserve_test(NAME quants_test LABEL unit SOURCES ${CMAKE_CURRENT_LIST_DIR}/quants_test.cc
                 LIBS deltaserve_kernels_cpu)

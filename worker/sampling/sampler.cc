@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_features.h"
 #include "worker/sampling/token_mask.h"
 
 namespace deltaserve::worker {
@@ -42,10 +43,33 @@ Scratch& ThreadScratch() {
 // The full-vocabulary passes below run every token over 151,936 logits. They are written so that
 // GCC vectorises them (branch-free, independent accumulators; -fno-trapping-math in
 // worker/CMakeLists.txt lets it if-convert the selects) and built twice, for AVX2 and for the
-// baseline, picked at load time. Neither clone uses FMA, so both give the same bits and a seed
-// gives the same tokens on every x86-64 host. Measured on the 2-core dev VM, 151,936 logits: the
-// exp-sum pass 700 us scalar -> 255 us SSE2 -> 116 us AVX2; the max pass 80 us -> 20 us.
-#define DELTASERVE_SAMPLER_KERNEL __attribute__((target_clones("avx2", "default")))
+// baseline: DELTASERVE_SAMPLER_PASS(ret, Name, (params), (args)) defines Name, which runs NameImpl
+// compiled for AVX2 from the CPU kernel level avx2 up and for the baseline at scalar
+// (kernels/cpu/cpu_features.h, DELTASERVE_CPU_ISA). Neither copy uses FMA, so both give the same
+// bits and a seed gives the same tokens on every x86-64 host. Measured on the 2-core dev VM,
+// 151,936 logits: the exp-sum pass 700 us scalar -> 255 us SSE2 -> 116 us AVX2; the max pass
+// 80 us -> 20 us. The copies are opaque to the optimiser (noipa), as the target_clones they
+// replaced were: a copy specialised for a caller's constant n = 64 draws a false
+// -Waggressive-loop-optimizations from g++ 12.
+#define DELTASERVE_SAMPLER_IMPL __attribute__((always_inline)) inline
+#if defined(__clang__)
+#define DELTASERVE_SAMPLER_OPAQUE __attribute__((noinline))
+#else
+#define DELTASERVE_SAMPLER_OPAQUE __attribute__((noipa))
+#endif
+#if defined(__x86_64__)
+#define DELTASERVE_SAMPLER_PASS(ret, name, params, args)                                           \
+  __attribute__((target("avx2"))) DELTASERVE_SAMPLER_OPAQUE ret name##Avx2 params {                \
+    return name##Impl args;                                                                        \
+  }                                                                                                \
+  DELTASERVE_SAMPLER_OPAQUE ret name##Baseline params { return name##Impl args; }                  \
+  ret name params {                                                                                \
+    return kernels::ActiveIsa() >= kernels::CpuIsa::kAvx2 ? name##Avx2 args : name##Baseline args; \
+  }
+#else
+#define DELTASERVE_SAMPLER_PASS(ret, name, params, args) \
+  ret name params { return name##Impl args; }
+#endif
 
 // exp(x) for x <= 0, as a float, within 1e-7 relative of the true value (Cephes expf: x = n ln 2
 // + r, a degree-6 polynomial in r, 2^n by the exponent bits); 0 below -87 (where expf is
@@ -69,7 +93,7 @@ inline float ExpNonPositive(float x) {
 
 // Largest logit, ignoring NaN; -inf when there is none. GCC's auto-vectoriser leaves a float max
 // reduction scalar (NaN order), so this one is written with generic vectors (GCC and Clang).
-DELTASERVE_SAMPLER_KERNEL float MaxLogit(const float* x, size_t n) {
+DELTASERVE_SAMPLER_IMPL float MaxLogitImpl(const float* x, size_t n) {
   using F8 = float __attribute__((vector_size(32)));
   using I8 = int32_t __attribute__((vector_size(32)));
   F8 lanes = {-kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf};
@@ -86,9 +110,10 @@ DELTASERVE_SAMPLER_KERNEL float MaxLogit(const float* x, size_t n) {
   for (int j = 0; j < 8; ++j) m = lanes[j] > m ? lanes[j] : m;
   return m;
 }
+DELTASERVE_SAMPLER_PASS(float, MaxLogit, (const float* x, size_t n), (x, n))
 
 // Sum of ExpNonPositive((x[i] - m) * inv_t): the softmax denominator relative to the max `m`.
-DELTASERVE_SAMPLER_KERNEL double SumExp(const float* x, size_t n, float m, float inv_t) {
+DELTASERVE_SAMPLER_IMPL double SumExpImpl(const float* x, size_t n, float m, float inv_t) {
   constexpr size_t kBlock = 256;
   float w[kBlock];
   double acc[4] = {0, 0, 0, 0};
@@ -103,12 +128,14 @@ DELTASERVE_SAMPLER_KERNEL double SumExp(const float* x, size_t n, float m, float
   for (; i < n; ++i) sum += ExpNonPositive((x[i] - m) * inv_t);
   return sum;
 }
+DELTASERVE_SAMPLER_PASS(double, SumExp, (const float* x, size_t n, float m, float inv_t),
+                        (x, n, m, inv_t))
 
 // The first index at which the running sum of ExpNonPositive((x[i] - m) * inv_t) exceeds
 // `target`, or -1 when rounding leaves it short. Sums in blocks as SumExp does, and walks one
 // token at a time only inside the block that crosses the target.
-DELTASERVE_SAMPLER_KERNEL int32_t FindCumulative(const float* x, size_t n, float m, float inv_t,
-                                                 double target) {
+DELTASERVE_SAMPLER_IMPL int32_t FindCumulativeImpl(const float* x, size_t n, float m, float inv_t,
+                                                   double target) {
   constexpr size_t kBlock = 256;
   float w[kBlock];
   double cum = 0;
@@ -133,6 +160,9 @@ DELTASERVE_SAMPLER_KERNEL int32_t FindCumulative(const float* x, size_t n, float
   }
   return -1;
 }
+DELTASERVE_SAMPLER_PASS(int32_t, FindCumulative,
+                        (const float* x, size_t n, float m, float inv_t, double target),
+                        (x, n, m, inv_t, target))
 
 // First index holding `value` (the max, so it exists unless all are NaN: then 0).
 int32_t FirstIndexOf(absl::Span<const float> row, float value) {

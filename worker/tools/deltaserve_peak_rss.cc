@@ -11,6 +11,7 @@
 //   peak: planned_bytes=N measured_bytes=M baseline_bytes=B error_percent=E
 // Exit status: 0 served, 1 refused or failed (the message on stderr), 2 usage error.
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/sched/served_model.h"
@@ -96,6 +98,12 @@ int main(int argc, char** argv) {
   const uint64_t baseline = MeasureProcessBaseline().total();
   Flags f;
   if (std::string why = Parse(argc, argv, f); !why.empty()) return Usage(why);
+  // A DELTASERVE_CPU_ISA the CPU cannot run is refused before anything loads.
+  if (absl::StatusOr<deltaserve::kernels::CpuIsa> isa = deltaserve::kernels::ResolveCpuIsaFromEnv();
+      !isa.ok()) {
+    std::fprintf(stderr, "deltaserve-peak-rss: %s\n", std::string(isa.status().message()).c_str());
+    return 2;
+  }
   absl::StatusOr<uint64_t> ram = ParseByteSize(f.ram);
   if (!ram.ok()) return Usage(std::string(ram.status().message()));
   f.serving.budget_bytes = *ram;

@@ -26,6 +26,7 @@
 #include "common/streaming_detokenizer.h"
 #include "common/tokenizer.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/sampler.h"
 
@@ -236,6 +237,12 @@ int main(int argc, char** argv) {
   using namespace deltaserve::worker;
   Options o;
   if (std::string why = Parse(argc, argv, o); !why.empty()) return Usage(why);
+  // A DELTASERVE_CPU_ISA the CPU cannot run is refused before anything loads.
+  if (absl::StatusOr<deltaserve::kernels::CpuIsa> isa = deltaserve::kernels::ResolveCpuIsaFromEnv();
+      !isa.ok()) {
+    std::fprintf(stderr, "deltaserve-run: %s\n", std::string(isa.status().message()).c_str());
+    return 2;
+  }
   std::unique_ptr<deltaserve::kernels::Backend> backend =
       deltaserve::kernels::MakeCpuBackend(o.threads);
   absl::StatusOr<std::unique_ptr<Qwen35Model>> model = Qwen35Model::Load(o.model, *backend);
