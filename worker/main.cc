@@ -16,6 +16,10 @@
 //                     [--tls-cert worker.crt --tls-key worker.key [--tls-client-ca ca.crt]]
 //                     [--auth-secret-file FILE]   (or $DELTASERVE_WORKER_SECRET)
 //                     [--log-format text|json] [--check-args]
+//   deltaserve-worker --list-cpu-isas
+//
+// The CPU kernel level is the best the CPU supports, or DELTASERVE_CPU_ISA's
+// (kernels/cpu/cpu_features.h): a level this machine cannot run stops the start (exit 2).
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
@@ -25,6 +29,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -36,6 +41,7 @@
 #include "common/prometheus_text.h"
 #include "common/request_log.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "proto/worker_channel.h"
 #include "worker/cache/device_memory.h"
 #include "worker/cache/memory_plan.h"
@@ -148,6 +154,22 @@ int Run(WorkerFlags& f, uint64_t baseline) {
   // First: a signal while the models load still ends in an orderly drain.
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  // The CPU kernel level, before anything loads (the CPU kernels and the sampler run at it).
+  const absl::StatusOr<kernels::CpuIsa> isa = kernels::ResolveCpuIsaFromEnv();
+  if (!isa.ok()) {
+    std::cerr << "deltaserve-worker: " << isa.status().message() << "\n";
+    return 2;
+  }
+  const char* isa_env = std::getenv(std::string(kernels::kCpuIsaEnvVar).c_str());
+  std::cerr << "deltaserve-worker: CPU kernels: " << kernels::CpuIsaName(*isa) << " (";
+  if (isa_env != nullptr && *isa_env != '\0') {
+    std::cerr << kernels::kCpuIsaEnvVar << "=" << isa_env
+              << "; best on this CPU: " << kernels::CpuIsaName(kernels::BestSupportedIsa());
+  } else {
+    std::cerr << "the best on this CPU";
+  }
+  std::cerr << "; CPU features: " << kernels::CpuFeatureList(kernels::DetectedCpuFeatures())
+            << ")\n";
   // Files read now: a missing or unreadable one stops the worker at start, naming the file.
   absl::StatusOr<proto::WorkerServerSecurity> security =
       proto::LoadWorkerServerSecurity({f.tls_cert, f.tls_key, f.tls_client_ca, f.auth_secret_file});
@@ -177,9 +199,10 @@ int Run(WorkerFlags& f, uint64_t baseline) {
   auto live_service = std::make_shared<std::atomic<const WorkerService*>>(nullptr);
   std::unique_ptr<MetricsEndpoint> metrics;
   if (f.metrics_port >= 0) {
-    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m =
-        MetricsEndpoint::Start(f.metrics_host, f.metrics_port, [progress, live_service, refusals] {
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m = MetricsEndpoint::Start(
+        f.metrics_host, f.metrics_port, [progress, live_service, refusals, level = *isa] {
           common::PrometheusText out;
+          WriteCpuIsaInfo(level, out);
           progress->Write(out);
           if (const WorkerService* s = live_service->load()) WriteWorkerMetrics(*s, out);
           return out.Take() + refusals->RenderPrometheus();
@@ -365,6 +388,13 @@ int main(int argc, char** argv) {
   const uint64_t baseline = MeasureProcessBaseline().total();
   WorkerFlags f;
   if (std::string why = ParseWorkerFlags(argc, argv, f); !why.empty()) return WorkerUsage(why);
+  if (f.list_cpu_isas) {
+    // What this CPU and build can run, whatever DELTASERVE_CPU_ISA says (tests/isa_matrix.sh).
+    for (deltaserve::kernels::CpuIsa isa : deltaserve::kernels::SupportedIsas()) {
+      std::cout << deltaserve::kernels::CpuIsaName(isa) << "\n";
+    }
+    return 0;
+  }
   if (f.check_args) {
     // Nothing past the command line: the files it names may exist only where the worker runs
     // (a pod's volumes), the device only on its machine.

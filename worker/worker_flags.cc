@@ -176,6 +176,11 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
           .Help("",
                 "check the command line and exit: 0 valid, 2 what is wrong (reads no file, "
                 "opens no device)"),
+      common::SwitchFlag("--list-cpu-isas", &f.list_cpu_isas)
+          .StopsParsing()
+          .Help("",
+                "print the CPU kernel levels this machine supports, lowest first (the values of "
+                "DELTASERVE_CPU_ISA; the last is the default), and exit"),
       common::HelpFlag(),
   };
 }
@@ -197,7 +202,8 @@ int WorkerUsage(const std::string& why) {
          "         [--redis-ttl SECONDS] [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
          "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
          "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n"
-         "         [--log-format text|json] [--check-args]\n";
+         "         [--log-format text|json] [--check-args]\n"
+         "       deltaserve-worker --list-cpu-isas\n";
   if (why == common::kHelpRequested) {
     WorkerFlags defaults;
     std::cerr << "flags:\n" << common::FlagHelp(FlagTable(defaults));
@@ -207,6 +213,7 @@ int WorkerUsage(const std::string& why) {
 
 std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   if (std::string why = common::ParseFlags(FlagTable(f), argc, argv); !why.empty()) return why;
+  if (f.list_cpu_isas) return "";
   if (f.models.empty()) return "at least one --model is required";
   if (f.tls_cert.empty() != f.tls_key.empty()) return "--tls-cert and --tls-key go together";
   if (!f.tls_client_ca.empty() && f.tls_cert.empty()) {

@@ -47,6 +47,9 @@ struct WorkerFlags {
   // --check-args: the command line is checked as the worker would check it, and nothing more
   // happens: no file is read (models, TLS, secret), no device opened, no port bound.
   bool check_args = false;
+  // --list-cpu-isas: print the CPU kernel levels this machine supports (the values
+  // DELTASERVE_CPU_ISA takes here) and exit; needs no other flag.
+  bool list_cpu_isas = false;
 };
 
 // Reads argv into `f` and checks the flags together (--tls-cert with --tls-key, --ram or --vram

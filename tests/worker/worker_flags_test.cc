@@ -109,7 +109,18 @@ TEST(WorkerFlagsTest, DefaultsStayWhenOnlyAModelIsGiven) {
   EXPECT_TRUE(f.redis_url.empty());
   EXPECT_EQ(f.log_format, common::LogFormat::kText);
   EXPECT_FALSE(f.check_args);
+  EXPECT_FALSE(f.list_cpu_isas);
   EXPECT_FALSE(f.serving.snapshot_ram_bytes.has_value());
+}
+
+// --list-cpu-isas needs no model and ends the parse (main.cc prints the levels and exits).
+TEST(WorkerFlagsTest, ListCpuIsasNeedsNothingElse) {
+  WorkerFlags f;
+  ASSERT_EQ(Parse({"--list-cpu-isas"}, f), "");
+  EXPECT_TRUE(f.list_cpu_isas);
+  WorkerFlags g;
+  ASSERT_EQ(Parse({"--list-cpu-isas", "--no-such-flag"}, g), "");
+  EXPECT_TRUE(g.list_cpu_isas);
 }
 
 TEST(WorkerFlagsTest, RefusalsAndChecksAcrossFlags) {

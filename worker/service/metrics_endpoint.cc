@@ -478,6 +478,15 @@ void ModelLoadProgress::Set(const std::string& model, double fraction) {
   fraction_[model] = fraction;
 }
 
+void WriteCpuIsaInfo(kernels::CpuIsa isa, common::PrometheusText& out) {
+  out.Gauge("deltaserve_worker_cpu_isa_info",
+            "The CPU kernel level the worker runs (isa: the best its CPU supports, or "
+            "DELTASERVE_CPU_ISA's) and the best one (best); always 1.",
+            {{"isa", std::string(kernels::CpuIsaName(isa))},
+             {"best", std::string(kernels::CpuIsaName(kernels::BestSupportedIsa()))}},
+            1);
+}
+
 void ModelLoadProgress::Write(common::PrometheusText& out) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [model, f] : fraction_) {

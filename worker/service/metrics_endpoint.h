@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/prometheus_text.h"
+#include "kernels/cpu/cpu_features.h"
 #include "worker/service/worker_service.h"
 
 namespace deltaserve::worker {
@@ -47,6 +48,10 @@ class MetricsEndpoint {
 // whole-worker gauges llm-d's endpoint picker reads.
 void WriteWorkerMetrics(const WorkerService& service, common::PrometheusText& out);
 std::string RenderWorkerMetrics(const WorkerService& service);
+
+// deltaserve_worker_cpu_isa_info{isa, best} 1: the CPU kernel level the worker runs (the best its
+// CPU supports, or DELTASERVE_CPU_ISA's) and the best one (kernels/cpu/cpu_features.h).
+void WriteCpuIsaInfo(kernels::CpuIsa isa, common::PrometheusText& out);
 
 // How far each model's start-up load is (deltaserve_worker_model_load_progress), served from
 // before the first model loads. Thread-safe.
