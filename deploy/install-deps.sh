@@ -4,8 +4,9 @@
 set -euo pipefail
 
 PACKAGES=(
-  # toolchain
-  build-essential cmake ninja-build pkg-config git python3
+  # toolchain; ccache: tests/run_all.sh uses it when present (a CI machine that keeps
+  # ~/.cache/ccache rebuilds only what changed)
+  build-essential cmake ninja-build pkg-config git python3 ccache
   # the venv that .ci/run installs the OpenAI Python SDK into (tests/integration/openai_sdk_test.cc)
   python3-venv
   # clang for libFuzzer targets and the sanitizer runtime

@@ -88,6 +88,12 @@ std::optional<int> ChildProcess::Wait(std::chrono::milliseconds timeout) {
     const pid_t r = ::waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      // The reader may not have drained the pipe yet: without this, err() right after an exit
+      // can miss the child's last message (seen: an empty err() of a child that printed its
+      // refusal and exited 2). A grandchild that inherited stderr may keep it open, so the wait
+      // is bounded.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(5), [&] { return err_closed_; });
       return exit_code_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;

@@ -32,7 +32,9 @@ class ChildProcess {
   // Everything written to stderr so far.
   std::string err() const;
   void Signal(int sig);
-  // Waits for the exit; the exit code (128 + signal when killed), or nullopt on timeout.
+  // Waits for the exit, then for the child's stderr to be read to its end (err() is then
+  // complete, up to 5 s more when a grandchild holds the pipe); the exit code (128 + signal
+  // when killed), or nullopt on timeout.
   std::optional<int> Wait(std::chrono::milliseconds timeout);
 
  private:
