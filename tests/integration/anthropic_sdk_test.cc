@@ -11,6 +11,7 @@
 // SKIPPED with the reason.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -98,7 +99,8 @@ TEST(AnthropicSdkTest, OfficialPythonClientAgainstTheRouter) {
   const auto run = RunProcess(
       {python, DELTASERVE_ANTHROPIC_SDK_SCRIPT, "--base-url",
        "http://127.0.0.1:" + std::to_string(s.port()), "--api-key", "sk-sdk", "--limited-key",
-       "sk-limited", "--scripted-base-url", "http://127.0.0.1:" + std::to_string(port)});
+       "sk-limited", "--scripted-base-url", "http://127.0.0.1:" + std::to_string(port)},
+      std::chrono::seconds(660));  // the script's own signal.alarm(600) reports first
   EXPECT_EQ(run.exit_code, 0) << "anthropic " << probe.out << run.out << run.err
                               << "\n--- router stderr ---\n"
                               << s.router().err() << "\n--- scripted router stderr ---\n"

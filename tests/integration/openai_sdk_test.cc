@@ -8,6 +8,7 @@
 // `import openai` the test is SKIPPED with the reason, so a checkout without the SDK still passes.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -55,9 +56,11 @@ TEST(OpenAiSdkTest, OfficialPythonClientAgainstTheRouter) {
   RouterService s(config);
   ASSERT_GT(s.port(), 0);
 
+  // The script bounds itself (signal.alarm(600)) and says where it stopped; this is the backstop.
   const auto run = RunProcess({python, DELTASERVE_OPENAI_SDK_SCRIPT, "--base-url",
                                "http://127.0.0.1:" + std::to_string(s.port()) + "/v1", "--api-key",
-                               "sk-sdk", "--limited-key", "sk-limited"});
+                               "sk-sdk", "--limited-key", "sk-limited"},
+                              std::chrono::seconds(660));
   EXPECT_EQ(run.exit_code, 0) << "openai " << probe.out << run.out << run.err
                               << "\n--- router stderr ---\n"
                               << s.router().err();
@@ -93,7 +96,8 @@ TEST(OpenAiSdkTest, ChoicesWithTheOfficialClient) {
       "http://127.0.0.1:" + std::to_string(s.port()) + "/v1", "--metrics-url",
       "http://127.0.0.1:" + metrics_port + "/metrics"};
   if (exact) argv.push_back("--exact");
-  const auto run = RunProcess(argv);
+  // The script bounds itself (signal.alarm(600)) and says where it stopped; this is the backstop.
+  const auto run = RunProcess(argv, std::chrono::seconds(660));
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\n--- router stderr ---\n"
                               << s.router().err() << "\n--- worker stderr ---\n"
                               << s.worker().err();

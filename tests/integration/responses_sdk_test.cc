@@ -13,6 +13,7 @@
 // reason.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -63,8 +64,10 @@ TEST(ResponsesSdkTest, TinyModel) {
   if (const std::string why = WhyNoSdk(python); !why.empty()) GTEST_SKIP() << why;
   RouterService s("", {"--ctx", "2048"});
   ASSERT_GT(s.port(), 0);
+  // The script bounds itself (signal.alarm(600)) and says where it stopped; this is the backstop.
   const auto run = RunProcess({python, DELTASERVE_RESPONSES_SCRIPT, "--mode", "tiny", "--base-url",
-                               "http://127.0.0.1:" + std::to_string(s.port()) + "/v1"});
+                               "http://127.0.0.1:" + std::to_string(s.port()) + "/v1"},
+                              std::chrono::seconds(660));
   std::cout << run.out;  // one PASS / FAIL line per check
   EXPECT_EQ(run.exit_code, 0) << run.err << "\n--- router stderr ---\n" << s.router().err();
 }
@@ -103,7 +106,8 @@ TEST(ResponsesSdkTest, FunctionCallRoundTrip) {
   }
   ASSERT_TRUE(ready) << router.err();
   const auto run = RunProcess({python, DELTASERVE_RESPONSES_SCRIPT, "--mode", "tools", "--base-url",
-                               "http://127.0.0.1:" + std::to_string(port) + "/v1"});
+                               "http://127.0.0.1:" + std::to_string(port) + "/v1"},
+                              std::chrono::seconds(660));  // the script's alarm: 600 s
   std::cout << run.out;
   EXPECT_EQ(run.exit_code, 0) << run.err << "\n--- router stderr ---\n"
                               << router.err() << "\n--- worker stderr ---\n"

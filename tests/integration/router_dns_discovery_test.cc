@@ -110,6 +110,8 @@ TEST(RouterDnsDiscoveryTest, PoolFollowsTheNameAndAStreamOnARemovedWorkerFinishe
   std::unique_ptr<WorkerPool::CallTicket> ticket = pool.BeginCall("127.0.0.1:" + port, "m");
   ASSERT_NE(ticket, nullptr);
   grpc::ClientContext context;
+  // Every Read below ends by this deadline (DEADLINE_EXCEEDED from Finish) if a never comes.
+  context.set_deadline(std::chrono::system_clock::now() + seconds(60));
   v1::GenerateRequest request;
   request.set_model("m");
   request.add_prompt_token_ids('h');
@@ -140,7 +142,8 @@ TEST(RouterDnsDiscoveryTest, PoolFollowsTheNameAndAStreamOnARemovedWorkerFinishe
     final_seen |= event.has_final_event();
   }
   const grpc::Status status = stream->Finish();
-  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(status.ok()) << "the Generate stream on the removed worker: "
+                           << status.error_message() << " (its deadline is 60 s)";
   EXPECT_TRUE(final_seen);
   EXPECT_EQ(text, "one two three");
   pool.EndCall(*ticket, router::CallOutcome::kSuccess);
@@ -184,8 +187,15 @@ TEST(RouterDnsDiscoveryTest, BackgroundLookupsAddWorkers) {
   pool.Start();
   discovery.Start();
   dns.Answer({"127.0.0.1", "127.0.0.2"});
-  // Waits for the state, however long the machine takes (ctest's timeout bounds it).
-  while (!AvailableAt(pool, "127.0.0.2:" + port)) std::this_thread::sleep_for(milliseconds(10));
+  // Lookups every 20 ms and health polls every 50 ms: 30 s is slack for a loaded machine, not a
+  // measurement.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  while (!AvailableAt(pool, "127.0.0.2:" + port)) {
+    ASSERT_TRUE(std::chrono::steady_clock::now() < deadline)
+        << "127.0.0.2:" << port << " (the name's new answer) not available in the pool after 30 s; "
+        << "the pool has " << ::testing::PrintToString(PoolAddresses(pool));
+    std::this_thread::sleep_for(milliseconds(10));
+  }
   EXPECT_EQ(PoolAddresses(pool),
             (std::vector<std::string>{"127.0.0.1:" + port, "127.0.0.2:" + port}));
   discovery.Stop();
@@ -219,7 +229,9 @@ TEST(RouterDnsDiscoveryTest, RouterProcessResolvesLocalhostAndServes) {
   testing::ChildProcess router({testing::BinaryPath("router/deltaserve-router"), "--listen",
                                 "127.0.0.1:0", "--config", config_path});
   const int http = WaitUntilReady(router);
-  ASSERT_NE(http, 0) << router.err();
+  ASSERT_NE(http, 0) << "the router did not print 'listening on' within 30 s, or its /ready did "
+                        "not answer 200 within 400 polls; its stderr:\n"
+                     << router.err();
 
   RawHttpClient c(http);
   ASSERT_TRUE(c.Send(RawHttpClient::Request(

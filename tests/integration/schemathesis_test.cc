@@ -79,7 +79,10 @@ void RunCheck(RouterService& service, const std::string& mode, const std::string
     argv.push_back("--api-key");
     argv.push_back(api_key);
   }
-  const auto run = RunProcess(argv);
+  // Up to two schemathesis runs of at most 20 minutes each (schemathesis_check.py); a busy
+  // machine has taken 15 for both.
+  const auto run = RunProcess(argv, std::chrono::minutes(24));
+  EXPECT_FALSE(run.timed_out) << "schemathesis_check.py (" << mode << ") did not finish in 24 min";
   // The figures for the log (docs/testing.md quotes them): test cases, statuses per operation.
   std::istringstream lines(run.out);
   for (std::string line; std::getline(lines, line);) {

@@ -13,6 +13,7 @@
 // the reason.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -53,8 +54,10 @@ TEST(StructuredOutputsTest, SchemasAndForcedToolCallsThroughTheSdk) {
   // Room for the longest bounded instance with its whitespace, and 4 sequences per batch.
   RouterService s(config, {"--ctx", "2048", "--parallel", "4"});
   ASSERT_GT(s.port(), 0);
+  // The script bounds itself (signal.alarm(1200)) and says where it stopped; this is the backstop.
   const auto run = RunProcess({python, DELTASERVE_STRUCTURED_OUTPUTS_SCRIPT, "--base-url",
-                               "http://127.0.0.1:" + std::to_string(s.port()) + "/v1"});
+                               "http://127.0.0.1:" + std::to_string(s.port()) + "/v1"},
+                              std::chrono::seconds(1260));
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\n--- router stderr ---\n"
                               << s.router().err() << "\n--- worker stderr ---\n"
                               << s.worker().err();

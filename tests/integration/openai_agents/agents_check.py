@@ -6,6 +6,8 @@ The agent has one function tool. Non-streamed (Runner.run) then streamed (Runner
 turn 1 the scripted output is a Qwen XML tool call inside the reply, the SDK calls the Python
 tool, turn 2 the scripted output is the final answer. Checks that the tool ran with the scripted
 arguments and the final output text. Prints PASS / FAIL lines; exit 0 only when all pass.
+Each HTTP request has a 60 s timeout and each agent run 120 s (the scripted worker answers at
+once): a run that hangs fails, naming what it waited for.
 """
 
 import argparse
@@ -18,6 +20,8 @@ from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, fu
                     set_tracing_disabled)
 
 FINAL = "It is sunny in Paris, 22 C."
+REQUEST_SECONDS = 60  # one chat completion through the router (the SDK's default: 600)
+RUN_SECONDS = 120     # one agent run: two completions and the tool call
 calls = []
 
 
@@ -29,7 +33,8 @@ def get_weather(city: str, unit: str) -> str:
 
 
 def make_agent(base_url):
-    client = AsyncOpenAI(base_url=base_url, api_key="sk-unused", max_retries=0)
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-unused", max_retries=0,
+                         timeout=REQUEST_SECONDS)
     model = OpenAIChatCompletionsModel(model="m", openai_client=client)
     return Agent(name="weather", instructions="You answer weather questions with the tool.",
                  tools=[get_weather], model=model,
@@ -64,8 +69,12 @@ def main():
     failed = 0
     for check in (non_streamed, streamed):
         try:
-            asyncio.run(check(args.base_url))
+            asyncio.run(asyncio.wait_for(check(args.base_url), RUN_SECONDS))
             print(f"PASS {check.__name__}")
+        except asyncio.TimeoutError:
+            failed += 1
+            print(f"FAIL {check.__name__}: the agent run (the router's chat completions and the "
+                  f"tool call) did not finish within {RUN_SECONDS} s")
         except Exception:  # noqa: BLE001 - report every failure with its traceback
             failed += 1
             print(f"FAIL {check.__name__}\n{traceback.format_exc()}")

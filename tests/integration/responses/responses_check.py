@@ -217,7 +217,8 @@ class TinyChecks:
             lines = [line for line in s.iter_lines() if line]
         assert lines[0] == "event: response.created", lines[:2]
         assert lines[-2] in ("event: response.completed", "event: response.incomplete"), lines
-        with urllib.request.urlopen(self.base_url.rsplit("/v1", 1)[0] + "/metrics") as m:
+        with urllib.request.urlopen(self.base_url.rsplit("/v1", 1)[0] + "/metrics",
+                                    timeout=30) as m:
             metrics = m.read().decode()
         for t in ("web_search", "local_shell"):
             line = 'deltaserve_router_responses_ignored_tools_total{type="%s"}' % t

@@ -65,6 +65,10 @@ def schemathesis_cli():
         sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()"]
 
 
+# One schemathesis run (about 3,600 cases): 7 minutes seen at load 12 on the 2-core machine.
+RUN_SECONDS = 1200
+
+
 def run_schemathesis(args, name, extra):
     har = os.path.join(args.out, name + ".har")
     cmd = schemathesis_cli() + [
@@ -83,8 +87,15 @@ def run_schemathesis(args, name, extra):
         "--report-har-path", har,
     ] + extra
     print("$ " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=dict(os.environ, SCHEMATHESIS_TELEMETRY="false"))
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, SCHEMATHESIS_TELEMETRY="false"),
+                              timeout=RUN_SECONDS)
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else e.output
+        print(out or "", flush=True)
+        print(f"FAIL: schemathesis ({name}) did not finish within {RUN_SECONDS} s", flush=True)
+        sys.exit(1)
     print(proc.stdout, flush=True)
     return proc.returncode, har
 
