@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <limits>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -28,6 +30,9 @@ std::string Scrape(int port) {
   a.sin_port = htons(static_cast<uint16_t>(port));
   ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
   std::string resp;
+  // A scrape that stalls ends (read fails) after 10 s instead of hanging the test.
+  const timeval limit{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
     const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
     (void)!::write(fd, req.data(), req.size());
@@ -100,6 +105,8 @@ pb::GenerateRequest Request(const std::vector<int32_t>& prompt,
 Streamed Call(Worker& w, const pb::GenerateRequest& req) {
   const Clock::time_point t0 = Clock::now();
   grpc::ClientContext ctx;
+  // A call that never ends fails with DEADLINE_EXCEEDED (the calls here take seconds at most).
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   Streamed out;
   auto reader = w.stub->Generate(&ctx, req);
   pb::GenerateEvent ev;
@@ -115,15 +122,22 @@ Streamed Call(Worker& w, const pb::GenerateRequest& req) {
   return out;
 }
 
-// The value of one series, e.g. `deltaserve_model_snapshot_redis_hits_total{model="tiny"}`;
-// -1 when the worker does not export it.
 double Metric(const Worker& w, const std::string& series) {
   const std::string text = Scrape(w.metrics_port);
   const size_t at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "the worker at " << w.address << " does not export " << series
+                  << "; its /metrics:\n"
+                  << text;
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   const size_t start = at + series.size() + 2;
-  double v = -1;
-  EXPECT_TRUE(absl::SimpleAtod(text.substr(start, text.find('\n', start) - start), &v));
+  const std::string value = text.substr(start, text.find('\n', start) - start);
+  double v = 0;
+  if (!absl::SimpleAtod(value, &v)) {
+    ADD_FAILURE() << series << " has the value '" << value << "', not a number";
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   return v;
 }
 

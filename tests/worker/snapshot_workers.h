@@ -55,11 +55,12 @@ struct Streamed {
 // A greedy request (temperature 0, ignore_eos) with message boundaries and kTurnEnd.
 pb::GenerateRequest Request(const std::vector<int32_t>& prompt,
                             const std::vector<int32_t>& boundaries, int max_tokens);
-// Runs one Generate call to its end.
+// Runs one Generate call to its end (deadline 120 s: then status is DEADLINE_EXCEEDED).
 Streamed Call(Worker& w, const pb::GenerateRequest& req);
 
-// The value of one series, e.g. `deltaserve_model_snapshot_redis_hits_total{model="tiny"}`;
-// -1 when the worker does not export it.
+// The value of one series, e.g. `deltaserve_model_snapshot_redis_hits_total{model="tiny"}`. A
+// series the worker does not export is a test failure (ADD_FAILURE, naming it) and reads as NaN,
+// so that no comparison with it can pass either (an absent counter must not equal another).
 double Metric(const Worker& w, const std::string& series);
 // The series `name{model="tiny",labels}`.
 std::string Series(const std::string& name, const std::string& labels = "");
