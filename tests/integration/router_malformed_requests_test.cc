@@ -9,6 +9,7 @@
 // and a valid one-token chat completion: no client mistake takes it down or leaves it stuck.
 #include <chrono>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -532,7 +533,19 @@ SlowResult SendSlowly(int port, const std::string& start, const std::string& dri
   return out;
 }
 
+// The corpus's size, exactly: a case lost (a loop that stops early, a block deleted in an edit)
+// fails here instead of shrinking the check unnoticed. A case added changes it on purpose, with
+// the count in docs/testing.md.
+constexpr size_t kCorpusSize = 215;
+
 TEST(RouterMalformedRequestsTest, EachGetsItsDocumented4xxAndTheRouterKeepsServing) {
+  // Checked before anything starts: a failed ASSERT must not leave the slow clients' threads.
+  const std::vector<MalformedCase> corpus = Corpus();
+  ASSERT_EQ(corpus.size(), kCorpusSize);
+  std::set<std::string> names;
+  for (const MalformedCase& c : corpus) {
+    EXPECT_TRUE(names.insert(c.name).second) << "two cases named " << c.name;
+  }
   RouterService s;
   ASSERT_GT(s.port(), 0);
   const int port = s.port();
@@ -556,8 +569,6 @@ TEST(RouterMalformedRequestsTest, EachGetsItsDocumented4xxAndTheRouterKeepsServi
                              milliseconds(500), seconds(60));
   });
 
-  const std::vector<MalformedCase> corpus = Corpus();
-  ASSERT_GE(corpus.size(), 50u);
   for (const MalformedCase& c : corpus) {
     SCOPED_TRACE(c.name);
     const RawHttpReply r = SendRaw(port, c.request, seconds(30));

@@ -4,7 +4,9 @@
 // conversations that share only its system prompt go to that worker — it reports the snapshot
 // at the system message's boundary — although their session-affinity keys (system prompt +
 // first user message) differ and would spread them; they reuse that prefix (cached_tokens).
-// With routing.prefix_affinity off, the same requests spread.
+// With routing.prefix_affinity off, the same requests spread by their affinity keys. The
+// conversations are chosen for the workers' addresses so that the affinity keys alone send
+// exactly half to each worker (BalancedTasks): both outcomes are decided, not left to chance.
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,8 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/api/completion_request.h"
+#include "router/routing/worker_choice.h"
 #include "tests/integration/router_service.h"
 #include "tests/support/child_process.h"
 #include "tests/support/test_paths.h"
@@ -36,6 +40,10 @@ using std::chrono::seconds;
 constexpr char kSystem[] =
     "You are the build assistant of a small team. Answer in one short line, name files by "
     "their path, and never repeat the question. Prefer commands over explanations.";
+
+std::string TaskMessage(int k) {
+  return "Task " + std::to_string(k) + ": which file builds the router?";
+}
 
 std::string ChatBody(const std::string& user) {
   nlohmann::json j{
@@ -100,14 +108,41 @@ double Metric(int port, const std::string& series) {
 
 constexpr int kConversations = 12;
 
-// kConversations conversations sharing kSystem, one after the other; sets the requests each
+// kConversations user messages (TaskMessage(k) for chosen k) of which session affinity alone
+// sends exactly half to `addr_a` and half to `addr_b`, alternating: each message's affinity key
+// (system prompt + first user message) is computed with the router's own AffinityKey and its
+// rendezvous winner between the two addresses with RendezvousScore (router/routing/
+// worker_choice.h; the router hashes the address as given to --worker). The addresses are the
+// kernel's ports, new each run, so the messages are chosen here rather than fixed: with fixed
+// ones, by chance (p = 2^-11) all keys could fall on one worker, and then the prefix-on check
+// would pass without routing by prefix and the prefix-off check would fail for no fault.
+std::vector<std::string> BalancedTasks(const std::string& addr_a, const std::string& addr_b) {
+  std::vector<std::string> to_a, to_b;
+  for (int k = 0; to_a.size() < kConversations / 2 || to_b.size() < kConversations / 2; ++k) {
+    router::api::CompletionRequest request;
+    request.endpoint = router::api::Endpoint::kChatCompletions;
+    request.messages.resize(2);
+    request.messages[0].role = "system";
+    request.messages[0].content = kSystem;
+    request.messages[1].role = "user";
+    request.messages[1].content = TaskMessage(k);
+    const uint64_t key = router::AffinityKey(request);
+    const bool a_wins = router::RendezvousScore(key, addr_a) > router::RendezvousScore(key, addr_b);
+    std::vector<std::string>& side = a_wins ? to_a : to_b;
+    if (side.size() < kConversations / 2) side.push_back(TaskMessage(k));
+  }
+  std::vector<std::string> tasks;
+  for (int i = 0; i < kConversations / 2; ++i) tasks.insert(tasks.end(), {to_a[i], to_b[i]});
+  return tasks;
+}
+
+// The conversations of `tasks`, sharing kSystem, one after the other; sets the requests each
 // worker finished and the least cached_tokens after the first.
-void RunConversations(int port, const ChildProcess& a, const ChildProcess& b, int* on_a, int* on_b,
-                      int* cached_min) {
+void RunConversations(int port, const std::vector<std::string>& tasks, const ChildProcess& a,
+                      const ChildProcess& b, int* on_a, int* on_b, int* cached_min) {
   *cached_min = 1 << 30;
-  for (int k = 0; k < kConversations; ++k) {
-    const auto r = Http(port, "POST", "/v1/chat/completions",
-                        ChatBody("Task " + std::to_string(k) + ": which file builds the router?"));
+  for (size_t k = 0; k < tasks.size(); ++k) {
+    const auto r = Http(port, "POST", "/v1/chat/completions", ChatBody(tasks[k]));
     ASSERT_EQ(r.status, 200) << r.body;
     const nlohmann::json j = nlohmann::json::parse(r.body);
     if (k > 0) {
@@ -138,9 +173,9 @@ TEST(RouterPrefixTest, ConversationsSharingAPrefixGoToTheWorkerHoldingIt) {
   ASSERT_NE(port, 0) << router->err();
 
   int on_a = 0, on_b = 0, cached_min = 0;
-  RunConversations(port, *a, *b, &on_a, &on_b, &cached_min);
+  RunConversations(port, BalancedTasks(addr_a, addr_b), *a, *b, &on_a, &on_b, &cached_min);
   // All on one worker: the first by load and rendezvous, the others by the prefix (by session
-  // affinity alone, 12 distinct keys on two idle workers all land on one with p = 2^-11).
+  // affinity alone these conversations would go half to each).
   EXPECT_EQ(on_a + on_b, kConversations);
   EXPECT_TRUE(on_a == 0 || on_b == 0) << "a: " << on_a << ", b: " << on_b;
   EXPECT_EQ(Metric(port, "deltaserve_router_prefix_routing_total{outcome=\"hit\"}"),
@@ -154,9 +189,10 @@ TEST(RouterPrefixTest, ConversationsSharingAPrefixGoToTheWorkerHoldingIt) {
   b = StartWorker(&addr_b);
   router = StartRouter(false, {addr_a, addr_b}, &port);
   ASSERT_NE(port, 0) << router->err();
-  RunConversations(port, *a, *b, &on_a, &on_b, &cached_min);
-  EXPECT_GT(on_a, 0);
-  EXPECT_GT(on_b, 0);
+  // New workers, new ports: conversations balanced for these addresses.
+  RunConversations(port, BalancedTasks(addr_a, addr_b), *a, *b, &on_a, &on_b, &cached_min);
+  EXPECT_EQ(on_a, kConversations / 2);
+  EXPECT_EQ(on_b, kConversations / 2);
   EXPECT_EQ(Metric(port, "deltaserve_router_prefix_routing_total{outcome=\"off\"}"),
             kConversations);
 }
