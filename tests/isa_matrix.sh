@@ -3,8 +3,10 @@
 # is what a plain ctest run uses), with DELTASERVE_CPU_ISA set: every kernel path this CPU can
 # execute is tested here. Prints each level's wall time; fails if any level fails (all levels run).
 #
-# Usage: tests/isa_matrix.sh BUILD_DIR   (a configured and built tree: tests-kernels and
-#        deltaserve-worker, whose --list-cpu-isas says which levels this machine supports)
+# Usage: tests/isa_matrix.sh BUILD_DIR [JUNIT_DIR]
+#   BUILD_DIR: a configured and built tree (tests-kernels, and deltaserve-worker, whose
+#   --list-cpu-isas says which levels this machine supports); JUNIT_DIR: where to write each
+#   level's ctest JUnit file, isa-LEVEL.xml (tests/run_all.sh's report reads them).
 #
 # The selection is the ctest label `kernels`, which keeps it small (docs/testing.md, "CPU kernel
 # levels"):
@@ -23,11 +25,16 @@
 # test CUDA kernels (the CPU backend is only their reference); thread_pool_test has no ISA path.
 set -euo pipefail
 
-if [ $# -ne 1 ]; then
-  echo "usage: tests/isa_matrix.sh BUILD_DIR" >&2
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: tests/isa_matrix.sh BUILD_DIR [JUNIT_DIR]" >&2
   exit 2
 fi
 build=$1
+junit_dir=
+if [ $# -eq 2 ]; then
+  mkdir -p "$2"
+  junit_dir=$(cd "$2" && pwd)
+fi
 worker="$build/worker/deltaserve-worker"
 if [ ! -x "$worker" ]; then
   echo "isa_matrix: $worker is not built" >&2
@@ -47,8 +54,10 @@ failed=()
 start_all=$SECONDS
 for level in "${levels[@]}"; do
   start=$SECONDS
-  if DELTASERVE_CPU_ISA=$level ctest --test-dir "$build" -j "$jobs" -L kernels \
-    --output-on-failure --no-tests=error; then
+  junit=()
+  [ -z "$junit_dir" ] || junit=(--output-junit "$junit_dir/isa-$level.xml")
+  if DELTASERVE_CPU_ISA=$level ctest --test-dir "$build" -j "$jobs" --timeout 600 -L kernels \
+    --output-on-failure --no-tests=error "${junit[@]}"; then
     result=passed
   else
     result=FAILED
