@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -84,8 +85,12 @@ std::shared_ptr<WorkerPool::Worker> WorkerPool::MakeWorker(const WorkerEndpoint&
   // A restarted worker is used again within about a second, not after gRPC's default
   // reconnect backoff of up to two minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // gRPC takes its "min reconnect backoff" as the time one connection attempt (TCP, TLS and
+  // HTTP/2 handshakes) may take: connect_timeout_ms, as a poll. Not 100 ms: a handshake with a
+  // distant worker, or any on a loaded host, takes longer, and an attempt cut off fails the poll.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(std::clamp<int64_t>(settings_.connect_timeout_ms, 100, INT32_MAX)));
   // One connection per worker of our own, not shared with other channels to the same address.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   proto::WorkerClientSecurity security = SecurityOf(e);

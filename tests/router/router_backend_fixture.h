@@ -142,16 +142,25 @@ class RouterBackendTest : public ::testing::Test {
   }
 
   // Completes `config` with the workers and fast test timings, starts the pool and waits for
-  // its first polls (tokenizers fetched).
+  // its first polls (tokenizers fetched), which must have found every worker: a test starts
+  // with every worker reachable, its circuit closed without a failure counted.
   void StartRouter(RouterConfig config = {}) {
     for (const auto& w : workers_) config.workers.push_back({w->address()});
     config.routing.health_interval_ms = 50;
-    config.routing.connect_timeout_ms = 1000;
+    // A poll's and a connection's deadline: ample on a loaded machine under ASan (a connection
+    // on 127.0.0.1 takes milliseconds; none of these tests has a worker that does not answer).
+    config.routing.connect_timeout_ms = 10000;
     config.routing.retry_backoff_ms = 5;
     config_ = std::make_shared<const RouterConfig>(std::move(config));
     pool_ = std::make_unique<WorkerPool>(config_->workers, config_->routing);
     pool_->Start();
-    ASSERT_TRUE(pool_->WaitForFirstPolls(absl::Seconds(10)));
+    ASSERT_TRUE(pool_->WaitForFirstPolls(absl::Seconds(60)));
+    for (const WorkerSnapshot& s : pool_->Snapshot()) {
+      ASSERT_TRUE(s.reachable && s.consecutive_failures == 0) << s.address << ": " << s.last_error;
+      for (const auto& m : s.models) {
+        ASSERT_NE(m->tokenizer, nullptr) << s.address << " " << m->name;
+      }
+    }
     tokenizers_ = std::make_unique<CachingTokenizerProvider>(tokenizer_builder_);
     backend_ = std::make_unique<RouterBackend>([this] { return config_; }, pool_.get(),
                                                tokenizers_.get(), renderer_in_use_, options_);
