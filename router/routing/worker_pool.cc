@@ -48,8 +48,10 @@ struct WorkerPool::Worker {
   int64_t rounds = 0;  // polls finished, with the tokenizer fetch they started
 };
 
-// One GetWorkerInfo call in flight; shared by the callback and Stop() (which cancels it).
+// One GetWorkerInfo call. Owned by the pool (rpcs_in_flight_, then finished_rpcs_), never by
+// its callback, which gets a plain pointer: the context and the worker refer to the channel.
 struct WorkerPool::PollCall {
+  std::shared_ptr<Worker> worker;
   grpc::ClientContext context;
   v1::WorkerInfoRequest request;
   v1::WorkerInfo response;
@@ -108,7 +110,26 @@ WorkerPool::WorkerPool(const std::vector<WorkerEndpoint>& workers, const Routing
   }
 }
 
-WorkerPool::~WorkerPool() { Stop(); }
+WorkerPool::CallTicket::CallTicket(WorkerPool* pool, std::shared_ptr<Worker> worker,
+                                   std::string model)
+    : address(worker->address),
+      model(std::move(model)),
+      stub(worker->stub.get()),
+      pool_(pool),
+      worker_(std::move(worker)) {}
+
+WorkerPool::CallTicket::~CallTicket() { pool_->ReturnTicket(std::move(worker_)); }
+
+WorkerPool::~WorkerPool() {
+  Stop();
+  Released released;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return tickets_outstanding_ == 0; });
+    released = TakeReleasedLocked();
+  }
+  // `released` and then the members go here, on this thread.
+}
 
 void WorkerPool::Start() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -118,24 +139,32 @@ void WorkerPool::Start() {
 }
 
 void WorkerPool::Stop() {
-  std::vector<std::shared_ptr<PollCall>> live;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ && !poller_.joinable() && rpcs_outstanding_ == 0) return;
-    stopping_ = true;
-    for (const auto& weak : rpcs_in_flight_) {
-      if (auto call = weak.lock()) live.push_back(std::move(call));
+    if (stopping_ && !poller_.joinable() && rpcs_outstanding_ == 0 && finished_rpcs_.empty()) {
+      return;
     }
+    stopping_ = true;
   }
   cv_.notify_all();
   if (poller_.joinable()) poller_.join();
-  for (const auto& call : live) call->context.TryCancel();
-  live.clear();
+  // No call starts now (stopping_), and only this thread destroys finished ones: the pointers
+  // stay valid while their cancels go out, without the lock (a callback may run inline).
+  std::vector<PollCall*> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& call : rpcs_in_flight_) live.push_back(call.get());
+  }
+  for (PollCall* call : live) call->context.TryCancel();
+  Released released;
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return rpcs_outstanding_ == 0; });
+  released = TakeReleasedLocked();
+  lock.unlock();
 }
 
 void WorkerPool::SetWorkers(const std::vector<WorkerEndpoint>& endpoints) {
+  std::vector<std::shared_ptr<Worker>> previous;  // let go after the lock (declared before it)
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Worker>> next;
   for (const WorkerEndpoint& e : endpoints) {
@@ -167,7 +196,7 @@ void WorkerPool::SetWorkers(const std::vector<WorkerEndpoint>& endpoints) {
       if (!replaced) LogRouting(absl::StrCat("worker ", w->address, " removed"));
     }
   }
-  workers_ = std::move(next);
+  previous = std::exchange(workers_, std::move(next));
   DropUnusedTokenizersLocked();
   poll_soon_ = true;
   cv_.notify_all();
@@ -208,9 +237,13 @@ void WorkerPool::PollLoop() {
       }
     }
     const int64_t interval_ms = std::max<int64_t>(1, settings_.health_interval_ms);
+    Released released = TakeReleasedLocked();
     lock.unlock();
+    // Destroyed here, without the lock: the last reference to a channel may be among them.
+    released = {};
     // gRPC may run a callback inline when a call fails at once: no lock is held here.
     for (const auto& w : due) StartPoll(w);
+    due.clear();
     lock.lock();
     cv_.wait_for(lock, std::chrono::milliseconds(interval_ms),
                  [&] { return stopping_ || poll_soon_; });
@@ -219,7 +252,10 @@ void WorkerPool::PollLoop() {
 }
 
 void WorkerPool::StartPoll(const std::shared_ptr<Worker>& worker) {
-  auto call = std::make_shared<PollCall>();
+  auto owned = std::make_unique<PollCall>();
+  PollCall* call = owned.get();
+  call->worker = worker;
+  call->request.set_include_tokenizer(false);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
@@ -227,21 +263,21 @@ void WorkerPool::StartPoll(const std::shared_ptr<Worker>& worker) {
       return;
     }
     ++rpcs_outstanding_;
-    std::erase_if(rpcs_in_flight_, [](const auto& weak) { return weak.expired(); });
-    rpcs_in_flight_.push_back(call);
     call->context.set_deadline(std::chrono::system_clock::now() +
                                std::chrono::milliseconds(settings_.connect_timeout_ms));
+    rpcs_in_flight_.push_back(std::move(owned));
   }
-  call->request.set_include_tokenizer(false);
   worker->stub->async()->GetWorkerInfo(
       &call->context, &call->request, &call->response,
-      [this, worker, call](grpc::Status status) { OnPolled(worker, call, status); });
+      [this, call](grpc::Status status) { OnPolled(*call, status); });
 }
 
 void WorkerPool::StartTokenizerFetch(const std::shared_ptr<Worker>& worker,
                                      const std::vector<std::string>& models,
                                      std::vector<std::string> keys) {
-  auto call = std::make_shared<PollCall>();
+  auto owned = std::make_unique<PollCall>();
+  PollCall* call = owned.get();
+  call->worker = worker;
   call->tokenizer_keys = std::move(keys);
   call->request.set_include_tokenizer(true);
   for (const std::string& m : models) call->request.add_models(m);
@@ -253,33 +289,33 @@ void WorkerPool::StartTokenizerFetch(const std::shared_ptr<Worker>& worker,
       ++worker->rounds;
       --rpcs_outstanding_;  // the count OnPolled took for this fetch
       cv_.notify_all();
+      finished_rpcs_.push_back(std::move(owned));  // it refers to the worker: see the header
       return;
     }
-    rpcs_in_flight_.push_back(call);
     // A tokenizer is several MiB; its deadline is longer than a poll's.
     call->context.set_deadline(std::chrono::system_clock::now() +
                                std::chrono::milliseconds(settings_.connect_timeout_ms) +
                                std::chrono::seconds(30));
+    rpcs_in_flight_.push_back(std::move(owned));
   }
   metrics_.CountTokenizerFetch();
   worker->stub->async()->GetWorkerInfo(
       &call->context, &call->request, &call->response,
-      [this, worker, call](grpc::Status status) { OnTokenizers(worker, call, status); });
+      [this, call](grpc::Status status) { OnTokenizers(*call, status); });
 }
 
-void WorkerPool::OnPolled(const std::shared_ptr<Worker>& worker,
-                          const std::shared_ptr<PollCall>& call, const grpc::Status& status) {
+void WorkerPool::OnPolled(PollCall& call, const grpc::Status& status) {
   const absl::Time now = absl::Now();
   std::vector<std::string> fetch;
   std::vector<std::string> fetch_keys;
   std::unique_lock<std::mutex> lock(mu_);
-  Worker& w = *worker;
+  Worker& w = *call.worker;
   w.poll_in_flight = false;
   if (!w.removed && !stopping_) {
     const bool first = !w.polled;
     w.polled = true;
     if (status.ok()) {
-      const v1::WorkerInfo& info = call->response;
+      const v1::WorkerInfo& info = call.response;
       if (!w.reachable && !first)
         LogRouting(absl::StrCat("worker ", w.address, " reachable again"));
       w.reachable = true;
@@ -328,18 +364,17 @@ void WorkerPool::OnPolled(const std::shared_ptr<Worker>& worker,
     DropUnusedTokenizersLocked();
   }
   lock.unlock();
-  if (!fetch.empty()) StartTokenizerFetch(worker, fetch, std::move(fetch_keys));
-  FinishRpc();
+  if (!fetch.empty()) StartTokenizerFetch(call.worker, fetch, std::move(fetch_keys));
+  FinishRpc(call);
 }
 
-void WorkerPool::OnTokenizers(const std::shared_ptr<Worker>& worker,
-                              const std::shared_ptr<PollCall>& call, const grpc::Status& status) {
+void WorkerPool::OnTokenizers(PollCall& call, const grpc::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Worker& w = *worker;
+    Worker& w = *call.worker;
     w.fetch_in_flight = false;
     ++w.rounds;
-    for (const std::string& key : call->tokenizer_keys) fetching_.erase(key);
+    for (const std::string& key : call.tokenizer_keys) fetching_.erase(key);
     if (!status.ok()) {
       if (!stopping_) {
         LogRouting(absl::StrCat("worker ", w.address, " tokenizer fetch failed: ",
@@ -347,7 +382,7 @@ void WorkerPool::OnTokenizers(const std::shared_ptr<Worker>& worker,
       }
     } else if (!w.removed) {
       bool any = false;
-      for (v1::ModelInfo& m : *call->response.mutable_models()) {
+      for (v1::ModelInfo& m : *call.response.mutable_models()) {
         if (!m.has_tokenizer()) continue;
         const std::string key = TokenizerKey(w.address, m);
         tokenizers_[key] = std::make_shared<const v1::Tokenizer>(std::move(*m.mutable_tokenizer()));
@@ -368,7 +403,7 @@ void WorkerPool::OnTokenizers(const std::shared_ptr<Worker>& worker,
       }
     }
   }
-  FinishRpc();
+  FinishRpc(call);
 }
 
 void WorkerPool::PublishModelsLocked(Worker& worker, const v1::WorkerInfo& info) {
@@ -427,11 +462,34 @@ void WorkerPool::DropUnusedTokenizersLocked() {
   absl::erase_if(tokenizers_, [&](const auto& kv) { return !used.contains(kv.first); });
 }
 
-void WorkerPool::FinishRpc() {
+void WorkerPool::FinishRpc(PollCall& call) {
   std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find_if(rpcs_in_flight_.begin(), rpcs_in_flight_.end(),
+                         [&](const auto& c) { return c.get() == &call; });
+  if (it != rpcs_in_flight_.end()) {
+    finished_rpcs_.push_back(std::move(*it));
+    rpcs_in_flight_.erase(it);
+  }
   --rpcs_outstanding_;
-  // Notified under the lock: Stop() may destroy the pool as soon as it sees zero.
+  // Notified under the lock: Stop() may destroy the pool as soon as it sees zero. Nothing of
+  // the call is touched after this.
   cv_.notify_all();
+}
+
+void WorkerPool::ReturnTicket(std::shared_ptr<Worker> worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  returned_workers_.push_back(std::move(worker));
+  --tickets_outstanding_;
+  cv_.notify_all();  // under the lock: the destructor may be waiting to return
+}
+
+WorkerPool::Released WorkerPool::TakeReleasedLocked() {
+  Released out;
+  out.calls = std::move(finished_rpcs_);
+  finished_rpcs_.clear();
+  out.workers = std::move(returned_workers_);
+  returned_workers_.clear();
+  return out;
 }
 
 bool WorkerPool::AvailableLocked(const Worker& worker, const ModelState& model,
@@ -524,11 +582,8 @@ std::unique_ptr<WorkerPool::CallTicket> WorkerPool::BeginCall(std::string_view a
     if (!w->breaker.TryBeginCall(now)) return nullptr;
     ++w->inflight[std::string(model)];
     metrics_.CountCall(w->address);
-    auto ticket = std::make_unique<CallTicket>();
-    ticket->address = w->address;
-    ticket->model = std::string(model);
-    ticket->stub = w->stub;
-    return ticket;
+    ++tickets_outstanding_;
+    return std::unique_ptr<CallTicket>(new CallTicket(this, w, std::string(model)));
   }
   return nullptr;
 }

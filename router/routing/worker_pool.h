@@ -16,6 +16,14 @@
 // Degraded modes, each logged (stderr, on the transition) and counted (RoutingMetrics):
 // a worker unreachable (poll failed), draining, its circuit opening and closing, a tokenizer
 // fetch failing.
+//
+// Channel lifetime: the pool holds the last reference to every worker channel and lets it go
+// only on its own threads (the poller, Stop(), the destructor), never on a gRPC callback thread.
+// gRPC 1.51 polls the callback API's completion queue on threads of its own and destroys that
+// queue when the last channel that used it is destroyed; destroyed from one of those threads,
+// the queue is freed under the thread that goes on polling it (a double free). So polls are
+// owned by the pool, not by their callbacks, and a CallTicket gives its worker back to the pool
+// instead of dropping it: a worker removed by a reload keeps its channel until its calls end.
 
 #include <condition_variable>
 #include <cstdint>
@@ -90,23 +98,41 @@ enum class CallOutcome {
 };
 
 class WorkerPool {
+  struct Worker;  // one worker's channel, stub, breaker and last poll (private)
+
  public:
   // A started call: keeps the worker's stub (and channel) alive while the call runs, even if
-  // a reload removes the worker.
-  struct CallTicket {
-    std::string address;
-    std::string model;
-    std::shared_ptr<deltaserve::v1::Worker::StubInterface> stub;
+  // a reload removes the worker. Destroying it hands the worker back to the pool, which lets it
+  // go on its own thread; a ClientContext of the call (it refers to the channel too) must be
+  // destroyed before its ticket. Every ticket must be destroyed before the pool.
+  class CallTicket {
+   public:
+    ~CallTicket();
+    CallTicket(const CallTicket&) = delete;
+    CallTicket& operator=(const CallTicket&) = delete;
+
+    const std::string address;
+    const std::string model;
+    deltaserve::v1::Worker::StubInterface* const stub;  // valid while the ticket lives
+
+   private:
+    friend class WorkerPool;
+    CallTicket(WorkerPool* pool, std::shared_ptr<Worker> worker, std::string model);
+
+    WorkerPool* const pool_;
+    std::shared_ptr<Worker> worker_;
   };
 
   WorkerPool(const std::vector<WorkerEndpoint>& workers, const RoutingSettings& settings);
-  ~WorkerPool();  // Stop()
+  // Stop(), then waits until every CallTicket is destroyed.
+  ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // Starts the poller thread; the first round of polls goes out at once.
   void Start();
-  // Stops polling, cancels polls in flight and waits for their callbacks. Idempotent.
+  // Stops polling, cancels polls in flight and waits for their callbacks. Idempotent. Calls
+  // still running on tickets are not waited for (the destructor does).
   void Stop();
   // Reload: adds new addresses, drops missing ones (calls in flight finish on their ticket).
   void SetWorkers(const std::vector<WorkerEndpoint>& workers);
@@ -141,24 +167,31 @@ class WorkerPool {
   void WriteMetrics(api::PrometheusText& out) const;
 
  private:
-  struct Worker;
   struct PollCall;
+
+  // What the pool lets go of on its own thread (see "Channel lifetime" above).
+  struct Released {
+    std::vector<std::unique_ptr<PollCall>> calls;
+    std::vector<std::shared_ptr<Worker>> workers;
+  };
 
   void PollLoop();
   void StartPoll(const std::shared_ptr<Worker>& worker);
-  void OnPolled(const std::shared_ptr<Worker>& worker, const std::shared_ptr<PollCall>& call,
-                const grpc::Status& status);
+  void OnPolled(PollCall& call, const grpc::Status& status);
   void StartTokenizerFetch(const std::shared_ptr<Worker>& worker,
                            const std::vector<std::string>& models, std::vector<std::string> keys);
-  void OnTokenizers(const std::shared_ptr<Worker>& worker, const std::shared_ptr<PollCall>& call,
-                    const grpc::Status& status);
+  void OnTokenizers(PollCall& call, const grpc::Status& status);
   // Publishes the models of `info` for `worker` (mu_ held).
   void PublishModelsLocked(Worker& worker, const deltaserve::v1::WorkerInfo& info);
   // Fills `s`'s snapshot root and key prefixes from `m` (mu_ held).
   void PublishSnapshotKeysLocked(Worker& worker, const deltaserve::v1::ModelInfo& m, ModelState& s);
   void DropUnusedTokenizersLocked();
   bool AvailableLocked(const Worker& worker, const ModelState& model, absl::Time now) const;
-  void FinishRpc();
+  // The last step of a poll's or fetch's callback: `call` moves to the finished ones.
+  void FinishRpc(PollCall& call);
+  void ReturnTicket(std::shared_ptr<Worker> worker);
+  // Finished polls and returned workers, taken out to be destroyed once mu_ is released.
+  Released TakeReleasedLocked();
 
   std::shared_ptr<Worker> MakeWorker(const WorkerEndpoint& endpoint) const;
 
@@ -171,8 +204,14 @@ class WorkerPool {
   absl::flat_hash_map<std::string, bool> ever_served_;
   // Tokenizer keys being fetched (from any worker): a digest is fetched once, not per worker.
   absl::flat_hash_map<std::string, bool> fetching_;
-  std::vector<std::weak_ptr<PollCall>> rpcs_in_flight_;
+  // Polls and fetches whose callback has not run yet; then, until the pool's thread destroys
+  // them, finished_rpcs_.
+  std::vector<std::unique_ptr<PollCall>> rpcs_in_flight_;
+  std::vector<std::unique_ptr<PollCall>> finished_rpcs_;
   int64_t rpcs_outstanding_ = 0;
+  // Workers whose CallTickets were destroyed, to be let go by the pool's thread.
+  std::vector<std::shared_ptr<Worker>> returned_workers_;
+  int64_t tickets_outstanding_ = 0;
   bool started_ = false;
   bool stopping_ = false;
   bool poll_soon_ = false;

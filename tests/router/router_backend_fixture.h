@@ -173,16 +173,26 @@ class RouterBackendTest : public ::testing::Test {
     return observer;
   }
 
-  // Waits until `pred(snapshot of worker i)` holds.
+  // Waits until `pred()` holds; false if it still does not after `timeout`.
   template <typename Pred>
-  bool WaitForWorker(size_t i, Pred pred, absl::Duration timeout = absl::Seconds(5)) {
+  static bool WaitUntil(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
     const absl::Time until = absl::Now() + timeout;
-    while (absl::Now() < until) {
-      std::vector<WorkerSnapshot> s = pool_->Snapshot();
-      if (i < s.size() && pred(s[i])) return true;
+    while (!pred()) {
+      if (absl::Now() >= until) return false;
       absl::SleepFor(absl::Milliseconds(10));
     }
-    return false;
+    return true;
+  }
+
+  // Waits until `pred(snapshot of worker i)` holds.
+  template <typename Pred>
+  bool WaitForWorker(size_t i, Pred pred, absl::Duration timeout = absl::Seconds(10)) {
+    return WaitUntil(
+        [&] {
+          std::vector<WorkerSnapshot> s = pool_->Snapshot();
+          return i < s.size() && pred(s[i]);
+        },
+        timeout);
   }
 
   RouterBackendOptions options_ = [] {

@@ -383,5 +383,39 @@ TEST_F(RouterBackendTest, RestartedWorkerIsUsedAgain) {
   EXPECT_EQ(a.generate_calls(), 1);
 }
 
+// A reload removes the only worker while a stream runs on it: the stream runs to its end. The
+// channel's last user is then that stream, ended on a gRPC callback thread; the pool, not that
+// thread, lets the channel go. (gRPC 1.51 destroys its callback completion queue with the last
+// channel that used it; destroyed from the queue's own polling thread, the queue is freed twice:
+// ASan aborts, or the heap is corrupt. The next round's new channel can take the queue first,
+// so three rounds.)
+TEST_F(RouterBackendTest, AWorkerRemovedByAReloadFinishesTheStreamItRuns) {
+  StartRouter();  // no workers yet
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    ScriptedWorker& w = AddWorker({Model("m")});
+    GenerateScript held;
+    held.hold_until_release = true;
+    w.SetScript(held);
+    pool_->SetWorkers({{w.address()}});
+    ASSERT_TRUE(WaitForWorker(0, [](const WorkerSnapshot& s) {
+      return s.reachable && !s.models.empty() && s.models[0]->tokenizer != nullptr;
+    }));
+    auto o = std::make_shared<RecordingObserver>();
+    api::CompletionRequest request = Chat("m", "hi");
+    request.stream = true;
+    handle_ = backend_->Generate(request, o);
+    ASSERT_TRUE(o->WaitTokens(1));
+    pool_->SetWorkers({});
+    EXPECT_EQ(pool_->WorkerCount(), 0);
+    w.Release();
+    ASSERT_TRUE(o->WaitDone());
+    ASSERT_TRUE(o->end.has_value()) << (o->error ? o->error->ToString() : "");
+    EXPECT_EQ(o->text, "Hello!");
+    EXPECT_EQ(w.generate_calls(), 1);
+    ASSERT_TRUE(WaitUntil([&] { return backend_->active_generations() == 0; }));
+  }
+}
+
 }  // namespace
 }  // namespace deltaserve::router

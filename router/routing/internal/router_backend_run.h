@@ -67,6 +67,8 @@ class RouterBackend::Call : public grpc::ClientReadReactor<::deltaserve::v1::Gen
 
  private:
   std::shared_ptr<Run> run_;
+  // Declared before context_, so destroyed after it: the context refers to the worker's channel,
+  // whose last reference must stay with the pool (worker_pool.h, "Channel lifetime").
   std::unique_ptr<WorkerPool::CallTicket> ticket_;
   size_t candidate_;
   const common::Tokenizer* tokenizer_;
