@@ -91,11 +91,12 @@ class RecordingObserver : public api::GenerationObserver {
     error = status;
     cv_.notify_all();
   }
-  bool WaitDone(int ms = 10000) {
+  // The waits below are bounds against a hang (generous: ASan on a loaded machine is slow).
+  bool WaitDone(int ms = 60000) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return terminals > 0; });
   }
-  bool WaitTokens(int n, int ms = 10000) {
+  bool WaitTokens(int n, int ms = 60000) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return tokens >= n; });
   }
@@ -175,7 +176,7 @@ class RouterBackendTest : public ::testing::Test {
 
   // Waits until `pred()` holds; false if it still does not after `timeout`.
   template <typename Pred>
-  static bool WaitUntil(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
+  static bool WaitUntil(Pred pred, absl::Duration timeout = absl::Seconds(30)) {
     const absl::Time until = absl::Now() + timeout;
     while (!pred()) {
       if (absl::Now() >= until) return false;
@@ -186,7 +187,7 @@ class RouterBackendTest : public ::testing::Test {
 
   // Waits until `pred(snapshot of worker i)` holds.
   template <typename Pred>
-  bool WaitForWorker(size_t i, Pred pred, absl::Duration timeout = absl::Seconds(10)) {
+  bool WaitForWorker(size_t i, Pred pred, absl::Duration timeout = absl::Seconds(30)) {
     return WaitUntil(
         [&] {
           std::vector<WorkerSnapshot> s = pool_->Snapshot();

@@ -153,7 +153,7 @@ TEST_F(RouterBackendPrefixTest, MalformedRootIsIgnoredLoggedOnceAndCounted) {
   ScriptedWorker& skewed = AddWorker({bad});
   ScriptedWorker& busy = AddWorker({SnapshotModel(2, 0, {})});
   StartRouter();
-  ASSERT_TRUE(pool_->WaitForFirstPolls(absl::Seconds(5), 3));
+  ASSERT_TRUE(pool_->WaitForFirstPolls(absl::Seconds(30), 3));
   auto o = Run(Conversation());
   ASSERT_TRUE(o->end.has_value());
   EXPECT_EQ(skewed.generate_calls(), 1);  // least loaded; its keys are not trusted

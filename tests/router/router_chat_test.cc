@@ -81,7 +81,8 @@ class ChatRecorder : public api::GenerationObserver {
   }
   bool Wait() {
     std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return done; });
+    // A bound against a hang (generous: ASan on a loaded machine is slow).
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done; });
   }
 
   bool streamed = false;  // set before the generation starts
