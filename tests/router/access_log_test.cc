@@ -50,7 +50,7 @@ class AccessLogTest : public ::testing::Test {
   testing::HttpReply Send(const std::string& bytes) {
     RawHttpClient c(server_->port());
     EXPECT_TRUE(c.Send(bytes));
-    auto r = c.ReadResponse(5s);
+    auto r = c.ReadResponse(30s);
     EXPECT_TRUE(r);
     return r ? *r : testing::HttpReply{};
   }

@@ -105,7 +105,7 @@ class AnthropicApiTest : public ::testing::Test {
   testing::HttpReply Send(const std::string& request) {
     RawHttpClient c(server_->port());
     EXPECT_TRUE(c.Send(request));
-    std::optional<testing::HttpReply> r = c.ReadResponse(5s);
+    std::optional<testing::HttpReply> r = c.ReadResponse(30s);
     EXPECT_TRUE(r.has_value());
     return r.value_or(testing::HttpReply{});
   }
@@ -174,12 +174,12 @@ TEST_F(AnthropicApiTest, StreamHasEventLines) {
   Start();
   RawHttpClient c(server_->port());
   ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/v1/messages", kStream)));
-  std::optional<testing::HttpReply> head = c.ReadHead(5s);
+  std::optional<testing::HttpReply> head = c.ReadHead(30s);
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(head->status, 200);
   EXPECT_EQ(head->Header("content-type").rfind("text/event-stream", 0), 0u);
   std::string all;
-  while (auto chunk = c.ReadChunk(5s)) {
+  while (auto chunk = c.ReadChunk(30s)) {
     if (chunk->empty()) break;
     all += *chunk;
   }

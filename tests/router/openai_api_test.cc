@@ -66,12 +66,12 @@ class OpenAiApiTest : public ::testing::Test {
                                          const std::string& body = "") {
     RawHttpClient c(server_->port());
     if (!c.Send(RawHttpClient::Request(method, path, body))) return std::nullopt;
-    return c.ReadResponse(5s);
+    return c.ReadResponse(30s);
   }
   // Reads an SSE response to its end; returns the data payloads.
   std::vector<std::string> Stream(RawHttpClient& c) {
     std::string all;
-    while (auto chunk = c.ReadChunk(5s)) {
+    while (auto chunk = c.ReadChunk(30s)) {
       if (chunk->empty()) break;
       all += *chunk;
     }
@@ -174,7 +174,7 @@ TEST_F(OpenAiApiTest, StreamIsValidOpenAiChunksEndingInDone) {
   ASSERT_TRUE(c.Send(RawHttpClient::Request(
       "POST", "/v1/chat/completions",
       std::string(kChat) + R"(,"stream":true,"stream_options":{"include_usage":true}})")));
-  auto head = c.ReadHead(5s);
+  auto head = c.ReadHead(30s);
   ASSERT_TRUE(head);
   ASSERT_EQ(head->status, 200);
   EXPECT_EQ(head->Header("content-type"), "text/event-stream; charset=utf-8");
@@ -214,7 +214,7 @@ TEST_F(OpenAiApiTest, StreamedCompletionWithoutUsage) {
   RawHttpClient c(server_->port());
   ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/v1/completions",
                                             R"({"model":"m","prompt":"x","stream":true})")));
-  ASSERT_TRUE(c.ReadHead(5s));
+  ASSERT_TRUE(c.ReadHead(30s));
   std::vector<std::string> events = Stream(c);
   ASSERT_EQ(events.size(), 6u);  // 4 tokens, finish, [DONE]
   EXPECT_EQ(events.back(), "[DONE]");
@@ -232,10 +232,10 @@ TEST_F(OpenAiApiTest, FirstChunkArrivesBeforeSecondTokenIsProduced) {
   RawHttpClient c(server_->port());
   ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/v1/chat/completions",
                                             std::string(kChat) + R"(,"stream":true})")));
-  ASSERT_TRUE(c.ReadHead(5s));
+  ASSERT_TRUE(c.ReadHead(30s));
   std::string got;
   while (got.find("Hello") == std::string::npos) {
-    auto chunk = c.ReadChunk(5s);
+    auto chunk = c.ReadChunk(30s);
     ASSERT_TRUE(chunk) << "no first token chunk while the generator is held";
     got += *chunk;
   }
@@ -253,10 +253,10 @@ TEST_F(OpenAiApiTest, ClientDisconnectCancelsTheGeneration) {
     RawHttpClient c(server_->port());
     ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/v1/chat/completions",
                                               std::string(kChat) + R"(,"stream":true})")));
-    ASSERT_TRUE(c.ReadHead(5s));
-    ASSERT_TRUE(c.ReadChunk(5s));
+    ASSERT_TRUE(c.ReadHead(30s));
+    ASSERT_TRUE(c.ReadChunk(30s));
   }
-  EXPECT_TRUE(backend_->WaitForCancel(5s));
+  EXPECT_TRUE(backend_->WaitForCancel(30s));
   EXPECT_LT(backend_->tokens_emitted(), 4);
 }
 
@@ -268,9 +268,9 @@ TEST_F(OpenAiApiTest, NonStreamedDisconnectCancelsToo) {
         c.Send(RawHttpClient::Request("POST", "/v1/chat/completions", std::string(kChat) + "}")));
     // Closed only once the request reached the backend: a close before that is a request
     // never made, with nothing to cancel.
-    ASSERT_TRUE(backend_->WaitForGenerate(10s));
+    ASSERT_TRUE(backend_->WaitForGenerate(30s));
   }
-  EXPECT_TRUE(backend_->WaitForCancel(5s));
+  EXPECT_TRUE(backend_->WaitForCancel(30s));
 }
 
 TEST_F(OpenAiApiTest, ModelsHealthReadyMetrics) {

@@ -95,7 +95,7 @@ TEST_F(ResponsesEndpointTest, NonStreamedObjectWithTheWarningHeader) {
   Start(s);
   RawHttpClient c(server_->port());
   ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/v1/responses", std::string(kBody) + "}")));
-  auto r = c.ReadResponse(5s);
+  auto r = c.ReadResponse(30s);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_NE(r->Header("x-deltaserve-warning").find("web_search"), std::string::npos);
@@ -123,21 +123,21 @@ TEST_F(ResponsesEndpointTest, StreamedEventsArriveAsTheyAreMade) {
   RawHttpClient c(server_->port());
   ASSERT_TRUE(c.Send(
       RawHttpClient::Request("POST", "/v1/responses", std::string(kBody) + R"(,"stream":true})")));
-  auto head = c.ReadHead(5s);
+  auto head = c.ReadHead(30s);
   ASSERT_TRUE(head);
   EXPECT_EQ(head->status, 200);
   EXPECT_EQ(head->Header("content-type").rfind("text/event-stream", 0), 0u);
   EXPECT_NE(head->Header("x-deltaserve-warning").find("web_search"), std::string::npos);
   std::string seen;
   while (seen.find("response.output_text.delta") == std::string::npos) {
-    auto chunk = c.ReadChunk(5s);
+    auto chunk = c.ReadChunk(30s);
     ASSERT_TRUE(chunk) << "no text delta while the second token is held: " << seen;
     ASSERT_FALSE(chunk->empty()) << seen;
     seen += *chunk;
   }
   EXPECT_EQ(backend_->tokens_emitted(), 1);
   backend_->Release();
-  while (auto chunk = c.ReadChunk(5s)) {
+  while (auto chunk = c.ReadChunk(30s)) {
     if (chunk->empty()) break;
     seen += *chunk;
   }
@@ -163,7 +163,7 @@ TEST_F(ResponsesEndpointTest, ErrorBeforeTheFirstTokenIsAnOpenAiErrorStatus) {
   RawHttpClient c(server_->port());
   ASSERT_TRUE(c.Send(
       RawHttpClient::Request("POST", "/v1/responses", std::string(kBody) + R"(,"stream":true})")));
-  auto r = c.ReadResponse(5s);
+  auto r = c.ReadResponse(30s);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
   const json j = json::parse(r->body);
@@ -179,9 +179,9 @@ TEST_F(ResponsesEndpointTest, ClientDisconnectCancelsTheGeneration) {
     RawHttpClient c(server_->port());
     ASSERT_TRUE(c.Send(RawHttpClient::Request("POST", "/v1/responses",
                                               std::string(kBody) + R"(,"stream":true})")));
-    ASSERT_TRUE(c.ReadHead(5s));
+    ASSERT_TRUE(c.ReadHead(30s));
   }
-  EXPECT_TRUE(backend_->WaitForCancel(5s));
+  EXPECT_TRUE(backend_->WaitForCancel(30s));
 }
 
 }  // namespace
