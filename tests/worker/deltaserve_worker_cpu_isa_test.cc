@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tests/support/child_process.h"
+#include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
@@ -42,23 +43,6 @@ std::vector<std::string> WorkerArgv(const std::optional<std::string>& isa,
                            "--ctx", "64", "--ram", "1GiB", "--metrics-port", "0"});
   argv.insert(argv.end(), more.begin(), more.end());
   return argv;
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  std::string resp;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, n);
-  }
-  ::close(fd);
-  return resp;
 }
 
 std::string Names(const std::vector<kernels::CpuIsa>& isas) {

@@ -33,6 +33,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tests/support/child_process.h"
+#include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 #include "worker/engine/qwen35.h"
@@ -45,6 +46,7 @@ namespace pb = ::deltaserve::v1;
 using ::deltaserve::testing::BinaryPath;
 using ::deltaserve::testing::ChildProcess;
 using ::deltaserve::testing::GoldenPath;
+using ::deltaserve::testing::HttpGet;
 using std::chrono::seconds;
 
 struct Worker {
@@ -156,23 +158,6 @@ std::vector<int32_t> EngineGreedy(const std::vector<int32_t>& prompt, int n) {
     feed = {out.back()};
   }
   return out;
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  std::string resp;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, n);
-  }
-  ::close(fd);
-  return resp;
 }
 
 TEST(DeltaserveWorkerTest, InfoGenerateStopCancelErrorsMetrics) {

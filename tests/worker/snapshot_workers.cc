@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "gtest/gtest.h"
+#include "tests/support/http_get.h"
 #include "tests/support/test_paths.h"
 
 namespace deltaserve::worker::harness {
@@ -19,29 +20,9 @@ namespace {
 using ::deltaserve::testing::BinaryPath;
 using ::deltaserve::testing::ChildProcess;
 using ::deltaserve::testing::GoldenPath;
+using ::deltaserve::testing::HttpGet;
 using Clock = std::chrono::steady_clock;
 using std::chrono::seconds;
-
-// The whole HTTP response of GET /metrics on 127.0.0.1:port (empty when nothing answers).
-std::string Scrape(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  std::string resp;
-  // A scrape that stalls ends (read fails) after 10 s instead of hanging the test.
-  const timeval limit{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, n);
-  }
-  ::close(fd);
-  return resp;
-}
 
 }  // namespace
 
@@ -123,7 +104,7 @@ Streamed Call(Worker& w, const pb::GenerateRequest& req) {
 }
 
 double Metric(const Worker& w, const std::string& series) {
-  const std::string text = Scrape(w.metrics_port);
+  const std::string text = HttpGet(w.metrics_port, "/metrics");
   const size_t at = text.find("\n" + series + " ");
   if (at == std::string::npos) {
     ADD_FAILURE() << "the worker at " << w.address << " does not export " << series
