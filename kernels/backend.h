@@ -61,7 +61,9 @@ bool IsWeightType(uint32_t type_id);
 
 // A weight matrix W [out][in] in backend memory: `out` rows of `in` elements each, every row
 // `row_bytes` long in `type` blocks (in is a multiple of the block size). y = W x. A stack of
-// matrices (MoE experts, GGUF shape {in, out, n}) is `count` such matrices back to back.
+// matrices (MoE experts, GGUF shape {in, out, n}) is `count` such matrices, matrix i starting
+// i * MatrixStride() bytes after `data`: back to back as in a GGUF file (matrix_stride 0), or
+// further apart (the slots of a device expert arena, worker/engine/expert_tiers.h).
 struct WeightView {
   const void* data = nullptr;
   WeightType type = WeightType::kF32;
@@ -69,12 +71,24 @@ struct WeightView {
   int64_t out = 0;
   size_t row_bytes = 0;
   int64_t count = 1;
+  size_t matrix_stride = 0;  // bytes between matrices of a stack; 0: out * row_bytes
 
+  // Bytes from one matrix of a stack to the next (>= out * row_bytes).
+  size_t MatrixStride() const {
+    return matrix_stride != 0 ? matrix_stride : static_cast<size_t>(out) * row_bytes;
+  }
+  // Bytes a stack spans: (count - 1) strides and one matrix.
+  size_t StackBytes() const {
+    return count <= 0 ? 0
+                      : static_cast<size_t>(count - 1) * MatrixStride() +
+                            static_cast<size_t>(out) * row_bytes;
+  }
   // Matrix `index` of a stack.
   WeightView Matrix(int64_t index) const {
     WeightView v = *this;
-    v.data = static_cast<const uint8_t*>(data) + static_cast<size_t>(index) * out * row_bytes;
+    v.data = static_cast<const uint8_t*>(data) + static_cast<size_t>(index) * MatrixStride();
     v.count = 1;
+    v.matrix_stride = 0;
     return v;
   }
   // Rows [first, first + n) of a single matrix.
@@ -337,8 +351,11 @@ class Backend {
   // (the sum clamped at >= 6.1e-5). ids and weights are [T][k] in backend memory.
   virtual KernelStatus MoeRoute(const Mat& logits, int64_t k, int32_t* ids, float* weights) = 0;
   // y[t] = sum_j weights[t][j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = ids[t][j], over
-  // the expert stacks gate/up {in, ff, n_expert} and down {ff, in, n_expert}. Tokens are
-  // grouped by expert so each expert's weights are read once per batch. y is overwritten.
+  // the expert stacks gate/up {in, ff, n_expert} and down {ff, in, n_expert} (each with its own
+  // matrix_stride). Tokens are grouped by expert so each expert's weights are read once per
+  // batch. An id < 0 is skipped (the expert is computed elsewhere: the other tier of
+  // worker/engine/expert_tiers.h); a row whose ids are all < 0 gets zeros. Ids >= the stacks'
+  // count are kInvalidArgument where a backend can see them (the CPU backend). y is overwritten.
   virtual KernelStatus MoeFfn(const Mat& x, const int32_t* ids, const float* weights, int64_t k,
                               const WeightView& gate_exps, const WeightView& up_exps,
                               const WeightView& down_exps, Mat& y) = 0;
