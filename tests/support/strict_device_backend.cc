@@ -103,7 +103,7 @@ size_t MatBytes(const Mat& m) {
 
 size_t WeightBytes(const WeightView& w) {
   if (w.in <= 0 || w.out <= 0 || w.count <= 0) return 0;
-  return static_cast<size_t>(w.count) * static_cast<size_t>(w.out) * w.row_bytes;
+  return w.StackBytes();  // a stack's matrices may lie matrix_stride apart (expert slots)
 }
 
 size_t PoolBytes(const kernels::KvPool& pool, const kernels::PagedKvView& kv) {
