@@ -4,6 +4,7 @@
 #include "worker/sched/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <limits>
 #include <utility>
@@ -219,6 +220,43 @@ void Scheduler::CancelChoice(uint64_t handle, int choice) {
   cv_.notify_all();
 }
 
+void Scheduler::SetExpertMigration(ExpertTiers* tiers, uint64_t max_bytes_per_step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  expert_tiers_ = tiers;
+  expert_move_bytes_ = max_bytes_per_step;
+  expert_moves_wanted_ = tiers != nullptr && tiers->stats().moves_pending > 0;
+}
+
+void Scheduler::ExpertMovesQueued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (expert_tiers_ == nullptr) return;
+  expert_moves_wanted_ = true;
+  cv_.notify_all();
+}
+
+void Scheduler::AdvanceExpertMoves() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (expert_tiers_ == nullptr || !expert_moves_wanted_) return;
+    // Cleared before the call: a placement queued meanwhile (ExpertMovesQueued) sets it again.
+    expert_moves_wanted_ = false;
+  }
+  const absl::StatusOr<uint64_t> copied = expert_tiers_->Advance(expert_move_bytes_);
+  const bool more = copied.ok() && expert_tiers_->stats().moves_pending > 0;
+  if (!copied.ok()) {
+    // Degraded, not fatal: every expert stays usable where it is (the host copy is always
+    // there), so serving goes on; the moves are retried with the next placement.
+    std::fprintf(stderr,
+                 "deltaserve-worker: expert migration stopped: %s (experts stay where they are "
+                 "until the next placement; deltaserve_model_expert_move_failures_total)\n",
+                 std::string(copied.status().message()).c_str());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.expert_advances;
+  if (!copied.ok()) ++stats_.expert_move_failures;
+  if (more) expert_moves_wanted_ = true;
+}
+
 void Scheduler::TakeInbox() {
   std::vector<std::pair<uint64_t, int>> cancels;
   {
@@ -386,6 +424,8 @@ bool Scheduler::Step() {
   running_ = std::move(kept);
   for (auto it = requeue.rbegin(); it != requeue.rend(); ++it) waiting_.push_front(std::move(*it));
   std::erase_if(waiting_, [](const auto& s) { return s->finished; });
+  // The step is over (its pass done, its outputs sampled): experts may change tier now.
+  AdvanceExpertMoves();
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
   stats_.running = static_cast<int64_t>(running_.size());
@@ -421,16 +461,23 @@ void Scheduler::Start() {
   stop_ = false;
   thread_ = std::thread([this] {
     for (;;) {
+      bool only_moves = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [this] {
           return stop_ || !inbox_.empty() || !cancels_.empty() || stats_.running > 0 ||
-                 stats_.waiting > 0;
+                 stats_.waiting > 0 || expert_moves_wanted_;
         });
         const bool idle = inbox_.empty() && stats_.running == 0 && stats_.waiting == 0;
         if (stop_ && (!drain_ || idle)) break;
+        only_moves = idle && cancels_.empty() && !stop_;
       }
-      Step();
+      // Idle but for expert moves: they go on between (empty) steps, not counted as steps.
+      if (only_moves) {
+        AdvanceExpertMoves();
+      } else {
+        Step();
+      }
     }
     // Stopping without drain: whatever is left is cancelled.
     TakeInbox();

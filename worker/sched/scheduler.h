@@ -43,6 +43,12 @@
 // decodes as a sequence of its own (preempted, cancelled and finished on its own; Cancel ends
 // them all). Choice i's tokens are those of a one-choice request with seed + i.
 //
+// MoE expert migration (worker/engine/expert_tiers.h, docs/moe_placement.md), when set: between
+// engine steps, never during one, the stepping thread calls ExpertTiers::Advance while moves are
+// pending, and an idle scheduler wakes up for them, so a new placement completes without
+// traffic. A failed Advance is logged and counted and the moves wait for the next placement;
+// serving goes on with the experts where they are.
+//
 // Threading: Submit, Cancel and stats() may be called from any thread; the steps run on the
 // scheduler's own thread (Start) or on the caller's (Step, for tests), never both. Sinks are
 // called on the stepping thread.
@@ -67,6 +73,7 @@
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/recurrent_state_slots.h"
 #include "worker/cache/snapshot_cache.h"
+#include "worker/engine/expert_tiers.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/constrained_decoding.h"
 #include "worker/sampling/ngram_draft.h"
@@ -183,6 +190,8 @@ struct SchedulerStats {
   // (n - 1 per request with n choices).
   int64_t prompt_tokens_computed = 0;
   int64_t forked_sequences = 0;
+  // Expert migration: Advance calls between steps, and those that failed (logged).
+  int64_t expert_advances = 0, expert_move_failures = 0;
 };
 
 // Receives the snapshots a finished sequence took, in position order, and its prompt's length
@@ -214,6 +223,12 @@ class Scheduler {
   }
   // The RAM tier, or null when snapshots are off.
   SnapshotCache* snapshots() const { return snapshots_.get(); }
+  // Expert migration (see the file comment), set before Start: `tiers` (the model's; null: none)
+  // is advanced by up to `max_bytes_per_step` bytes after each step while moves are pending.
+  void SetExpertMigration(ExpertTiers* tiers, uint64_t max_bytes_per_step);
+  // ExpertTiers::SetTarget queued moves (any thread): the next step boundary starts them, at
+  // once when the scheduler is idle.
+  void ExpertMovesQueued();
 
   // Queues a request; its output goes to `sink`. Returns the handle for Cancel. Fails, without
   // calling the sink, on bad input (empty prompt, ids outside the vocabulary, bad sampling
@@ -282,6 +297,8 @@ class Scheduler {
   void CaptureIfDue(Sequence& seq);
   bool BeginClosing(Sequence& seq);
   void Release(Sequence& seq);
+  // Between steps: one ExpertTiers::Advance when moves are wanted.
+  void AdvanceExpertMoves();
 
   Qwen35Model* model_ = nullptr;
   std::shared_ptr<PagedKvCache> cache_;
@@ -295,6 +312,8 @@ class Scheduler {
   const common::Tokenizer* tokenizer_ = nullptr;
   size_t mask_budget_bytes_ = 0;
   std::unique_ptr<TokenMaskCache> masks_;
+  ExpertTiers* expert_tiers_ = nullptr;
+  uint64_t expert_move_bytes_ = 0;
 
   // Shared with other threads.
   mutable std::mutex mu_;
@@ -304,6 +323,7 @@ class Scheduler {
   uint64_t next_handle_ = 1;
   SchedulerStats stats_;
   bool stop_ = false, drain_ = false;
+  bool expert_moves_wanted_ = false;  // moves may be pending: advance at the next boundary
   std::thread thread_;
 
   // Stepping thread only.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/str_util.h"
 #include "worker/engine/forward_counters.h"
+#include "worker/service/expert_service.h"
 
 namespace deltaserve::worker {
 namespace {
@@ -461,6 +462,7 @@ void WriteWorkerMetrics(const WorkerService& service, common::PrometheusText& ou
     }
   }
   WriteRedisTierMetrics(service, out);
+  WriteExpertMetrics(service, out);
 }
 
 std::string RenderWorkerMetrics(const WorkerService& service) {

@@ -9,6 +9,7 @@
 // With a Redis tier (--redis), a request whose prompt may have a longer snapshot in Redis than in
 // RAM is submitted from the tier's fetch threads once the lookup is done (bounded by
 // --redis-timeout), never from the gRPC thread; everything else is submitted at once.
+// GetExpertStats and SetExpertPlacement (MoE expert placement) are in expert_service.cc.
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,8 @@
 #include "worker/sched/served_model.h"
 
 namespace deltaserve::worker {
+
+class ModelExperts;  // expert_service.h
 
 // Counters for /metrics (monotonic since start).
 struct WorkerCounters {
@@ -50,6 +53,15 @@ class WorkerService final : public deltaserve::v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const deltaserve::v1::DrainRequest* request,
                                   deltaserve::v1::DrainResponse* response) override;
+  // MoE expert placement (expert_service.cc): NOT_FOUND for an unknown model,
+  // FAILED_PRECONDITION for a dense one (and for a placement on a model without tiers).
+  grpc::ServerUnaryReactor* GetExpertStats(grpc::CallbackServerContext* context,
+                                           const deltaserve::v1::ExpertStatsRequest* request,
+                                           deltaserve::v1::ExpertStats* response) override;
+  grpc::ServerUnaryReactor* SetExpertPlacement(
+      grpc::CallbackServerContext* context,
+      const deltaserve::v1::SetExpertPlacementRequest* request,
+      deltaserve::v1::SetExpertPlacementResponse* response) override;
 
   // Stops admitting new requests (Generate answers UNAVAILABLE); running ones finish.
   void StartDraining() { draining_ = true; }
@@ -67,12 +79,19 @@ class WorkerService final : public deltaserve::v1::Worker::CallbackService {
     auto it = tiers_.find(model);
     return it == tiers_.end() ? nullptr : it->second;
   }
+  // The placement state of an MoE model (expert_service.h), set before serving starts; it must
+  // outlive the service. An MoE model without one answers FAILED_PRECONDITION.
+  void SetModelExperts(const std::string& model, ModelExperts* experts) {
+    experts_[model] = experts;
+  }
+  const std::map<std::string, ModelExperts*>& model_experts() const { return experts_; }
 
  private:
   std::string worker_id_;
   std::string device_;
   std::map<std::string, ServedModel*> models_;
   std::map<std::string, RedisSnapshotTier*> tiers_;
+  std::map<std::string, ModelExperts*> experts_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> exit_requested_{false};
   std::atomic<int64_t> active_streams_{0};
