@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -74,17 +75,23 @@ KernelStatus MoeFfnCpu(ThreadPool& pool, const Mat& x, const int32_t* ids, const
       down_exps.out != n_embd || down_exps.count != n_expert || ff <= 0) {
     return KernelStatus::kInvalidArgument;
   }
+  for (const WeightView* w : {&gate_exps, &up_exps, &down_exps}) {
+    if (w->MatrixStride() < static_cast<size_t>(w->out) * w->row_bytes) {
+      return KernelStatus::kInvalidArgument;  // matrices of the stack would overlap
+    }
+  }
   if (n_tokens == 0) return KernelStatus::kOk;
   if (ids == nullptr || weights == nullptr || x.data == y.data) {
     return KernelStatus::kInvalidArgument;
   }
 
   // Counting sort of the T*k assignments by expert; within an expert, tokens stay in order.
+  // Negative ids (experts the other tier computes) take no part.
   const int64_t n_assign = n_tokens * k;
   std::vector<int64_t> first(n_expert + 1, 0);
   for (int64_t a = 0; a < n_assign; ++a) {
-    if (ids[a] < 0 || ids[a] >= n_expert) return KernelStatus::kInvalidArgument;
-    ++first[ids[a] + 1];
+    if (ids[a] >= n_expert) return KernelStatus::kInvalidArgument;
+    if (ids[a] >= 0) ++first[ids[a] + 1];
   }
   int64_t max_count = 0;
   for (int64_t e = 0; e < n_expert; ++e) {
@@ -94,7 +101,9 @@ KernelStatus MoeFfnCpu(ThreadPool& pool, const Mat& x, const int32_t* ids, const
   std::vector<int64_t> order(n_assign);  // assignment index a = t * k + j, grouped by expert
   {
     std::vector<int64_t> fill(first.begin(), first.end() - 1);
-    for (int64_t a = 0; a < n_assign; ++a) order[fill[ids[a]]++] = a;
+    for (int64_t a = 0; a < n_assign; ++a) {
+      if (ids[a] >= 0) order[fill[ids[a]]++] = a;
+    }
   }
 
   for (int64_t t = 0; t < n_tokens; ++t) std::fill_n(y.data + t * y.stride, n_embd, 0.0f);

@@ -23,8 +23,11 @@ KernelStatus MoeRouteCpu(const Mat& logits, int64_t k, int32_t* ids, float* weig
 // [ff][n_embd], down_exps: [n_embd][ff] (GGUF {in, out, n_expert}). Assignments are grouped by
 // expert: each expert's token rows are gathered into a contiguous batch and run through
 // MatMulCpu, so each expert's weights are read once per call; results are scatter-added in
-// expert order. y is overwritten and must not alias x. An id outside [0, n_expert) is
-// kInvalidArgument (nothing is written).
+// expert order. y is overwritten and must not alias x. Matrix e of a stack starts
+// e * MatrixStride() bytes after its data (an expert arena's slots lie matrix_stride apart). An
+// id < 0 is skipped (that expert is computed by the other tier, worker/engine/expert_tiers.h): a
+// row whose ids are all < 0 gets zeros. An id >= n_expert is kInvalidArgument (nothing is
+// written), as is a matrix_stride shorter than one matrix.
 KernelStatus MoeFfnCpu(ThreadPool& pool, const Mat& x, const int32_t* ids, const float* weights,
                        int64_t k, const WeightView& gate_exps, const WeightView& up_exps,
                        const WeightView& down_exps, Mat& y);

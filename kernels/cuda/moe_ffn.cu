@@ -9,10 +9,12 @@
 //   4. down products the same way, position rows in, position rows out;
 //   5. y[t] = sum_j weights[t][j] * down[inv[t * k + j]], j ascending: each output is one
 //      thread's sum in a fixed order, so results do not depend on scheduling (no atomics on y).
-// The device cannot refuse a bad expert id the way the CPU backend does (kInvalidArgument,
-// checked before anything is written) without a host round trip, so an id outside
-// [0, n_expert) makes that token's row of y NaN (the engine produces ids from MoeRoute, which
-// never does).
+// Expert stacks may lie matrix_stride apart (the slots of a device expert arena,
+// worker/engine/expert_tiers.h): every weight address steps by MatrixStride(). A negative id is
+// skipped (the other tier computes that expert; a token whose ids all are gets zeros). The device
+// cannot refuse an id past the stacks the way the CPU backend does (kInvalidArgument, checked
+// before anything is written) without a host round trip, so such an id makes that token's row
+// of y NaN (the engine's ids come from MoeRoute or its own slot table, which never do).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(kSortThreads)
       plan.order[p] = static_cast<int32_t>(a);
       plan.inv[a] = p;
     } else {
-      plan.inv[a] = -1;
+      plan.inv[a] = MoeUnplaced(id);
     }
   }
 }
@@ -135,8 +137,9 @@ KernelStatus LastLaunchStatus() {
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kDeviceError;
 }
 
-// Weight stack checks of kernels/cpu/matmul.cc CheckWeights (applied per expert there), plus
-// the 2/4-byte alignment the decoders need.
+// Weight stack checks of kernels/cpu/matmul.cc CheckWeights (applied per expert there), a
+// matrix stride of at least one matrix (kernels/cpu/moe.cc), plus the 2/4-byte alignment the
+// decoders need of every expert's rows.
 KernelStatus CheckStack(const WeightView& w) {
   const BlockLayout layout = BlockLayoutOf(w.type);
   if (layout.block_size == 0) return KernelStatus::kUnsupportedType;
@@ -144,8 +147,12 @@ KernelStatus CheckStack(const WeightView& w) {
   if (w.row_bytes < static_cast<size_t>(w.in / layout.block_size * layout.block_bytes)) {
     return KernelStatus::kInvalidArgument;
   }
+  if (w.MatrixStride() < static_cast<size_t>(w.out) * w.row_bytes) {
+    return KernelStatus::kInvalidArgument;
+  }
   const size_t align = w.type == WeightType::kF32 ? 4 : 2;
-  if (reinterpret_cast<uintptr_t>(w.data) % align != 0 || w.row_bytes % align != 0) {
+  if (reinterpret_cast<uintptr_t>(w.data) % align != 0 || w.row_bytes % align != 0 ||
+      w.MatrixStride() % align != 0) {
     return KernelStatus::kInvalidArgument;
   }
   return KernelStatus::kOk;
@@ -162,9 +169,7 @@ KernelStatus LaunchExpertProduct(const LaunchContext& ctx, WeightType type, cons
                       static_cast<unsigned>(max_items), static_cast<unsigned>(n_mats));
       if constexpr (T == WeightType::kQ4_K) {
         // The fast lane when every expert row of every stack is 16-byte aligned.
-        bool fast = GemvFastEligible(T, m.w[0], m.row_bytes);
-        if (n_mats == 2) fast = fast && GemvFastEligible(T, m.w[1], m.row_bytes);
-        if (fast) {
+        if (MoeRowsAligned16(m, n_mats)) {
           MoeGemvKernel<T, true><<<grid, kGemvWarps * 32, 0, ctx.stream>>>(m, plan);
           return LastLaunchStatus();
         }

@@ -6,9 +6,12 @@
 //
 // The T * k assignments a = t * k + j (token t's j-th expert ids[a], weight weights[a]) are
 // counting-sorted by expert into "positions" p = 0 .. n_valid - 1: expert e owns positions
-// [offsets[e], offsets[e + 1]); order[p] is the assignment at p and inv[a] its position (-1
-// for an id outside [0, n_expert)). Per position the FFN writes one row of gate, up (ff floats)
-// and down (n_embd floats); y[t] = sum_j weights[t][j] * down[inv[t * k + j]] in j order.
+// [offsets[e], offsets[e + 1]); order[p] is the assignment at p and inv[a] its position, or
+// MoeUnplaced(id) for an id outside [0, n_expert): kMoeSkipped for a negative id (an expert the
+// other tier computes, worker/engine/expert_tiers.h: it adds nothing), kMoeBadId for one past
+// the stacks (the token's row becomes NaN). Per position the FFN writes one row of gate, up (ff
+// floats) and down (n_embd floats); y[t] = sum_j weights[t][j] * down[inv[t * k + j]] in j
+// order.
 // The expert GEMMs run over work items built from the counts:
 // - GEMV (few tokens): one item per non-empty expert, active[0 .. n_active);
 // - GEMM: tiles of up to kGemmTileRows positions of one expert, (tile_expert[i],
@@ -30,7 +33,7 @@ struct MoeScratchLayout {
   size_t offsets = 0;      // int32 [n_expert + 1]: first position of each expert
   size_t fill = 0;         // int32 [n_expert]: next free position while placing
   size_t order = 0;        // int32 [n_assign]: assignment at each position
-  size_t inv = 0;          // int32 [n_assign]: position of each assignment, -1: bad id
+  size_t inv = 0;          // int32 [n_assign]: position of each assignment, or MoeUnplaced
   size_t active = 0;       // int32 [n_expert]: the non-empty experts, ascending
   size_t tile_expert = 0;  // int32 [max_tiles]
   size_t tile_start = 0;   // int32 [max_tiles]
@@ -40,6 +43,14 @@ struct MoeScratchLayout {
   size_t down = 0;         // f32 [n_assign][n_embd], over up's bytes: up is dead after SwiGLU
   size_t total = 0;
 };
+
+// inv[a] of an assignment that has no position: a negative id is skipped, an id >= n_expert is
+// an error the device cannot return (NaN instead).
+inline constexpr int32_t kMoeSkipped = -1;
+inline constexpr int32_t kMoeBadId = -2;
+DS_HOST_DEVICE DS_INLINE int32_t MoeUnplaced(int32_t id) {
+  return id < 0 ? kMoeSkipped : kMoeBadId;
+}
 
 // Tiles of at most `tile_rows` positions over experts with n_assign assignments in all: each
 // non-empty expert (at most min(n_assign, n_expert)) has ceil(c_e / tile_rows) <=
@@ -138,7 +149,7 @@ inline MoePlanPtrs PlanPtrs(void* scratch, const MoeScratchLayout& l) {
 struct MoeProduct {
   const uint8_t* w[2];  // expert 0 of each stack
   size_t row_bytes;
-  size_t matrix_bytes;  // bytes between experts: out * row_bytes
+  size_t matrix_bytes;  // bytes between experts: the stack's MatrixStride()
   int64_t in;
   int64_t out;
   const float* x;
@@ -164,6 +175,16 @@ DS_HOST_DEVICE DS_INLINE const float* MoeActivationRow(const MoeProduct& m, cons
   return m.x + row * m.x_stride;
 }
 
+// True when every expert row the product reads starts on a 16-byte boundary (the first
+// `n_mats` stacks, their rows and the distance between experts): what the Q4_K fast GEMV lane
+// (gemv_fast.cuh GemvFastEligible) needs of each row.
+DS_HOST_DEVICE DS_INLINE bool MoeRowsAligned16(const MoeProduct& m, int n_mats) {
+  uintptr_t bits = reinterpret_cast<uintptr_t>(m.w[0]) | static_cast<uintptr_t>(m.row_bytes) |
+                   static_cast<uintptr_t>(m.matrix_bytes);
+  if (n_mats == 2) bits |= reinterpret_cast<uintptr_t>(m.w[1]);
+  return (bits & 15) == 0;
+}
+
 // The expert products as GEMV items (few positions per expert: decode, small batches) or as GEMM
 // tiles. GEMV while T <= kGemvMaxRows-ish batches or at most 4 positions per expert on average;
 // an expert with more positions runs its GEMV kGemvMaxRows at a time (its weights then come
@@ -180,7 +201,7 @@ inline MoeProduct MoeGateUpProduct(const WeightView& gate, const WeightView& up,
   m.w[0] = static_cast<const uint8_t*>(gate.data);
   m.w[1] = static_cast<const uint8_t*>(up.data);
   m.row_bytes = gate.row_bytes;
-  m.matrix_bytes = static_cast<size_t>(gate.out) * gate.row_bytes;
+  m.matrix_bytes = gate.MatrixStride();
   m.in = x.cols;
   m.out = gate.out;
   m.x = x.data;
@@ -199,7 +220,7 @@ inline MoeProduct MoeUpOnlyProduct(const MoeProduct& gate_up, const WeightView& 
   MoeProduct m = gate_up;
   m.w[0] = gate_up.w[1];
   m.row_bytes = up.row_bytes;
-  m.matrix_bytes = static_cast<size_t>(up.out) * up.row_bytes;
+  m.matrix_bytes = up.MatrixStride();
   m.y[0] = gate_up.y[1];
   return m;
 }
@@ -211,7 +232,7 @@ inline MoeProduct MoeDownProduct(const WeightView& down, const float* h, int64_t
   m.w[0] = static_cast<const uint8_t*>(down.data);
   m.w[1] = nullptr;
   m.row_bytes = down.row_bytes;
-  m.matrix_bytes = static_cast<size_t>(down.out) * down.row_bytes;
+  m.matrix_bytes = down.MatrixStride();
   m.in = down.in;
   m.out = down.out;
   m.x = h;
@@ -227,13 +248,14 @@ inline MoeProduct MoeDownProduct(const WeightView& down, const float* h, int64_t
 // silu(g) * u, as the CPU's SwiGlu defines it (x / (1 + e^-x)).
 DS_HOST_DEVICE DS_INLINE float MoeSwiGlu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-// y[t][c]: the k contributions of token t summed in j order (one f32 FMA each); NaN when one of
-// its ids was out of range (inv -1).
+// y[t][c]: the k contributions of token t summed in j order (one f32 FMA each), skipped ids
+// adding nothing (0 when all are); NaN when one of its ids was past the stacks (kMoeBadId).
 DS_HOST_DEVICE DS_INLINE float MoeCombine(const float* down, int64_t n_embd, const int32_t* inv,
                                           const float* weights, int64_t k, int64_t t, int64_t c) {
   float sum = 0.0f;
   for (int64_t j = 0; j < k; ++j) {
     const int32_t p = inv[t * k + j];
+    if (p == kMoeSkipped) continue;
     if (p < 0) return NAN;
     sum = fmaf(weights[t * k + j], down[p * n_embd + c], sum);
   }

@@ -3,7 +3,8 @@
 // (f32 activations): k = 1..8 experts per token, experts that get no token, batches that take
 // the GEMV items (few tokens per expert) and the GEMM tiles, gate/up of different types (two
 // launches), down of a third type, strided x and y, repeated runs equal bit for bit, an out-of-
-// range id (NaN row for that token only), the scratch refusal, and the CPU's shape refusals.
+// range id (NaN row for that token only), stacks over an expert arena with skipped ids (the
+// device half of two expert tiers), the scratch refusal, and the CPU's shape refusals.
 //
 // Tolerance: matmul_test_util.h MoeReference, the per-product bounds propagated through gate,
 // up, SwiGLU, down and the weighted sum.
@@ -212,6 +213,87 @@ TEST_F(CudaMoeTest, BadIdPoisonsOnlyItsToken) {
                          ex.gate.View(ex.gate.bytes.data()), ex.up.View(ex.up.bytes.data()),
                          ex.down.View(ex.down.bytes.data()), cy),
             KernelStatus::kInvalidArgument);
+}
+
+// Stacks over an expert arena (matrix_stride = the slot size, slots in another order than the
+// experts, empty slots full of NaN bytes) with ids split between the arena and the host
+// (worker/engine/expert_tiers.h): the GPU's device half within MoeReference's bound over the
+// original stacks with the host's ids skipped, equal to the CPU backend's run on the same arena
+// within its bound, tokens with no device expert exactly zero; and the two halves (GPU arena,
+// CPU host ids on the original stacks) add up to the whole FFN. GEMV and GEMM paths.
+TEST_F(CudaMoeTest, ArenaStacksAndSkippedIds) {
+  std::mt19937 rng(15);
+  // Experts 6, 1, 3, 0, 11 in slots 0, 2, 3, 5, 6 of 7; the others stay on the host.
+  const std::vector<int32_t> slot_expert = {6, -1, 1, 3, -1, 0, 11};
+  for (const Config& c : {Configs()[1], Configs()[3], Configs()[0]}) {
+    const Experts ex = MakeExperts(c, rng);
+    const ExpertArena arena = MakeExpertArena(ex.gate, ex.up, ex.down, slot_expert);
+    DeviceBuffer dev_arena = Upload(*gpu_, arena.bytes);
+    for (const auto& [n_tokens, k] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 4}, {6, 2}, {48, 4}}) {
+      SCOPED_TRACE(std::string(TypeName(c.gate)) + " T=" + std::to_string(n_tokens) +
+                   " k=" + std::to_string(k));
+      Route route = MakeRoute(n_tokens, k, rng);
+      // Token 0 (of a batch) on host experts only.
+      if (n_tokens > 1) {
+        for (int64_t j = 0; j < k; ++j) route.ids[j] = std::vector<int32_t>{2, 4, 7, 8}[j];
+      }
+      const SplitRoute split = SplitByArena(route.ids, slot_expert);
+      std::vector<float> x(n_tokens * c.n_embd);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+      DeviceBuffer xd = Upload(*gpu_, x);
+      DeviceBuffer yd = Upload(*gpu_, std::vector<float>(n_tokens * c.n_embd, -5.0f));
+      DeviceBuffer idd = Upload(*gpu_, split.slot_ids);
+      DeviceBuffer wd = Upload(*gpu_, route.weights);
+      const Mat gx{xd.floats(), n_tokens, c.n_embd, c.n_embd};
+      Mat gy{yd.floats(), n_tokens, c.n_embd, c.n_embd};
+      ASSERT_EQ(
+          gpu_->MoeFfn(gx, static_cast<const int32_t*>(idd.data()), wd.floats(), k,
+                       arena.Gate(ex.gate, dev_arena.data()), arena.Up(ex.up, dev_arena.data()),
+                       arena.Down(ex.down, dev_arena.data()), gy),
+          KernelStatus::kOk);
+      const std::vector<float> y = Download<float>(*gpu_, yd.data(), n_tokens * c.n_embd);
+
+      SetMatMulActivations(MatMulActivations::kF32);
+      std::vector<float> yc(n_tokens * c.n_embd), yh(n_tokens * c.n_embd);
+      Mat cx{x.data(), n_tokens, c.n_embd, c.n_embd};
+      Mat cy{yc.data(), n_tokens, c.n_embd, c.n_embd};
+      Mat hy{yh.data(), n_tokens, c.n_embd, c.n_embd};
+      ASSERT_EQ(
+          cpu_->MoeFfn(cx, split.slot_ids.data(), route.weights.data(), k,
+                       arena.Gate(ex.gate, arena.bytes.data()), arena.Up(ex.up, arena.bytes.data()),
+                       arena.Down(ex.down, arena.bytes.data()), cy),
+          KernelStatus::kOk);
+      ASSERT_EQ(cpu_->MoeFfn(cx, split.host_ids.data(), route.weights.data(), k,
+                             ex.gate.View(ex.gate.bytes.data()), ex.up.View(ex.up.bytes.data()),
+                             ex.down.View(ex.down.bytes.data()), hy),
+                KernelStatus::kOk);
+      SetMatMulActivations(std::nullopt);
+
+      const bool gemm = !cuda::MoeUsesGemv(n_tokens, k, arena.n_slots);
+      const MoeExpected dev_ref =
+          MoeReference(ex.gate, ex.up, ex.down, x.data(), c.n_embd, n_tokens, split.device_experts,
+                       route.weights, k, gemm);
+      const MoeExpected host_ref = MoeReference(ex.gate, ex.up, ex.down, x.data(), c.n_embd,
+                                                n_tokens, split.host_ids, route.weights, k, gemm);
+      int reported = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const bool ok = std::fabs(y[i] - dev_ref.want[i]) <= dev_ref.bound[i] &&
+                        std::fabs(yc[i] - dev_ref.want[i]) <= dev_ref.cpu_bound[i] &&
+                        std::fabs(double{y[i]} + yh[i] - (dev_ref.want[i] + host_ref.want[i])) <=
+                            dev_ref.bound[i] + host_ref.cpu_bound[i];
+        if (!ok && reported++ < 5) {
+          ADD_FAILURE() << "i=" << i << " gpu=" << y[i] << " cpu=" << yc[i]
+                        << " want=" << dev_ref.want[i] << " host half=" << yh[i]
+                        << " host want=" << host_ref.want[i];
+        }
+      }
+      if (n_tokens > 1) {
+        for (int64_t o = 0; o < c.n_embd; ++o) EXPECT_EQ(y[o], 0.0f) << o;
+      }
+    }
+  }
 }
 
 // A scratch area smaller than MoeFfnScratchBytes: kOutOfMemory, nothing launched.

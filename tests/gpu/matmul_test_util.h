@@ -123,13 +123,13 @@ inline double GpuBound(const DotRef& r, bool gemm) {
 
 inline double Silu(double v) { return v / (1.0 + std::exp(-v)); }
 
-// backend.h MoeFfn in double from the decoded expert stacks, with the bound of |result - want|
-// for the GPU's path (gemm: f16 operands) and for the CPU backend with f32 activations,
-// propagated through the three products: gate and up each within GpuBound; h = silu(g) * u
-// within 1.1 * eg * (|u| + eu) + (|silu(g)| + 1.1 * eg) * eu + 1e-6 |h| (|silu'| <= 1.1; expf and
-// the division); down within sum_f |Wd| * eh_f + GpuBound; y = sum_j w_j d_j within
-// sum_j w_j ed_j + 1e-6 sum |w_j d_j| (f32 sum of k terms); times 1.01 for second-order terms
-// (the f16 rounding of the perturbed h).
+// backend.h MoeFfn in double from the decoded expert stacks (an id < 0 is skipped, as the op
+// skips it), with the bound of |result - want| for the GPU's path (gemm: f16 operands) and for
+// the CPU backend with f32 activations, propagated through the three products: gate and up
+// each within GpuBound; h = silu(g) * u within 1.1 * eg * (|u| + eu) + (|silu(g)| + 1.1 * eg) *
+// eu + 1e-6 |h| (|silu'| <= 1.1; expf and the division); down within sum_f |Wd| * eh_f +
+// GpuBound; y = sum_j w_j d_j within sum_j w_j ed_j + 1e-6 sum |w_j d_j| (f32 sum of k terms);
+// times 1.01 for second-order terms (the f16 rounding of the perturbed h).
 struct MoeExpected {
   std::vector<double> want;       // [T][n_embd]
   std::vector<double> bound;      // |GPU - want| <=
@@ -156,6 +156,7 @@ inline MoeExpected MoeReference(const HostWeights& gate, const HostWeights& up,
     std::fill(abs_sum.begin(), abs_sum.end(), 0.0);
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = ids[t * k + j];
+      if (e < 0) continue;  // skipped: the other tier's expert (backend.h MoeFfn)
       const double wj = weights[t * k + j];
       for (int64_t f = 0; f < ff; ++f) {
         const DotRef rg = Dot(gate.type, gate.Row(e, f), xt, n_embd);
@@ -188,6 +189,80 @@ inline MoeExpected MoeReference(const HostWeights& gate, const HostWeights& up,
       bound[o] = 1.01 * (bound[o] + 1e-6 * abs_sum[o]) + 1e-6;
       cpu_bound[o] = 1.01 * (cpu_bound[o] + 1e-6 * abs_sum[o]) + 1e-6;
     }
+  }
+  return r;
+}
+
+// --- expert stacks over a slot arena (worker/engine/expert_tiers.h) ---------------------------
+
+// The bytes of `slot_expert.size()` slots, slot s holding the gate, up and down matrices of expert
+// slot_expert[s] (each part at a 256-byte boundary inside the slot, as the engine's device arena
+// lays them out), or 0xFF bytes when slot_expert[s] < 0 (NaN in f32/f16/bf16 and in the block
+// scales: reading a wrong slot poisons the result).
+struct ExpertArena {
+  std::vector<uint8_t> bytes;
+  size_t slot_bytes = 0;
+  size_t up_at = 0;
+  size_t down_at = 0;
+  int64_t n_slots = 0;
+
+  // The three stacks over the arena copied to `base` (host or device memory):
+  // count = n_slots, matrix_stride = slot_bytes.
+  WeightView Gate(const HostWeights& g, const void* base) const { return At(g, base, 0); }
+  WeightView Up(const HostWeights& u, const void* base) const { return At(u, base, up_at); }
+  WeightView Down(const HostWeights& d, const void* base) const { return At(d, base, down_at); }
+
+ private:
+  WeightView At(const HostWeights& w, const void* base, size_t at) const {
+    WeightView v = w.View(static_cast<const uint8_t*>(base) + at);
+    v.count = n_slots;
+    v.matrix_stride = slot_bytes;
+    return v;
+  }
+};
+
+inline ExpertArena MakeExpertArena(const HostWeights& gate, const HostWeights& up,
+                                   const HostWeights& down,
+                                   const std::vector<int32_t>& slot_expert) {
+  auto round = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t gb = gate.row_bytes * gate.out, ub = up.row_bytes * up.out,
+               db = down.row_bytes * down.out;
+  ExpertArena a;
+  a.up_at = round(gb);
+  a.down_at = a.up_at + round(ub);
+  a.slot_bytes = a.down_at + round(db);
+  a.n_slots = static_cast<int64_t>(slot_expert.size());
+  a.bytes.assign(a.slot_bytes * slot_expert.size(), 0xFF);
+  for (size_t s = 0; s < slot_expert.size(); ++s) {
+    const int32_t e = slot_expert[s];
+    if (e < 0) continue;
+    uint8_t* slot = a.bytes.data() + s * a.slot_bytes;
+    std::copy_n(gate.bytes.data() + e * gb, gb, slot);
+    std::copy_n(up.bytes.data() + e * ub, ub, slot + a.up_at);
+    std::copy_n(down.bytes.data() + e * db, db, slot + a.down_at);
+  }
+  return a;
+}
+
+// A route split between an arena and the host: for each assignment, its slot in `slot_expert`
+// (device ids, -1 when the expert has no slot) and the original id where it has none (host ids,
+// -1 where it has one); `expert_ids` are the original ids of the device side (-1 elsewhere), what
+// MoeReference takes for the device half.
+struct SplitRoute {
+  std::vector<int32_t> slot_ids;
+  std::vector<int32_t> device_experts;
+  std::vector<int32_t> host_ids;
+};
+
+inline SplitRoute SplitByArena(const std::vector<int32_t>& ids,
+                               const std::vector<int32_t>& slot_expert) {
+  SplitRoute r;
+  for (int32_t e : ids) {
+    const auto it = std::find(slot_expert.begin(), slot_expert.end(), e);
+    const bool on_device = e >= 0 && it != slot_expert.end();
+    r.slot_ids.push_back(on_device ? static_cast<int32_t>(it - slot_expert.begin()) : -1);
+    r.device_experts.push_back(on_device ? e : -1);
+    r.host_ids.push_back(on_device ? -1 : e);
   }
   return r;
 }

@@ -441,6 +441,10 @@ class MoeReplay {
  public:
   MoeReplay(const gpu_test::HostWeights& gate, const gpu_test::HostWeights& up,
             const gpu_test::HostWeights& down)
+      : MoeReplay(gate.View(gate.bytes.data()), up.View(up.bytes.data()),
+                  down.View(down.bytes.data())) {}
+  // Stacks in any layout (matrix_stride: an expert arena's slots).
+  MoeReplay(const WeightView& gate, const WeightView& up, const WeightView& down)
       : gate_(gate), up_(up), down_(down) {}
 
   std::vector<float> Run(const std::vector<float>& x, int64_t xs, int64_t n_tokens,
@@ -466,7 +470,7 @@ class MoeReplay {
         plan_.order[p] = static_cast<int32_t>(a);
         plan_.inv[a] = p;
       } else {
-        plan_.inv[a] = -1;
+        plan_.inv[a] = MoeUnplaced(ids[a]);
       }
     }
     auto* base = reinterpret_cast<uint8_t*>(scratch_.data());
@@ -475,9 +479,9 @@ class MoeReplay {
     float* d = reinterpret_cast<float*>(base + l.down);
     gemv_ = MoeUsesGemv(n_tokens, k, n_expert);
 
-    const WeightView gv = gate_.View(gate_.bytes.data());
-    const WeightView uv = up_.View(up_.bytes.data());
-    const WeightView dv = down_.View(down_.bytes.data());
+    const WeightView& gv = gate_;
+    const WeightView& uv = up_;
+    const WeightView& dv = down_;
     const Mat xm{const_cast<float*>(x.data()), n_tokens, n_embd, xs};
     const MoeProduct gu = MoeGateUpProduct(gv, uv, xm, k, g, u);
     if (gv.type == uv.type && gv.row_bytes == uv.row_bytes) {
@@ -514,8 +518,7 @@ class MoeReplay {
                 xr[r] = MoeActivationRow(m, plan_.order, p0 + (r < nr ? r : 0));
               }
               // moe_ffn.cu's choice of lane (the host buffers' alignment stands in).
-              const bool fast = GemvFastEligible(type, m.w[0], m.row_bytes) &&
-                                (n_mats == 1 || GemvFastEligible(type, m.w[1], m.row_bytes));
+              const bool fast = type == WeightType::kQ4_K && MoeRowsAligned16(m, n_mats);
               const std::vector<float> acc =
                   ReplayGemvWarp(type, MoeWeightRow(m, z, e, o), m.in, xr, nr, fast);
               for (int r = 0; r < nr; ++r) MoeOutput(m, z)[(p0 + r) * m.y_stride + o] = acc[r];
@@ -544,9 +547,9 @@ class MoeReplay {
     }
   }
 
-  const gpu_test::HostWeights& gate_;
-  const gpu_test::HostWeights& up_;
-  const gpu_test::HostWeights& down_;
+  WeightView gate_;
+  WeightView up_;
+  WeightView down_;
   std::vector<float> scratch_;
   MoePlanPtrs plan_{};
   bool gemv_ = true;
@@ -615,6 +618,78 @@ TEST(CudaMoeReplayTest, PipelineComputesTheExpertFfn) {
           } else {
             ASSERT_EQ(v, y[t * c.n_embd + o]) << t << " " << o;
           }
+        }
+      }
+    }
+  }
+}
+
+// Stacks over an expert arena (matrix_stride = slot size, slots in another order than the
+// experts, empty slots full of NaN bytes) and ids split between the arena and the host: the
+// replay of the device half equals MoeReference over the original stacks with the host's ids
+// skipped; tokens with no device expert get zeros, on both the GEMV and the GEMM paths.
+TEST(CudaMoeReplayTest, ArenaStacksAndSkippedIds) {
+  std::mt19937 rng(29);
+  struct Config {
+    WeightType gate, up, down;
+    int64_t n_embd, ff;
+  };
+  const Config configs[] = {
+      {WeightType::kQ4_K, WeightType::kQ4_K, WeightType::kQ6_K, 256, 256},  // the Q4_K fast lane
+      {WeightType::kF16, WeightType::kBF16, WeightType::kQ5_1, 40, 32},
+      {WeightType::kF32, WeightType::kF32, WeightType::kF32, 24, 20},
+  };
+  const int64_t n_expert = 8;
+  // Experts 6, 1, 3, 0 in slots 0, 2, 3, 5 of 6; 2, 4, 5, 7 stay on the host.
+  const std::vector<int32_t> slot_expert = {6, -1, 1, 3, -1, 0};
+  for (const Config& c : configs) {
+    const auto gate = gpu_test::MakeHostWeights(c.gate, c.n_embd, c.ff, n_expert, 0.3f, rng);
+    const auto up = gpu_test::MakeHostWeights(c.up, c.n_embd, c.ff, n_expert, 0.3f, rng);
+    const auto down = gpu_test::MakeHostWeights(c.down, c.ff, c.n_embd, n_expert, 0.3f, rng);
+    const gpu_test::ExpertArena arena = gpu_test::MakeExpertArena(gate, up, down, slot_expert);
+    MoeReplay replay(arena.Gate(gate, arena.bytes.data()), arena.Up(up, arena.bytes.data()),
+                     arena.Down(down, arena.bytes.data()));
+    for (const auto& [n_tokens, k] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 2}, {5, 3}, {40, 4}}) {
+      SCOPED_TRACE(TypeName(c.gate) + " T=" + std::to_string(n_tokens) + " k=" + std::to_string(k));
+      std::vector<int32_t> ids;
+      std::vector<float> weights;
+      std::vector<int32_t> pool(n_expert);
+      for (int32_t e = 0; e < n_expert; ++e) pool[e] = e;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        std::shuffle(pool.begin(), pool.end(), rng);
+        if (t == 0 && n_tokens > 1) pool = {2, 4, 5, 7, 0, 1, 3, 6};  // all on the host
+        for (int64_t j = 0; j < k; ++j) {
+          ids.push_back(pool[j]);
+          weights.push_back(std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
+        }
+      }
+      const gpu_test::SplitRoute split = gpu_test::SplitByArena(ids, slot_expert);
+      const int64_t xs = c.n_embd + 1;
+      const std::vector<float> x = RandomX(n_tokens, xs, rng);
+      const std::vector<float> y = replay.Run(x, xs, n_tokens, split.slot_ids, weights, k);
+      const gpu_test::MoeExpected ref = gpu_test::MoeReference(
+          gate, up, down, x.data(), xs, n_tokens, split.device_experts, weights, k, !replay.gemv());
+      int reported = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (!(std::fabs(y[i] - ref.want[i]) <= ref.bound[i]) && reported++ < 5) {
+          ADD_FAILURE() << "gemv=" << replay.gemv() << " i=" << i << " replay=" << y[i]
+                        << " want=" << ref.want[i] << " bound=" << ref.bound[i];
+        }
+      }
+      if (n_tokens > 1) {
+        for (int64_t o = 0; o < c.n_embd; ++o) {
+          ASSERT_EQ(y[o], 0.0f) << o;
+        }
+      }
+      // A slot id past the arena still poisons its token only.
+      std::vector<int32_t> bad = split.slot_ids;
+      bad[(n_tokens - 1) * k] = static_cast<int32_t>(slot_expert.size());
+      const std::vector<float> yb = replay.Run(x, xs, n_tokens, bad, weights, k);
+      for (int64_t o = 0; o < c.n_embd; ++o) {
+        ASSERT_TRUE(std::isnan(yb[(n_tokens - 1) * c.n_embd + o]));
+        if (n_tokens > 1) {
+          ASSERT_EQ(yb[o], y[o]);
         }
       }
     }
