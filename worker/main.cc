@@ -5,7 +5,9 @@
 //
 //   deltaserve-worker --model qwen=model.gguf --listen 127.0.0.1:50051 --device cpu --threads 2
 //                     [--ctx 4096] [--parallel 4] [--ram 8GiB] [--cache-type-k f16]
-//                     [--device cuda:N [--vram 20GiB]] [--overhead 256MiB]
+//                     [--device cuda:N|sim [--vram 20GiB]] [--overhead 256MiB]
+//                     [--expert-vram 6GiB|auto] [--expert-half-life 60]
+//                     [--expert-move-bytes 64MiB] [--record-routing FILE]
 //                     [--cache-type-v f16] [--page-tokens 256] [--batch-tokens 512]
 //                     [--speculation] [--ngram-min 3] [--draft-max 8] [--metrics-port P]
 //                     [--metrics-host 127.0.0.1]
@@ -38,10 +40,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/gguf_file.h"
 #include "common/prometheus_text.h"
+#include "common/qwen35_hparams.h"
 #include "common/request_log.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/sim/sim_backend.h"
 #include "proto/worker_channel.h"
 #include "worker/cache/device_memory.h"
 #include "worker/cache/memory_plan.h"
@@ -150,6 +156,34 @@ int OpenCudaDevice(WorkerFlags& f, std::unique_ptr<kernels::Backend>& backend, s
 }
 #endif
 
+// --expert-vram given on a device: it must apply to a model. No MoE model among them is a
+// mistake (exit 1, naming them); dense models beside a MoE one ignore it (one line each).
+int CheckExpertVramApplies(const WorkerFlags& f) {
+  if (f.expert_vram.empty() || !f.device_spec.has_device_memory()) return 0;
+  std::vector<std::string> dense;
+  for (const auto& [name, path] : f.models) {
+    absl::StatusOr<std::unique_ptr<common::GgufFile>> file = common::GgufFile::Open(path);
+    absl::StatusOr<common::Qwen35HParams> hp =
+        file.ok() ? common::ReadQwen35HParams(**file) : file.status();
+    if (!hp.ok()) {
+      std::cerr << "deltaserve-worker: model " << name << ": " << hp.status().message() << "\n";
+      return 1;
+    }
+    if (!hp->is_moe) dense.push_back(absl::StrCat(name, " (", hp->arch, ")"));
+  }
+  if (dense.size() == f.models.size()) {
+    std::cerr << "deltaserve-worker: --expert-vram " << f.expert_vram
+              << ": no model here has routed experts (dense: " << absl::StrJoin(dense, ", ")
+              << "); it applies to qwen35moe models only\n";
+    return 1;
+  }
+  for (const std::string& d : dense) {
+    std::cerr << "deltaserve-worker: --expert-vram does not apply to the dense model " << d
+              << "\n";
+  }
+  return 0;
+}
+
 int Run(WorkerFlags& f, uint64_t baseline) {
   // First: a signal while the models load still ends in an orderly drain.
   std::signal(SIGTERM, OnSignal);
@@ -189,6 +223,13 @@ int Run(WorkerFlags& f, uint64_t baseline) {
     if (f.ram.empty()) f.serving.budget_bytes = PhysicalMemory();
     f.serving.budget_name = "RAM";
   }
+  if (f.device_spec.kind == DeviceSpec::Kind::kSim) {
+    // The test device's memory is its capacity; no CUDA context, and no device scratch area
+    // (the CPU kernels' scratch is host memory).
+    f.serving.budget_bytes = f.vram.empty() ? PhysicalMemory() : f.vram_bytes;
+    f.serving.budget_name = "VRAM";
+  }
+  if (int rc = CheckExpertVramApplies(f); rc != 0) return rc;
   common::SetRequestLogFormat(f.log_format);
   // /metrics from before the first model loads (deltaserve_worker_model_load_progress); the
   // service's series join once it exists (StopMetrics, below, ends the endpoint before the
@@ -219,6 +260,17 @@ int Run(WorkerFlags& f, uint64_t baseline) {
   std::string device_label = f.device_spec.Name();  // GetWorkerInfo's device
   if (f.device_spec.kind == DeviceSpec::Kind::kCpu) {
     backend = kernels::MakeCpuBackend(f.serving.n_threads);
+  } else if (f.device_spec.kind == DeviceSpec::Kind::kSim) {
+    kernels::SimDeviceBackend::InstallFaultReporter();
+    backend = std::make_unique<kernels::SimDeviceBackend>(
+        kernels::SimDeviceOptions{.n_threads = f.serving.n_threads,
+                                  .capacity_bytes = f.serving.budget_bytes,
+                                  .print_violations = true});
+    device_label = "sim (test device)";
+    std::cerr << "deltaserve-worker: --device sim: the test and development device (CPU kernels "
+                 "on memory that behaves like a GPU's; slow, not for serving): "
+              << HumanBytes(f.serving.budget_bytes) << " of device memory"
+              << (f.vram.empty() ? " (physical memory; --vram sets it)" : " (--vram)") << "\n";
   } else {
 #if defined(DELTASERVE_HAVE_CUDA)
     if (int rc = OpenCudaDevice(f, backend, device_label); rc != 0) return rc;
@@ -247,6 +299,9 @@ int Run(WorkerFlags& f, uint64_t baseline) {
     }
     used += (*m)->planned_bytes();
     std::cerr << RenderMemoryPlan((*m)->plan());
+    if (std::string split = RenderExpertSplit((*m)->plan()); !split.empty()) {
+      std::cerr << "  " << split << "\n";
+    }
     std::cerr << "  planned " << f.serving.budget_name << ": " << (*m)->planned_bytes() << " B ("
               << HumanBytes((*m)->planned_bytes()) << ") for " << f.models[i].first << "\n";
     const SnapshotCacheStats snap = (*m)->snapshots().stats();

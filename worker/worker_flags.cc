@@ -1,11 +1,14 @@
 #include "worker/worker_flags.h"
 
+#include <cmath>
 #include <iostream>
 #include <string_view>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/redis_url.h"
+#include "common/str_util.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
 
@@ -59,7 +62,8 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
           .Help("HOST:PORT", "the gRPC address (port 0: any free port; default 127.0.0.1:50051)"),
       StringFlag("--device", &f.device)
           .MissingMessage("--device needs a device")
-          .Help("cpu|cuda:N", "the backend (default cpu)"),
+          .Help("cpu|cuda:N|sim",
+                "the backend (default cpu; sim: the test and development device, not for serving)"),
       IntegerFlag("--threads", &s.n_threads, 0)
           .Alias("-t")
           .Error("--threads needs a count >= 0")
@@ -77,7 +81,35 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
           .Help("SIZE", "memory budget of the CPU worker (default: physical memory)"),
       StringFlag("--vram", &f.vram)
           .MissingMessage("--vram needs a size (20GiB)")
-          .Help("SIZE", "device memory budget with --device cuda:N (default: all it has free)"),
+          .Help("SIZE",
+                "device memory budget with --device cuda:N (default: all it has free) or sim (its "
+                "capacity; default: physical memory)"),
+      StringFlag("--expert-vram", &f.expert_vram)
+          .NonEmpty()
+          .MissingMessage("--expert-vram needs a size (6GiB) or auto")
+          .Help("SIZE|auto",
+                "device memory for a MoE model's routed experts, the rest in RAM (default auto: "
+                "what the VRAM budget leaves, at most every expert)"),
+      StringFlag("--record-routing", &f.record_routing)
+          .NonEmpty()
+          .MissingMessage("--record-routing needs a file")
+          .Help("FILE", "record the experts each token chose, per step (deltaserve-placement-sim)"),
+      CustomFlag("--expert-half-life",
+                 [&s](std::string_view v) -> std::string {
+                   double seconds = 0;
+                   if (!absl::SimpleAtod(common::Sv(v), &seconds) || !std::isfinite(seconds) ||
+                       seconds <= 0 || seconds > 365.0 * 86400) {
+                     return "--expert-half-life needs seconds > 0 (60, 0.5)";
+                   }
+                   s.expert_half_life_seconds = seconds;
+                   return "";
+                 })
+          .MissingMessage("--expert-half-life needs seconds > 0 (60, 0.5)")
+          .Help("SECONDS", "half-life of the expert routing counts (default 60)"),
+      common::ByteSizeFlag("--expert-move-bytes", &s.expert_move_bytes, ParseByteSize, 1)
+          .MissingMessage("--expert-move-bytes needs a size (64MiB)")
+          .RangeMessage("--expert-move-bytes must be at least 1 byte")
+          .Help("SIZE", "expert weights copied to the device per engine step (default 64MiB)"),
       StringFlag("--overhead", &f.overhead)
           .MissingMessage("--overhead needs a size (256MiB)")
           .Help("SIZE", "added to the memory plan's fixed overhead"),
@@ -191,8 +223,10 @@ int WorkerUsage(const std::string& why) {
   std::cerr
       << "deltaserve-worker: " << why << "\n"
       << "usage: deltaserve-worker --model NAME=PATH.gguf (repeatable) [--listen HOST:PORT]\n"
-         "         [--device cpu|cuda:N] [--threads N] [--ctx N] [--parallel N]\n"
+         "         [--device cpu|cuda:N|sim] [--threads N] [--ctx N] [--parallel N]\n"
          "         [--ram SIZE] [--vram SIZE] [--overhead SIZE] [--cuda-graphs on|off]\n"
+         "         [--expert-vram SIZE|auto] [--expert-half-life SECONDS]\n"
+         "         [--expert-move-bytes SIZE] [--record-routing FILE]\n"
          "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
          "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
          "         [--draft-max N] [--metrics-port P] [--metrics-host ADDR]\n"
@@ -223,11 +257,16 @@ std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
   if (!device.ok()) return std::string(device.status().message());
   f.device_spec = *device;
   const bool cuda = f.device_spec.kind == DeviceSpec::Kind::kCuda;
-  if (cuda && !f.ram.empty()) {
-    return "--ram is the CPU worker's budget; with --device cuda:N use --vram";
+  const bool on_device = f.device_spec.has_device_memory();  // cuda:N or sim
+  if (on_device && !f.ram.empty()) {
+    return absl::StrCat("--ram is the CPU worker's budget; with --device ",
+                        cuda ? "cuda:N" : f.device_spec.Name(), " use --vram");
   }
-  if (!cuda && !f.vram.empty()) {
-    return "--vram needs --device cuda:N (the CPU worker's budget is --ram)";
+  if (!on_device && !f.vram.empty()) {
+    return "--vram needs --device cuda:N or sim (the CPU worker's budget is --ram)";
+  }
+  if (!on_device && !f.expert_vram.empty()) {
+    return "--expert-vram needs --device cuda:N or sim (on the CPU every expert is in RAM)";
   }
   // The sizes: a bad one is a usage error now, not a failure after the files are read.
   auto size = [](const char* flag, const std::string& text, uint64_t& out) -> std::string {
@@ -246,6 +285,15 @@ std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
     uint64_t bytes = 0;
     why = size("--snapshot-ram", f.snapshot_ram, bytes);
     if (why.empty()) f.serving.snapshot_ram_bytes = bytes;
+  }
+  if (why.empty() && !f.expert_vram.empty() && f.expert_vram != "auto") {
+    uint64_t bytes = 0;
+    why = size("--expert-vram", f.expert_vram, bytes);
+    if (why.empty()) {
+      f.serving.expert_vram_bytes = bytes;
+    } else {
+      why += ", or auto";
+    }
   }
   if (!why.empty()) return why;
 #if !defined(DELTASERVE_HAVE_CUDA)

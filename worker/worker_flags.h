@@ -26,10 +26,17 @@ struct WorkerFlags {
   // The sizes as given; ParseWorkerFlags reads them into serving.budget_bytes (--ram),
   // vram_bytes, serving.fixed_overhead_bytes and serving.snapshot_ram_bytes.
   std::string ram;          // empty: physical memory
-  std::string vram;         // --device cuda:N only; empty: the device's free memory at start-up
+  std::string vram;         // cuda:N: empty: the device's free memory at start-up; sim: its
+                            // capacity, empty: physical memory
   std::string overhead;     // --overhead: added to the plan's fixed overhead
   uint64_t vram_bytes = 0;  // --vram read; meaningful only when vram is not empty
   DeviceSpec device_spec;
+  // MoE experts on a device (docs/moe_placement.md). --expert-vram as given (empty: not given,
+  // which is auto), read into serving.expert_vram_bytes; cuda:N and sim only.
+  std::string expert_vram;
+  // --record-routing FILE: per engine step, the experts each token chose (common/routing_trace.h),
+  // for deltaserve-placement-sim. Empty: not recorded.
+  std::string record_routing;
   std::string snapshot_ram;  // empty: the default (a quarter of the RAM left after the plan)
   std::string worker_id;
   int metrics_port = -1;

@@ -111,6 +111,61 @@ TEST(WorkerFlagsTest, DefaultsStayWhenOnlyAModelIsGiven) {
   EXPECT_FALSE(f.check_args);
   EXPECT_FALSE(f.list_cpu_isas);
   EXPECT_FALSE(f.serving.snapshot_ram_bytes.has_value());
+  // MoE placement: auto expert budget, no trace, the documented half-life and move size.
+  EXPECT_TRUE(f.expert_vram.empty());
+  EXPECT_FALSE(f.serving.expert_vram_bytes.has_value());
+  EXPECT_TRUE(f.record_routing.empty());
+  EXPECT_EQ(f.serving.expert_half_life_seconds, 60.0);
+  EXPECT_EQ(f.serving.expert_move_bytes, uint64_t{64} << 20);
+}
+
+// The sim test device and the MoE placement flags: a device like cuda:N for the budget flags.
+TEST(WorkerFlagsTest, SimDeviceAndExpertFlags) {
+  WorkerFlags f;
+  ASSERT_EQ(Parse({"--model", "a=x", "--device", "sim", "--vram", "3GiB", "--expert-vram",
+                   "1.5GiB", "--record-routing", "/tmp/r.trace", "--expert-half-life", "2.5",
+                   "--expert-move-bytes", "8MiB"},
+                  f),
+            "");
+  EXPECT_EQ(f.device_spec.kind, DeviceSpec::Kind::kSim);
+  EXPECT_EQ(f.vram_bytes, uint64_t{3} << 30);
+  EXPECT_EQ(f.expert_vram, "1.5GiB");
+  EXPECT_EQ(f.serving.expert_vram_bytes, std::optional<uint64_t>(uint64_t{3} << 29));
+  EXPECT_EQ(f.record_routing, "/tmp/r.trace");
+  EXPECT_EQ(f.serving.expert_half_life_seconds, 2.5);
+  EXPECT_EQ(f.serving.expert_move_bytes, uint64_t{8} << 20);
+
+  WorkerFlags g;  // auto: given, but no byte count
+  ASSERT_EQ(Parse({"--model", "a=x", "--device", "sim", "--expert-vram", "auto"}, g), "");
+  EXPECT_EQ(g.expert_vram, "auto");
+  EXPECT_FALSE(g.serving.expert_vram_bytes.has_value());
+  WorkerFlags h;  // 0: every expert in RAM (llama.cpp's --cpu-moe)
+  ASSERT_EQ(Parse({"--model", "a=x", "--device", "sim", "--expert-vram", "0"}, h), "");
+  EXPECT_EQ(h.serving.expert_vram_bytes, std::optional<uint64_t>(0));
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--expert-vram", "4GiB"},
+       "--expert-vram needs --device cuda:N or sim (on the CPU every expert is in RAM)"},
+      {{"--device", "cpu", "--expert-vram", "auto"},
+       "--expert-vram needs --device cuda:N or sim (on the CPU every expert is in RAM)"},
+      {{"--device", "sim", "--ram", "4GiB"},
+       "--ram is the CPU worker's budget; with --device sim use --vram"},
+      {{"--device", "sim", "--expert-vram", "most"},
+       "--expert-vram: size 'most': does not start with a number (examples: 8GiB, 512MiB, 64G, "
+       "1.5GiB), or auto"},
+      {{"--device", "sim", "--expert-vram"}, "--expert-vram needs a size (6GiB) or auto"},
+      {{"--expert-half-life", "0"}, "--expert-half-life needs seconds > 0 (60, 0.5)"},
+      {{"--expert-half-life", "soon"}, "--expert-half-life needs seconds > 0 (60, 0.5)"},
+      {{"--expert-half-life", "nan"}, "--expert-half-life needs seconds > 0 (60, 0.5)"},
+      {{"--expert-move-bytes", "0"}, "--expert-move-bytes must be at least 1 byte"},
+      {{"--record-routing", ""}, "--record-routing needs a file"},
+  };
+  for (const auto& [args, message] : refused) {
+    WorkerFlags r;
+    std::vector<std::string> argv = {"--model", "a=x"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    EXPECT_EQ(Parse(argv, r), message) << args.back();
+  }
 }
 
 // --list-cpu-isas needs no model and ends the parse (main.cc prints the levels and exits).
@@ -132,7 +187,7 @@ TEST(WorkerFlagsTest, RefusalsAndChecksAcrossFlags) {
       {{"--model", "a=x", "--tls-client-ca", "ca"},
        "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS runs over TLS)"},
       {{"--model", "a=x", "--vram", "1GiB"},
-       "--vram needs --device cuda:N (the CPU worker's budget is --ram)"},
+       "--vram needs --device cuda:N or sim (the CPU worker's budget is --ram)"},
       // What the command line says is wrong comes before what this build lacks, so that
       // --check-args names a GPU command line's mistakes in any build.
       {{"--model", "a=x", "--device", "cuda:0", "--ram", "8GiB"},

@@ -9,12 +9,24 @@
 namespace deltaserve::worker {
 
 std::string DeviceSpec::Name() const {
-  return kind == Kind::kCpu ? std::string("cpu") : absl::StrCat("cuda:", index);
+  switch (kind) {
+    case Kind::kCpu:
+      return "cpu";
+    case Kind::kSim:
+      return "sim";
+    case Kind::kCuda:
+      break;
+  }
+  return absl::StrCat("cuda:", index);
 }
 
 absl::StatusOr<DeviceSpec> ParseDevice(std::string_view text) {
   DeviceSpec d;
   if (text == "cpu") return d;
+  if (text == "sim") {
+    d.kind = DeviceSpec::Kind::kSim;
+    return d;
+  }
   d.kind = DeviceSpec::Kind::kCuda;
   if (text == "cuda") return d;
   int index = -1;
@@ -25,7 +37,8 @@ absl::StatusOr<DeviceSpec> ParseDevice(std::string_view text) {
     return d;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--device ", common::Sv(text), ": use cpu, cuda or cuda:N (N a device number)"));
+      absl::StrCat("--device ", common::Sv(text),
+                   ": use cpu, cuda or cuda:N (N a device number), or sim (the test device)"));
 }
 
 std::vector<ScratchQuery> ForwardPassScratchQueries(const common::Qwen35HParams& hp,

@@ -1,4 +1,4 @@
-// What the worker runs on (--device) and what a GPU costs beyond the memory plan's own figures:
+// What the worker runs on (--device: cpu, cuda:N, or the `sim` test device) and what a GPU costs beyond the memory plan's own figures:
 // the parsing of "cpu" / "cuda:N", the CUDA context reserve, and the device scratch area that the
 // CUDA launchers share (kernels/cuda/cuda_ops.h), sized as the largest *ScratchBytes() of any
 // launcher call one forward pass makes at the planned batch and context. Pure arithmetic: the
@@ -19,13 +19,16 @@
 
 namespace deltaserve::worker {
 
-// --device: "cpu", "cuda" (= cuda:0) or "cuda:N".
+// --device: "cpu", "cuda" (= cuda:0), "cuda:N", or "sim": the test and development device
+// (kernels/sim/sim_backend.h; CPU math on memory that behaves like a GPU's, --vram its capacity).
 struct DeviceSpec {
-  enum class Kind { kCpu, kCuda };
+  enum class Kind { kCpu, kCuda, kSim };
   Kind kind = Kind::kCpu;
   int index = 0;  // N of cuda:N
-  // "cpu" or "cuda:N" (canonical).
+  // "cpu", "cuda:N" (canonical) or "sim".
   std::string Name() const;
+  // A device with a memory of its own (cuda, sim): budget --vram, the plan a VRAM plan.
+  bool has_device_memory() const { return kind != Kind::kCpu; }
 };
 absl::StatusOr<DeviceSpec> ParseDevice(std::string_view text);
 

@@ -260,6 +260,14 @@ absl::StatusOr<MemoryPlan> PlanMemory(MemoryPlanInputs inputs) {
   const MemoryPlanInputs& in = plan.inputs;
   for (const WeightTypeBytes& w : in.weights)
     plan.weight_bytes = SatAdd(plan.weight_bytes, w.bytes);
+  if (in.experts.applies) {
+    // The routed stacks as the device holds them: all of them, or the slot arena.
+    if (in.experts.routed_bytes > plan.weight_bytes) {
+      return absl::InvalidArgumentError("routed expert bytes exceed the weights' total");
+    }
+    plan.weight_bytes = SatAdd(plan.weight_bytes - in.experts.routed_bytes,
+                               in.experts.device_bytes());
+  }
   plan.n_attention_layers =
       static_cast<int64_t>(in.hp.LayersOf(common::LayerKind::kFullAttention).size());
   if (plan.n_attention_layers == 0) {
@@ -368,6 +376,33 @@ std::string RenderContextTable(const MemoryPlan& plan) {
                                                              static_cast<uint64_t>(f.free_bytes))),
                           Commas(f.pages), Commas(f.pages_per_sequence), ctx);
   }
+  return out;
+}
+
+uint64_t ExpertSplit::tier_device_bytes() const {
+  return all_on_device ? std::numeric_limits<uint64_t>::max() : device_bytes();
+}
+
+std::string RenderExpertSplit(const MemoryPlan& plan) {
+  const ExpertSplit& e = plan.inputs.experts;
+  if (!e.applies || e.n_experts() == 0) return "";
+  const int64_t on = e.device_experts();
+  const double share = 100.0 * static_cast<double>(on) / static_cast<double>(e.n_experts());
+  std::string out = absl::StrFormat(
+      "experts: %s of %s in %s (%s of %s experts, %.0f %%)", HumanBytes(e.device_bytes()),
+      HumanBytes(e.routed_bytes), plan.inputs.budget_name, Commas(on), Commas(e.n_experts()),
+      share);
+  if (e.all_on_device) {
+    absl::StrAppend(&out, ", all on the device");
+  } else if (on == 0) {
+    absl::StrAppend(&out, ", all in RAM (computed on the CPU)");
+  } else {
+    absl::StrAppend(&out, ", the rest in RAM (computed on the CPU); slots of ",
+                    HumanBytes(e.slot_bytes));
+  }
+  absl::StrAppend(&out, e.auto_sized ? " [--expert-vram auto]"
+                                     : absl::StrCat(" [--expert-vram ", HumanBytes(e.requested_bytes),
+                                                    "]"));
   return out;
 }
 

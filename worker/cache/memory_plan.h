@@ -81,6 +81,34 @@ struct RecurrentBytes {
 RecurrentBytes RecurrentBytesPerSequence(const common::Qwen35HParams& hp,
                                          common::GgmlType conv_type);
 
+// A qwen35moe model's routed experts (every MoE layer's ffn_{gate,up,down}_exps) on a device
+// budget, split between device memory and host memory (worker/engine/expert_tiers.h): the device
+// holds `n_slots` experts in one arena of slots of `slot_bytes`; the others are computed on the
+// CPU from the model file's mapping (RAM, outside the device budget). --expert-vram sets the
+// slots (auto: what the budget leaves after everything else). docs/memory_plan.md, "MoE experts".
+struct ExpertSplit {
+  bool applies = false;        // a MoE model on a device budget; false: no split, no figures
+  int64_t n_moe_layers = 0;    // layers with routed experts
+  int64_t n_expert = 0;        // experts per layer
+  uint64_t routed_bytes = 0;   // every routed expert stack as the file holds them
+  uint64_t slot_bytes = 0;     // one expert's gate + up + down, the largest layer's
+  bool all_on_device = true;   // every stack loaded on the device as in the file (no tiers)
+  int64_t n_slots = 0;         // experts in device memory when !all_on_device
+  bool auto_sized = true;      // --expert-vram auto (or not given)
+  uint64_t requested_bytes = 0;  // --expert-vram BYTES as given (when !auto_sized)
+
+  int64_t n_experts() const { return n_moe_layers * n_expert; }
+  // Experts in device memory.
+  int64_t device_experts() const { return all_on_device ? n_experts() : n_slots; }
+  // Device bytes of the routed experts: every stack, or the slot arena.
+  uint64_t device_bytes() const {
+    return all_on_device ? routed_bytes : static_cast<uint64_t>(n_slots) * slot_bytes;
+  }
+  // What Qwen35Model::Load's ExpertTierOptions::device_bytes gets: UINT64_MAX for every expert
+  // on the device (no tiers), else the arena's bytes.
+  uint64_t tier_device_bytes() const;
+};
+
 // What the plan is computed from.
 struct MemoryPlanInputs {
   common::Qwen35HParams hp;
@@ -101,6 +129,9 @@ struct MemoryPlanInputs {
   // per-thread buffers (which are host memory there).
   bool device_budget = false;
   uint64_t device_scratch_bytes = 0;
+  // The routed experts' split (device budgets, MoE models): `weights` lists every tensor; the
+  // plan's weight_bytes counts the routed stacks as experts.device_bytes().
+  ExpertSplit experts;
 };
 
 // The largest context that fits with `n_parallel` sequences.
@@ -158,6 +189,11 @@ std::string RenderContextTable(const MemoryPlan& plan);
 // Every figure of the plan as readable text: weights by type, KV bytes per token of each
 // compared pair (raw and with scales), recurrent state, workspace, page, the context table.
 std::string RenderMemoryPlan(const MemoryPlan& plan);
+
+// The split of a MoE model's routed experts on a device, one line for the worker's start-up log:
+// "experts: 1.2 GiB of 9.8 GiB in VRAM (512 of 2,560 experts, 20 %), the rest in RAM". Empty
+// when the plan has no split (dense model, host budget).
+std::string RenderExpertSplit(const MemoryPlan& plan);
 
 // "8.00 GiB", "512.0 MiB", "12.0 KiB", "100 B".
 std::string HumanBytes(uint64_t bytes);

@@ -73,6 +73,15 @@ struct ServingOptions {
   // Reasoning tokens a request may generate before the worker closes the block
   // (--reasoning-budget; GenerateRequest.reasoning_budget overrides it); -1: no limit.
   int32_t reasoning_budget = -1;
+  // MoE experts on a device (docs/moe_placement.md; ignored on a host-memory backend and for
+  // dense models). expert_vram_bytes (--expert-vram): device bytes for the routed experts of a
+  // qwen35moe model; unset: auto, what the budget leaves after everything else, at most every
+  // expert. The memory plan rounds it down to whole expert slots (MemoryPlan::experts).
+  std::optional<uint64_t> expert_vram_bytes;
+  // Half-life of the decaying routing counts, seconds (--expert-half-life), and the bytes of
+  // expert copies per engine step while a placement is being reached (--expert-move-bytes).
+  double expert_half_life_seconds = 60;
+  uint64_t expert_move_bytes = uint64_t{64} << 20;
   // Called with the fraction of the weights read (0..1) while the model loads (the worker's
   // deltaserve_worker_model_load_progress); may be empty.
   std::function<void(double)> load_progress;
