@@ -66,6 +66,9 @@ struct ApiKeyConfig {
   std::string sha256_hex;
   std::vector<std::string> models;      // allowed model or alias names; empty: all
   RateLimit limit;
+  // May read the router's admin endpoints (GET /admin/placement). Without any keys configured
+  // they are open, as everything else (the router then binds 127.0.0.1 only).
+  bool admin = false;
 };
 
 // How the router reaches a worker (docs/router.md, "Worker channel"): TLS with the worker's
@@ -112,6 +115,26 @@ struct RoutingSettings {
   int64_t dns_interval_ms = 5000;
 };
 
+// MoE expert placement (router/placement, docs/moe_placement.md): every `interval_seconds` the
+// router gathers each MoE model's routing statistics from its workers, plans each worker's
+// device-resident experts and pushes the plans; with `redis_url` it stores each model's
+// placement there so a new or restarted worker starts warm.
+struct PlacementSettings {
+  bool enabled = true;
+  int64_t interval_seconds = 30;
+  // A resident expert is replaced only by one this fraction hotter, plus `min_gain` tokens
+  // (decayed routed tokens): placements do not flap between near-equal experts.
+  double hysteresis = 0.25;
+  double min_gain = 1.0;
+  // redis:// or rediss:// URL (common/redis_url.h); empty: placements are not stored.
+  std::string redis_url;
+  // Deadline of one GetExpertStats / SetExpertPlacement call, and of one Redis call.
+  int64_t rpc_timeout_ms = 5000;
+  int64_t redis_timeout_ms = 1000;
+
+  bool operator==(const PlacementSettings&) const = default;
+};
+
 // See the file comment.
 struct RouterConfig {
   std::string listen = "127.0.0.1:8080";
@@ -122,6 +145,7 @@ struct RouterConfig {
   std::vector<ApiKeyConfig> api_keys;  // empty: no authentication (bind 127.0.0.1 then)
   std::string api_keys_file;           // optional extra keys, one "name sha256hex [models]" per line
   RoutingSettings routing;
+  PlacementSettings placement;
   uint64_t max_body_bytes = 8 << 20;
 };
 

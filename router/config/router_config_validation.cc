@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/redis_url.h"
 #include "common/str_util.h"
 
 namespace deltaserve::router {
@@ -313,6 +314,30 @@ absl::Status ValidateRouterConfig(const RouterConfig& config, const Locate& loca
   if (auto s = c.IntRange("routing.prefix_max_waiting", r.prefix_max_waiting, 1, 1024);
       !s.ok()) {
     return s;
+  }
+  const PlacementSettings& pl = config.placement;
+  if (auto s = c.IntRange("placement.interval_seconds", pl.interval_seconds, 1, 24 * 3600);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = c.Range("placement.hysteresis", pl.hysteresis, 0, false, 100, false); !s.ok()) {
+    return s;
+  }
+  if (auto s = c.Range("placement.min_gain", pl.min_gain, 0, false, 1e12, false); !s.ok()) {
+    return s;
+  }
+  if (auto s = c.IntRange("placement.rpc_timeout_ms", pl.rpc_timeout_ms, 1, 10 * 60 * 1000);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = c.IntRange("placement.redis_timeout_ms", pl.redis_timeout_ms, 1, 60 * 1000);
+      !s.ok()) {
+    return s;
+  }
+  if (!pl.redis_url.empty()) {
+    if (absl::StatusOr<common::RedisOptions> r = common::ParseRedisUrl(pl.redis_url); !r.ok()) {
+      return c.Error("placement.redis", std::string(r.status().message()));
+    }
   }
   if (config.max_body_bytes < kMinBodyBytes || config.max_body_bytes > kMaxBodyBytes) {
     return c.Error("max_body_bytes", absl::StrCat("must be in [", kMinBodyBytes, ", ",

@@ -227,6 +227,30 @@ class ConfigReader {
     return absl::OkStatus();
   }
   absl::Status ApiKey(const YAML::Node& node, const std::string& path, ApiKeyConfig& k);
+  absl::Status Placement(const YAML::Node& node, const std::string& path, PlacementSettings& s) {
+    return ForEachField(
+        node, path,
+        {"enabled", "interval_seconds", "hysteresis", "min_gain", "redis", "rpc_timeout_ms",
+         "redis_timeout_ms"},
+        [&](std::string_view k, const YAML::Node& v, const std::string& p) -> absl::Status {
+          if (k == "enabled") {
+            std::optional<bool> on;
+            if (auto st = Bool(v, p, on); !st.ok()) return st;
+            s.enabled = *on;
+            return absl::OkStatus();
+          }
+          if (k == "hysteresis" || k == "min_gain") {
+            std::optional<double> x;
+            if (auto st = Number(v, p, x); !st.ok()) return st;
+            (k == "hysteresis" ? s.hysteresis : s.min_gain) = *x;
+            return absl::OkStatus();
+          }
+          if (k == "redis") return String(v, p, s.redis_url);
+          if (k == "interval_seconds") return Integer(v, p, s.interval_seconds);
+          if (k == "rpc_timeout_ms") return Integer(v, p, s.rpc_timeout_ms);
+          return Integer(v, p, s.redis_timeout_ms);
+        });
+  }
 
   absl::flat_hash_map<std::string, std::string> locations_;
 };
@@ -275,7 +299,7 @@ absl::Status ConfigReader::ApiKey(const YAML::Node& node, const std::string& pat
   absl::Status s = ForEachField(
       node, path,
       {"name", "sha256", "models", "requests_per_minute", "tokens_per_minute",
-       "max_concurrent_requests"},
+       "max_concurrent_requests", "admin"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "name") {
           has_name = true;
@@ -288,6 +312,12 @@ absl::Status ConfigReader::ApiKey(const YAML::Node& node, const std::string& pat
           return absl::OkStatus();
         }
         if (key == "models") return StringList(v, p, k.models);
+        if (key == "admin") {
+          std::optional<bool> admin;
+          if (auto st = Bool(v, p, admin); !st.ok()) return st;
+          k.admin = *admin;
+          return absl::OkStatus();
+        }
         if (key == "requests_per_minute") return Integer(v, p, k.limit.requests_per_minute);
         if (key == "max_concurrent_requests") {
           return Integer(v, p, k.limit.max_concurrent_requests);
@@ -307,7 +337,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
   return ForEachField(
       root, "",
       {"listen", "workers", "worker_channel", "models", "aliases", "api_keys", "api_keys_file",
-       "routing", "max_body_bytes"},
+       "routing", "placement", "max_body_bytes"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "listen") return String(v, p, out.listen);
         if (key == "workers") {
@@ -385,6 +415,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
                                 return Integer(rv, rp, r.connect_timeout_ms);
                               });
         }
+        if (key == "placement") return Placement(v, p, out.placement);
         int64_t bytes = 0;
         if (auto s = Integer(v, p, bytes); !s.ok()) return s;
         if (bytes < 0) return Error(p, v, absl::StrCat("must not be negative, got ", bytes));
