@@ -24,14 +24,22 @@
 //   ... scheduler, between steps:  tiers->Advance(/*max_bytes=*/64 << 20);
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/expert_placement.h"
+#include "kernels/backend.h"
+#include "worker/engine/expert_layout.h"
 
 namespace deltaserve::worker {
 
@@ -103,6 +111,97 @@ class ExpertTiers {
   virtual absl::StatusOr<uint64_t> Advance(uint64_t max_bytes) = 0;
 
   virtual ExpertTierStats stats() const = 0;
+};
+
+// One layer's routed expert stacks: in host memory ({in, out, n_expert}, matrix_stride 0: the
+// GGUF mapping, where every expert stays whatever the placement), or over the device arena.
+struct ExpertStacks {
+  kernels::WeightView gate;
+  kernels::WeightView up;
+  kernels::WeightView down;
+};
+
+// The engine's ExpertTiers (expert_tiers.cc), made by Qwen35Model::Load: the device arena, each
+// layer's expert -> slot table, the moves, and the host tier (a CPU backend and the thread that
+// runs it beside the device). The methods below the interface are the forward pass's, on the
+// engine thread.
+class ArenaExpertTiers final : public ExpertTiers {
+ public:
+  // Allocates `n_slots` slots of layout.slot_bytes on `device` (none when n_slots is 0) and a CPU
+  // backend of `host_threads` threads. Every expert starts on the host (an empty placement).
+  // `host` has one entry per layer, each stack's shape as in the file.
+  static absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> Create(kernels::Backend& device,
+                                                                  const ExpertSlotLayout& layout,
+                                                                  std::vector<ExpertStacks> host,
+                                                                  int64_t n_slots,
+                                                                  int host_threads);
+  ~ArenaExpertTiers() override;
+
+  int64_t n_layer() const override { return layout_.n_layer; }
+  int64_t n_expert() const override { return layout_.n_expert; }
+  uint64_t slot_bytes() const override { return layout_.slot_bytes; }
+  int64_t n_slots() const override { return n_slots_; }
+  common::ExpertPlacement Current() const override;
+  common::ExpertPlacement Target() const override;
+  absl::StatusOr<ExpertMoves> SetTarget(const common::ExpertPlacement& target,
+                                        uint64_t generation) override;
+  absl::StatusOr<uint64_t> Advance(uint64_t max_bytes) override;
+  ExpertTierStats stats() const override;
+
+  // --- the forward pass (engine thread) ---
+  // Layer `layer`'s stacks over the whole arena (count n_slots, matrix_stride slot_bytes), for
+  // ids remapped to slots. Only valid when n_slots() > 0.
+  ExpertStacks DeviceStacks(int64_t layer) const;
+  const ExpertStacks& HostStacks(int64_t layer) const { return host_[static_cast<size_t>(layer)]; }
+  // Layer `layer`'s expert -> slot (-1: on the host), as this pass uses it (n_expert entries).
+  const int32_t* SlotTable(int64_t layer) const {
+    return slot_of_.data() + layer * layout_.n_expert;
+  }
+  // Runs `work` on the host tier's thread (the CPU backend's MoeFfn) while the engine thread
+  // drives the device; WaitHost returns its status. One job at a time.
+  void StartHost(std::function<kernels::KernelStatus(kernels::Backend&)> work);
+  kernels::KernelStatus WaitHost();
+  // (token, expert) pairs of a pass: all of them, and those computed from device slots.
+  void CountRouted(uint64_t total, uint64_t device) {
+    routed_total_.fetch_add(total, std::memory_order_relaxed);
+    routed_device_.fetch_add(device, std::memory_order_relaxed);
+  }
+  uint64_t arena_bytes() const { return static_cast<uint64_t>(n_slots_) * layout_.slot_bytes; }
+  const ExpertSlotLayout& layout() const { return layout_; }
+
+ private:
+  ArenaExpertTiers(kernels::Backend& device, const ExpertSlotLayout& layout,
+                   std::vector<ExpertStacks> host, int64_t n_slots);
+  // Moves still needed between slot_of_ and target_ (mu_ held).
+  void CountPendingLocked();
+  common::ExpertPlacement CurrentLocked() const;
+  void HostLoop();
+
+  kernels::Backend& device_;
+  const ExpertSlotLayout layout_;
+  const std::vector<ExpertStacks> host_;
+  const int64_t n_slots_;
+  kernels::DeviceBuffer arena_;
+  std::unique_ptr<kernels::Backend> host_backend_;
+
+  mutable std::mutex mu_;
+  // [n_layer][n_expert]: slot or -1. Written by the engine thread (Advance) under mu_; the engine
+  // thread reads it without the lock, others (Current) with it.
+  std::vector<int32_t> slot_of_;
+  std::vector<int32_t> free_slots_;                          // engine thread only
+  common::ExpertPlacement target_;                           // mu_
+  uint64_t generation_ = 0;                                  // mu_
+  uint64_t moves_in_ = 0, moves_out_ = 0, bytes_moved_ = 0;  // mu_
+  int64_t moves_pending_ = 0;                                // mu_
+  std::atomic<uint64_t> routed_total_{0}, routed_device_{0};
+
+  // The host tier's thread and its one job.
+  std::mutex host_mu_;
+  std::condition_variable host_cv_;
+  std::function<kernels::KernelStatus(kernels::Backend&)> host_job_;
+  bool host_busy_ = false, host_stop_ = false;
+  kernels::KernelStatus host_status_ = kernels::KernelStatus::kOk;
+  std::thread host_thread_;
 };
 
 }  // namespace deltaserve::worker

@@ -1,0 +1,248 @@
+#include "worker/engine/expert_tiers.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/str_util.h"
+
+namespace deltaserve::worker {
+
+using kernels::KernelStatus;
+
+absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> ArenaExpertTiers::Create(
+    kernels::Backend& device, const ExpertSlotLayout& layout, std::vector<ExpertStacks> host,
+    int64_t n_slots, int host_threads) {
+  if (layout.n_layer <= 0 || layout.n_expert <= 0 || layout.slot_bytes == 0 ||
+      static_cast<int64_t>(host.size()) != layout.n_layer ||
+      static_cast<int64_t>(layout.expert_bytes.size()) != layout.n_layer || n_slots < 0) {
+    return absl::InvalidArgumentError("expert tiers: inconsistent expert layout");
+  }
+  for (const ExpertStacks& l : host) {
+    for (const kernels::WeightView* w : {&l.gate, &l.up, &l.down}) {
+      if (w->data == nullptr || w->count != layout.n_expert || w->matrix_stride != 0) {
+        return absl::InvalidArgumentError("expert tiers: a layer's host expert stacks are missing");
+      }
+    }
+    if (layout.gate_at + l.gate.out * l.gate.row_bytes > layout.up_at ||
+        layout.up_at + l.up.out * l.up.row_bytes > layout.down_at ||
+        layout.down_at + l.down.out * l.down.row_bytes > layout.slot_bytes) {
+      return absl::InvalidArgumentError("expert tiers: an expert does not fit its slot");
+    }
+  }
+  std::unique_ptr<ArenaExpertTiers> t(
+      new ArenaExpertTiers(device, layout, std::move(host), n_slots));
+  if (n_slots > 0) {
+    t->arena_ = device.Allocate(static_cast<size_t>(t->arena_bytes()));
+    if (t->arena_.data() == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("backend ", common::Sv(device.name()), " has no memory for ", n_slots,
+                       " expert slots (", t->arena_bytes(), " bytes)"));
+    }
+  }
+  t->host_backend_ = kernels::MakeCpuBackend(host_threads);
+  return t;
+}
+
+ArenaExpertTiers::ArenaExpertTiers(kernels::Backend& device, const ExpertSlotLayout& layout,
+                                   std::vector<ExpertStacks> host, int64_t n_slots)
+    : device_(device),
+      layout_(layout),
+      host_(std::move(host)),
+      n_slots_(n_slots),
+      slot_of_(static_cast<size_t>(layout.n_layer * layout.n_expert), -1),
+      target_(common::ExpertPlacement::Empty(layout.n_layer, layout.n_expert)) {
+  // Slot 0 is handed out first (popped from the back).
+  for (int64_t s = n_slots - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+}
+
+ArenaExpertTiers::~ArenaExpertTiers() {
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    host_stop_ = true;
+  }
+  host_cv_.notify_all();
+  if (host_thread_.joinable()) host_thread_.join();
+}
+
+common::ExpertPlacement ArenaExpertTiers::CurrentLocked() const {
+  common::ExpertPlacement p = common::ExpertPlacement::Empty(layout_.n_layer, layout_.n_expert);
+  for (int64_t l = 0; l < layout_.n_layer; ++l) {
+    for (int32_t e = 0; e < layout_.n_expert; ++e) {
+      if (slot_of_[l * layout_.n_expert + e] >= 0) p.device[l].push_back(e);
+    }
+  }
+  return p;
+}
+
+common::ExpertPlacement ArenaExpertTiers::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CurrentLocked();
+}
+
+common::ExpertPlacement ArenaExpertTiers::Target() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return target_;
+}
+
+void ArenaExpertTiers::CountPendingLocked() {
+  int64_t pending = 0;
+  for (int64_t l = 0; l < layout_.n_layer; ++l) {
+    for (int32_t e = 0; e < layout_.n_expert; ++e) {
+      const bool resident = slot_of_[l * layout_.n_expert + e] >= 0;
+      if (resident != target_.Contains(l, e)) ++pending;
+    }
+  }
+  moves_pending_ = pending;
+}
+
+absl::StatusOr<ExpertMoves> ArenaExpertTiers::SetTarget(const common::ExpertPlacement& target,
+                                                        uint64_t generation) {
+  if (target.n_layer != layout_.n_layer || target.n_expert != layout_.n_expert) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the placement is for ", target.n_layer, " layers of ", target.n_expert,
+        " experts; the model has ", layout_.n_layer, " layers of ", layout_.n_expert, " experts"));
+  }
+  if (absl::Status s = common::ValidateExpertPlacement(target, n_slots_); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpertMoves moves;
+  for (int64_t l = 0; l < layout_.n_layer; ++l) {
+    for (int32_t e = 0; e < layout_.n_expert; ++e) {
+      const bool resident = slot_of_[l * layout_.n_expert + e] >= 0;
+      const bool wanted = target.Contains(l, e);
+      if (wanted && !resident) {
+        ++moves.moves_in;
+        moves.bytes_to_copy += layout_.expert_bytes[static_cast<size_t>(l)];
+      } else if (resident && !wanted) {
+        ++moves.moves_out;
+      }
+    }
+  }
+  target_ = target;
+  generation_ = generation;
+  moves_pending_ = moves.moves_in + moves.moves_out;
+  return moves;
+}
+
+absl::StatusOr<uint64_t> ArenaExpertTiers::Advance(uint64_t max_bytes) {
+  struct Move {
+    int64_t layer;
+    int32_t expert;
+  };
+  std::vector<Move> ins;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Evictions first: they free the slots the copies need, and take effect at the next pass.
+    for (int64_t l = 0; l < layout_.n_layer; ++l) {
+      for (int32_t e = 0; e < layout_.n_expert; ++e) {
+        int32_t& slot = slot_of_[l * layout_.n_expert + e];
+        if (slot >= 0 && !target_.Contains(l, e)) {
+          free_slots_.push_back(slot);
+          slot = -1;
+          ++moves_out_;
+        }
+      }
+    }
+    for (int64_t l = 0; l < layout_.n_layer; ++l) {
+      for (int32_t e : target_.device[static_cast<size_t>(l)]) {
+        if (slot_of_[l * layout_.n_expert + e] < 0) ins.push_back({l, e});
+      }
+    }
+    CountPendingLocked();
+  }
+  // The copies run without the lock (SetTarget and the readers stay responsive); only this
+  // thread changes slots. A target replaced meanwhile may no longer want an expert copied here:
+  // it is installed anyway and evicted by the next call.
+  uint64_t copied = 0;
+  for (const Move& m : ins) {
+    const uint64_t bytes = layout_.expert_bytes[static_cast<size_t>(m.layer)];
+    if (copied > 0 && copied + bytes > max_bytes) break;
+    if (free_slots_.empty()) {
+      return absl::InternalError("expert tiers: no free slot for a placement that fits");
+    }
+    const int32_t slot = free_slots_.back();
+    auto* base = static_cast<uint8_t*>(arena_.data()) + static_cast<size_t>(slot) * slot_bytes();
+    const ExpertStacks& h = host_[static_cast<size_t>(m.layer)];
+    const std::pair<const kernels::WeightView*, uint64_t> parts[] = {
+        {&h.gate, layout_.gate_at}, {&h.up, layout_.up_at}, {&h.down, layout_.down_at}};
+    for (const auto& [w, at] : parts) {
+      const kernels::WeightView one = w->Matrix(m.expert);
+      const KernelStatus s = device_.CopyToDevice(base + at, one.data, one.out * one.row_bytes);
+      if (s != KernelStatus::kOk) {
+        return absl::InternalError(
+            absl::StrCat("copying expert ", m.expert, " of layer ", m.layer,
+                         " to the device failed: ", common::Sv(kernels::KernelStatusName(s))));
+      }
+    }
+    // The copy is complete (queued before any later op on a GPU): the next pass uses the slot.
+    free_slots_.pop_back();
+    std::lock_guard<std::mutex> lock(mu_);
+    slot_of_[m.layer * layout_.n_expert + m.expert] = slot;
+    ++moves_in_;
+    bytes_moved_ += bytes;
+    copied += bytes;
+    CountPendingLocked();
+  }
+  return copied;
+}
+
+ExpertTierStats ArenaExpertTiers::stats() const {
+  ExpertTierStats s;
+  s.routed_total = routed_total_.load(std::memory_order_relaxed);
+  s.routed_device = routed_device_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  s.moves_in = moves_in_;
+  s.moves_out = moves_out_;
+  s.bytes_moved = bytes_moved_;
+  s.moves_pending = moves_pending_;
+  s.generation = generation_;
+  return s;
+}
+
+ExpertStacks ArenaExpertTiers::DeviceStacks(int64_t layer) const {
+  const ExpertStacks& h = host_[static_cast<size_t>(layer)];
+  auto over_arena = [this](kernels::WeightView w, uint64_t at) {
+    w.data = static_cast<const uint8_t*>(arena_.data()) + at;
+    w.count = n_slots_;
+    w.matrix_stride = layout_.slot_bytes;
+    return w;
+  };
+  return {over_arena(h.gate, layout_.gate_at), over_arena(h.up, layout_.up_at),
+          over_arena(h.down, layout_.down_at)};
+}
+
+void ArenaExpertTiers::StartHost(std::function<KernelStatus(kernels::Backend&)> work) {
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    host_job_ = std::move(work);
+    host_busy_ = true;
+    if (!host_thread_.joinable()) host_thread_ = std::thread([this] { HostLoop(); });
+  }
+  host_cv_.notify_all();
+}
+
+KernelStatus ArenaExpertTiers::WaitHost() {
+  std::unique_lock<std::mutex> lock(host_mu_);
+  host_cv_.wait(lock, [this] { return !host_busy_; });
+  return host_status_;
+}
+
+void ArenaExpertTiers::HostLoop() {
+  std::unique_lock<std::mutex> lock(host_mu_);
+  while (true) {
+    host_cv_.wait(lock, [this] { return host_stop_ || static_cast<bool>(host_job_); });
+    if (host_stop_) return;
+    std::function<KernelStatus(kernels::Backend&)> job = std::move(host_job_);
+    host_job_ = nullptr;
+    lock.unlock();
+    const KernelStatus s = job(*host_backend_);
+    lock.lock();
+    host_status_ = s;
+    host_busy_ = false;
+    host_cv_.notify_all();
+  }
+}
+
+}  // namespace deltaserve::worker
