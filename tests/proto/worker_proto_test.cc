@@ -231,6 +231,13 @@ constexpr std::string_view kWorkerInfo = R"pb(
       recurrent_bytes_per_sequence: 25165824
       contexts { n_parallel: 1 max_context: 262144 pages: 11000 capped_by_training: true }
       contexts { n_parallel: 64 max_context: 40960 pages: 10240 capped_by_training: false }
+      experts_split_planned: true
+      expert_routed_bytes: 19327352832
+      expert_device_bytes: 5368709120
+      n_experts: 10240
+      n_device_experts: 2560
+      expert_slot_bytes: 2097152
+      expert_vram_auto: true
     }
     load {
       running_sequences: 3
@@ -460,6 +467,13 @@ constexpr FrozenField kFrozenFields[] = {
     {"MemoryPlan", "n_deltanet_layers", 30},
     {"MemoryPlan", "recurrent_bytes_per_sequence", 31},
     {"MemoryPlan", "contexts", 40},
+    {"MemoryPlan", "experts_split_planned", 50},
+    {"MemoryPlan", "expert_routed_bytes", 51},
+    {"MemoryPlan", "expert_device_bytes", 52},
+    {"MemoryPlan", "n_experts", 53},
+    {"MemoryPlan", "n_device_experts", 54},
+    {"MemoryPlan", "expert_slot_bytes", 55},
+    {"MemoryPlan", "expert_vram_auto", 56},
     {"ContextFit", "n_parallel", 1},
     {"ContextFit", "max_context", 2},
     {"ContextFit", "pages", 3},

@@ -5,13 +5,29 @@
 // a GPU command line without opening the device (or reading a file). The GPU side
 // (serving on cuda:0, --vram over the free memory, cuda:N past the last device) is in
 // tests/gpu/cuda_worker_test.cc.
+//
+// --device sim, the test device, serves for real: a MoE model's plan and expert split are printed,
+// a greedy generation gives the CPU engine's tokens, and the refusals of --expert-vram (more
+// than the budget leaves, no MoE model, a CPU worker) exit non-zero with their message.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "deltaserve/v1/worker.grpc.pb.h"
+#include "tests/support/child_process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
+#include "worker/engine/qwen35.h"
+#include "worker/sampling/sampler.h"
+#include "worker/sched/served_model.h"
 
 #if defined(DELTASERVE_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
@@ -117,6 +133,144 @@ TEST(DeltaserveWorkerDevice, CheckArgsChecksTheCommandLineOnly) {
     EXPECT_THAT(r.err, HasSubstr(message));
     EXPECT_THAT(r.out, Not(HasSubstr("valid")));
   }
+}
+
+namespace pb = ::deltaserve::v1;
+using std::chrono::seconds;
+
+constexpr uint64_t kSlot = 3 * 256 * 32 * 4;  // one tiny-moe expert: gate + up + down, f32
+
+// The sim worker's command line for the golden tiny MoE, served as "moe".
+std::vector<std::string> SimWorkerArgs(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {BinaryPath("worker/deltaserve-worker"),
+                                   "--model",
+                                   "moe=" + GoldenPath("tiny-moe-f32.gguf"),
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--device",
+                                   "sim",
+                                   "--ctx",
+                                   "256",
+                                   "--parallel",
+                                   "2",
+                                   "--page-tokens",
+                                   "16",
+                                   "--snapshot-ram",
+                                   "0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// The ServingOptions those flags give (worker_flags_test checks the flags land there), with
+// `budget` as --vram: for the bytes the plan needs.
+worker::ServingOptions SimWorkerOptions(uint64_t budget) {
+  worker::ServingOptions o;
+  o.ctx = 256;
+  o.n_parallel = 2;
+  o.page_tokens = 16;
+  o.snapshot_ram_bytes = 0;
+  o.budget_bytes = budget;
+  o.budget_name = "VRAM";
+  return o;
+}
+
+std::vector<int32_t> CpuGreedy(const std::vector<int32_t>& prompt, int n) {
+  auto backend = kernels::MakeCpuBackend(1);
+  auto model = worker::Qwen35Model::Load(GoldenPath("tiny-moe-f32.gguf"), *backend);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  auto seq = (*model)->NewSequence(static_cast<int64_t>(prompt.size()) + n);
+  std::vector<int32_t> out, feed = prompt;
+  std::vector<float> logits;
+  for (int i = 0; i < n; ++i) {
+    worker::BatchEntry e{seq->get(), feed, false};
+    EXPECT_TRUE((*model)->Forward({&e, 1}, logits).ok());
+    out.push_back(worker::Argmax(logits, static_cast<int32_t>((*model)->n_vocab())));
+    feed = {out.back()};
+  }
+  return out;
+}
+
+TEST(DeltaserveWorkerSim, ServesAMoeModelAndPrintsThePlanAndTheExpertSplit) {
+  ChildProcess w(SimWorkerArgs({"--vram", "512MiB", "--threads", "2"}));
+  ASSERT_TRUE(w.started());
+  std::optional<std::string> line = w.WaitForLine("listening on ", seconds(120));
+  ASSERT_TRUE(line.has_value()) << w.err();
+  const std::string err = w.err();
+  EXPECT_THAT(err, HasSubstr("--device sim: the test and development device"));
+  EXPECT_THAT(err, HasSubstr("512.0 MiB of device memory (--vram)"));
+  EXPECT_THAT(err, HasSubstr("memory plan: tiny-moe-f32.gguf, VRAM budget 512.0 MiB"));
+  // 128 experts of 96 KiB, 12 MiB: all fit, all on the device.
+  EXPECT_THAT(err, HasSubstr("experts: 12.00 MiB of 12.00 MiB in VRAM (128 of 128 experts, "
+                             "100 %), all on the device [--expert-vram auto]"));
+
+  auto stub = pb::Worker::NewStub(grpc::CreateChannel(
+      line->substr(line->find("listening on ") + 13), grpc::InsecureChannelCredentials()));
+  pb::GenerateRequest r;
+  r.set_model("moe");
+  const std::vector<int32_t> prompt = {11, 48, 85, 122, 159, 196, 233, 270};
+  for (int32_t t : prompt) r.add_prompt_token_ids(t);
+  r.mutable_sampling()->set_temperature(0.0f);
+  r.mutable_sampling()->set_max_tokens(6);
+  r.mutable_sampling()->set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + seconds(120));
+  auto reader = stub->Generate(&ctx, r);
+  pb::GenerateEvent ev;
+  std::vector<int32_t> tokens;
+  while (reader->Read(&ev)) {
+    if (ev.has_token_event()) {
+      for (int32_t t : ev.token_event().token_ids()) tokens.push_back(t);
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << w.err();
+  // The sim device computes with the CPU kernels: the CPU engine's tokens exactly.
+  EXPECT_EQ(tokens, CpuGreedy(prompt, 6));
+  EXPECT_THAT(w.err(), Not(HasSubstr("sim device:")));  // no memory violation printed
+
+  w.Signal(SIGTERM);
+  std::optional<int> code = w.Wait(seconds(60));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << w.err();
+}
+
+TEST(DeltaserveWorkerSim, ExpertVramRefusals) {
+  // More expert memory than the budget leaves: the bytes needed with every expert in RAM, plus
+  // room for 5 experts, and 10 asked for.
+  worker::ServingOptions o = SimWorkerOptions(uint64_t{1} << 30);
+  o.expert_vram_bytes = 0;
+  absl::StatusOr<worker::PlannedServing> p =
+      worker::ServedModel::Plan(GoldenPath("tiny-moe-f32.gguf"), o, /*host_memory=*/false);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const uint64_t needed = worker::BytesNeeded(p->plan, o.ctx, o.n_parallel);
+  ProcessResult r = RunProcess(SimWorkerArgs({"--vram", std::to_string(needed + 5 * kSlot),
+                                              "--expert-vram", std::to_string(10 * kSlot)}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("model moe: tiny-moe-f32.gguf: --expert-vram 960.0 KiB does not "
+                               "fit"));
+  EXPECT_THAT(r.err, HasSubstr("at most 5 of 128 experts"));
+  EXPECT_THAT(r.err, Not(HasSubstr("listening on")));
+
+  // No model with routed experts.
+  r = RunWorker({"--device", "sim", "--vram", "1GiB", "--expert-vram", "64MiB"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--expert-vram 64MiB: no model here has routed experts (dense: "
+                               "t (qwen35)); it applies to qwen35moe models only"));
+  EXPECT_THAT(r.err, Not(HasSubstr("loading t from")));
+  // A CPU worker: a usage error.
+  r = RunWorker({"--device", "cpu", "--expert-vram", "auto"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--expert-vram needs --device cuda:N or sim"));
+  // The sim device's budget is --vram.
+  r = RunWorker({"--device", "sim", "--ram", "1GiB"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--ram is the CPU worker's budget; with --device sim use --vram"));
+  // A budget the model does not fit even with every expert in RAM: the plan's refusal.
+  r = RunProcess(SimWorkerArgs({"--vram", "4MiB"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("does not fit in VRAM 4.00 MiB"));
+  EXPECT_THAT(r.err, HasSubstr("experts: 0 B of 12.00 MiB in VRAM"));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The memory plan (worker/cache/memory_plan.h): KV bytes per token and recurrent state per
 // sequence against MODEL_SPEC §4.1 / §4.2, the golden tiny-dense model's plan against figures
 // computed here from its tensor list and shapes, page rounding at the edges, the error of a budget
-// too small, and the parsing of sizes and cache types.
+// too small, the parsing of sizes and cache types, and a MoE model's routed experts split between
+// device and host memory (the device weights, the line the worker prints).
 #include "worker/cache/memory_plan.h"
 
 #include <memory>
@@ -414,6 +415,90 @@ TEST(ParseCacheType, NamesAndErrors) {
   EXPECT_EQ(*ParseConvStateType("F32"), GgmlType::kF32);
   EXPECT_THAT(ParseConvStateType("q8_0").status().message(),
               HasSubstr("unknown conv state type 'q8_0' (one of f32, f16, bf16)"));
+}
+
+}  // namespace
+}  // namespace deltaserve::worker
+
+namespace deltaserve::worker {
+namespace {
+
+// The golden tiny MoE: 8 MoE layers of 16 experts; one expert's gate [32][256], up [32][256] and
+// down [256][32] in f32 are 3 x 8,192 x 4 = 98,304 B (each a multiple of the slot alignment), so
+// the stacks hold 128 x 98,304 B.
+constexpr uint64_t kTinyMoeSlot = 3 * 256 * 32 * 4;
+constexpr uint64_t kTinyMoeRouted = 8 * 16 * kTinyMoeSlot;
+
+// The plan's device weights: everything but the routed stacks, plus the slot arena (or every
+// stack when all experts are on the device).
+TEST(ExpertSplit, DeviceWeightsAreTheRestPlusTheExpertsOnTheDevice) {
+  absl::StatusOr<std::unique_ptr<common::GgufFile>> file =
+      common::GgufFile::Open(testing::GoldenPath("tiny-moe-f32.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<common::Qwen35HParams> hp = common::ReadQwen35HParams(**file);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  absl::StatusOr<ModelWeightBytes> w = ForwardPassWeightBytes(**file, *hp);
+  ASSERT_TRUE(w.ok()) << w.status();
+  uint64_t all = 0;
+  for (const WeightTypeBytes& t : w->read) all += t.bytes;
+  MemoryPlanInputs in;
+  in.hp = *hp;
+  in.weights = w->read;
+  in.budget_bytes = uint64_t{1} << 30;
+  in.budget_name = "VRAM";
+  in.device_budget = true;
+  in.experts = {.applies = true, .n_moe_layers = 8, .n_expert = 16,
+                .routed_bytes = kTinyMoeRouted, .slot_bytes = kTinyMoeSlot,
+                .all_on_device = false, .n_slots = 10};
+  absl::StatusOr<MemoryPlan> plan = PlanMemory(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->weight_bytes, all - kTinyMoeRouted + 10 * kTinyMoeSlot);
+  EXPECT_EQ(plan->inputs.experts.tier_device_bytes(), 10 * kTinyMoeSlot);
+  EXPECT_EQ(RenderExpertSplit(*plan),
+            "experts: 960.0 KiB of 12.00 MiB in VRAM (10 of 128 experts, 8 %), the rest in RAM "
+            "(computed on the CPU); slots of 96.00 KiB [--expert-vram auto]");
+  EXPECT_THAT(RenderMemoryPlan(*plan), HasSubstr("(10 of 128 experts in slots of 98,304 B)"));
+
+  in.experts.all_on_device = true;
+  plan = PlanMemory(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->weight_bytes, all);
+  EXPECT_EQ(plan->inputs.experts.tier_device_bytes(), UINT64_MAX);
+  in.experts.auto_sized = false;
+  in.experts.requested_bytes = uint64_t{1} << 30;
+  EXPECT_EQ(RenderExpertSplit(*PlanMemory(in)),
+            "experts: 12.00 MiB of 12.00 MiB in VRAM (128 of 128 experts, 100 %), all on the "
+            "device [--expert-vram 1.00 GiB]");
+
+  in.experts.all_on_device = false;
+  in.experts.n_slots = 0;
+  plan = PlanMemory(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->weight_bytes, all - kTinyMoeRouted);
+  EXPECT_THAT(RenderExpertSplit(*plan), HasSubstr("(0 of 128 experts, 0 %), all in RAM"));
+
+  // No split: no line, the plan as before.
+  in.experts = {};
+  plan = PlanMemory(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->weight_bytes, all);
+  EXPECT_EQ(RenderExpertSplit(*plan), "");
+
+  // Routed stacks larger than every weight: inconsistent inputs, refused.
+  in.experts = {.applies = true, .routed_bytes = all + 1, .slot_bytes = 1};
+  EXPECT_EQ(PlanMemory(in).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The start-up line as the worker prints it, at the scale of a 35B-A3B split.
+TEST(ExpertSplit, TheLineReadsAsTheSplit) {
+  MemoryPlan plan;
+  plan.inputs.budget_name = "VRAM";
+  plan.inputs.experts = {.applies = true, .n_moe_layers = 40, .n_expert = 64,
+                         .routed_bytes = 2560 * (uint64_t{4} << 20),
+                         .slot_bytes = uint64_t{4} << 20, .all_on_device = false, .n_slots = 512};
+  EXPECT_EQ(RenderExpertSplit(plan),
+            "experts: 2.00 GiB of 10.00 GiB in VRAM (512 of 2,560 experts, 20 %), the rest in RAM "
+            "(computed on the CPU); slots of 4.00 MiB [--expert-vram auto]");
 }
 
 }  // namespace

@@ -416,13 +416,29 @@ std::string RenderMemoryPlan(const MemoryPlan& plan) {
   absl::StrAppend(&out, "weights (tensors the forward pass reads)\n");
   absl::StrAppendFormat(&out, "  %-8s %8s  %18s\n", "type", "tensors", "bytes");
   int64_t n_tensors = 0;
+  uint64_t listed = 0;
   for (const WeightTypeBytes& w : in.weights) {
     absl::StrAppendFormat(&out, "  %-8s %8d  %18s  %11s\n", Sv(TypeName(w.type)), w.n_tensors,
                           Commas(w.bytes), HumanBytes(w.bytes));
     n_tensors += w.n_tensors;
+    listed = SatAdd(listed, w.bytes);
   }
-  absl::StrAppendFormat(&out, "  %-8s %8d  %18s  %11s\n\n", "total", n_tensors,
-                        Commas(plan.weight_bytes), HumanBytes(plan.weight_bytes));
+  absl::StrAppendFormat(&out, "  %-8s %8d  %18s  %11s\n", "total", n_tensors, Commas(listed),
+                        HumanBytes(listed));
+  if (const ExpertSplit& e = in.experts; e.applies) {
+    // The routed experts' split: the rest of the weights, then what the device holds of them.
+    absl::StrAppendFormat(&out, "  %-17s  %18s  %11s\n", "routed experts", Commas(e.routed_bytes),
+                          HumanBytes(e.routed_bytes));
+    absl::StrAppendFormat(
+        &out, "  %-17s  %18s  %11s  (%s of %s experts%s)\n",
+        absl::StrCat("experts in ", in.budget_name), Commas(e.device_bytes()),
+        HumanBytes(e.device_bytes()), Commas(e.device_experts()), Commas(e.n_experts()),
+        e.all_on_device ? ", as in the file"
+                        : absl::StrCat(" in slots of ", Commas(e.slot_bytes), " B"));
+    absl::StrAppendFormat(&out, "  %-17s  %18s  %11s\n", absl::StrCat("in ", in.budget_name),
+                          Commas(plan.weight_bytes), HumanBytes(plan.weight_bytes));
+  }
+  out += "\n";
 
   absl::StrAppendFormat(
       &out,

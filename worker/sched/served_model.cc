@@ -6,12 +6,14 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/str_util.h"
 #include "worker/cache/model_footprint.h"
+#include "worker/engine/expert_layout.h"
 
 namespace deltaserve::worker {
 namespace {
@@ -246,6 +248,62 @@ ProcessBaseline MeasureProcessBaseline() {
 
 namespace {
 
+// The routed experts' device split (in.experts) for a MoE model on a device budget: what the
+// budget leaves at ctx x n_parallel once everything else is planned with every expert in host
+// memory, given to experts (auto) or checked against --expert-vram. Every expert fitting means
+// no split: the stacks load onto the device as in the file. ResourceExhausted for an
+// --expert-vram beyond what is left, naming the figures; a model that does not fit even with
+// every expert in host memory is left to CheckFits (the split says so in the plan).
+absl::Status PlanExpertSplit(const std::string& path, const common::GgufFile& file,
+                             const ServingOptions& options, MemoryPlanInputs& in) {
+  // The engine's own layout of an expert slot (worker/engine/expert_layout.h): the plan and the
+  // arena count the same bytes.
+  absl::StatusOr<ExpertSlotLayout> layout = ExpertSlotLayoutOf(file, in.hp);
+  if (!layout.ok()) return layout.status();
+  ExpertSplit& e = in.experts;
+  e.applies = true;
+  e.n_moe_layers = layout->n_layer;
+  e.n_expert = layout->n_expert;
+  e.routed_bytes = layout->routed_bytes;
+  e.slot_bytes = layout->slot_bytes;
+  e.auto_sized = !options.expert_vram_bytes.has_value();
+  e.requested_bytes = options.expert_vram_bytes.value_or(0);
+  e.all_on_device = false;
+  e.n_slots = 0;
+  absl::StatusOr<MemoryPlan> base = PlanMemory(in);  // every expert in host memory
+  if (!base.ok()) return base.status();
+  const uint64_t needed = BytesNeeded(*base, options.ctx, options.n_parallel);
+  if (needed > in.budget_bytes || e.slot_bytes == 0) return absl::OkStatus();  // CheckFits says
+  const uint64_t left = in.budget_bytes - needed;
+  const uint64_t want = e.auto_sized ? left : std::min(e.requested_bytes, e.routed_bytes);
+  if (want > left) {
+    const uint64_t fit_slots = left / e.slot_bytes;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        BaseName(path), ": --expert-vram ", HumanBytes(e.requested_bytes), " does not fit: at --ctx ",
+        options.ctx, " x --parallel ", options.n_parallel, " the ", in.budget_name, " budget of ",
+        HumanBytes(in.budget_bytes), " leaves ", HumanBytes(left), " (", Commas(left),
+        " B) for routed experts once the other weights, KV cache, state slots, workspace and "
+        "overheads (",
+        HumanBytes(needed), ") are placed: at most ", Commas(fit_slots), " of ",
+        Commas(static_cast<uint64_t>(e.n_experts())), " experts of ", HumanBytes(e.slot_bytes),
+        ". Use --expert-vram auto, a size up to ", HumanBytes(left),
+        ", or a smaller --ctx / --parallel"));
+  }
+  if (want >= e.routed_bytes) {
+    e.all_on_device = true;
+  } else {
+    e.n_slots = static_cast<int64_t>(
+        std::min<uint64_t>(want / e.slot_bytes, static_cast<uint64_t>(e.n_experts())));
+  }
+  return absl::OkStatus();
+}
+
+// The split as a line of a refusal ("" without one).
+std::string ExpertSplitNote(const MemoryPlan& plan) {
+  const std::string split = RenderExpertSplit(plan);
+  return split.empty() ? "" : absl::StrCat(split, "\n");
+}
+
 // The plan of serving `file` with `options`, the serving terms as its fixed overhead. The host
 // terms need the tokenizer; without one (a device budget, which does not count them) they are 0.
 absl::StatusOr<PlannedServing> PlanServing(const std::string& path, const common::GgufFile& file,
@@ -326,17 +384,29 @@ absl::StatusOr<PlannedServing> PlanServing(const std::string& path, const common
   in.n_threads = options.n_threads;
   in.device_budget = !host_memory;
   in.device_scratch_bytes = options.device_scratch_bytes;
+  if (hp.is_moe && !host_memory) {
+    absl::Status split = PlanExpertSplit(path, file, options, in);
+    if (!split.ok()) return split;
+  }
   absl::StatusOr<MemoryPlan> plan = PlanMemory(std::move(in));
   if (!plan.ok()) return plan.status();
   out.plan = std::move(*plan);
   if (absl::Status fits = CheckFits(out.plan, options.ctx, options.n_parallel); !fits.ok()) {
     return absl::Status(fits.code(),
-                        absl::StrCat(BaseName(path), ": ", fits.message(), "\n", o.Render()));
+                        absl::StrCat(BaseName(path), ": ", fits.message(), "\n", o.Render(),
+                                     ExpertSplitNote(out.plan)));
   }
   return out;
 }
 
 }  // namespace
+
+ExpertTierOptions ExpertTierOptionsFor(const MemoryPlan& plan, const ServingOptions& options) {
+  ExpertTierOptions tiers;
+  if (plan.inputs.experts.applies) tiers.device_bytes = plan.inputs.experts.tier_device_bytes();
+  tiers.host_threads = options.n_threads;
+  return tiers;
+}
 
 absl::StatusOr<PlannedServing> ServedModel::Plan(const std::string& path,
                                                  const ServingOptions& options, bool host_memory) {
@@ -384,6 +454,16 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
   m->plan_ = std::move(planned->plan);
   m->overhead_ = planned->overhead;
 
+  // The routed experts as the plan split them: every stack on the device (no tiers), or the
+  // planned slot arena with the rest computed on the CPU from the file's mapping.
+  const ExpertTierOptions tiers = ExpertTierOptionsFor(m->plan_, options);
+  if (tiers.device_bytes != std::numeric_limits<uint64_t>::max()) {
+    // Qwen35Model::Load(file, backend, tiers) is not in this build yet.
+    return absl::UnimplementedError(absl::StrCat(
+        BaseName(path), ": ", RenderExpertSplit(m->plan_),
+        ": this build cannot keep routed experts in host memory yet; give the device room for "
+        "every expert (--expert-vram auto with a larger --vram, or a smaller --ctx / --parallel)"));
+  }
   absl::StatusOr<std::unique_ptr<Qwen35Model>> model =
       Qwen35Model::Load(std::move(file_owner), backend);
   if (!model.ok()) return model.status();

@@ -29,6 +29,7 @@
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/recurrent_state_slots.h"
 #include "worker/cache/snapshot_cache.h"
+#include "worker/engine/expert_tiers.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/constrained_decoding.h"
 #include "worker/sampling/ngram_draft.h"
@@ -168,6 +169,11 @@ struct PlannedServing {
   ServingOverhead overhead;
   ServingBatchShape shape;
 };
+
+// What Qwen35Model::Load gets for the routed experts of `plan` (its ExpertSplit): device_bytes
+// UINT64_MAX (every expert on the device, no tiers) unless the plan splits them, then the slot
+// arena's bytes; host_threads options.n_threads.
+ExpertTierOptions ExpertTierOptionsFor(const MemoryPlan& plan, const ServingOptions& options);
 
 // See the file comment.
 class ServedModel {
