@@ -41,13 +41,20 @@ absl::Status CheckHeatValue(double h, size_t layer, size_t expert) {
 // JSON's name for what `v` is, for messages.
 std::string_view KindOf(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a fraction";
-    default: return "a number";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::number_float:
+      return "a fraction";
+    default:
+      return "a number";
   }
 }
 
@@ -101,7 +108,8 @@ absl::Status ParseHeat(const json& v, ExpertPlacementRecord& r) {
     out.reserve(row.size());
     for (size_t e = 0; e < row.size(); ++e) {
       if (!row[e].is_number()) {
-        return Bad(absl::StrCat("heat[", l, "][", e, "] must be a number, got ", Sv(KindOf(row[e]))));
+        return Bad(
+            absl::StrCat("heat[", l, "][", e, "] must be a number, got ", Sv(KindOf(row[e]))));
       }
       const auto h = row[e].get<double>();
       if (absl::Status s = CheckHeatValue(h, l, e); !s.ok()) return s;
@@ -141,20 +149,20 @@ absl::Status ParseDevice(const json& v, ExpertPlacementRecord& r) {
 absl::Status ValidateExpertPlacementRecord(const ExpertPlacementRecord& r) {
   if (absl::Status s = CheckFingerprint(r.model_fingerprint); !s.ok()) return s;
   if (r.n_layer < 1 || r.n_layer > kMaxPlacementRecordLayers) {
-    return Bad(absl::StrCat("n_layer is ", r.n_layer, ", not in [1, ", kMaxPlacementRecordLayers,
-                            "]"));
+    return Bad(
+        absl::StrCat("n_layer is ", r.n_layer, ", not in [1, ", kMaxPlacementRecordLayers, "]"));
   }
   if (r.n_expert < 1 || r.n_expert > kMaxPlacementRecordExperts) {
-    return Bad(absl::StrCat("n_expert is ", r.n_expert, ", not in [1, ",
-                            kMaxPlacementRecordExperts, "]"));
+    return Bad(
+        absl::StrCat("n_expert is ", r.n_expert, ", not in [1, ", kMaxPlacementRecordExperts, "]"));
   }
   if (r.n_layer * r.n_expert > kMaxPlacementRecordCells) {
     return Bad(absl::StrCat(r.n_layer, " layers x ", r.n_expert, " experts exceeds ",
                             kMaxPlacementRecordCells, " (layer, expert) pairs"));
   }
   if (!std::isfinite(r.half_life_seconds) || r.half_life_seconds <= 0) {
-    return Bad(absl::StrCat("half_life_seconds must be a positive number, got ",
-                            r.half_life_seconds));
+    return Bad(
+        absl::StrCat("half_life_seconds must be a positive number, got ", r.half_life_seconds));
   }
   if (r.updated_unix_ms < 0) return Bad("updated_unix_ms is negative");
   if (static_cast<int64_t>(r.heat.size()) != r.n_layer) {
@@ -162,8 +170,8 @@ absl::Status ValidateExpertPlacementRecord(const ExpertPlacementRecord& r) {
   }
   for (size_t l = 0; l < r.heat.size(); ++l) {
     if (static_cast<int64_t>(r.heat[l].size()) != r.n_expert) {
-      return Bad(absl::StrCat("heat[", l, "] has ", r.heat[l].size(), " entries, expected ",
-                              r.n_expert));
+      return Bad(
+          absl::StrCat("heat[", l, "] has ", r.heat[l].size(), " entries, expected ", r.n_expert));
     }
     for (size_t e = 0; e < r.heat[l].size(); ++e) {
       if (absl::Status s = CheckHeatValue(r.heat[l][e], l, e); !s.ok()) return s;
@@ -211,13 +219,16 @@ absl::StatusOr<ExpertPlacementRecord> ParseExpertPlacementRecord(std::string_vie
       static_cast<size_t>(std::max(kMaxPlacementRecordLayers, kMaxPlacementRecordExperts));
   limits.max_containers = static_cast<size_t>(2 * kMaxPlacementRecordLayers + 8);
   absl::StatusOr<json> parsed = ReadOrderedJson(bytes, limits);
-  if (!parsed.ok()) return Bad(std::string_view(parsed.status().message().data(), parsed.status().message().size()));
+  if (!parsed.ok())
+    return Bad(
+        std::string_view(parsed.status().message().data(), parsed.status().message().size()));
   const json& doc = *parsed;
   if (!doc.is_object()) return Bad(absl::StrCat("expected a JSON object, got ", Sv(KindOf(doc))));
 
   absl::StatusOr<const json*> format = Field(doc, "format");
   if (!format.ok()) return format.status();
-  if (!(*format)->is_string() || (*format)->get_ref<const std::string&>() != kExpertPlacementRecordFormat) {
+  if (!(*format)->is_string() ||
+      (*format)->get_ref<const std::string&>() != kExpertPlacementRecordFormat) {
     return Bad(absl::StrCat("\"format\" must be \"", Sv(kExpertPlacementRecordFormat), "\""));
   }
   absl::StatusOr<const json*> version = Field(doc, "version");
@@ -255,8 +266,8 @@ absl::StatusOr<ExpertPlacementRecord> ParseExpertPlacementRecord(std::string_vie
     return Bad("half_life_seconds must be a positive number");
   }
   r.half_life_seconds = (*half_life)->get<double>();
-  absl::StatusOr<int64_t> updated = IntegerField(doc, "updated_unix_ms", 0,
-                                                 std::numeric_limits<int64_t>::max());
+  absl::StatusOr<int64_t> updated =
+      IntegerField(doc, "updated_unix_ms", 0, std::numeric_limits<int64_t>::max());
   if (!updated.ok()) return updated.status();
   r.updated_unix_ms = *updated;
 

@@ -1,7 +1,8 @@
 // deltaserve-router: the OpenAI-compatible front door. HTTP/1.1 + SSE for clients
 // (router/http, router/api), API keys (router/auth), aliases, fallbacks and worker choice over
 // gRPC (router/routing), chat rendering with the model's own template and tokenizer and parsing of
-// reasoning and tool calls in answers (router/chat).
+// reasoning and tool calls in answers (router/chat), MoE expert placement across the workers
+// (router/placement; GET /admin/placement).
 // Holds no weights. SIGHUP reloads --config without dropping requests; SIGTERM / SIGINT drain
 // (new requests refused, /ready 503, streams in flight finish) and exit 0.
 //
@@ -39,6 +40,8 @@
 #include "router/config/router_config_validation.h"
 #include "router/config/router_config_yaml.h"
 #include "router/http/http_server.h"
+#include "router/placement/placement_admin.h"
+#include "router/placement/placement_controller.h"
 #include "router/routing/router_backend.h"
 #include "router/routing/router_tokenizer.h"
 #include "router/routing/routing_state.h"
@@ -205,6 +208,10 @@ int Run(const Flags& f) {
       routing, [&authority] { return std::atomic_load(&authority); }, &metrics);
   RoutingState state(source, &pool, api::UnixSecondsNow());
   state.SetDiscovery(&discovery);
+  // MoE expert placement (docs/moe_placement.md): a cycle every placement.interval_seconds.
+  PlacementController placement(&pool, config->placement);
+  placement.Start();
+  state.AddMetrics([&placement](api::PrometheusText& out) { placement.WriteMetrics(out); });
 
   http::HttpServerOptions opts;
   const std::string& listen = config->listen;
@@ -240,6 +247,9 @@ int Run(const Flags& f) {
   RouterTokenizer prompt_tokenizer(source, &pool, &tokenizers, &renderer);
   api.SetPromptTokenizer(&prompt_tokenizer);
   api.Register(server);
+  server.RouteSync("GET", "/admin/placement", [&placement, &authority](const http::Request& r) {
+    return PlacementAdminResponse(r, placement, *std::atomic_load(&authority));
+  });
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
@@ -268,6 +278,14 @@ int Run(const Flags& f) {
                       : "")
               << "\n";
   }
+  std::cerr << "deltaserve-router: expert placement "
+            << (config->placement.enabled
+                    ? absl::StrCat("every ", config->placement.interval_seconds, " s, ",
+                                   config->placement.redis_url.empty()
+                                       ? std::string("placements not stored (no placement.redis)")
+                                       : "placements stored in " + placement.StoreDescription())
+                    : std::string("off"))
+            << "\n";
   std::cerr << "deltaserve-router: listening on " << opts.address << ":" << server.port() << "\n";
 
   int reloads_seen = 0;
@@ -293,6 +311,7 @@ int Run(const Flags& f) {
       auto fresh = std::make_shared<const RouterConfig>(std::move(*next));
       auto fresh_auth = std::make_shared<auth::ApiKeyAuthority>(*fresh, authority.get());
       pool.SetSettings(fresh->routing);
+      placement.SetSettings(fresh->placement);
       discovery.SetEndpoints(fresh->workers, absl::Milliseconds(fresh->routing.dns_interval_ms));
       std::atomic_store(&authority, fresh_auth);
       std::atomic_store(&config, std::shared_ptr<const RouterConfig>(fresh));
@@ -304,6 +323,7 @@ int Run(const Flags& f) {
   std::cerr << "deltaserve-router: draining\n";
   api.SetDraining(true);
   server.Stop(absl::Seconds(f.drain_seconds));
+  placement.Stop();
   std::cerr << "deltaserve-router: stopped\n";
   return 0;
 }

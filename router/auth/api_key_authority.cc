@@ -82,6 +82,7 @@ ApiKeyAuthority::ApiKeyAuthority(const RouterConfig& config, const ApiKeyAuthori
     if (!DecodeDigest(k.sha256_hex, key.digest)) continue;
     key.name = k.name;
     key.models.insert(k.models.begin(), k.models.end());
+    key.admin = k.admin;
     key.state = std::make_unique<KeyState>();
     KeyState& s = *key.state;
     absl::MutexLock lock(&s.mu);
@@ -162,6 +163,15 @@ absl::Status ApiKeyAuthority::Authorize(const ApiKeyIdentity& who,
   if (key->models.empty() || key->models.contains(Sv(model_or_alias))) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
       "API key '", key->name, "' is not allowed to use model '", Sv(model_or_alias), "'"));
+}
+
+absl::Status ApiKeyAuthority::AuthorizeAdmin(const ApiKeyIdentity& who) const {
+  if (open()) return absl::OkStatus();
+  const Key* key = Find(who);
+  if (key == nullptr) return Unauthenticated("invalid API key");
+  if (key->admin) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("API key '", key->name, "' is not an admin key (admin: true in api_keys)"));
 }
 
 void ApiKeyAuthority::Refill(KeyState& s, Clock::time_point now) {

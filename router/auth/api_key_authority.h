@@ -77,6 +77,10 @@ class ApiKeyAuthority {
   // name the client asked for, before alias resolution).
   absl::Status Authorize(const ApiKeyIdentity& who, std::string_view model_or_alias) const;
 
+  // The admin endpoints (GET /admin/placement): OK for a key with `admin: true`, or for anyone
+  // when no keys are configured; PermissionDenied for another key.
+  absl::Status AuthorizeAdmin(const ApiKeyIdentity& who) const;
+
   // Charges one request and `tokens` (prompt + max tokens) against the key's token buckets and
   // counts it in flight, or refuses with ResourceExhausted and a retry-after hint
   // (RetryAfterSeconds) when either bucket lacks them or the key already has
@@ -115,6 +119,7 @@ class ApiKeyAuthority {
     std::string name;
     std::array<uint8_t, 32> digest;
     absl::flat_hash_set<std::string> models;  // empty: all
+    bool admin = false;
     std::unique_ptr<KeyState> state;
   };
 

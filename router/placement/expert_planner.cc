@@ -31,8 +31,8 @@ double CleanHeat(double h) { return std::isfinite(h) && h > 0 ? h : 0.0; }
 // current.device as a resident mask over [n_layer][n_expert]; nothing when its shape differs from
 // the heat's. Ids out of range and duplicates are ignored (the worker validates what it gets;
 // here they only mean "not resident").
-std::vector<std::vector<char>> ResidentMask(const common::ExpertPlacement& current,
-                                            int64_t n_layer, int64_t n_expert) {
+std::vector<std::vector<char>> ResidentMask(const common::ExpertPlacement& current, int64_t n_layer,
+                                            int64_t n_expert) {
   std::vector<std::vector<char>> mask(static_cast<size_t>(n_layer),
                                       std::vector<char>(static_cast<size_t>(n_expert), 0));
   if (current.n_layer != n_layer || current.n_expert != n_expert ||
@@ -63,8 +63,8 @@ ExpertPlan PlanDeviceExperts(const std::vector<std::vector<double>>& heat,
   for (int64_t l = 0; l < n_layer; ++l) {
     const auto& row = heat[static_cast<size_t>(l)];
     for (int64_t e = 0; e < n_expert; ++e) {
-      const double h = e < static_cast<int64_t>(row.size()) ? CleanHeat(row[static_cast<size_t>(e)])
-                                                            : 0.0;
+      const double h =
+          e < static_cast<int64_t>(row.size()) ? CleanHeat(row[static_cast<size_t>(e)]) : 0.0;
       const Ranked r{h, l, static_cast<int32_t>(e)};
       (resident_mask[static_cast<size_t>(l)][static_cast<size_t>(e)] ? residents : candidates)
           .push_back(r);
@@ -101,8 +101,7 @@ ExpertPlan PlanDeviceExperts(const std::vector<std::vector<double>>& heat,
     plan.placement.device[static_cast<size_t>(residents[i].layer)].push_back(residents[i].expert);
   }
   for (size_t i = 0; i < admit; ++i) {
-    plan.placement.device[static_cast<size_t>(candidates[i].layer)].push_back(
-        candidates[i].expert);
+    plan.placement.device[static_cast<size_t>(candidates[i].layer)].push_back(candidates[i].expert);
   }
   for (auto& l : plan.placement.device) std::sort(l.begin(), l.end());
   plan.moves_in = static_cast<int64_t>(admit);

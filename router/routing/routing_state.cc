@@ -36,6 +36,7 @@ api::Readiness RoutingState::Ready() const {
 void RoutingState::WriteMetrics(api::PrometheusText& out) const {
   pool_->WriteMetrics(out);
   if (discovery_ != nullptr) discovery_->WriteMetrics(out);
+  for (const auto& write : extra_metrics_) write(out);
 }
 
 }  // namespace deltaserve::router

@@ -4,6 +4,7 @@
 // readiness (at least one worker available), and the routing metrics with worker gauges.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "router/api/router_state.h"
@@ -24,12 +25,18 @@ class RoutingState : public api::RouterState {
   void WriteMetrics(api::PrometheusText& out) const override;
   // Adds the DNS lookups' metrics to WriteMetrics; `discovery` must outlive this.
   void SetDiscovery(const WorkerDiscovery* discovery) { discovery_ = discovery; }
+  // Adds the families `write` appends (e.g. the placement controller's) to WriteMetrics. Before
+  // the HTTP server starts only; what `write` refers to must outlive this.
+  void AddMetrics(std::function<void(api::PrometheusText&)> write) {
+    extra_metrics_.push_back(std::move(write));
+  }
 
  private:
   ConfigSource config_;
   const WorkerPool* pool_;
   int64_t created_;
   const WorkerDiscovery* discovery_ = nullptr;
+  std::vector<std::function<void(api::PrometheusText&)>> extra_metrics_;
 };
 
 }  // namespace deltaserve::router

@@ -588,6 +588,16 @@ std::unique_ptr<WorkerPool::CallTicket> WorkerPool::BeginCall(std::string_view a
   return nullptr;
 }
 
+std::unique_ptr<WorkerPool::CallTicket> WorkerPool::BeginControlCall(std::string_view address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : workers_) {
+    if (w->address != address) continue;
+    ++tickets_outstanding_;
+    return std::unique_ptr<CallTicket>(new CallTicket(this, w, std::string()));
+  }
+  return nullptr;
+}
+
 void WorkerPool::EndCall(const CallTicket& ticket, CallOutcome outcome, std::string_view error) {
   const absl::Time now = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);

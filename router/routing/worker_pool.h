@@ -159,6 +159,12 @@ class WorkerPool {
   std::unique_ptr<CallTicket> BeginCall(std::string_view address, std::string_view model);
   // Every admitted call ends here exactly once.
   void EndCall(const CallTicket& ticket, CallOutcome outcome, std::string_view error = {});
+  // A ticket for a call outside routing (the placement controller's GetExpertStats and
+  // SetExpertPlacement): it keeps the worker's channel alive as BeginCall's does, but the call
+  // is not counted in flight, not admitted by the circuit breaker and needs no EndCall, so
+  // control traffic neither steers routing nor opens or closes a circuit. Null when `address`
+  // is not in the pool.
+  std::unique_ptr<CallTicket> BeginControlCall(std::string_view address);
 
   RoutingMetrics& metrics() { return metrics_; }
   const RoutingMetrics& metrics() const { return metrics_; }

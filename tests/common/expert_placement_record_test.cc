@@ -82,8 +82,9 @@ TEST(ExpertPlacementRecordTest, RefusesWhatIsNotARecord) {
   EXPECT_NE(Refusal("").find("expert placement record: "), std::string::npos);
   EXPECT_NE(Refusal("[1,2]").find("expected a JSON object, got an array"), std::string::npos);
   EXPECT_NE(Refusal("{\"format\":\"x\"}").find("\"format\" must be"), std::string::npos);
-  EXPECT_NE(Refusal(Edited([](nlohmann::json& d) { d["version"] = 2; }))
-                .find("version 2 is not supported (this build reads 1)"),
+  EXPECT_NE(Refusal(Edited([](nlohmann::json& d) {
+              d["version"] = 2;
+            })).find("version 2 is not supported (this build reads 1)"),
             std::string::npos);
   EXPECT_NE(Refusal(Edited([](nlohmann::json& d) { d.erase("heat"); })).find("\"heat\" is missing"),
             std::string::npos);
@@ -117,9 +118,18 @@ TEST(ExpertPlacementRecordTest, RefusesBadFields) {
       {[](auto& d) { d["heat"][0][0] = "1"; }, "heat[0][0] must be a number, got a string"},
       {[](auto& d) { d["device"][0] = {4}; }, "device[0][0] is 4, not in [0, 3]"},
       {[](auto& d) { d["device"][0] = {-1}; }, "device[0][0] is -1, not in [0, 3]"},
-      {[](auto& d) { d["device"][1] = {3, 0}; }, "device: layer 1: expert 0 is out of ascending"},
-      {[](auto& d) { d["device"][1] = {3, 3}; }, "device: layer 1: expert 3 is listed twice"},
-      {[](auto& d) { d["device"][1] = {0, 1, 2, 3, 3}; }, "device[1] lists 5 experts"},
+      {[](auto& d) {
+         d["device"][1] = {3, 0};
+       },
+       "device: layer 1: expert 0 is out of ascending"},
+      {[](auto& d) {
+         d["device"][1] = {3, 3};
+       },
+       "device: layer 1: expert 3 is listed twice"},
+      {[](auto& d) {
+         d["device"][1] = {0, 1, 2, 3, 3};
+       },
+       "device[1] lists 5 experts"},
       {[](auto& d) { d["device"].push_back(nlohmann::json::array()); },
        "device has 4 entries, expected 3"},
       {[](auto& d) { d["device"][2] = {true}; }, "device[2][0] must be a whole number, got a bool"},
@@ -141,9 +151,9 @@ TEST(ExpertPlacementRecordTest, NumbersBeyondDoubleAreRefused) {
 TEST(ExpertPlacementRecordTest, SizesOverTheBoundsAreRefusedBeforeBuildingThem) {
   // 300 layers x 4000 experts: both under their own bound, the product over the cell bound.
   EXPECT_NE(Refusal(Edited([](auto& d) {
-                      d["n_layer"] = 300;
-                      d["n_expert"] = 4000;
-                    })).find("300 layers x 4000 experts exceeds 1048576"),
+              d["n_layer"] = 300;
+              d["n_expert"] = 4000;
+            })).find("300 layers x 4000 experts exceeds 1048576"),
             std::string::npos);
   // An array longer than any row may be fails while reading.
   std::string long_row = "[";

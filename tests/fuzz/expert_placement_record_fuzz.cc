@@ -42,7 +42,6 @@ void ParseAndCheck(std::string_view bytes) {
 }  // namespace deltaserve::common
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  deltaserve::common::ParseAndCheck(
-      std::string_view(reinterpret_cast<const char*>(data), size));
+  deltaserve::common::ParseAndCheck(std::string_view(reinterpret_cast<const char*>(data), size));
   return 0;
 }

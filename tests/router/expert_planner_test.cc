@@ -34,7 +34,8 @@ TEST(ExpertPlannerTest, EmptyCurrentFillsEveryFreeSlotWithTheHottest) {
 TEST(ExpertPlannerTest, NeverMoreThanTheBudget) {
   Heat heat(4, std::vector<double>(16));
   for (size_t l = 0; l < heat.size(); ++l) {
-    for (size_t e = 0; e < heat[l].size(); ++e) heat[l][e] = static_cast<double>((l * 7 + e * 13) % 23);
+    for (size_t e = 0; e < heat[l].size(); ++e)
+      heat[l][e] = static_cast<double>((l * 7 + e * 13) % 23);
   }
   // A current set larger than the budget (the worker's budget shrank) is cut to it, coldest out.
   ExpertPlacement current = common::EvenExpertPlacement(4, 16, 40);

@@ -83,9 +83,9 @@ TEST(PlacementConfigTest, ApiKeysMayBeAdmins) {
   c = ParseRouterConfigYaml("api_keys:\n  - {name: app, sha256: " + std::string(kHashA) + "}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->api_keys[0].admin);
-  EXPECT_THAT(ErrorMessage("api_keys:\n  - {name: k, sha256: " + std::string(kHashA) +
-                           ", admin: yes}\n"),
-              HasSubstr("api_keys[0].admin"));
+  EXPECT_THAT(
+      ErrorMessage("api_keys:\n  - {name: k, sha256: " + std::string(kHashA) + ", admin: yes}\n"),
+      HasSubstr("api_keys[0].admin"));
 }
 
 }  // namespace

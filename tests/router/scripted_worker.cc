@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/byte_level.h"
+#include "common/expert_placement.h"
 
 namespace deltaserve::router::testing {
 
@@ -115,7 +116,7 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
       }
       v1::ModelInfo* mi = info->add_models();
       mi->set_name(m.name);
-      mi->set_architecture("qwen35");
+      mi->set_architecture(m.architecture);
       mi->set_context_length(m.context_length);
       mi->set_n_vocab(m.tokenizer != nullptr ? m.tokenizer->tokens_size() : 256);
       mi->set_max_parallel_sequences(m.max_parallel);
@@ -136,7 +137,80 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetExpertStats(grpc::ServerContext* /*context*/,
+                              const v1::ExpertStatsRequest* request,
+                              v1::ExpertStats* out) override {
+    std::lock_guard<std::mutex> lock(w_->mu_);
+    if (w_->expert_stats_fail_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "scripted statistics outage");
+    }
+    v1::ExpertStats* stats = w_->StatsLocked(request->model());
+    if (stats == nullptr) return UnknownModel(request->model());
+    *out = *stats;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SetExpertPlacement(grpc::ServerContext* /*context*/,
+                                  const v1::SetExpertPlacementRequest* request,
+                                  v1::SetExpertPlacementResponse* response) override {
+    std::lock_guard<std::mutex> lock(w_->mu_);
+    w_->placement_requests_.push_back(*request);
+    if (w_->placement_refusal_ != grpc::StatusCode::OK) {
+      return grpc::Status(w_->placement_refusal_, "scripted placement refusal");
+    }
+    v1::ExpertStats* stats = w_->StatsLocked(request->model());
+    if (stats == nullptr) return UnknownModel(request->model());
+    // The check a worker makes (worker/engine/expert_tiers.h uses the same function).
+    common::ExpertPlacement target =
+        common::ExpertPlacement::Empty(stats->n_layer(), stats->n_expert());
+    for (const v1::LayerExperts& le : request->layers()) {
+      if (le.layer() < 0 || le.layer() >= stats->n_layer()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "layer " + std::to_string(le.layer()) + " is not in the model");
+      }
+      target.device[static_cast<size_t>(le.layer())].assign(le.device_experts().begin(),
+                                                            le.device_experts().end());
+    }
+    absl::Status valid = common::ValidateExpertPlacement(target, stats->device_slots());
+    if (!valid.ok()) {
+      return grpc::Status(static_cast<grpc::StatusCode>(valid.code()),
+                          std::string(valid.message()));
+    }
+    int32_t moves_in = 0, moves_out = 0;
+    for (v1::LayerExperts& le : *stats->mutable_layers()) {
+      const auto& want = target.device[static_cast<size_t>(le.layer())];
+      for (int32_t e : want) {
+        moves_in += std::find(le.device_experts().begin(), le.device_experts().end(), e) ==
+                    le.device_experts().end();
+      }
+      for (int32_t e : le.device_experts()) {
+        moves_out += std::find(want.begin(), want.end(), e) == want.end();
+      }
+      if (!w_->placements_pending_) le.mutable_device_experts()->Assign(want.begin(), want.end());
+    }
+    if (w_->placements_pending_) {
+      stats->set_moves_pending(moves_in + moves_out);
+    } else {
+      stats->set_moves_in(stats->moves_in() + static_cast<uint64_t>(moves_in));
+      stats->set_moves_out(stats->moves_out() + static_cast<uint64_t>(moves_out));
+      stats->set_moves_pending(0);
+    }
+    stats->set_placement_generation(request->generation());
+    response->set_moves_in(moves_in);
+    response->set_moves_out(moves_out);
+    return grpc::Status::OK;
+  }
+
  private:
+  grpc::Status UnknownModel(const std::string& model) const {
+    for (const ScriptedModel& m : w_->models_) {
+      if (m.name == model) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "not a MoE model");
+      }
+    }
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "model not served");
+  }
+
   ScriptedWorker* w_;
 };
 
@@ -191,6 +265,45 @@ void ScriptedWorker::SetDraining(bool draining) {
 void ScriptedWorker::SetInfoFails(bool fails) {
   std::lock_guard<std::mutex> lock(mu_);
   info_fails_ = fails;
+}
+
+v1::ExpertStats* ScriptedWorker::StatsLocked(const std::string& model) {
+  for (auto& [name, stats] : expert_stats_) {
+    if (name == model) return &stats;
+  }
+  return nullptr;
+}
+void ScriptedWorker::SetExpertStats(const std::string& model, v1::ExpertStats stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats.set_model(model);
+  if (v1::ExpertStats* s = StatsLocked(model)) {
+    *s = std::move(stats);
+  } else {
+    expert_stats_.emplace_back(model, std::move(stats));
+  }
+}
+v1::ExpertStats ScriptedWorker::expert_stats(const std::string& model) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, stats] : expert_stats_) {
+    if (name == model) return stats;
+  }
+  return v1::ExpertStats();
+}
+void ScriptedWorker::SetExpertStatsFails(bool fails) {
+  std::lock_guard<std::mutex> lock(mu_);
+  expert_stats_fail_ = fails;
+}
+void ScriptedWorker::SetPlacementRefusal(grpc::StatusCode code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  placement_refusal_ = code;
+}
+void ScriptedWorker::SetPlacementsPending(bool pending) {
+  std::lock_guard<std::mutex> lock(mu_);
+  placements_pending_ = pending;
+}
+std::vector<v1::SetExpertPlacementRequest> ScriptedWorker::placement_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return placement_requests_;
 }
 
 v1::GenerateRequest ScriptedWorker::last_request() const {

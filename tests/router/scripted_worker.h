@@ -4,7 +4,9 @@
 // tests: GetWorkerInfo reports scripted models, load and a small byte-level tokenizer (256
 // single-byte tokens, digest fixed); Generate streams scripted text pieces, or refuses with a
 // status, fails after N tokens, or holds after the first token until the client cancels. It
-// records calls, requests and cancels. The real worker is worker/service/.
+// records calls, requests and cancels. For MoE placement tests it answers GetExpertStats with
+// scripted statistics and applies SetExpertPlacement to them at once (checked as a worker checks
+// it), or leaves the moves pending, or refuses. The real worker is worker/service/.
 
 #include <grpcpp/grpcpp.h>
 
@@ -14,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deltaserve/v1/worker.grpc.pb.h"
@@ -38,6 +41,8 @@ struct ScriptedModel {
   std::string chat_template;
   // The vocabulary sent with the model (null: ByteTokenizer()); n_vocab is its size.
   std::shared_ptr<const deltaserve::v1::Tokenizer> tokenizer;
+  // ModelInfo.architecture; "qwen35moe" makes the router's placement controller plan the model.
+  std::string architecture = "qwen35";
 };
 
 struct GenerateScript {
@@ -80,6 +85,21 @@ class ScriptedWorker {
   // Lets streams held by hold_until_release go on (and any later one pass without holding).
   void Release();
 
+  // GetExpertStats answers `stats` for `model` (its model field set); a model without stats
+  // answers FAILED_PRECONDITION, an unknown one NOT_FOUND. SetExpertPlacement is checked as a
+  // worker checks it (common::ValidateExpertPlacement against device_slots: INVALID_ARGUMENT,
+  // RESOURCE_EXHAUSTED) and then applied to the stats at once: device_experts, moves_in/out and
+  // placement_generation change.
+  void SetExpertStats(const std::string& model, deltaserve::v1::ExpertStats stats);
+  deltaserve::v1::ExpertStats expert_stats(const std::string& model) const;
+  void SetExpertStatsFails(bool fails);  // GetExpertStats answers UNAVAILABLE
+  // SetExpertPlacement answers `code` and changes nothing (OK: accepts).
+  void SetPlacementRefusal(grpc::StatusCode code);
+  // Accepted placements stay pending: moves_pending is set, device_experts do not change.
+  void SetPlacementsPending(bool pending);
+  // Every SetExpertPlacement request received (refused ones too), in order.
+  std::vector<deltaserve::v1::SetExpertPlacementRequest> placement_requests() const;
+
   int generate_calls() const { return generate_calls_.load(); }
   int tokenizer_fetches() const { return tokenizer_fetches_.load(); }
   deltaserve::v1::GenerateRequest last_request() const;
@@ -94,6 +114,8 @@ class ScriptedWorker {
 
  private:
   class Service;
+  // The stats of `model` (mu_ held), null when none were set.
+  deltaserve::v1::ExpertStats* StatsLocked(const std::string& model);
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -110,6 +132,11 @@ class ScriptedWorker {
   deltaserve::v1::GenerateRequest last_request_;
   std::vector<deltaserve::v1::GenerateRequest> requests_;
   std::string last_request_id_metadata_;
+  std::vector<std::pair<std::string, deltaserve::v1::ExpertStats>> expert_stats_;
+  bool expert_stats_fail_ = false;
+  grpc::StatusCode placement_refusal_ = grpc::StatusCode::OK;
+  bool placements_pending_ = false;
+  std::vector<deltaserve::v1::SetExpertPlacementRequest> placement_requests_;
   std::atomic<int> generate_calls_{0};
   std::atomic<int> tokenizer_fetches_{0};
 };

@@ -1,0 +1,31 @@
+// A worker's ExpertStats as the placement controller uses them (placement_controller.h): checked
+// against the bounds of a placement record, since they come over the network, and turned into the
+// worker's current device set and its heat; and a plan as a SetExpertPlacement request.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/expert_placement.h"
+#include "deltaserve/v1/worker.pb.h"
+
+namespace deltaserve::router {
+
+// `current` and `heat` ([n_layer][n_expert]) from `stats`; NaN, infinite or negative counts read
+// as 0, device expert lists are sorted and made unique, a layer not listed is empty. An
+// InvalidArgument starting "bad statistics: " when the shape is out of the record's bounds
+// (common/expert_placement_record.h), a layer index is out of range or repeated, a layer has
+// not n_expert counts, or a device expert id is out of range.
+absl::Status ReadWorkerExpertStats(const deltaserve::v1::ExpertStats& stats,
+                                   common::ExpertPlacement& current,
+                                   std::vector<std::vector<double>>& heat);
+
+// The request that makes `placement` the worker's target: every layer with device experts
+// (a layer not listed keeps none), with `generation`.
+deltaserve::v1::SetExpertPlacementRequest PushRequest(const std::string& model,
+                                                      const common::ExpertPlacement& placement,
+                                                      uint64_t generation);
+
+}  // namespace deltaserve::router
