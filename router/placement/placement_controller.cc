@@ -225,6 +225,9 @@ PlacementCycleResult PlacementController::RunOnce() {
     ++result.models;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [model, c] : counters_) {
+    if (!views.contains(model)) c.fleet_hit_share = -1;  // its gauge goes; its counters stay
+  }
   views_ = std::move(views);  // models no worker serves any more drop out of the view
   ++cycles_;
   return result;
