@@ -43,12 +43,13 @@ absl::Status ReadWorkerExpertStats(const v1::ExpertStats& s, ExpertPlacement& cu
                                                      " (the model has ", n_layer, ")"));
     }
     seen[static_cast<size_t>(l)] = true;
-    if (le.decayed_tokens_size() != n_expert) {
+    // No counts at all: nothing routed through the layer yet.
+    if (le.decayed_tokens_size() != n_expert && le.decayed_tokens_size() != 0) {
       return absl::InvalidArgumentError(absl::StrCat("bad statistics: layer ", l, " has ",
                                                      le.decayed_tokens_size(), " counts for ",
                                                      n_expert, " experts"));
     }
-    for (int64_t e = 0; e < n_expert; ++e) {
+    for (int64_t e = 0; e < le.decayed_tokens_size(); ++e) {
       heat[static_cast<size_t>(l)][static_cast<size_t>(e)] = Clean(le.decayed_tokens(e));
     }
     auto& d = current.device[static_cast<size_t>(l)];

@@ -17,7 +17,7 @@ namespace deltaserve::router {
 // as 0, device expert lists are sorted and made unique, a layer not listed is empty. An
 // InvalidArgument starting "bad statistics: " when the shape is out of the record's bounds
 // (common/expert_placement_record.h), a layer index is out of range or repeated, a layer has
-// not n_expert counts, or a device expert id is out of range.
+// neither n_expert counts nor none (none: all 0), or a device expert id is out of range.
 absl::Status ReadWorkerExpertStats(const deltaserve::v1::ExpertStats& stats,
                                    common::ExpertPlacement& current,
                                    std::vector<std::vector<double>>& heat);

@@ -50,6 +50,10 @@ TEST(WorkerExpertStatsTest, GoodStatisticsGiveTheCurrentSetAndHeat) {
   EXPECT_EQ(current.n_expert, 4);
   EXPECT_EQ(current.device, (std::vector<std::vector<int32_t>>{{1, 3}, {}, {}}));
   EXPECT_EQ(heat, (std::vector<std::vector<double>>{{1, 2, 3, 4}, {0, 0, 0, 0}, {0, 0, 0, 12}}));
+  // A layer without any counts reads as all 0.
+  s.mutable_layers(0)->clear_decayed_tokens();
+  ASSERT_TRUE(ReadWorkerExpertStats(s, current, heat).ok());
+  EXPECT_EQ(heat[0], (std::vector<double>{0, 0, 0, 0}));
 }
 
 TEST(WorkerExpertStatsTest, BadStatisticsAreRefusedWithTheirReason) {
