@@ -211,17 +211,19 @@ PlacementCycleResult PlacementController::RunOnce() {
   std::shared_ptr<RedisPlacementStore> store = this->store();
   const int64_t now_ms = clock_();
 
-  // The MoE models and, per model, the workers that last reported serving it (reachable or not:
-  // an unreachable one fails its call, is counted and left out).
+  // The MoE models and, per model, the workers that last reported serving it. One whose last
+  // health poll failed is not called (it is counted and left out, as a failed call would be).
   std::map<std::string, std::vector<std::string>> serving;
+  absl::flat_hash_set<std::string> unreachable;
   for (const WorkerSnapshot& w : pool_->Snapshot()) {
+    if (!w.reachable) unreachable.insert(w.address);
     for (const auto& m : w.models) {
       if (IsMoeArchitecture(m->architecture)) serving[m->name].push_back(w.address);
     }
   }
   std::map<std::string, PlacementModelView> views;
   for (const auto& [model, addresses] : serving) {
-    views[model] = CycleModel(model, addresses, settings, now_ms, store.get(), result);
+    views[model] = CycleModel(model, addresses, unreachable, settings, now_ms, store.get(), result);
     ++result.models;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -233,11 +235,10 @@ PlacementCycleResult PlacementController::RunOnce() {
   return result;
 }
 
-PlacementModelView PlacementController::CycleModel(const std::string& model,
-                                                   const std::vector<std::string>& addresses,
-                                                   const PlacementSettings& settings,
-                                                   int64_t now_ms, RedisPlacementStore* store,
-                                                   PlacementCycleResult& result) {
+PlacementModelView PlacementController::CycleModel(
+    const std::string& model, const std::vector<std::string>& addresses,
+    const absl::flat_hash_set<std::string>& unreachable, const PlacementSettings& settings,
+    int64_t now_ms, RedisPlacementStore* store, PlacementCycleResult& result) {
   PlacementModelView view;
   view.model = model;
   view.last_plan_unix_ms = now_ms;
@@ -251,7 +252,10 @@ PlacementModelView PlacementController::CycleModel(const std::string& model,
     PlacementWorkerView& wv = view.workers.emplace_back();
     wv.address = address;
     const std::string key = absl::StrCat("stats\n", model, "\n", address);
-    absl::StatusOr<v1::ExpertStats> stats = FetchStats(address, model, settings.rpc_timeout_ms);
+    absl::StatusOr<v1::ExpertStats> stats =
+        unreachable.contains(address)
+            ? absl::UnavailableError("unreachable (its last health poll failed)")
+            : FetchStats(address, model, settings.rpc_timeout_ms);
     Polled p;
     absl::Status read =
         stats.ok() ? ReadWorkerExpertStats(*stats, p.current, p.heat) : stats.status();

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "common/expert_placement_record.h"
 #include "deltaserve/v1/worker.pb.h"
@@ -154,6 +155,7 @@ class PlacementController {
 
   void Loop();
   PlacementModelView CycleModel(const std::string& model, const std::vector<std::string>& addresses,
+                                const absl::flat_hash_set<std::string>& unreachable,
                                 const PlacementSettings& settings, int64_t now_ms,
                                 RedisPlacementStore* store, PlacementCycleResult& result);
   void PlanGroup(const std::string& model, Group& group, const PlacementSettings& settings,

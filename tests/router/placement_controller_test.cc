@@ -237,6 +237,16 @@ TEST(PlacementControllerTest, AWorkerThatVanishesBeforeTheCycleIsLeftOutAndCount
               HasSubstr("deltaserve_router_placement_stats_failures_total{model=\"moe\"} 1\n"));
   ASSERT_EQ(controller.Views().size(), 1u);
   EXPECT_THAT(controller.Views()[0].outcome, StartsWith("1 of 2 workers answered; 1 pushed"));
+
+  // Once the pool's health poll has found it gone, it is not even called.
+  fleet.pool->PollSoon();
+  ASSERT_TRUE(fleet.pool->WaitForFirstPolls(absl::Seconds(30), 2));
+  r = controller.RunOnce();
+  EXPECT_EQ(r.workers_skipped, 1);
+  EXPECT_EQ(WorkerView(controller, fleet[1].address()).outcome,
+            "stats failed: unreachable (its last health poll failed)");
+  EXPECT_THAT(MetricsText(controller),
+              HasSubstr("deltaserve_router_placement_stats_failures_total{model=\"moe\"} 2\n"));
 }
 
 TEST(PlacementControllerTest, AWorkerThatVanishesBetweenStatisticsAndPushIsAPushFailure) {
