@@ -1,6 +1,6 @@
 // A small synthetic qwen35moe model for the expert-tier tests (expert_tiers_test.cc,
 // expert_tiers_engine_test.cc): the tensor plan of worker/synth/synthetic_model.h for a made-up
-// preset (4 layers, the last one attention; 8 experts, 2 per token; 256-wide everything, so the
+// preset (4 layers, the last one attention; 8 experts, 4 per token; 256-wide everything, so the
 // K-quant mixtures keep their block types), written as a GGUF file with deterministic values.
 #pragma once
 
@@ -16,7 +16,7 @@ namespace deltaserve::worker::testing {
 
 inline constexpr int64_t kTestMoeLayers = 4;
 inline constexpr int64_t kTestMoeExperts = 8;
-inline constexpr int64_t kTestMoeUsed = 2;
+inline constexpr int64_t kTestMoeUsed = 4;
 inline constexpr int64_t kTestMoeVocab = 320;
 
 inline SynthPreset TestMoePreset() {

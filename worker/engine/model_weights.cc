@@ -22,15 +22,17 @@ class TensorBinder {
   TensorBinder(const common::GgufFile& file, kernels::Backend& backend, ModelWeights& weights)
       : file_(file), backend_(backend), weights_(weights) {}
 
-  // A matrix (or a stack of matrices) with GGUF shape `ne`, in any supported block type.
-  absl::StatusOr<WeightView> Matrix(const std::string& name, std::initializer_list<int64_t> ne) {
+  // A matrix (or a stack of matrices) with GGUF shape `ne`, in any supported block type. With
+  // `import` false the view points into the file's mapping (host memory), whatever the backend,
+  // and its bytes are not counted as the backend's.
+  absl::StatusOr<WeightView> Matrix(const std::string& name, std::initializer_list<int64_t> ne,
+                                    bool import = true) {
     absl::StatusOr<const GgufTensorInfo*> t = Find(name, ne);
     if (!t.ok()) return t.status();
     const uint32_t type_id = static_cast<uint32_t>((*t)->type);
     if (!kernels::IsWeightType(type_id)) {
       return absl::UnimplementedError(absl::StrCat(
-          file_.name(), ": tensor '", name, "' has type ",
-          Sv(common::GgmlTypeName((*t)->type)),
+          file_.name(), ": tensor '", name, "' has type ", Sv(common::GgmlTypeName((*t)->type)),
           ", which DeltaServe cannot compute with (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
           "q5_1, q4_K, q5_K, q6_K)"));
     }
@@ -41,6 +43,10 @@ class TensorBinder {
     v.count = (*t)->ne[2];
     const kernels::BlockLayout layout = kernels::BlockLayoutOf(v.type);
     v.row_bytes = static_cast<size_t>(v.in / layout.block_size * layout.block_bytes);
+    if (!import) {
+      v.data = file_.TensorData(**t).data();
+      return v;
+    }
     v.data = Import(**t);
     if (v.data == nullptr) return OutOfMemory(name);
     return v;
@@ -81,9 +87,9 @@ class TensorBinder {
     while (want.size() < have.size() && have.back() == 1) have.pop_back();
     while (have.size() < want.size()) have.push_back(1);
     if (have != want) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file_.name(), ": tensor '", name, "' has shape ", t->ShapeString(), ", expected {",
-          absl::StrJoin(want, ", "), "}"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_.name(), ": tensor '", name, "' has shape ", t->ShapeString(),
+                       ", expected {", absl::StrJoin(want, ", "), "}"));
     }
     return t;
   }
@@ -107,11 +113,11 @@ class TensorBinder {
   ModelWeights& weights_;
 };
 
-#define DS_ASSIGN(lhs, expr)                 \
-  do {                                       \
-    auto status_or_ = (expr);                \
+#define DS_ASSIGN(lhs, expr)                          \
+  do {                                                \
+    auto status_or_ = (expr);                         \
     if (!status_or_.ok()) return status_or_.status(); \
-    lhs = *std::move(status_or_);            \
+    lhs = *std::move(status_or_);                     \
   } while (0)
 
 absl::Status BindDeltaNet(TensorBinder& b, const std::string& p, const common::Qwen35HParams& hp,
@@ -130,8 +136,8 @@ absl::Status BindDeltaNet(TensorBinder& b, const std::string& p, const common::Q
   return absl::OkStatus();
 }
 
-absl::Status BindAttention(TensorBinder& b, const std::string& p,
-                           const common::Qwen35HParams& hp, AttentionWeights& w) {
+absl::Status BindAttention(TensorBinder& b, const std::string& p, const common::Qwen35HParams& hp,
+                           AttentionWeights& w) {
   const int64_t d = hp.n_embd, hd = hp.head_dim;
   DS_ASSIGN(w.q, b.Matrix(p + "attn_q.weight", {d, 2 * hp.n_head * hd}));
   DS_ASSIGN(w.k, b.Matrix(p + "attn_k.weight", {d, hp.n_head_kv * hd}));
@@ -142,8 +148,8 @@ absl::Status BindAttention(TensorBinder& b, const std::string& p,
   return absl::OkStatus();
 }
 
-absl::Status BindFfn(TensorBinder& b, const std::string& p, const std::string& suffix,
-                     int64_t d, int64_t ff, FfnWeights& w) {
+absl::Status BindFfn(TensorBinder& b, const std::string& p, const std::string& suffix, int64_t d,
+                     int64_t ff, FfnWeights& w) {
   DS_ASSIGN(w.gate, b.Matrix(p + "ffn_gate" + suffix + ".weight", {d, ff}));
   DS_ASSIGN(w.up, b.Matrix(p + "ffn_up" + suffix + ".weight", {d, ff}));
   DS_ASSIGN(w.down, b.Matrix(p + "ffn_down" + suffix + ".weight", {ff, d}));
@@ -151,17 +157,18 @@ absl::Status BindFfn(TensorBinder& b, const std::string& p, const std::string& s
 }
 
 absl::Status BindMoe(TensorBinder& b, const std::string& p, const common::Qwen35HParams& hp,
-                     MoeWeights& w) {
+                     bool import_routed, MoeWeights& w) {
   const int64_t d = hp.n_embd, e = hp.n_expert, ff = hp.n_ff_expert;
   if (b.Has(p + "ffn_gate_up_exps.weight")) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor '", p, "ffn_gate_up_exps.weight': fused gate/up expert tensors are not supported "
-        "yet; re-convert with separate ffn_gate_exps/ffn_up_exps"));
+    return absl::UnimplementedError(
+        absl::StrCat("tensor '", p,
+                     "ffn_gate_up_exps.weight': fused gate/up expert tensors are not supported "
+                     "yet; re-convert with separate ffn_gate_exps/ffn_up_exps"));
   }
   DS_ASSIGN(w.router, b.Matrix(p + "ffn_gate_inp.weight", {d, e}));
-  DS_ASSIGN(w.gate_exps, b.Matrix(p + "ffn_gate_exps.weight", {d, ff, e}));
-  DS_ASSIGN(w.up_exps, b.Matrix(p + "ffn_up_exps.weight", {d, ff, e}));
-  DS_ASSIGN(w.down_exps, b.Matrix(p + "ffn_down_exps.weight", {ff, d, e}));
+  DS_ASSIGN(w.gate_exps, b.Matrix(p + "ffn_gate_exps.weight", {d, ff, e}, import_routed));
+  DS_ASSIGN(w.up_exps, b.Matrix(p + "ffn_up_exps.weight", {d, ff, e}, import_routed));
+  DS_ASSIGN(w.down_exps, b.Matrix(p + "ffn_down_exps.weight", {ff, d, e}, import_routed));
   w.has_shared = hp.n_ff_shared_expert > 0 && b.Has(p + "ffn_up_shexp.weight");
   if (w.has_shared) {
     if (auto s = BindFfn(b, p, "_shexp", d, hp.n_ff_shared_expert, w.shared); !s.ok()) return s;
@@ -175,7 +182,8 @@ absl::Status BindMoe(TensorBinder& b, const std::string& p, const common::Qwen35
 
 absl::StatusOr<ModelWeights> LoadQwen35Weights(const common::GgufFile& file,
                                                const common::Qwen35HParams& hp,
-                                               kernels::Backend& backend) {
+                                               kernels::Backend& backend,
+                                               bool import_routed_experts) {
   ModelWeights w;
   TensorBinder b(file, backend, w);
   DS_ASSIGN(w.token_embd, b.Matrix("token_embd.weight", {hp.n_embd, hp.n_vocab}));
@@ -192,11 +200,11 @@ absl::StatusOr<ModelWeights> LoadQwen35Weights(const common::GgufFile& file,
     l.kind = hp.layers[i];
     DS_ASSIGN(l.attn_norm, b.Vector(p + "attn_norm.weight", hp.n_embd));
     DS_ASSIGN(l.post_norm, b.Vector(p + "post_attention_norm.weight", hp.n_embd));
-    absl::Status s = l.kind == common::LayerKind::kDeltaNet
-                         ? BindDeltaNet(b, p, hp, l.deltanet)
-                         : BindAttention(b, p, hp, l.attention);
+    absl::Status s = l.kind == common::LayerKind::kDeltaNet ? BindDeltaNet(b, p, hp, l.deltanet)
+                                                            : BindAttention(b, p, hp, l.attention);
     if (!s.ok()) return s;
-    s = hp.is_moe ? BindMoe(b, p, hp, l.moe) : BindFfn(b, p, "", hp.n_embd, hp.n_ff, l.ffn);
+    s = hp.is_moe ? BindMoe(b, p, hp, import_routed_experts, l.moe)
+                  : BindFfn(b, p, "", hp.n_embd, hp.n_ff, l.ffn);
     if (!s.ok()) return s;
   }
   return w;

@@ -11,25 +11,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/str_util.h"
+#include "worker/engine/qwen35_ops.h"
 #include "worker/engine/qwen35_workspace.h"
 
 namespace deltaserve::worker {
 namespace {
 
-using kernels::KernelStatus;
+using engine_internal::CheckKernel;
 using kernels::Mat;
-
-// Turns a kernel failure into a Status naming the op.
-absl::Status Check(KernelStatus s, const char* op) {
-  if (s == KernelStatus::kOk) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("kernel ", op, " failed: ", common::Sv(kernels::KernelStatusName(s))));
-}
-
-#define DS_RUN(op, ...)                                                               \
-  do {                                                                                \
-    if (absl::Status s_ = Check(backend_->op(__VA_ARGS__), #op); !s_.ok()) return s_; \
-  } while (0)
 
 Mat Contiguous(const kernels::DeviceBuffer& b, int64_t rows, int64_t cols) {
   return {b.floats(), rows, cols, cols};
@@ -46,15 +35,40 @@ absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(const std::string
 
 absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(
     std::unique_ptr<common::GgufFile> file, kernels::Backend& backend) {
+  return Load(std::move(file), backend, ExpertTierOptions{});
+}
+
+absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(
+    std::unique_ptr<common::GgufFile> file, kernels::Backend& backend,
+    const ExpertTierOptions& tiers) {
   std::unique_ptr<Qwen35Model> m(new Qwen35Model());
   m->file_ = std::move(file);
   absl::StatusOr<common::Qwen35HParams> hp = common::ReadQwen35HParams(*m->file_);
   if (!hp.ok()) return hp.status();
   m->hp_ = std::move(*hp);
   m->backend_ = &backend;
-  absl::StatusOr<ModelWeights> w = LoadQwen35Weights(*m->file_, m->hp_, backend);
-  if (!w.ok()) return w.status();
+  // Two tiers only where the experts would otherwise be copied into a device that cannot hold
+  // them all: on host memory every expert is already where the CPU computes it.
+  int64_t n_slots = 0;
+  bool tiered = false;
+  absl::StatusOr<ExpertSlotLayout> layout = absl::NotFoundError("a dense model");
+  if (m->hp_.is_moe) {
+    layout = ExpertSlotLayoutOf(*m->file_, m->hp_);
+    if (layout.ok()) {
+      n_slots = std::min(layout->SlotsFor(tiers.device_bytes), layout->n_experts());
+      tiered = !backend.host_memory() && n_slots < layout->n_experts();
+    }
+  }
+  absl::StatusOr<ModelWeights> w = LoadQwen35Weights(*m->file_, m->hp_, backend, !tiered);
+  if (!w.ok()) return w.status();  // names a bad tensor better than the layout would
+  if (m->hp_.is_moe) {
+    if (!layout.ok()) return layout.status();
+    m->expert_layout_ = std::move(*layout);
+  }
   m->weights_ = std::move(*w);
+  if (tiered) {
+    if (absl::Status s = m->MakeExpertTiers(n_slots, tiers); !s.ok()) return s;
+  }
   int dn = 0, at = 0;
   for (common::LayerKind kind : m->hp_.layers) {
     const bool is_dn = kind == common::LayerKind::kDeltaNet;
@@ -106,9 +120,18 @@ RecurrentStateLayout Qwen35Model::state_layout() const {
 
 ModelMemory Qwen35Model::Memory(const KvCacheOptions& kv) const {
   ModelMemory mem;
-  mem.weight_bytes = weights_.bytes;
+  mem.weight_bytes = weights_.bytes + (tiers_ != nullptr ? tiers_->arena_bytes() : 0);
   mem.state_bytes_per_sequence = state_layout().bytes();
   mem.kv_bytes_per_token = KvBytesPerToken(kv_shape(), kv.k_type, kv.v_type);
+  if (expert_layout_.has_value()) {
+    mem.routed_expert_bytes = expert_layout_->routed_bytes;
+    mem.expert_bytes_per_layer = expert_layout_->expert_bytes;
+    mem.expert_slot_bytes = expert_layout_->slot_bytes;
+  }
+  if (tiers_ != nullptr) {
+    mem.expert_slots = tiers_->n_slots();
+    mem.host_expert_bytes = expert_layout_->routed_bytes;
+  }
   return mem;
 }
 
@@ -315,6 +338,7 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vecto
       for (int64_t layer = 0; layer < hp_.n_layer; ++layer) {
         counters_->CountRoutes(layer, route_ids_host_.data() + layer * per_layer, per_layer);
       }
+      if (routing_observer_) routing_observer_(route_ids_host_, total, k);
     }
     for (const BatchEntry& e : batch) e.sequence->n_past += static_cast<int64_t>(e.tokens.size());
     int64_t prefill = 0, decode = 0;
@@ -367,6 +391,9 @@ absl::Status Qwen35Model::RunOps(absl::Span<const BatchEntry> batch, int64_t out
 
 std::optional<uint64_t> Qwen35Model::StepGraphKey(absl::Span<const BatchEntry> batch) const {
   if (!step_graphs_ || !backend_->SupportsStepCapture()) return std::nullopt;
+  // Expert tiers copy each MoE layer's routes to the host and the host experts' output back in
+  // the middle of the pass, and compute on the host: nothing a graph can record.
+  if (tiers_ != nullptr) return std::nullopt;
   // Why one key per (model, B, T_1..T_B) keeps a graph's op sequence fixed: RunOps calls the
   // batched ops (projections, norms, FFN/MoE, head) over sum T_b rows and the per-sequence ops
   // (conv, delta rule, KV store, attention) once per entry over T_b rows, in batch order, and
@@ -393,11 +420,11 @@ std::optional<uint64_t> Qwen35Model::StepGraphKey(absl::Span<const BatchEntry> b
 absl::Status Qwen35Model::RunOpsAsGraph(absl::Span<const BatchEntry> batch, int64_t out_rows,
                                         uint64_t key) {
   const kernels::Backend::StepGraphStats before = backend_->step_graph_stats();
-  absl::Status status = Check(backend_->BeginStepCapture(), "BeginStepCapture");
+  absl::Status status = CheckKernel(backend_->BeginStepCapture(), "BeginStepCapture");
   if (status.ok()) {
     status = RunOps(batch, out_rows);
     if (status.ok()) {
-      status = Check(backend_->EndStepCapture(key), "EndStepCapture");
+      status = CheckKernel(backend_->EndStepCapture(key), "EndStepCapture");
     } else {
       backend_->AbortStepCapture();
     }
@@ -561,40 +588,6 @@ absl::Status Qwen35Model::RunAttention(const LayerWeights& l, int attn_index,
   Mat ao_heads = ws_.ao.Reshaped(hd);
   DS_RUN(MulSigmoid, ao_heads, gate);
   DS_RUN(MatMul, w.out, ws_.ao, ws_.mix);
-  return absl::OkStatus();
-}
-
-absl::Status Qwen35Model::RunFfn(const LayerWeights& l) {
-  if (!hp_.is_moe) {
-    Mat gate = ws_.ff_gate.Cols(0, hp_.n_ff), up = ws_.ff_up.Cols(0, hp_.n_ff);
-    const kernels::WeightView group_w[] = {l.ffn.gate, l.ffn.up};
-    Mat group_y[] = {gate, up};
-    DS_RUN(MatMulGroup, group_w, 2, ws_.xn, group_y);
-    DS_RUN(SwiGlu, gate, up, gate);
-    DS_RUN(MatMul, l.ffn.down, gate, ws_.mix);
-    return absl::OkStatus();
-  }
-  const MoeWeights& m = l.moe;
-  const int64_t k = hp_.n_expert_used;
-  // This layer's slice of the route buffer: the pass's [n_layer][T][k] ids are copied to the
-  // host once, after the last layer (Forward), for the routing counters.
-  auto* route_ids = static_cast<int32_t*>(route_ids_buf_.data()) + layer_ * n_tokens_ * k;
-  Mat router = ws_.router.Cols(0, hp_.n_expert);
-  Mat route_w = ws_.route_w.Cols(0, k);
-  DS_RUN(MatMul, m.router, ws_.xn, router);
-  DS_RUN(MoeRoute, router, k, route_ids, route_w.data);
-  DS_RUN(MoeFfn, ws_.xn, route_ids, route_w.data, k, m.gate_exps, m.up_exps, m.down_exps, ws_.mix);
-  if (m.has_shared) {
-    const int64_t ff = hp_.n_ff_shared_expert;
-    Mat gate = ws_.ff_gate.Cols(0, ff), up = ws_.ff_up.Cols(0, ff);
-    const kernels::WeightView group_w[] = {m.shared.gate, m.shared.up, m.shared_gate};
-    Mat group_y[] = {gate, up, ws_.shared_g};
-    DS_RUN(MatMulGroup, group_w, 3, ws_.xn, group_y);
-    DS_RUN(SwiGlu, gate, up, gate);
-    DS_RUN(MatMul, m.shared.down, gate, ws_.shared_out);
-    DS_RUN(MulSigmoid, ws_.shared_out, ws_.shared_g);
-    DS_RUN(Add, ws_.mix, ws_.shared_out);
-  }
   return absl::OkStatus();
 }
 

@@ -6,6 +6,10 @@
 //   ASSIGN_OR_RETURN(auto seq, model->NewSequence(/*max_tokens=*/4096));
 //   std::vector<float> logits;   // [rows][n_vocab]
 //   RETURN_IF_ERROR(model->Forward({{seq.get(), prompt_ids, /*all_logits=*/false}}, logits));
+//
+// A qwen35moe model on a device whose expert budget holds fewer than all routed experts keeps
+// them in two tiers (expert_tiers.h; Load with ExpertTierOptions): its MoE layers run the
+// device-resident experts on the backend and the others on CPU threads, in the same pass.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +28,8 @@
 #include "kernels/backend.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/recurrent_state_slots.h"
+#include "worker/engine/expert_layout.h"
+#include "worker/engine/expert_tiers.h"
 #include "worker/engine/forward_counters.h"
 #include "worker/engine/model_weights.h"
 #include "worker/engine/sequence_state.h"
@@ -32,9 +38,20 @@ namespace deltaserve::worker {
 
 // What a loaded model needs in memory, for the plan printed before allocating.
 struct ModelMemory {
-  uint64_t weight_bytes = 0;             // tensors the forward pass reads
-  uint64_t state_bytes_per_sequence = 0; // conv windows + delta-rule matrices, f32
-  uint64_t kv_bytes_per_token = 0;       // K and V of every attention layer, cache types
+  // Weights the backend holds (or maps, on the CPU): every tensor the forward pass reads, except
+  // that a model with expert tiers counts its device expert arena instead of the routed stacks.
+  uint64_t weight_bytes = 0;
+  uint64_t state_bytes_per_sequence = 0;  // conv windows + delta-rule matrices, f32
+  uint64_t kv_bytes_per_token = 0;        // K and V of every attention layer, cache types
+  // MoE models (zeros for dense ones; expert_layout.h): every routed expert stack as the file
+  // holds them, wherever they live; one expert's gate + up + down per layer; the slot of a
+  // device expert arena (ExpertSlotBytes); with tiers, the slots and the routed bytes left in
+  // host memory (the file's mapping, outside weight_bytes).
+  uint64_t routed_expert_bytes = 0;
+  std::vector<uint64_t> expert_bytes_per_layer;
+  uint64_t expert_slot_bytes = 0;
+  int64_t expert_slots = 0;
+  uint64_t host_expert_bytes = 0;
 };
 
 // KV cache types of a sequence made by NewSequence(max_tokens): f32 unless asked otherwise, so
@@ -71,6 +88,14 @@ class Qwen35Model {
   // a GPU backend's weight copies start only once the plan fits).
   static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(std::unique_ptr<common::GgufFile> file,
                                                            kernels::Backend& backend);
+  // The same, placing a qwen35moe model's routed experts as `tiers` says: on a backend whose
+  // memory is not host memory, when tiers.device_bytes holds fewer than all experts
+  // (ExpertSlotBytes each), the routed stacks stay in the mapping, an arena of that many slots
+  // is allocated and tiers.initial (else EvenExpertPlacement) is copied into it before this
+  // returns; expert_tiers() is then the model's ExpertTiers. Otherwise as Load above.
+  static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(std::unique_ptr<common::GgufFile> file,
+                                                           kernels::Backend& backend,
+                                                           const ExpertTierOptions& tiers);
 
   // Reads the mapped weights into memory ahead of the first forward pass, calling
   // `progress(fraction)` every 64 MiB, so a large model shows progress while it loads and the
@@ -110,11 +135,21 @@ class Qwen35Model {
   const ForwardCounters& counters() const { return *counters_; }
   ForwardCounters& counters() { return *counters_; }
 
+  // The routed experts' two tiers (expert_tiers.h), or null: a dense model, a host-memory
+  // backend, or every expert on the device.
+  ExpertTiers* expert_tiers() { return tiers_.get(); }
+  const ExpertTiers* expert_tiers() const { return tiers_.get(); }
+  // Called after each pass of a MoE model with every layer's expert ids (RoutingObserver, on the
+  // engine thread); empty: none.
+  void set_routing_observer(RoutingObserver observer) { routing_observer_ = std::move(observer); }
+
   // Decode steps as step graphs (CUDA graphs; kernels/backend.h "step capture"): on a backend
   // that supports capture, a decode-only pass (every entry's logits rows cover all its tokens,
   // at most kMaxGraphEntryTokens each) records its ops from GetRows through the output head
   // and launches them as one graph kept per batch shape. On by default (the worker's
-  // --cuda-graphs); no effect on a backend without capture (the CPU).
+  // --cuda-graphs); no effect on a backend without capture (the CPU), nor on a model with expert
+  // tiers, whose MoE layers copy routes to the host and back in the middle of a pass (a graph
+  // cannot hold a copy, nor the host's half of the experts).
   void set_step_graphs(bool on) { step_graphs_ = on; }
   bool step_graphs() const { return step_graphs_; }
   static constexpr int64_t kMaxGraphEntryTokens = 32;  // a token and its drafts
@@ -125,15 +160,21 @@ class Qwen35Model {
 
   // Scratch activations for up to `tokens` tokens and `out_rows` logits rows.
   absl::Status ReserveWorkspace(int64_t tokens, int64_t out_rows);
-  absl::Status RunDeltaNet(const LayerWeights& l, int dn_index,
-                           absl::Span<const BatchEntry> batch);
+  absl::Status RunDeltaNet(const LayerWeights& l, int dn_index, absl::Span<const BatchEntry> batch);
   // For a pass whose entries have one token each (a decode step), every DeltaNet layer's
   // per-sequence conv and delta-state pointers, in backend memory for Backend::DeltaNetDecodeStep
   // (copied before any layer runs: nothing inside the layers allocates or copies).
   absl::Status PrepareDeltaNetStep(absl::Span<const BatchEntry> batch);
   absl::Status RunAttention(const LayerWeights& l, int attn_index,
                             absl::Span<const BatchEntry> batch);
+  // Load with tiers: the arena of `n_slots` slots, the host stacks, the start-up placement.
+  absl::Status MakeExpertTiers(int64_t n_slots, const ExpertTierOptions& options);
   absl::Status RunFfn(const LayerWeights& l);
+  // The routed experts of a MoE layer (qwen35_ffn.cc): into ws_.mix from ws_.xn, after routing
+  // into `route_ids` / route_w; on the backend alone, or over the two tiers.
+  absl::Status RunRoutedExperts(const LayerWeights& l, const int32_t* route_ids,
+                                const kernels::Mat& route_w);
+  absl::Status RunTieredExperts(const int32_t* route_ids, const kernels::Mat& route_w);
   // The pass's ops from GetRows through the output head, once the inputs are in backend
   // memory (ids, positions, page tables) and the views are sized.
   absl::Status RunOps(absl::Span<const BatchEntry> batch, int64_t out_rows);
@@ -155,8 +196,8 @@ class Qwen35Model {
   int64_t ws_out_rows_ = 0;
   std::vector<kernels::DeviceBuffer> ws_buffers_;
   kernels::DeviceBuffer ids_buf_, pos_buf_, route_ids_buf_;
-  kernels::DeviceBuffer page_table_buf_;  // every sequence's page table, back to back
-  int64_t page_table_capacity_ = 0;       // entries
+  kernels::DeviceBuffer page_table_buf_;    // every sequence's page table, back to back
+  int64_t page_table_capacity_ = 0;         // entries
   std::vector<int64_t> page_table_offset_;  // per batch entry
   // Decode steps: [DeltaNet layer][conv, delta][B] state pointers, on the host (the op's host
   // copy) and in backend memory (grown like the page tables); empty when the pass is not one.
@@ -164,17 +205,27 @@ class Qwen35Model {
   kernels::DeviceBuffer state_ptr_buf_;
   int64_t state_ptr_capacity_ = 0;  // entries
   struct Views {
-    kernels::Mat x, xn, mix;            // [T][d]
-    kernels::Mat qkv, z, alpha, beta, o;  // DeltaNet
-    kernels::Mat qg, k, v, qc, ao;      // attention
-    kernels::Mat ff_gate, ff_up;        // dense FFN / shared expert
+    kernels::Mat x, xn, mix;                             // [T][d]
+    kernels::Mat qkv, z, alpha, beta, o;                 // DeltaNet
+    kernels::Mat qg, k, v, qc, ao;                       // attention
+    kernels::Mat ff_gate, ff_up;                         // dense FFN / shared expert
     kernels::Mat router, route_w, shared_g, shared_out;  // MoE
-    kernels::Mat out_x, logits;         // [rows][d], [rows][n_vocab]
+    kernels::Mat out_x, logits;                          // [rows][d], [rows][n_vocab]
   } ws_;
   int64_t n_tokens_ = 0;  // T of the current pass
   int64_t layer_ = 0;     // the layer RunFfn runs (MoE routing counts)
   std::vector<int32_t> route_ids_host_;
   std::unique_ptr<ForwardCounters> counters_;
+  RoutingObserver routing_observer_;
+  // MoE models: where experts go in a device arena (also without tiers, for Memory()).
+  std::optional<ExpertSlotLayout> expert_layout_;
+  // Expert tiers: the tiers, and the host side of a layer's split (ids, weights, xn copied from
+  // the backend; the device and host ids; the host experts' output) and the device ids' buffer.
+  std::unique_ptr<ArenaExpertTiers> tiers_;
+  std::vector<int32_t> tier_route_ids_, tier_device_ids_, tier_host_ids_;
+  std::vector<float> tier_weights_, tier_x_, tier_y_;
+  kernels::DeviceBuffer tier_ids_buf_;
+  int64_t tier_ids_capacity_ = 0;  // entries
   // Step graphs: this model's part of the backend's keys (models may share a backend), the
   // keys it has graphs for, and those whose capture failed (run uncaptured from then on).
   bool step_graphs_ = true;

@@ -1,0 +1,419 @@
+// A qwen35moe model with its experts in two tiers (worker/engine/expert_tiers.h) computes what the
+// same model with every expert on the device computes: on the strict device (memory that behaves
+// like a GPU's), a small synthetic model (expert_tiers_test_model.h) generates greedily for a
+// batch of three sequences (one prefill pass of all three prompts, then decode steps of all three)
+// with its experts placed in device slots in many ways: none, an even spread, the hottest, a random
+// set, whole layers, no slots at all, all but one; and with placements changed in the middle of
+// the generation, the moves taking several steps (Advance between steps with a small byte budget),
+// refused placements changing nothing. Greedy tokens must be identical and logits within the
+// tolerance below. Also: the routed stacks are not copied to the device (the strict device's
+// allocations), Memory(), the routing observer and the counts of routed pairs, step graphs off
+// for a tiered model (the deferred-capture backend), and no tiers on host memory.
+//
+// Tolerance. Both tiers compute each expert with the same kernels (the host tier's CPU backend is
+// the one inside the strict device) on the same gathered rows, so each expert's output is the
+// same bits; what changes is how a token's k weighted expert outputs are summed: per tier in slot
+// or expert order, then the two partial sums added (backend.h MoeFfn), i.e. the rounding of at
+// most k + 1 f32 additions per value per layer, ~2^-24 relative each. Through the following
+// layers' products that stays ~1e-6 relative in f32 (the F32 model: logits within 1e-4 of the
+// untiered ones, whose magnitude is ~1-10); with quantized weights the CPU quantizes activations
+// to int8 (matmul.h), where such a difference can move one activation across a rounding step: a
+// change of one step d = amax/127 of its block in that input, which moves the next products by
+// ~d/sqrt(256) and the logits by ~1e-3 (Q4_K_M: within 1e-2, a few such flips). Seen: ~5e-6 for
+// both. Greedy tokens are compared exactly: the generation is deterministic, and the reference's
+// smallest top-1 margin must exceed twice the tolerance (asserted), so a tolerated difference
+// cannot change a token.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/expert_placement.h"
+#include "common/gguf_file.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "tests/support/deferred_capture_backend.h"
+#include "tests/support/strict_device_backend.h"
+#include "tests/worker/expert_tiers_test_model.h"
+#include "worker/engine/expert_layout.h"
+#include "worker/engine/qwen35.h"
+
+namespace deltaserve::worker {
+namespace {
+
+using common::ExpertPlacement;
+using ::deltaserve::testing::DeferredCaptureBackend;
+using ::deltaserve::testing::StrictDeviceBackend;
+using testing::kTestMoeExperts;
+using testing::kTestMoeLayers;
+using testing::kTestMoeUsed;
+
+constexpr int64_t kSlots = 12;  // of 32 experts
+constexpr int kDecodeSteps = 10;
+
+// What a generation produced: every logits row in order, and every greedy token.
+struct Outcome {
+  std::vector<float> logits;
+  std::vector<int32_t> tokens;
+  float smallest_margin = 1e30f;  // top-1 minus top-2 logit, over all rows
+};
+
+int32_t Argmax(const float* row, int64_t n, float* margin) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    if (row[i] > row[best]) best = i;
+  }
+  float second = -1e30f;
+  for (int32_t i = 0; i < n; ++i) {
+    if (i != best) second = std::max(second, row[i]);
+  }
+  *margin = row[best] - second;
+  return best;
+}
+
+// Greedy generation for three sequences in one batch: a prefill pass of the three prompts (their
+// last rows), then kDecodeSteps steps of one token each; `between(step)` runs before each decode
+// step (placements, moves).
+Outcome Generate(Qwen35Model& model, const std::function<void(int)>& between = nullptr) {
+  const std::vector<std::vector<int32_t>> prompts = {
+      {5, 17, 93, 201, 4, 66, 150, 9, 31, 250, 77, 12},
+      {300, 2, 48},
+      {120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135, 136, 137}};
+  Outcome out;
+  std::vector<std::unique_ptr<SequenceState>> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto s = model.NewSequence(64);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return out;
+    seqs.push_back(std::move(*s));
+  }
+  std::vector<float> logits;
+  std::vector<BatchEntry> batch;
+  for (size_t i = 0; i < prompts.size(); ++i) batch.push_back({seqs[i].get(), prompts[i]});
+  std::vector<std::vector<int32_t>> next(prompts.size(), std::vector<int32_t>(1));
+  const int64_t v = model.n_vocab();
+  for (int step = 0; step <= kDecodeSteps; ++step) {
+    if (step > 0) {
+      if (between) between(step);
+      batch.clear();
+      for (size_t i = 0; i < prompts.size(); ++i) batch.push_back({seqs[i].get(), next[i]});
+    }
+    absl::Status s = model.Forward(batch, logits);
+    EXPECT_TRUE(s.ok()) << "step " << step << ": " << s;
+    if (!s.ok()) return out;
+    EXPECT_EQ(logits.size(), prompts.size() * v);
+    out.logits.insert(out.logits.end(), logits.begin(), logits.end());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      float margin = 0;
+      next[i][0] = Argmax(logits.data() + i * v, v, &margin);
+      out.smallest_margin = std::min(out.smallest_margin, margin);
+      out.tokens.push_back(next[i][0]);
+    }
+  }
+  return out;
+}
+
+class ExpertTiersEngineTest : public ::testing::TestWithParam<WeightMixture> {
+ protected:
+  void SetUp() override {
+    StrictDeviceBackend::InstallFaultReporter();
+    path_ = ::testing::TempDir() + "expert_tiers_engine_test_" + std::to_string(getpid()) + "_" +
+            std::string(MixtureName(GetParam())) + ".gguf";
+    ASSERT_TRUE(testing::WriteTestMoe(path_, GetParam(), 11).ok());
+    auto file = common::GgufFile::Open(path_);
+    ASSERT_TRUE(file.ok()) << file.status();
+    slot_bytes_ = ExpertSlotBytes(**file);
+    ASSERT_GT(slot_bytes_, 0u);
+    // The reference: every expert on the device (no tiers).
+    device_ = std::make_unique<StrictDeviceBackend>(2);
+    reference_model_ = Load(*device_, ExpertTierOptions{});
+    ASSERT_NE(reference_model_, nullptr);
+    ASSERT_EQ(reference_model_->expert_tiers(), nullptr);
+    reference_ = Generate(*reference_model_);
+    ASSERT_FALSE(reference_.tokens.empty());
+    std::printf("smallest top-1 margin of the reference: %g\n", reference_.smallest_margin);
+    ASSERT_GT(reference_.smallest_margin, 2 * Tolerance());
+    // Heat for the hottest placement: the reference's routing counts.
+    heat_.assign(kTestMoeLayers, std::vector<double>(kTestMoeExperts));
+    for (int64_t l = 0; l < kTestMoeLayers; ++l) {
+      for (int64_t e = 0; e < kTestMoeExperts; ++e) {
+        heat_[l][e] = static_cast<double>(reference_model_->counters().routed(l, e));
+      }
+    }
+  }
+  void TearDown() override {
+    if (device_ != nullptr) {
+      EXPECT_TRUE(device_->violations().empty()) << device_->Report();
+    }
+    std::remove(path_.c_str());
+  }
+
+  std::unique_ptr<Qwen35Model> Load(kernels::Backend& backend, const ExpertTierOptions& tiers) {
+    auto file = common::GgufFile::Open(path_);
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (!file.ok()) return nullptr;
+    auto m = Qwen35Model::Load(std::move(*file), backend, tiers);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+
+  ExpertTierOptions Slots(int64_t n, std::optional<ExpertPlacement> initial = std::nullopt) {
+    ExpertTierOptions o;
+    o.device_bytes = static_cast<uint64_t>(n) * slot_bytes_ + slot_bytes_ / 2;
+    o.initial = std::move(initial);
+    o.host_threads = 2;
+    return o;
+  }
+
+  double Tolerance() const { return GetParam() == WeightMixture::kF32 ? 1e-4 : 1e-2; }
+
+  void ExpectSameAsReference(const Outcome& got, const std::string& what) {
+    EXPECT_EQ(got.tokens, reference_.tokens) << what;
+    ASSERT_EQ(got.logits.size(), reference_.logits.size()) << what;
+    double worst = 0;
+    for (size_t i = 0; i < got.logits.size(); ++i) {
+      worst = std::max(worst, std::fabs(double{got.logits[i]} - reference_.logits[i]));
+    }
+    EXPECT_LE(worst, Tolerance()) << what;
+    std::printf("%s: largest logit difference %g\n", what.c_str(), worst);
+  }
+
+  static ExpertPlacement Random(uint32_t seed, int64_t n) {
+    std::mt19937 rng(seed);
+    std::vector<std::pair<int64_t, int32_t>> all;
+    for (int64_t l = 0; l < kTestMoeLayers; ++l) {
+      for (int32_t e = 0; e < kTestMoeExperts; ++e) all.emplace_back(l, e);
+    }
+    std::shuffle(all.begin(), all.end(), rng);
+    ExpertPlacement p = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+    for (int64_t i = 0; i < n; ++i) p.device[all[i].first].push_back(all[i].second);
+    for (auto& l : p.device) std::sort(l.begin(), l.end());
+    return p;
+  }
+
+  std::string path_;
+  uint64_t slot_bytes_ = 0;
+  std::unique_ptr<StrictDeviceBackend> device_;
+  std::unique_ptr<Qwen35Model> reference_model_;
+  Outcome reference_;
+  std::vector<std::vector<double>> heat_;
+};
+
+TEST_P(ExpertTiersEngineTest, EveryStaticPlacementGeneratesTheSameTokens) {
+  ExpertPlacement whole_layers = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+  whole_layers.device[0] = {0, 1, 2, 3, 4, 5, 6, 7};
+  whole_layers.device[2] = {1, 3, 5, 7};
+  ExpertPlacement all_but_one = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+  for (int64_t l = 0; l < kTestMoeLayers; ++l) {
+    for (int32_t e = 0; e < kTestMoeExperts; ++e) {
+      if (l != 3 || e != 6) all_but_one.device[l].push_back(e);
+    }
+  }
+  struct Case {
+    std::string name;
+    int64_t slots;
+    std::optional<ExpertPlacement> initial;
+  };
+  const std::vector<Case> cases = {
+      {"none on the device", kSlots, ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts)},
+      {"no slots", 0, std::nullopt},
+      {"even (the default)", kSlots, std::nullopt},
+      {"hottest", kSlots, common::HottestExpertPlacement(heat_, kSlots)},
+      {"random", kSlots, Random(5, kSlots)},
+      {"whole layers", kSlots, whole_layers},
+      {"all but one", 31, all_but_one},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    StrictDeviceBackend device(2);
+    std::unique_ptr<Qwen35Model> model = Load(device, Slots(c.slots, c.initial));
+    ASSERT_NE(model, nullptr);
+    ExpertTiers* tiers = model->expert_tiers();
+    ASSERT_NE(tiers, nullptr);
+    EXPECT_EQ(tiers->n_slots(), c.slots);
+    const ExpertPlacement placed = tiers->Current();
+    if (c.initial.has_value()) {
+      EXPECT_EQ(placed, *c.initial);
+    } else {
+      EXPECT_EQ(placed, common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, c.slots));
+    }
+    // The routing observer sees every layer's ids; the device share counts the placed ones.
+    uint64_t observed_pairs = 0, observed_on_device = 0;
+    model->set_routing_observer([&](absl::Span<const int32_t> ids, int64_t n_tokens, int64_t k) {
+      ASSERT_EQ(k, kTestMoeUsed);
+      ASSERT_EQ(ids.size(), static_cast<size_t>(kTestMoeLayers * n_tokens * k));
+      for (int64_t l = 0; l < kTestMoeLayers; ++l) {
+        for (int64_t i = 0; i < n_tokens * k; ++i) {
+          ++observed_pairs;
+          if (placed.Contains(l, ids[l * n_tokens * k + i])) ++observed_on_device;
+        }
+      }
+    });
+    const ExpertTierStats before = tiers->stats();
+    ExpectSameAsReference(Generate(*model), c.name);
+    const ExpertTierStats s = tiers->stats();
+    EXPECT_GT(observed_pairs, 0u);
+    EXPECT_EQ(s.routed_total - before.routed_total, observed_pairs);
+    EXPECT_EQ(s.routed_device - before.routed_device, observed_on_device);
+    if (placed.size() == 0) {
+      EXPECT_EQ(observed_on_device, 0u);
+    }
+    EXPECT_EQ(s.moves_pending, 0);
+    EXPECT_EQ(s.moves_in, static_cast<uint64_t>(placed.size()));  // the start-up copies
+    EXPECT_TRUE(device.violations().empty()) << device.Report();
+  }
+}
+
+TEST_P(ExpertTiersEngineTest, RoutedStacksStayInHostMemory) {
+  const ModelMemory all = reference_model_->Memory();
+  StrictDeviceBackend device(2);
+  std::unique_ptr<Qwen35Model> model = Load(device, Slots(kSlots));
+  ASSERT_NE(model, nullptr);
+  const ModelMemory tiered = model->Memory();
+  EXPECT_EQ(all.expert_slots, 0);
+  EXPECT_EQ(all.host_expert_bytes, 0u);
+  EXPECT_EQ(tiered.expert_slots, kSlots);
+  EXPECT_EQ(tiered.expert_slot_bytes, slot_bytes_);
+  EXPECT_EQ(all.expert_slot_bytes, slot_bytes_);
+  EXPECT_EQ(tiered.routed_expert_bytes, all.routed_expert_bytes);
+  EXPECT_EQ(tiered.host_expert_bytes, all.routed_expert_bytes);
+  ASSERT_EQ(tiered.expert_bytes_per_layer.size(), static_cast<size_t>(kTestMoeLayers));
+  uint64_t per_layer_total = 0;
+  for (uint64_t b : tiered.expert_bytes_per_layer) per_layer_total += b * kTestMoeExperts;
+  EXPECT_EQ(per_layer_total, all.routed_expert_bytes);
+  EXPECT_EQ(tiered.weight_bytes, all.weight_bytes - all.routed_expert_bytes + kSlots * slot_bytes_);
+  // What the device really holds after loading (weights, the arena; nothing per sequence yet):
+  // the routed stacks were not copied in.
+  StrictDeviceBackend plain(2);
+  std::unique_ptr<Qwen35Model> untiered = Load(plain, ExpertTierOptions{});
+  ASSERT_NE(untiered, nullptr);
+  EXPECT_EQ(plain.allocated_bytes() - device.allocated_bytes(),
+            all.routed_expert_bytes - kSlots * slot_bytes_);
+}
+
+TEST_P(ExpertTiersEngineTest, PlacementsChangedDuringTheGenerationMoveOverSeveralSteps) {
+  StrictDeviceBackend device(2);
+  std::unique_ptr<Qwen35Model> model = Load(device, Slots(kSlots));
+  ASSERT_NE(model, nullptr);
+  ExpertTiers* tiers = model->expert_tiers();
+  ASSERT_NE(tiers, nullptr);
+  const ExpertPlacement hottest = common::HottestExpertPlacement(heat_, kSlots);
+  const ExpertPlacement random = Random(9, kSlots);
+  ASSERT_NE(hottest, tiers->Current());
+  // One expert per Advance: max_bytes 1 (at least one expert per call).
+  std::vector<int64_t> pending_seen;
+  std::vector<ExpertPlacement> used;
+  auto between = [&](int step) {
+    if (step == 2) {
+      ASSERT_TRUE(tiers->SetTarget(hottest, 1).ok());
+    } else if (step == 6) {
+      ASSERT_TRUE(tiers->SetTarget(random, 2).ok());  // before the hottest is reached
+    }
+    if (step >= 2) {
+      ASSERT_TRUE(tiers->Advance(1).ok());
+      pending_seen.push_back(tiers->stats().moves_pending);
+    }
+    used.push_back(tiers->Current());
+  };
+  ExpectSameAsReference(Generate(*model, between), "moves during the generation");
+  // The moves really spanned steps: placements differed from step to step, with moves pending.
+  std::sort(used.begin(), used.end(),
+            [](const ExpertPlacement& a, const ExpertPlacement& b) { return a.device < b.device; });
+  EXPECT_GE(std::unique(used.begin(), used.end()) - used.begin(), 5);
+  EXPECT_GT(*std::max_element(pending_seen.begin(), pending_seen.end()), 2);
+  const ExpertTierStats s = tiers->stats();
+  EXPECT_EQ(s.generation, 2u);
+  EXPECT_GE(s.moves_in, static_cast<uint64_t>(kSlots) + 8);
+  EXPECT_GT(s.moves_out, 0u);
+  // The rest of the moves, then a generation on the final placement.
+  while (tiers->stats().moves_pending > 0) ASSERT_TRUE(tiers->Advance(1 << 20).ok());
+  EXPECT_EQ(tiers->Current(), random);
+  EXPECT_TRUE(device.violations().empty()) << device.Report();
+}
+
+TEST_P(ExpertTiersEngineTest, RefusedPlacementsChangeNothing) {
+  StrictDeviceBackend device(2);
+  std::unique_ptr<Qwen35Model> model = Load(device, Slots(kSlots, Random(3, kSlots)));
+  ASSERT_NE(model, nullptr);
+  ExpertTiers* tiers = model->expert_tiers();
+  ASSERT_NE(tiers, nullptr);
+  const ExpertPlacement placed = tiers->Current();
+  auto between = [&](int step) {
+    if (step != 3) return;
+    ExpertPlacement unknown_layer = ExpertPlacement::Empty(kTestMoeLayers + 1, kTestMoeExperts);
+    ExpertPlacement unknown_expert = placed;
+    unknown_expert.device[1].push_back(kTestMoeExperts);
+    ExpertPlacement over = common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, kSlots + 1);
+    EXPECT_EQ(tiers->SetTarget(unknown_layer, 7).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(tiers->SetTarget(unknown_expert, 7).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(tiers->SetTarget(over, 7).status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(*tiers->Advance(1 << 30), 0u);
+    EXPECT_EQ(tiers->Current(), placed);
+    EXPECT_EQ(tiers->Target(), placed);
+    EXPECT_EQ(tiers->stats().generation, 0u);
+    EXPECT_EQ(tiers->stats().moves_pending, 0);
+  };
+  ExpectSameAsReference(Generate(*model, between), "refusals during the generation");
+  EXPECT_TRUE(device.violations().empty()) << device.Report();
+}
+
+TEST_P(ExpertTiersEngineTest, TieredModelsRunWithoutStepGraphs) {
+  // The same backend captures the untiered model's decode steps (so the check below can fail).
+  {
+    DeferredCaptureBackend capture(std::make_unique<StrictDeviceBackend>(2));
+    std::unique_ptr<Qwen35Model> model = Load(capture, ExpertTierOptions{});
+    ASSERT_NE(model, nullptr);
+    ExpectSameAsReference(Generate(*model), "untiered, step graphs");
+    EXPECT_GT(capture.step_graph_stats().launched, 0);
+  }
+  DeferredCaptureBackend capture(std::make_unique<StrictDeviceBackend>(2));
+  std::unique_ptr<Qwen35Model> model = Load(capture, Slots(kSlots));
+  ASSERT_NE(model, nullptr);
+  ASSERT_NE(model->expert_tiers(), nullptr);
+  EXPECT_TRUE(model->step_graphs());
+  ExpectSameAsReference(Generate(*model), "tiered on a capturing backend");
+  EXPECT_EQ(capture.step_graph_stats().launched, 0);
+  EXPECT_EQ(capture.ops_recorded(), 0);
+  EXPECT_TRUE(capture.refused().empty());
+  EXPECT_TRUE(capture.violations().empty());
+}
+
+TEST_P(ExpertTiersEngineTest, NoTiersOnHostMemoryOrWhenEveryExpertFits) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::MakeCpuBackend(2);
+  std::unique_ptr<Qwen35Model> on_cpu = Load(*cpu, Slots(kSlots));
+  ASSERT_NE(on_cpu, nullptr);
+  EXPECT_EQ(on_cpu->expert_tiers(), nullptr);
+  EXPECT_EQ(on_cpu->Memory().expert_slots, 0);
+  StrictDeviceBackend device(2);
+  std::unique_ptr<Qwen35Model> fits =
+      Load(device, Slots(kTestMoeLayers * kTestMoeExperts));  // every expert has a slot
+  ASSERT_NE(fits, nullptr);
+  EXPECT_EQ(fits->expert_tiers(), nullptr);
+  ExpectSameAsReference(Generate(*fits), "every expert fits");
+  // A start-up placement the budget cannot hold is refused by Load, naming it.
+  auto file = common::GgufFile::Open(path_);
+  ASSERT_TRUE(file.ok());
+  auto refused =
+      Qwen35Model::Load(std::move(*file), device,
+                        Slots(2, common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, 3)));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(refused.status().message()).find("start-up expert placement"),
+            std::string::npos)
+      << refused.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixtures, ExpertTiersEngineTest,
+                         ::testing::Values(WeightMixture::kF32, WeightMixture::kQ4_K_M),
+                         [](const ::testing::TestParamInfo<WeightMixture>& i) {
+                           return std::string(i.param == WeightMixture::kF32 ? "F32" : "Q4_K_M");
+                         });
+
+}  // namespace
+}  // namespace deltaserve::worker
