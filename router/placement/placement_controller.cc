@@ -207,7 +207,13 @@ PlacementCycleResult PlacementController::RunOnce() {
   std::lock_guard<std::mutex> cycle(cycle_mu_);
   const PlacementSettings settings = this->settings();
   PlacementCycleResult result;
-  if (!settings.enabled) return result;
+  if (!settings.enabled) {
+    // Switched off (a reload): the last cycle's state goes with it.
+    std::lock_guard<std::mutex> lock(mu_);
+    views_.clear();
+    for (auto& [model, c] : counters_) c.fleet_hit_share = -1;
+    return result;
+  }
   std::shared_ptr<RedisPlacementStore> store = this->store();
   const int64_t now_ms = clock_();
 

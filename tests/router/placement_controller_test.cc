@@ -102,7 +102,7 @@ TEST(PlacementControllerTest, PendingMovesAreNotPlannedOverAndUntieredWorkersOnl
   EXPECT_EQ(WorkerView(controller, fleet[0].address()).outcome, "moves pending");
 }
 
-TEST(PlacementControllerTest, DisabledDoesNothing) {
+TEST(PlacementControllerTest, DisabledDoesNothingAndForgetsTheLastCycle) {
   Fleet fleet(1);
   fleet[0].SetExpertStats(kModel, Stats(kFp, {{0, 5, 100}}));
   PlacementSettings off = Settings();
@@ -112,6 +112,18 @@ TEST(PlacementControllerTest, DisabledDoesNothing) {
   EXPECT_TRUE(fleet[0].placement_requests().empty());
   EXPECT_TRUE(controller.Views().empty());
   EXPECT_THAT(MetricsText(controller), HasSubstr("deltaserve_router_placement_enabled 0\n"));
+
+  // Switched on by a reload, then off again: the last cycle's view and hit share go.
+  controller.SetSettings(Settings());
+  EXPECT_EQ(controller.RunOnce().pushes, 1);
+  EXPECT_EQ(controller.Views().size(), 1u);
+  EXPECT_THAT(MetricsText(controller), HasSubstr("deltaserve_router_placement_fleet_hit_share"));
+  controller.SetSettings(off);
+  EXPECT_EQ(controller.RunOnce().models, 0);
+  EXPECT_TRUE(controller.Views().empty());
+  EXPECT_THAT(MetricsText(controller),
+              ::testing::Not(HasSubstr("deltaserve_router_placement_fleet_hit_share")));
+  EXPECT_EQ(fleet[0].placement_requests().size(), 1u);
 }
 
 TEST(PlacementControllerTest, AdminViewNeedsAnAdminKeyWhereKeysAreConfigured) {
