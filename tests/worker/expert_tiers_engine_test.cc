@@ -49,74 +49,13 @@ namespace {
 using common::ExpertPlacement;
 using ::deltaserve::testing::DeferredCaptureBackend;
 using ::deltaserve::testing::StrictDeviceBackend;
+using testing::Generate;
 using testing::kTestMoeExperts;
 using testing::kTestMoeLayers;
 using testing::kTestMoeUsed;
+using testing::Outcome;
 
 constexpr int64_t kSlots = 12;  // of 32 experts
-constexpr int kDecodeSteps = 10;
-
-// What a generation produced: every logits row in order, and every greedy token.
-struct Outcome {
-  std::vector<float> logits;
-  std::vector<int32_t> tokens;
-  float smallest_margin = 1e30f;  // top-1 minus top-2 logit, over all rows
-};
-
-int32_t Argmax(const float* row, int64_t n, float* margin) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i) {
-    if (row[i] > row[best]) best = i;
-  }
-  float second = -1e30f;
-  for (int32_t i = 0; i < n; ++i) {
-    if (i != best) second = std::max(second, row[i]);
-  }
-  *margin = row[best] - second;
-  return best;
-}
-
-// Greedy generation for three sequences in one batch: a prefill pass of the three prompts (their
-// last rows), then kDecodeSteps steps of one token each; `between(step)` runs before each decode
-// step (placements, moves).
-Outcome Generate(Qwen35Model& model, const std::function<void(int)>& between = nullptr) {
-  const std::vector<std::vector<int32_t>> prompts = {
-      {5, 17, 93, 201, 4, 66, 150, 9, 31, 250, 77, 12},
-      {300, 2, 48},
-      {120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135, 136, 137}};
-  Outcome out;
-  std::vector<std::unique_ptr<SequenceState>> seqs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto s = model.NewSequence(64);
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (!s.ok()) return out;
-    seqs.push_back(std::move(*s));
-  }
-  std::vector<float> logits;
-  std::vector<BatchEntry> batch;
-  for (size_t i = 0; i < prompts.size(); ++i) batch.push_back({seqs[i].get(), prompts[i]});
-  std::vector<std::vector<int32_t>> next(prompts.size(), std::vector<int32_t>(1));
-  const int64_t v = model.n_vocab();
-  for (int step = 0; step <= kDecodeSteps; ++step) {
-    if (step > 0) {
-      if (between) between(step);
-      batch.clear();
-      for (size_t i = 0; i < prompts.size(); ++i) batch.push_back({seqs[i].get(), next[i]});
-    }
-    absl::Status s = model.Forward(batch, logits);
-    EXPECT_TRUE(s.ok()) << "step " << step << ": " << s;
-    if (!s.ok()) return out;
-    EXPECT_EQ(logits.size(), prompts.size() * v);
-    out.logits.insert(out.logits.end(), logits.begin(), logits.end());
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      float margin = 0;
-      next[i][0] = Argmax(logits.data() + i * v, v, &margin);
-      out.smallest_margin = std::min(out.smallest_margin, margin);
-      out.tokens.push_back(next[i][0]);
-    }
-  }
-  return out;
-}
 
 class ExpertTiersEngineTest : public ::testing::TestWithParam<WeightMixture> {
  protected:
