@@ -1,6 +1,7 @@
 // The grouped expert FFN of the CUDA backend (cuda_ops.h LaunchMoeFfn, backend.h MoeFfn):
 //   1. MoeSortKernel (one block): counting sort of the T * k assignments by expert into
-//      positions, the plan of moe_sort.cuh (active experts, GEMM tiles) in scratch;
+//      positions, the plan of moe_sort.cuh (active experts, GEMM tiles; built by the whole block,
+//      as an expert arena may have thousands of slots) in scratch;
 //   2. gate and up products of every expert over its positions' token rows, one launch for all
 //      experts and both matrices (grid.z): GEMV items per active expert for few tokens, GEMM
 //      tiles otherwise (the kernels of matmul.cu's header files, with rows gathered through
@@ -41,9 +42,38 @@ __global__ void __launch_bounds__(kSortThreads)
     if (id >= 0 && id < n_expert) atomicAdd(&plan.counts[id], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    MoePlan(plan.counts, n_expert, kGemmTileRows, plan.offsets, plan.fill, plan.active,
-            plan.tile_expert, plan.tile_start, plan.header);
+  // The plan (moe_sort.cuh): chunk sums, an inclusive scan of them over the block
+  // (Hillis-Steele in shared memory), each chunk written from its exclusive prefix.
+  __shared__ int32_t scan[3][kSortThreads];
+  const int32_t t = static_cast<int32_t>(threadIdx.x);
+  const int32_t n_threads = static_cast<int32_t>(blockDim.x);
+  const int32_t begin = MoePlanChunk(n_expert, n_threads, t);
+  const int32_t end = MoePlanChunk(n_expert, n_threads, t + 1);
+  const MoePlanSums mine = MoePlanChunkSums(plan.counts, begin, end, kGemmTileRows);
+  scan[0][t] = mine.positions;
+  scan[1][t] = mine.active;
+  scan[2][t] = mine.tiles;
+  __syncthreads();
+  for (int32_t off = 1; off < n_threads; off <<= 1) {
+    int32_t p = 0, act = 0, til = 0;
+    if (t >= off) {
+      p = scan[0][t - off];
+      act = scan[1][t - off];
+      til = scan[2][t - off];
+    }
+    __syncthreads();
+    scan[0][t] += p;
+    scan[1][t] += act;
+    scan[2][t] += til;
+    __syncthreads();
+  }
+  const MoePlanSums below{scan[0][t] - mine.positions, scan[1][t] - mine.active,
+                          scan[2][t] - mine.tiles};
+  MoePlanChunkWrite(plan.counts, begin, end, kGemmTileRows, below, plan.offsets, plan.fill,
+                    plan.active, plan.tile_expert, plan.tile_start);
+  if (t == n_threads - 1) {
+    MoePlanFinish(MoePlanSums{scan[0][t], scan[1][t], scan[2][t]}, n_expert, plan.offsets,
+                  plan.header);
   }
   __syncthreads();
   // Positions inside an expert come in atomic order; no result depends on it (every output row

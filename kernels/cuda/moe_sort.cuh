@@ -91,17 +91,53 @@ DS_HOST_DEVICE DS_INLINE MoeScratchLayout MoeLayout(int64_t n_tokens, int64_t k,
   return l;
 }
 
-// From counts[0 .. n_expert): offsets (exclusive prefix sums, offsets[n_expert] = n_valid),
-// fill = offsets[0 .. n_expert), the active experts, the GEMM tiles of `tile_rows` positions
-// and header = {n_active, n_tiles, n_valid}. Sequential: one thread runs it (n_expert is a few
-// hundred).
-DS_HOST_DEVICE DS_INLINE void MoePlan(const int32_t* counts, int32_t n_expert, int32_t tile_rows,
-                                      int32_t* offsets, int32_t* fill, int32_t* active,
-                                      int32_t* tile_expert, int32_t* tile_start, int32_t* header) {
-  int32_t pos = 0;
-  int32_t n_active = 0;
-  int32_t n_tiles = 0;
-  for (int32_t e = 0; e < n_expert; ++e) {
+// The plan from counts[0 .. n_expert): offsets (exclusive prefix sums, offsets[n_expert] =
+// n_valid), fill = offsets[0 .. n_expert), the active experts, the GEMM tiles of `tile_rows`
+// positions and header = {n_active, n_tiles, n_valid}. The sort kernel builds it with a whole
+// block: thread i of n takes the experts [MoePlanChunk(n_expert, n, i), MoePlanChunk(.., i + 1)),
+// sums what they add (MoePlanChunkSums), the block scans those sums, and each thread writes its
+// experts' part from what the experts below its chunk add (MoePlanChunkWrite); the thread with
+// the totals writes the rest (MoePlanFinish). A sequential loop would cost a global-memory read
+// per expert on one thread: ~1 ms a layer for an expert arena of thousands of slots.
+
+// What a range of experts adds to the plan.
+struct MoePlanSums {
+  int32_t positions;
+  int32_t active;
+  int32_t tiles;
+};
+
+// The first expert of thread i's chunk (i = n_threads: n_expert, the end of the last chunk).
+DS_HOST_DEVICE DS_INLINE int32_t MoePlanChunk(int32_t n_expert, int32_t n_threads, int32_t i) {
+  const int64_t per = (static_cast<int64_t>(n_expert) + n_threads - 1) / n_threads;
+  const int64_t at = per * i;
+  return at < n_expert ? static_cast<int32_t>(at) : n_expert;
+}
+
+DS_HOST_DEVICE DS_INLINE MoePlanSums MoePlanChunkSums(const int32_t* counts, int32_t begin,
+                                                      int32_t end, int32_t tile_rows) {
+  MoePlanSums s{0, 0, 0};
+  for (int32_t e = begin; e < end; ++e) {
+    const int32_t c = counts[e];
+    s.positions += c;
+    if (c > 0) {
+      ++s.active;
+      s.tiles += (c + tile_rows - 1) / tile_rows;
+    }
+  }
+  return s;
+}
+
+// Experts [begin, end)'s offsets, fill, active entries and tiles; `below`: what the experts
+// before `begin` add (the exclusive prefix of the chunk sums).
+DS_HOST_DEVICE DS_INLINE void MoePlanChunkWrite(const int32_t* counts, int32_t begin, int32_t end,
+                                                int32_t tile_rows, MoePlanSums below,
+                                                int32_t* offsets, int32_t* fill, int32_t* active,
+                                                int32_t* tile_expert, int32_t* tile_start) {
+  int32_t pos = below.positions;
+  int32_t n_active = below.active;
+  int32_t n_tiles = below.tiles;
+  for (int32_t e = begin; e < end; ++e) {
     offsets[e] = pos;
     fill[e] = pos;
     const int32_t c = counts[e];
@@ -115,11 +151,26 @@ DS_HOST_DEVICE DS_INLINE void MoePlan(const int32_t* counts, int32_t n_expert, i
     }
     pos += c;
   }
-  offsets[n_expert] = pos;
-  header[0] = n_active;
-  header[1] = n_tiles;
-  header[2] = pos;
+}
+
+// offsets[n_expert] and the header, from the sums over every expert.
+DS_HOST_DEVICE DS_INLINE void MoePlanFinish(MoePlanSums total, int32_t n_expert, int32_t* offsets,
+                                            int32_t* header) {
+  offsets[n_expert] = total.positions;
+  header[0] = total.active;
+  header[1] = total.tiles;
+  header[2] = total.positions;
   header[3] = 0;
+}
+
+// The same plan on one thread (the reference the tests hold the block's plan to).
+DS_HOST_DEVICE DS_INLINE void MoePlan(const int32_t* counts, int32_t n_expert, int32_t tile_rows,
+                                      int32_t* offsets, int32_t* fill, int32_t* active,
+                                      int32_t* tile_expert, int32_t* tile_start, int32_t* header) {
+  const MoePlanSums total = MoePlanChunkSums(counts, 0, n_expert, tile_rows);
+  MoePlanChunkWrite(counts, 0, n_expert, tile_rows, MoePlanSums{0, 0, 0}, offsets, fill, active,
+                    tile_expert, tile_start);
+  MoePlanFinish(total, n_expert, offsets, header);
 }
 
 // Pointers into the scratch area (device pointers in the kernels, host ones in the CPU replay).

@@ -403,6 +403,68 @@ TEST(CudaMoePlanTest, PlanMatchesRecomputationAndTileBound) {
   }
 }
 
+// MoeSortKernel's plan on the host: `n_threads` chunks (MoePlanChunk), their sums scanned in
+// thread order (what the block's scan computes), each chunk written from its exclusive prefix,
+// the last thread finishing.
+void MoePlanInChunks(const int32_t* counts, int32_t n_expert, int32_t tile, int32_t n_threads,
+                     int32_t* offsets, int32_t* fill, int32_t* active, int32_t* tile_expert,
+                     int32_t* tile_start, int32_t* header) {
+  std::vector<MoePlanSums> sums(n_threads);
+  for (int32_t t = 0; t < n_threads; ++t) {
+    sums[t] = MoePlanChunkSums(counts, MoePlanChunk(n_expert, n_threads, t),
+                               MoePlanChunk(n_expert, n_threads, t + 1), tile);
+  }
+  MoePlanSums below{0, 0, 0};
+  // Written in reverse thread order: no chunk may depend on another having been written.
+  std::vector<MoePlanSums> prefix(n_threads);
+  for (int32_t t = 0; t < n_threads; ++t) {
+    prefix[t] = below;
+    below.positions += sums[t].positions;
+    below.active += sums[t].active;
+    below.tiles += sums[t].tiles;
+  }
+  for (int32_t t = n_threads - 1; t >= 0; --t) {
+    MoePlanChunkWrite(counts, MoePlanChunk(n_expert, n_threads, t),
+                      MoePlanChunk(n_expert, n_threads, t + 1), tile, prefix[t], offsets, fill,
+                      active, tile_expert, tile_start);
+  }
+  MoePlanFinish(below, n_expert, offsets, header);
+}
+
+// The block's plan equals the one-thread plan, for arena-sized expert counts and any number of
+// threads (chunks of one expert, of many, empty chunks at the end).
+TEST(CudaMoePlanTest, ChunkedPlanEqualsTheSequentialOne) {
+  std::mt19937 rng(31);
+  for (const int32_t n_expert : {1, 7, 256, 1023, 1024, 1025, 5000}) {
+    for (const int32_t n_threads : {1, 3, 1024}) {
+      const int64_t n_assign = std::uniform_int_distribution<int64_t>(1, 3000)(rng);
+      std::vector<int32_t> counts(n_expert, 0);
+      for (int64_t a = 0; a < n_assign; ++a) {
+        ++counts[std::uniform_int_distribution<int32_t>(0, n_expert - 1)(rng)];
+      }
+      const int64_t max_tiles = MoeMaxTiles(n_assign, n_expert, kGemmTileRows);
+      auto run = [&](bool chunked) {
+        std::vector<int32_t> out((n_expert + 1) + 2 * n_expert + 2 * max_tiles + 4, -7);
+        int32_t* offsets = out.data();
+        int32_t* fill = offsets + n_expert + 1;
+        int32_t* active = fill + n_expert;
+        int32_t* tile_expert = active + n_expert;
+        int32_t* tile_start = tile_expert + max_tiles;
+        int32_t* header = tile_start + max_tiles;
+        if (chunked) {
+          MoePlanInChunks(counts.data(), n_expert, kGemmTileRows, n_threads, offsets, fill, active,
+                          tile_expert, tile_start, header);
+        } else {
+          MoePlan(counts.data(), n_expert, kGemmTileRows, offsets, fill, active, tile_expert,
+                  tile_start, header);
+        }
+        return out;
+      };
+      EXPECT_EQ(run(true), run(false)) << n_expert << " experts, " << n_threads << " threads";
+    }
+  }
+}
+
 // The arrays of the scratch layout are 256-byte aligned, disjoint, in bounds, large enough.
 TEST(CudaMoePlanTest, ScratchLayoutHoldsEveryArray) {
   for (const auto& [t, k, e, embd, ff] :
@@ -462,8 +524,10 @@ class MoeReplay {
     for (int64_t a = 0; a < n_assign; ++a) {
       if (ids[a] >= 0 && ids[a] < n_expert) ++plan_.counts[ids[a]];
     }
-    MoePlan(plan_.counts, static_cast<int32_t>(n_expert), kGemmTileRows, plan_.offsets, plan_.fill,
-            plan_.active, plan_.tile_expert, plan_.tile_start, plan_.header);
+    // As MoeSortKernel builds it: 1024 threads' chunks.
+    MoePlanInChunks(plan_.counts, static_cast<int32_t>(n_expert), kGemmTileRows, 1024,
+                    plan_.offsets, plan_.fill, plan_.active, plan_.tile_expert, plan_.tile_start,
+                    plan_.header);
     for (int64_t a = 0; a < n_assign; ++a) {
       if (ids[a] >= 0 && ids[a] < n_expert) {
         const int32_t p = plan_.fill[ids[a]]++;
