@@ -191,25 +191,27 @@ std::vector<int32_t> CpuGreedy(const std::vector<int32_t>& prompt, int n) {
   return out;
 }
 
-TEST(DeltaserveWorkerSim, ServesAMoeModelAndPrintsThePlanAndTheExpertSplit) {
-  ChildProcess w(SimWorkerArgs({"--vram", "512MiB", "--threads", "2"}));
-  ASSERT_TRUE(w.started());
-  std::optional<std::string> line = w.WaitForLine("listening on ", seconds(120));
-  ASSERT_TRUE(line.has_value()) << w.err();
-  const std::string err = w.err();
-  EXPECT_THAT(err, HasSubstr("--device sim: the test and development device"));
-  EXPECT_THAT(err, HasSubstr("512.0 MiB of device memory (--vram)"));
-  EXPECT_THAT(err, HasSubstr("memory plan: tiny-moe-f32.gguf, VRAM budget 512.0 MiB"));
-  // 128 experts of 96 KiB, 12 MiB: all fit, all on the device.
-  EXPECT_THAT(err, HasSubstr("experts: 12.00 MiB of 12.00 MiB in VRAM (128 of 128 experts, "
-                             "100 %), all on the device [--expert-vram auto]"));
+const std::vector<int32_t> kPrompt = {11, 48, 85, 122, 159, 196, 233, 270};
 
+// Starts a sim worker with `extra` flags, generates 6 greedy tokens after kPrompt, drains it
+// (exit 0 expected); the tokens, and the worker's stderr up to the drain.
+struct Served {
+  std::vector<int32_t> tokens;
+  std::string start_log;
+};
+Served ServeGreedy(std::vector<std::string> extra) {
+  Served out;
+  ChildProcess w(SimWorkerArgs(std::move(extra)));
+  EXPECT_TRUE(w.started());
+  std::optional<std::string> line = w.WaitForLine("listening on ", seconds(120));
+  out.start_log = w.err();
+  EXPECT_TRUE(line.has_value()) << out.start_log;
+  if (!line) return out;
   auto stub = pb::Worker::NewStub(grpc::CreateChannel(
       line->substr(line->find("listening on ") + 13), grpc::InsecureChannelCredentials()));
   pb::GenerateRequest r;
   r.set_model("moe");
-  const std::vector<int32_t> prompt = {11, 48, 85, 122, 159, 196, 233, 270};
-  for (int32_t t : prompt) r.add_prompt_token_ids(t);
+  for (int32_t t : kPrompt) r.add_prompt_token_ids(t);
   r.mutable_sampling()->set_temperature(0.0f);
   r.mutable_sampling()->set_max_tokens(6);
   r.mutable_sampling()->set_ignore_eos(true);
@@ -217,22 +219,43 @@ TEST(DeltaserveWorkerSim, ServesAMoeModelAndPrintsThePlanAndTheExpertSplit) {
   ctx.set_deadline(std::chrono::system_clock::now() + seconds(120));
   auto reader = stub->Generate(&ctx, r);
   pb::GenerateEvent ev;
-  std::vector<int32_t> tokens;
   while (reader->Read(&ev)) {
     if (ev.has_token_event()) {
-      for (int32_t t : ev.token_event().token_ids()) tokens.push_back(t);
+      for (int32_t t : ev.token_event().token_ids()) out.tokens.push_back(t);
     }
   }
   const grpc::Status status = reader->Finish();
-  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << w.err();
-  // The sim device computes with the CPU kernels: the CPU engine's tokens exactly.
-  EXPECT_EQ(tokens, CpuGreedy(prompt, 6));
+  EXPECT_TRUE(status.ok()) << status.error_message() << "\n" << w.err();
   EXPECT_THAT(w.err(), Not(HasSubstr("sim device:")));  // no memory violation printed
-
   w.Signal(SIGTERM);
   std::optional<int> code = w.Wait(seconds(60));
-  ASSERT_TRUE(code.has_value());
-  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_TRUE(code.has_value());
+  if (code) {
+    EXPECT_EQ(*code, 0) << w.err();
+  }
+  return out;
+}
+
+TEST(DeltaserveWorkerSim, ServesAMoeModelAndPrintsThePlanAndTheExpertSplit) {
+  const Served s = ServeGreedy({"--vram", "512MiB", "--threads", "2"});
+  EXPECT_THAT(s.start_log, HasSubstr("--device sim: the test and development device"));
+  EXPECT_THAT(s.start_log, HasSubstr("512.0 MiB of device memory (--vram)"));
+  EXPECT_THAT(s.start_log, HasSubstr("memory plan: tiny-moe-f32.gguf, VRAM budget 512.0 MiB"));
+  // 128 experts of 96 KiB, 12 MiB: all fit, all on the device.
+  EXPECT_THAT(s.start_log, HasSubstr("experts: 12.00 MiB of 12.00 MiB in VRAM (128 of 128 "
+                                     "experts, 100 %), all on the device [--expert-vram auto]"));
+  // The sim device computes with the CPU kernels: the CPU engine's tokens exactly.
+  EXPECT_EQ(s.tokens, CpuGreedy(kPrompt, 6));
+}
+
+// Ten experts in VRAM, the rest computed on the CPU from the mapping: the same tokens.
+TEST(DeltaserveWorkerSim, ServesWithMostExpertsInRam) {
+  const Served s = ServeGreedy({"--vram", "512MiB", "--expert-vram", std::to_string(10 * kSlot)});
+  EXPECT_THAT(s.start_log,
+              HasSubstr("experts: 960.0 KiB of 12.00 MiB in VRAM (10 of 128 experts, 8 %), the "
+                        "rest in RAM (computed on the CPU); slots of 96.00 KiB [--expert-vram "
+                        "960.0 KiB]"));
+  EXPECT_EQ(s.tokens, CpuGreedy(kPrompt, 6));
 }
 
 TEST(DeltaserveWorkerSim, ExpertVramRefusals) {

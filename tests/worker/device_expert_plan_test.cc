@@ -166,5 +166,26 @@ TEST(DeviceExpertPlan, CreateOnTheSimDeviceStaysWithinTheCapacity) {
   EXPECT_EQ(sim.violation_count(), 0u);
 }
 
+// A split on the sim device: the engine makes the planned slots and counts the same device
+// weights as the plan (Create checks that), the device holds no more than the plan at its peak,
+// and the model serves.
+TEST(DeviceExpertPlan, ASplitModelIsCreatedWithThePlannedSlots) {
+  ServingOptions o = DeviceOptions(0);
+  o.budget_bytes = NeededWithoutExperts(o) + 10 * kSlot + kSlot / 2;
+  kernels::SimDeviceBackend sim(
+      kernels::SimDeviceOptions{.n_threads = 1, .capacity_bytes = o.budget_bytes});
+  absl::StatusOr<std::unique_ptr<ServedModel>> m =
+      ServedModel::Create(GoldenPath("tiny-moe-f32.gguf"), sim, o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->plan().inputs.experts.n_slots, 10);
+  ExpertTiers* tiers = (*m)->model().expert_tiers();
+  ASSERT_NE(tiers, nullptr);
+  EXPECT_EQ(tiers->n_slots(), 10);
+  EXPECT_EQ(tiers->slot_bytes(), kSlot);
+  EXPECT_EQ(sim.refused_allocations(), 0);
+  EXPECT_LE(sim.peak_allocated_bytes(), (*m)->planned_bytes());
+  EXPECT_EQ(sim.violation_count(), 0u);
+}
+
 }  // namespace
 }  // namespace deltaserve::worker

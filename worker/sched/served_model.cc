@@ -6,7 +6,6 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -456,16 +455,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Create(const std::stri
 
   // The routed experts as the plan split them: every stack on the device (no tiers), or the
   // planned slot arena with the rest computed on the CPU from the file's mapping.
-  const ExpertTierOptions tiers = ExpertTierOptionsFor(m->plan_, options);
-  if (tiers.device_bytes != std::numeric_limits<uint64_t>::max()) {
-    // Qwen35Model::Load(file, backend, tiers) is not in this build yet.
-    return absl::UnimplementedError(absl::StrCat(
-        BaseName(path), ": ", RenderExpertSplit(m->plan_),
-        ": this build cannot keep routed experts in host memory yet; give the device room for "
-        "every expert (--expert-vram auto with a larger --vram, or a smaller --ctx / --parallel)"));
-  }
-  absl::StatusOr<std::unique_ptr<Qwen35Model>> model =
-      Qwen35Model::Load(std::move(file_owner), backend);
+  absl::StatusOr<std::unique_ptr<Qwen35Model>> model = Qwen35Model::Load(
+      std::move(file_owner), backend, ExpertTierOptionsFor(m->plan_, options));
   if (!model.ok()) return model.status();
   m->model_ = std::move(*model);
   m->model_->set_step_graphs(options.step_graphs);
