@@ -39,11 +39,21 @@ TEST(ParseDevice, AcceptsCpuAndCudaNumbersAndNamesTheRest) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->index, 12);
   EXPECT_EQ(d->Name(), "cuda:12");
+  EXPECT_TRUE(d->has_device_memory());
+  // The test device: a device with memory of its own, like cuda:N.
+  d = ParseDevice("sim");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->kind, DeviceSpec::Kind::kSim);
+  EXPECT_EQ(d->Name(), "sim");
+  EXPECT_TRUE(d->has_device_memory());
+  EXPECT_FALSE(ParseDevice("cpu")->has_device_memory());
   for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "cuda:0:1",
-                          "cuda:1234", "CUDA:0", "cpu:0"}) {
+                          "cuda:1234", "CUDA:0", "cpu:0", "sim:0", "SIM"}) {
     d = ParseDevice(bad);
     ASSERT_FALSE(d.ok()) << bad;
-    EXPECT_THAT(d.status().message(), HasSubstr("use cpu, cuda or cuda:N")) << bad;
+    EXPECT_THAT(d.status().message(),
+                HasSubstr("use cpu, cuda or cuda:N (N a device number), or sim (the test device)"))
+        << bad;
   }
 }
 
