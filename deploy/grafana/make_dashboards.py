@@ -225,6 +225,23 @@ def worker():
             "models): the hot experts are the ones to place on the GPU.",
             [("layer {{layer}} expert {{expert}}", f"sum by (layer, expert) (rate(deltaserve_model_expert_routed_tokens_total{{{S}}}[{RI}]))")],
             kind="heatmap", width=16)
+    b.row("Expert placement")
+    b.panel("Routed experts served from VRAM", "Share of routed (token, expert) pairs computed by "
+            "an expert in device memory (MoE models with expert tiers; docs/moe_placement.md). "
+            "Rises as the router's placement follows the traffic; 0 on a CPU worker, 1 when "
+            "--expert-vram holds every expert.",
+            [("{{instance}} {{model}}", f"sum by (instance, model) (rate(deltaserve_model_expert_routed_device_total{{{S}}}[{RI}])) / sum by (instance, model) (rate(deltaserve_model_expert_routed_total{{{S}}}[{RI}]))")],
+            unit="percentunit")
+    b.panel("Expert moves", "Experts moved into device memory and evicted per second, and moves "
+            "still pending (a placement being applied).",
+            [("in {{instance}} {{model}}", f"sum by (instance, model) (rate(deltaserve_model_expert_moves_total{{{S},direction=\"in\"}}[{RI}]))"),
+             ("out {{instance}} {{model}}", f"sum by (instance, model) (rate(deltaserve_model_expert_moves_total{{{S},direction=\"out\"}}[{RI}]))"),
+             ("pending {{instance}} {{model}}", f"sum by (instance, model) (deltaserve_model_expert_moves_pending{{{S}}})")])
+    b.panel("Expert bytes copied to the device", "PCIe traffic the placement costs (expert weights "
+            "copied into device slots per second); failed migration steps should stay at 0.",
+            [("copied {{instance}} {{model}}", f"sum by (instance, model) (rate(deltaserve_model_expert_moved_bytes_total{{{S}}}[{RI}]))"),
+             ("failed steps {{instance}}", f"sum by (instance) (rate(deltaserve_model_expert_move_failures_total{{{S}}}[{RI}]))")],
+            unit="Bps")
     return b
 
 
