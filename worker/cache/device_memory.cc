@@ -75,7 +75,13 @@ std::vector<ScratchQuery> ForwardPassScratchQueries(const common::Qwen35HParams&
   }
   if (hp.is_moe) {
     matmul("ffn_gate_inp", d, hp.n_expert);
-    q.push_back({Op::kMoeFfn, "ffn_*_exps", {t, hp.n_expert_used, hp.n_expert, d, hp.n_ff_expert}});
+    // The stacks a call sees: the layer's n_expert experts, or with expert tiers
+    // (worker/engine/expert_tiers.h) the whole slot arena, which holds fewer than all
+    // n_layer x n_expert experts: that bound is known before the plan sizes the arena. The
+    // expert count only sizes the kernel's per-expert counters (a few bytes each).
+    q.push_back({Op::kMoeFfn, "ffn_*_exps",
+                 {t, hp.n_expert_used, std::max<int64_t>(1, hp.n_layer) * hp.n_expert, d,
+                  hp.n_ff_expert}});
     if (hp.n_ff_shared_expert > 0) {
       matmul("ffn_gate_shexp", d, hp.n_ff_shared_expert);
       matmul("ffn_up_shexp", d, hp.n_ff_shared_expert);
