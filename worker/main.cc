@@ -45,6 +45,8 @@
 #include "common/prometheus_text.h"
 #include "common/qwen35_hparams.h"
 #include "common/request_log.h"
+#include "common/routing_trace.h"
+#include "common/snapshot_key.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/sim/sim_backend.h"
@@ -54,6 +56,8 @@
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/redis_snapshot_tier.h"
 #include "worker/sched/served_model.h"
+#include "worker/service/expert_service.h"
+#include "worker/service/expert_startup.h"
 #include "worker/service/metrics_endpoint.h"
 #include "worker/service/worker_service.h"
 #include "worker/worker_flags.h"
@@ -180,6 +184,78 @@ int CheckExpertVramApplies(const WorkerFlags& f) {
   for (const std::string& d : dense) {
     std::cerr << "deltaserve-worker: --expert-vram does not apply to the dense model " << d
               << "\n";
+  }
+  return 0;
+}
+
+// MoE expert placement (docs/moe_placement.md) for every MoE model: the statistics
+// GetExpertStats serves; with expert tiers the start-up placement (saved in Redis, else the
+// warm-up's counts, else even), run before the schedulers start and before the snapshot
+// publisher is set (the warm-up runs through the scheduler), then migration between steps; and
+// --record-routing. A trace file that cannot be created stops the start (exit 1).
+int SetUpExperts(const WorkerFlags& f, const std::map<std::string, ServedModel*>& models,
+                 bool device_backend, std::map<std::string, std::unique_ptr<ModelExperts>>& out) {
+  std::vector<std::pair<std::string, ServedModel*>> moe;
+  for (const auto& [name, m] : models) {
+    if (m->model().hparams().is_moe) moe.emplace_back(name, m);
+  }
+  if (!f.record_routing.empty() && moe.empty()) {
+    std::cerr << "deltaserve-worker: --record-routing " << f.record_routing
+              << ": no model here has routed experts; nothing is recorded\n";
+  }
+  for (const auto& [name, m] : moe) {
+    ExpertTiers* tiers = m->model().expert_tiers();
+    const ExpertSplit& split = m->plan().inputs.experts;
+    ModelExpertsOptions o;
+    o.half_life_seconds = f.serving.expert_half_life_seconds;
+    o.device_backend = device_backend;
+    o.device_budget_bytes = !split.applies     ? 0
+                            : split.auto_sized ? split.device_bytes()
+                                               : split.requested_bytes;
+    auto experts = std::make_unique<ModelExperts>(*m, tiers, o);
+    StartupPlacementOptions startup;
+    if (!f.redis_url.empty()) startup.redis = f.redis.redis;
+    ApplyStartupPlacement(name, *experts, startup);
+    m->scheduler().SetExpertMigration(tiers, f.serving.expert_move_bytes);
+    if (tiers != nullptr) {
+      std::cerr << "  experts: " << tiers->n_slots() << " device slots of " << tiers->slot_bytes()
+                << " B; start-up placement: " << experts->startup_source() << "; half-life "
+                << o.half_life_seconds << " s, at most " << HumanBytes(f.serving.expert_move_bytes)
+                << " moved per step\n";
+    }
+    if (!f.record_routing.empty()) {
+      // One file per MoE model: FILE itself when there is one, FILE.<name> otherwise.
+      const std::string path =
+          moe.size() == 1 ? f.record_routing : absl::StrCat(f.record_routing, ".", name);
+      const common::Qwen35HParams& hp = m->model().hparams();
+      common::RoutingTraceHeader header;
+      header.n_layer = hp.n_layer;
+      header.n_expert = hp.n_expert;
+      header.k = hp.n_expert_used;
+      header.fingerprint = common::ModelFingerprint(m->model().file());
+      header.model_name = name;
+      absl::StatusOr<std::unique_ptr<common::RoutingTraceWriter>> w =
+          common::RoutingTraceWriter::Create(path, header);
+      if (!w.ok()) {
+        std::cerr << "deltaserve-worker: --record-routing: " << w.status().message() << "\n";
+        return 1;
+      }
+      // Shared with the observer: the model (and its forward passes) may outlive this scope.
+      std::shared_ptr<common::RoutingTraceWriter> writer = std::move(*w);
+      auto failed = std::make_shared<std::atomic<bool>>(false);
+      m->model().set_routing_observer(
+          [writer, failed, name](absl::Span<const int32_t> ids, int64_t n_tokens, int64_t k) {
+            if (failed->load(std::memory_order_relaxed)) return;
+            if (absl::Status s = writer->Append(ids, n_tokens, k); !s.ok()) {
+              // Degraded: serving goes on, the trace stops here (one line).
+              failed->store(true);
+              std::cerr << "deltaserve-worker: " << name << ": --record-routing stopped: "
+                        << s.message() << "\n";
+            }
+          });
+      std::cerr << "  routing trace: " << path << "\n";
+    }
+    out[name] = std::move(experts);
   }
   return 0;
 }
@@ -316,6 +392,10 @@ int Run(WorkerFlags& f, uint64_t baseline) {
     by_name[f.models[i].first] = m->get();
     served.push_back(std::move(*m));
   }
+  // Expert placement before the snapshot publishers are set (its warm-up runs requests). Declared
+  // before the service, which serves from it.
+  std::map<std::string, std::unique_ptr<ModelExperts>> experts;
+  if (int rc = SetUpExperts(f, by_name, !backend->host_memory(), experts); rc != 0) return rc;
   // The Redis tier per model, its publisher hooked in before the schedulers start. Declared
   // after the models: its fetch callbacks submit to their schedulers.
   std::map<std::string, std::unique_ptr<RedisSnapshotTier>> tiers;
@@ -373,6 +453,7 @@ int Run(WorkerFlags& f, uint64_t baseline) {
     }
   } stop_metrics{metrics, live_service};
   for (auto& [name, tier] : tiers) service.SetRedisTier(name, tier.get());
+  for (auto& [name, e] : experts) service.SetModelExperts(name, e.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
