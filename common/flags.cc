@@ -1,6 +1,7 @@
 #include "common/flags.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -162,6 +163,25 @@ Flag HelpFlag() {
   return ActionFlag("--help", [] { return std::string(kHelpRequested); })
       .Alias("-h")
       .Help("", "this listing");
+}
+
+int UsageExit(std::string_view program, std::string_view why, std::string_view usage,
+              std::string_view details) {
+  return UsageExit(program, why, usage, details, std::cout, std::cerr);
+}
+
+int UsageExit(std::string_view program, std::string_view why, std::string_view usage,
+              std::string_view details, std::ostream& out, std::ostream& err) {
+  if (why == kHelpRequested) {
+    out << usage;
+    if (!details.empty()) out << "\n" << details;
+    out.flush();
+    return 0;
+  }
+  err << program << ": " << why << "\n" << usage;
+  if (!details.empty()) err << "(" << program << " --help says more)\n";
+  err.flush();
+  return kExitUsage;
 }
 
 std::string ParseFlags(absl::Span<const Flag> flags, const std::vector<std::string>& args,

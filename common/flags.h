@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -165,9 +166,21 @@ Flag CustomFlag(std::string name, std::function<std::string(std::string_view val
 
 // What ParseFlags returns when HelpFlag's row is given: the program prints its usage.
 inline constexpr std::string_view kHelpRequested = "help";
-// `-h` / `--help` for programs whose usage goes to stderr with exit 2: ParseFlags stops there and
-// returns kHelpRequested.
+// `-h` / `--help`: ParseFlags stops there and returns kHelpRequested, which UsageExit answers.
 Flag HelpFlag();
+
+// The exit status of a refused command line (as getopt tools and Python's argparse use).
+inline constexpr int kExitUsage = 2;
+
+// How every DeltaServe program ends when it will not run its command line. Asked for help (`why`
+// is kHelpRequested), it writes `usage` and then `details` (what the program does, its flag
+// listing) to `out` and returns 0: help was given, nothing failed, and `prog --help | less`
+// works. Otherwise it writes "<program>: <why>", then `usage` to `err` (and, when there are
+// details, where to find them) and returns kExitUsage. main returns what it returns.
+int UsageExit(std::string_view program, std::string_view why, std::string_view usage,
+              std::string_view details = "");
+int UsageExit(std::string_view program, std::string_view why, std::string_view usage,
+              std::string_view details, std::ostream& out, std::ostream& err);
 
 // How ParseFlags treats what is not in the table.
 struct FlagParseOptions {

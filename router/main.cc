@@ -100,16 +100,13 @@ std::vector<common::Flag> FlagTable(Flags& f) {
 }
 
 int Usage(const std::string& why) {
-  std::cerr << "deltaserve-router: " << why << "\n"
-            << "usage: deltaserve-router [--listen HOST:PORT] "
-               "[--worker HOST:PORT|dns:///NAME:PORT]... [--config FILE.yaml]\n"
-               "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n"
-               "         [--chat-template FILE.jinja] [--log-format text|json]\n";
-  if (why == common::kHelpRequested) {
-    Flags defaults;
-    std::cerr << "flags:\n" << common::FlagHelp(FlagTable(defaults));
-  }
-  return 2;
+  Flags defaults;
+  return common::UsageExit("deltaserve-router", why,
+                           "usage: deltaserve-router [--listen HOST:PORT] "
+                           "[--worker HOST:PORT|dns:///NAME:PORT]... [--config FILE.yaml]\n"
+                           "         [--http-threads N] [--drain-seconds S] [--max-connections N]\n"
+                           "         [--chat-template FILE.jinja] [--log-format text|json]\n",
+                           "flags:\n" + common::FlagHelp(FlagTable(defaults)));
 }
 
 std::string Parse(int argc, char** argv, Flags& f) {

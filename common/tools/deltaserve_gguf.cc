@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/gguf_file.h"
 #include "common/qwen35_hparams.h"
 #include "common/str_util.h"
@@ -29,16 +30,31 @@
 namespace deltaserve::common {
 namespace {
 
-constexpr int kExitUsage = 2;
 constexpr int kExitError = 1;
 
-int Usage() {
-  std::cerr << "usage:\n"
-               "  deltaserve-gguf info FILE\n"
-               "  deltaserve-gguf tokenize FILE TEXT [--no-special] [--json]\n"
-               "  deltaserve-gguf tokenize FILE --file PATH [--no-special] [--json]\n"
-               "  deltaserve-gguf detokenize FILE ID...\n";
-  return kExitUsage;
+// The usage on stdout for --help, else after what is wrong on stderr (common::UsageExit).
+int Usage(const std::string& why) {
+  return UsageExit("deltaserve-gguf", why,
+                   "usage:\n"
+                   "  deltaserve-gguf info FILE\n"
+                   "  deltaserve-gguf tokenize FILE TEXT [--no-special] [--json]\n"
+                   "  deltaserve-gguf tokenize FILE --file PATH [--no-special] [--json]\n"
+                   "  deltaserve-gguf detokenize FILE ID...\n",
+                   "info: metadata, tensors, totals by type and the layer plan.\n"
+                   "tokenize: the ids and pieces of TEXT (or of the file's bytes) with the\n"
+                   "  model's tokenizer; --json prints {\"ids\", \"pieces\"}; --no-special reads\n"
+                   "  special-token text as plain text. A TEXT that starts with -- (or is -h)\n"
+                   "  goes after --.\n"
+                   "detokenize: the text of the ids (\"1 2 3\" or \"1,2,3\").\n");
+}
+
+// -h or --help anywhere before a `--`.
+bool AsksForHelp(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--") return false;
+    if (a == "-h" || a == "--help") return true;
+  }
+  return false;
 }
 
 int Fail(const absl::Status& status) {
@@ -201,31 +217,36 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path
 int Tokenize(const std::vector<std::string>& args) {
   std::string path;
   std::string text;
-  bool have_text = false, json = false, parse_special = true;
+  bool have_text = false, json = false, parse_special = true, options_end = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--json") {
+    const bool flag = !options_end && a.size() > 1 && a.rfind("--", 0) == 0;
+    if (flag && a == "--") {
+      options_end = true;
+    } else if (flag && a == "--json") {
       json = true;
-    } else if (a == "--no-special") {
+    } else if (flag && a == "--no-special") {
       parse_special = false;
-    } else if (a == "--file") {
-      if (i + 1 >= args.size()) return Usage();
+    } else if (flag && a == "--file") {
+      if (i + 1 >= args.size()) return Usage("--file needs a path");
       std::ifstream in(args[++i], std::ios::binary);
       if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read ", args[i])));
       std::stringstream ss;
       ss << in.rdbuf();
       text = ss.str();
       have_text = true;
+    } else if (flag) {
+      return Usage(absl::StrCat("unknown argument '", a, "'"));
     } else if (path.empty()) {
       path = a;
     } else if (!have_text) {
       text = a;
       have_text = true;
     } else {
-      return Usage();
+      return Usage(absl::StrCat("unexpected argument '", a, "'"));
     }
   }
-  if (path.empty() || !have_text) return Usage();
+  if (path.empty() || !have_text) return Usage("tokenize needs FILE and TEXT (or --file PATH)");
   absl::StatusOr<std::unique_ptr<Tokenizer>> tok = LoadTokenizer(path);
   if (!tok.ok()) return Fail(tok.status());
   const std::vector<TokenId> ids = (*tok)->Encode(text, parse_special);
@@ -244,7 +265,7 @@ int Tokenize(const std::vector<std::string>& args) {
 }
 
 int Detokenize(const std::vector<std::string>& args) {
-  if (args.size() < 2) return Usage();
+  if (args.size() < 2) return Usage("detokenize needs FILE and at least one ID");
   absl::StatusOr<std::unique_ptr<Tokenizer>> tok = LoadTokenizer(args[0]);
   if (!tok.ok()) return Fail(tok.status());
   std::vector<TokenId> ids;
@@ -270,11 +291,24 @@ int Detokenize(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   using namespace deltaserve::common;
-  if (argc < 3) return Usage();
-  const std::string command = argv[1];
-  std::vector<std::string> args(argv + 2, argv + argc);
-  if (command == "info" && args.size() == 1) return Info(args[0]);
+  const std::vector<std::string> all(argv + 1, argv + argc);
+  if (AsksForHelp(all)) return Usage(std::string(kHelpRequested));
+  if (all.empty()) return Usage("no command");
+  const std::string& command = all[0];
+  const std::vector<std::string> args(all.begin() + 1, all.end());
+  for (const std::string& a : args) {
+    if (command != "tokenize" && a.rfind("--", 0) == 0) {
+      return Usage(absl::StrCat("unknown argument '", a, "'"));
+    }
+  }
+  if (command == "info") {
+    if (args.size() != 1) return Usage("info needs exactly one FILE");
+    return Info(args[0]);
+  }
   if (command == "tokenize") return Tokenize(args);
   if (command == "detokenize") return Detokenize(args);
-  return Usage();
+  if (command.rfind("-", 0) == 0) {
+    return Usage(absl::StrCat("unknown argument '", command, "'"));
+  }
+  return Usage(absl::StrCat("unknown command '", command, "'"));
 }

@@ -5,7 +5,13 @@
 // results; non-zero with a message on stderr for unreadable input or bad arguments.
 #pragma once
 
+#include <string>
+
 namespace deltaserve::router {
+
+// The program's usage (common::UsageExit): on stdout with 0 when `why` is common::kHelpRequested,
+// else "deltaserve-chat: <why>" and the usage on stderr with 2.
+int ChatUsage(const std::string& why);
 
 // deltaserve-chat render CASES.json [--template FILE]; args exclude the program and subcommand.
 int RunRenderCommand(int argc, char** argv);

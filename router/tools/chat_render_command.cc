@@ -26,8 +26,6 @@ namespace {
 
 using nlohmann::ordered_json;
 
-constexpr const char* kUsage = "usage: deltaserve-chat render CASES.json [--template FILE]\n";
-
 std::string Dump(const ordered_json& line) {
   return line.dump(-1, ' ', /*ensure_ascii=*/false, ordered_json::error_handler_t::replace);
 }
@@ -111,13 +109,9 @@ int Run(int argc, char** argv) {
     return "";
   };
   if (std::string why = common::ParseFlags(flags, argc, argv, options, /*first=*/0); !why.empty()) {
-    std::fprintf(stderr, "deltaserve-chat render: %s\n%s", why.c_str(), kUsage);
-    return 2;
+    return ChatUsage(absl::StrCat("render: ", why));
   }
-  if (cases_path.empty()) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
+  if (cases_path.empty()) return ChatUsage("render needs CASES.json");
   std::optional<common::ChatTemplate> file_template;
   if (!template_path.empty()) {
     const std::optional<std::string> text = ReadFile(template_path);

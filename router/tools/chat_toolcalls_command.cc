@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "router/chat/tool_call_parser.h"
 #include "router/tools/chat_commands.h"
@@ -18,8 +19,6 @@ namespace deltaserve::router {
 namespace {
 
 using nlohmann::ordered_json;
-
-constexpr const char* kUsage = "usage: deltaserve-chat toolcalls CASES.json\n";
 
 ordered_json Nullable(const std::optional<std::string>& s) {
   return s.has_value() ? ordered_json(*s) : ordered_json(nullptr);
@@ -64,9 +63,9 @@ ordered_json RunCase(const ordered_json& c, bool& ok) {
 }  // namespace
 
 int RunToolcallsCommand(int argc, char** argv) {
-  if (argc != 1) {
-    std::fputs(kUsage, stderr);
-    return 2;
+  if (argc != 1) return ChatUsage("toolcalls needs exactly one CASES.json");
+  if (argv[0][0] == '-' && argv[0][1] != '\0') {
+    return ChatUsage(absl::StrCat("toolcalls: unknown argument '", argv[0], "'"));
   }
   const std::string path = argv[0];
   std::ifstream in(path, std::ios::binary);

@@ -4,6 +4,7 @@
 // messages are the ones the CLIs print (deltaserve-plan's defaults, the worker's own per flag).
 #include "common/flags.h"
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -352,6 +353,34 @@ TEST(FlagsTest, HelpListsTheRowsInTableOrder) {
             "  --speculation          n-gram drafts\n"
             "  --a-very-long-flag-name VALUE\n"
             "                         wraps\n");
+}
+
+TEST(FlagsTest, HelpGoesToStdoutWithExitZero) {
+  bool unused = false;
+  const std::vector<Flag> flags = {HelpFlag(), SwitchFlag("--x", &unused)};
+  const std::string why = ParseFlags(flags, Args{"--help", "--bogus"});
+  ASSERT_EQ(why, kHelpRequested);
+  EXPECT_EQ(ParseFlags(flags, Args{"-h"}), kHelpRequested);
+  std::ostringstream out, err;
+  EXPECT_EQ(UsageExit("prog", why, "usage: prog [--x]\n", "flags:\n  --x  x\n", out, err), 0);
+  EXPECT_EQ(out.str(), "usage: prog [--x]\n\nflags:\n  --x  x\n");
+  EXPECT_EQ(err.str(), "");
+}
+
+TEST(FlagsTest, AProblemGoesToStderrWithTheUsageAndExitTwo) {
+  bool unused = false;
+  const std::vector<Flag> flags = {HelpFlag(), SwitchFlag("--x", &unused)};
+  const std::string why = ParseFlags(flags, Args{"--bogus", "--help"});
+  ASSERT_EQ(why, "unknown argument '--bogus'");
+  std::ostringstream out, err;
+  EXPECT_EQ(UsageExit("prog", why, "usage: prog [--x]\n", "flags:\n", out, err), kExitUsage);
+  EXPECT_EQ(kExitUsage, 2);
+  EXPECT_EQ(out.str(), "");
+  EXPECT_EQ(err.str(),
+            "prog: unknown argument '--bogus'\nusage: prog [--x]\n(prog --help says more)\n");
+  std::ostringstream out2, err2;
+  EXPECT_EQ(UsageExit("prog", "no model", "usage: prog\n", "", out2, err2), 2);
+  EXPECT_EQ(err2.str(), "prog: no model\nusage: prog\n");
 }
 
 }  // namespace

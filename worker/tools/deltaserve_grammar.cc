@@ -42,16 +42,20 @@ using common::grammar::Grammar;
 using common::grammar::GrammarMatcher;
 
 constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
 constexpr size_t kMaskCacheBytes = 256 << 20;
 
 int Usage(const std::string& why) {
-  std::cerr << "deltaserve-grammar: " << why << "\n"
-            << "usage:\n"
-               "  deltaserve-grammar check CONSTRAINT --model MODEL.gguf < instances.jsonl\n"
-               "  deltaserve-grammar compile CONSTRAINT\n"
-               "  CONSTRAINT: --schema SCHEMA.json | --regex PATTERN | --json-object\n";
-  return kExitUsage;
+  return common::UsageExit(
+      "deltaserve-grammar", why,
+      "usage:\n"
+      "  deltaserve-grammar check CONSTRAINT --model MODEL.gguf < instances.jsonl\n"
+      "  deltaserve-grammar compile CONSTRAINT\n"
+      "  CONSTRAINT: --schema SCHEMA.json | --regex PATTERN | --json-object\n",
+      "check: walks each input line, tokenized as the model would produce it, through the\n"
+      "  token masks the worker's sampler uses, and prints one line per document:\n"
+      "  {\"accepted\": true|false, \"rejected_at_token\": N|null, \"complete\": true|false}\n"
+      "compile: prints the grammar the constraint compiles to.\n"
+      "A constraint the worker refuses prints {\"error\": \"...\"} (its 400 message).\n");
 }
 
 struct Options {
@@ -64,8 +68,10 @@ struct Options {
 std::string ParseArgs(int argc, char** argv, Options& opts) {
   if (argc < 2) return "no command";
   opts.command = argv[1];
+  if (opts.command == "--help" || opts.command == "-h") return std::string(common::kHelpRequested);
   if (opts.command != "check" && opts.command != "compile") {
-    return absl::StrCat("unknown command \"", opts.command, "\"");
+    return absl::StrCat(opts.command.rfind('-', 0) == 0 ? "unknown argument" : "unknown command",
+                        " \"", opts.command, "\"");
   }
   const std::vector<common::Flag> flags = {
       common::StringFlag("--schema", &opts.schema_path).MissingMessage("--schema needs a file"),
@@ -80,6 +86,7 @@ std::string ParseArgs(int argc, char** argv, Options& opts) {
       common::StringFlag("--model", &opts.model_path)
           .Alias("-m")
           .MissingMessage("--model needs a file"),
+      common::HelpFlag(),
   };
   common::FlagParseOptions options;
   options.unknown_message = "unknown argument \"{flag}\"";

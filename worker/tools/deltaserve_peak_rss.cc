@@ -40,12 +40,15 @@ struct Flags {
 };
 
 int Usage(const std::string& why) {
-  std::cerr << "deltaserve-peak-rss: " << why << "\n"
-            << "usage: deltaserve-peak-rss -m FILE --ctx N --parallel P --ram SIZE\n"
-               "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
-               "         [--batch-tokens N] [--threads N] [--speculation] [--draft-max N]\n"
-               "         [--overhead SIZE] [--rounds R]\n";
-  return 2;
+  return common::UsageExit(
+      "deltaserve-peak-rss", why,
+      "usage: deltaserve-peak-rss -m FILE --ctx N --parallel P --ram SIZE\n"
+      "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
+      "         [--batch-tokens N] [--threads N] [--speculation] [--draft-max N]\n"
+      "         [--overhead SIZE] [--rounds R]\n",
+      "Serves the model on the CPU as the worker does, with requests that fill every sequence's\n"
+      "context --rounds times, and compares the memory plan's peak with the measured peak\n"
+      "resident set; the flags are the worker's (deltaserve-worker --help).\n");
 }
 
 // The command line (common/flags.h). Counts other than --rounds take any integer, as before the
@@ -71,6 +74,7 @@ std::vector<common::Flag> FlagTable(Flags& f) {
       common::SwitchFlag("--speculation", &o.speculation),
       any("--draft-max", &o.ngram.draft_max, "--draft-max needs a count"),
       common::IntegerFlag("--rounds", &f.rounds, 1).Error("--rounds needs a count >= 1"),
+      common::HelpFlag(),
   };
 }
 

@@ -109,26 +109,22 @@ std::vector<common::Flag> FlagTable(Options& o, bool& help) {
   };
 }
 
-void PrintHelp() {
-  std::cout << "usage: deltaserve-plan (-m FILE.gguf | --preset P [--type T]) (--vram SIZE | --ram "
-               "SIZE)\n"
-               "                       [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
-               "                       [--conv-state T] [--batch-tokens N] [--logits-rows N]\n"
-               "                       [--threads N] [--overhead SIZE] [--ctx N [--parallel N]]\n"
-               "\n"
-               "Prints how the worker's memory divides between weights, the paged KV cache of the\n"
-               "full-attention layers, the DeltaNet recurrent state of each sequence and the\n"
-               "forward-pass workspace, and the largest context that fits for 1..64 parallel\n"
-               "sequences (docs/memory_plan.md).\n"
-               "\n";
+// The usage on stdout (help) or, after what is wrong, on stderr (common::UsageExit).
+int Usage(const std::string& why) {
   Options o;
   bool help = false;
-  std::cout << common::FlagHelp(FlagTable(o, help));
-}
-
-int Usage(const std::string& why) {
-  std::cerr << "deltaserve-plan: " << why << "\n(run with --help for usage)\n";
-  return 2;
+  return common::UsageExit(
+      "deltaserve-plan", why,
+      "usage: deltaserve-plan (-m FILE.gguf | --preset P [--type T]) (--vram SIZE | --ram SIZE)\n"
+      "                       [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
+      "                       [--conv-state T] [--batch-tokens N] [--logits-rows N]\n"
+      "                       [--threads N] [--overhead SIZE] [--ctx N [--parallel N]]\n",
+      "Prints how the worker's memory divides between weights, the paged KV cache of the\n"
+      "full-attention layers, the DeltaNet recurrent state of each sequence and the\n"
+      "forward-pass workspace, and the largest context that fits for 1..64 parallel\n"
+      "sequences (docs/memory_plan.md).\n"
+      "\n" +
+          common::FlagHelp(FlagTable(o, help)));
 }
 
 int Fail(const absl::Status& s) {
@@ -222,10 +218,7 @@ int main(int argc, char** argv) {
   deltaserve::worker::Options o;
   bool help = false;
   const std::string err = deltaserve::worker::Parse(argc, argv, o, help);
-  if (help) {
-    deltaserve::worker::PrintHelp();
-    return 0;
-  }
+  if (help) return deltaserve::worker::Usage(std::string(deltaserve::common::kHelpRequested));
   if (!err.empty()) return deltaserve::worker::Usage(err);
   return deltaserve::worker::Run(o);
 }

@@ -68,14 +68,23 @@ absl::StatusOr<KvCacheOptions> CacheOptions(const Options& o) {
   return kv;
 }
 
+constexpr const char* kUsage =
+    "usage: deltaserve-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+    "                      [--min-p M] [--seed S] [--threads N] [--chat] [--ctx N]\n"
+    "                      [--ignore-eos] [--cache-type-k T] [--cache-type-v T]\n"
+    "                      [--page-tokens N]\n"
+    "       deltaserve-run -m FILE --tokens 1,2,3 --dump-logits OUT.bin [--threads N]\n";
+
+std::vector<common::Flag> FlagTable(Options& o);
+
 int Usage(const std::string& why) {
-  if (!why.empty()) std::cerr << "deltaserve-run: " << why << "\n";
-  std::cerr << "usage: deltaserve-run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-               "                      [--min-p M] [--seed S] [--threads N] [--chat] [--ctx N]\n"
-               "                      [--ignore-eos] [--cache-type-k T] [--cache-type-v T]\n"
-               "                      [--page-tokens N]\n"
-               "       deltaserve-run -m FILE --tokens 1,2,3 --dump-logits OUT.bin [--threads N]\n";
-  return 2;
+  Options defaults;
+  return common::UsageExit(
+      "deltaserve-run", why, kUsage,
+      "Runs a Qwen3.5 GGUF model on the CPU: streams the generated text to stdout, then one\n"
+      "timing line on stderr; or, with --tokens and --dump-logits, writes the logits of the ids\n"
+      "(f32 [n_tokens][n_vocab]).\n\nflags:\n" +
+          common::FlagHelp(FlagTable(defaults)));
 }
 
 int Fail(const absl::Status& s) {
@@ -103,7 +112,10 @@ std::vector<common::Flag> FlagTable(Options& o) {
   };
   const std::string cache_type = "{flag} needs a type (f32, f16, bf16, q8_0, q4_0, ...)";
   return {
-      StringFlag("-m", &o.model).Alias("--model").MissingMessage("-m needs a file"),
+      StringFlag("-m", &o.model)
+          .Alias("--model")
+          .MissingMessage("-m needs a file")
+          .Help("FILE", "the GGUF model"),
       CustomFlag("-p",
                  [&o](std::string_view v) {
                    o.prompt = std::string(v);
@@ -111,7 +123,8 @@ std::vector<common::Flag> FlagTable(Options& o) {
                    return std::string();
                  })
           .Alias("--prompt")
-          .MissingMessage("-p needs a text"),
+          .MissingMessage("-p needs a text")
+          .Help("TEXT", "the prompt (special tokens such as <|im_start|> are parsed)"),
       CustomFlag("--tokens",
                  [&o](std::string_view v) -> std::string {
                    for (absl::string_view part : absl::StrSplit(Sv(v), ',', absl::SkipEmpty())) {
@@ -123,16 +136,32 @@ std::vector<common::Flag> FlagTable(Options& o) {
                    }
                    return "";
                  })
-          .MissingMessage("--tokens needs ids"),
-      StringFlag("--dump-logits", &o.dump_logits).MissingMessage("--dump-logits needs a file"),
-      IntegerFlag("-n", &o.n_predict, 0).Alias("--n-predict").Error("-n needs a count >= 0"),
-      IntegerFlag("--threads", &o.threads, 0).Alias("-t").Error("--threads needs a count"),
-      IntegerFlag("--ctx", &o.ctx, 0).Alias("-c").Error("--ctx needs a token count"),
-      real("--temp", &o.sampling.temperature, "--temp needs a number"),
+          .MissingMessage("--tokens needs ids")
+          .Help("IDS", "token ids instead of a prompt, comma-separated"),
+      StringFlag("--dump-logits", &o.dump_logits)
+          .MissingMessage("--dump-logits needs a file")
+          .Help("OUT.bin", "with --tokens: write f32 little-endian logits [n_tokens][n_vocab]"),
+      IntegerFlag("-n", &o.n_predict, 0)
+          .Alias("--n-predict")
+          .Error("-n needs a count >= 0")
+          .Help("N", "tokens to generate (default 64)"),
+      IntegerFlag("--threads", &o.threads, 0)
+          .Alias("-t")
+          .Error("--threads needs a count")
+          .Help("N", "CPU threads (default 0: one per core)"),
+      IntegerFlag("--ctx", &o.ctx, 0)
+          .Alias("-c")
+          .Error("--ctx needs a token count")
+          .Help("N", "context in tokens (default 0: the prompt plus -n)"),
+      real("--temp", &o.sampling.temperature, "--temp needs a number")
+          .Help("T", "temperature (default 0.8; 0: greedy)"),
       IntegerFlag("--top-k", &o.sampling.top_k, std::numeric_limits<int>::min())
-          .Error("--top-k needs an integer"),
-      real("--top-p", &o.sampling.top_p, "--top-p needs a number"),
-      real("--min-p", &o.sampling.min_p, "--min-p needs a number"),
+          .Error("--top-k needs an integer")
+          .Help("K", "top-k (default 40; 0: off)"),
+      real("--top-p", &o.sampling.top_p, "--top-p needs a number")
+          .Help("P", "top-p (default 0.95; 1: off)"),
+      real("--min-p", &o.sampling.min_p, "--min-p needs a number")
+          .Help("M", "min-p (default 0.05; 0: off)"),
       CustomFlag("--seed",
                  [&o](std::string_view v) -> std::string {
                    uint64_t seed;
@@ -140,12 +169,24 @@ std::vector<common::Flag> FlagTable(Options& o) {
                    o.sampling.seed = seed;
                    return "";
                  })
-          .MissingMessage("--seed needs an integer"),
-      StringFlag("--cache-type-k", &o.cache_type_k).Alias("-ctk").MissingMessage(cache_type),
-      StringFlag("--cache-type-v", &o.cache_type_v).Alias("-ctv").MissingMessage(cache_type),
-      IntegerFlag("--page-tokens", &o.page_tokens, 1).Error("--page-tokens needs a count > 0"),
-      common::SwitchFlag("--chat", &o.chat),
-      common::SwitchFlag("--ignore-eos", &o.ignore_eos),
+          .MissingMessage("--seed needs an integer")
+          .Help("S", "sampler seed (default: a random one)"),
+      StringFlag("--cache-type-k", &o.cache_type_k)
+          .Alias("-ctk")
+          .MissingMessage(cache_type)
+          .Help("T", "K cache type (default f16; f32 with --dump-logits)"),
+      StringFlag("--cache-type-v", &o.cache_type_v)
+          .Alias("-ctv")
+          .MissingMessage(cache_type)
+          .Help("T", "V cache type, same choices"),
+      IntegerFlag("--page-tokens", &o.page_tokens, 1)
+          .Error("--page-tokens needs a count > 0")
+          .Help("N", "token positions per KV page (default 256)"),
+      common::SwitchFlag("--chat", &o.chat)
+          .Help("", "wrap the prompt as one user turn of the ChatML template"),
+      common::SwitchFlag("--ignore-eos", &o.ignore_eos)
+          .Help("", "generate -n tokens even past the end-of-generation token"),
+      common::HelpFlag(),
   };
 }
 
