@@ -58,9 +58,8 @@ enum class CpuIsa {
   // x86-64-v3: AVX2, FMA, F16C, BMI1/2, LZCNT, MOVBE. (The op loops of vec_math.h are compiled
   // for exactly this target.)
   kAvx2 = 1,
-  // kAvx2 + AVX-VNNI. No kernel uses AVX-VNNI yet: at this level every kernel runs its AVX2
-  // path. The level is detected and selectable so that AVX-VNNI int8 kernels can be added to
-  // the kAvxVnni cases of the dispatch switches.
+  // kAvx2 + AVX-VNNI: the int8-activation matrix products run on the VEX-encoded vpdpbusd /
+  // vpdpwssd (matmul_int8_avxvnni.cc); every other kernel runs its AVX2 path.
   kAvxVnni = 2,
   // x86-64-v4: kAvx2 + AVX-512 F/BW/CD/DQ/VL. VNNI and BF16 are reported, not required: the
   // int8-activation products use AVX512-VNNI where the CPU has it and the f32 path where not.

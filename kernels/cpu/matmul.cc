@@ -202,6 +202,7 @@ struct Int8Kernel {
   bool (*fused_has)(WeightType) = nullptr;  // the types `fused` handles
   Int8FusedBatchFn batch = nullptr;         // the fused batch product, if any
   bool (*batch_has)(WeightType) = nullptr;  // the types `batch` handles
+  bool batch_reorders = false;              // `batch` wants OrderInt8FlatForBatch's Q4_K order
 };
 
 Int8Kernel Int8KernelFor(CpuIsa isa) {
@@ -220,13 +221,23 @@ Int8Kernel Int8KernelFor(CpuIsa isa) {
             &Int8FusedAvx512VnniHas,
             &Int8FusedBatchAvx512Vnni,
             &Int8FusedBatchAvx512VnniHas,
+            true,
         };
       }
 #endif
       return {};
-    case CpuIsa::kAvxVnni:  // no AVX-VNNI kernels yet: the AVX2 level's f32 path
+#if defined(DELTASERVE_HAVE_X86_SIMD)
+    case CpuIsa::kAvxVnni:
+      return {CpuIsa::kAvxVnni, &DecodeInt8RowsAvx2,    &Int8RowsAvxVnni, &Int8FusedAvxVnni,
+              &Int8Fused256Has, &Int8FusedBatchAvxVnni, &Int8Fused256Has};
+    case CpuIsa::kAvx2:
+      return {CpuIsa::kAvx2,    &DecodeInt8RowsAvx2, &Int8RowsAvx2,   &Int8FusedAvx2,
+              &Int8Fused256Has, &Int8FusedBatchAvx2, &Int8Fused256Has};
+#else
+    case CpuIsa::kAvxVnni:
     case CpuIsa::kAvx2:
       break;
+#endif
   }
   return {};
 }
@@ -312,7 +323,9 @@ void MultiplyFusedInt8(ThreadPool& pool, const Int8Kernel& k, const Int8Route* r
       } else {
         QuantizeInt8FlatRows(w[i].type, x, a, 0, x.rows, k.isa);
       }
-      if (route[i] == Int8Route::kBatch) batch[i] = OrderInt8FlatForBatch(w[i].type, a, x.rows);
+      if (route[i] == Int8Route::kBatch) {
+        batch[i] = OrderInt8FlatForBatch(w[i].type, a, x.rows, k.batch_reorders);
+      }
     }
     first_row[i + 1] = first_row[i] + w[i].out;
   }
@@ -387,6 +400,14 @@ bool UsesInt8Path(WeightType type, CpuIsa isa, int64_t rows) {
   return k.fused != nullptr && k.fused_has(type);
 }
 
+bool UsesFusedInt8Kernel(WeightType type, int64_t in, CpuIsa isa, int64_t rows) {
+  if (!UsesInt8Path(type, isa, rows)) return false;
+  WeightView w;
+  w.type = type;
+  w.in = in;
+  return RouteInt8(Int8KernelFor(isa), w, rows) != Int8Route::kPanels;
+}
+
 const MatMulKernels& ScalarKernels() { return kScalarTable; }
 
 const MatMulKernels& KernelsFor(CpuIsa isa) {
@@ -394,7 +415,7 @@ const MatMulKernels& KernelsFor(CpuIsa isa) {
   switch (ClampIsa(isa)) {
     case CpuIsa::kAvx512:
       return Avx512Kernels();
-    case CpuIsa::kAvxVnni:  // no AVX-VNNI kernels yet (cpu_features.h)
+    case CpuIsa::kAvxVnni:  // the f32-activation kernels are the AVX2 level's
     case CpuIsa::kAvx2:
       return Avx2Kernels();
     case CpuIsa::kScalar:

@@ -146,6 +146,10 @@ bool QuantizeInt8PanelsSimd(CpuIsa isa, bool k_quant, const Mat& x, const Int8Ac
     QuantizeInt8PanelsAvx512(k_quant, x, a, p0, p1);
     return true;
   }
+  if ((isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvxVnni) && IsaSupported(CpuIsa::kAvx2)) {
+    QuantizeInt8PanelsAvx2(k_quant, x, a, p0, p1);
+    return true;
+  }
 #else
   (void)isa, (void)k_quant, (void)x, (void)a, (void)p0, (void)p1;
 #endif
@@ -186,6 +190,10 @@ bool QuantizeInt8FlatSimd(CpuIsa isa, bool k_quant, const Mat& x, const Int8Flat
     QuantizeInt8FlatAvx512(k_quant, x, a, t0, t1);
     return true;
   }
+  if ((isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvxVnni) && IsaSupported(CpuIsa::kAvx2)) {
+    QuantizeInt8FlatAvx2(k_quant, x, a, t0, t1);
+    return true;
+  }
 #else
   (void)isa, (void)k_quant, (void)x, (void)a, (void)t0, (void)t1;
 #endif
@@ -206,8 +214,9 @@ void QuantizeInt8Flat(WeightType type, const Mat& x, Int8FlatActivations& acts, 
   QuantizeInt8FlatRows(type, x, acts, 0, x.rows, isa);
 }
 
-Int8FlatBatch OrderInt8FlatForBatch(WeightType type, Int8FlatActivations& acts, int64_t rows) {
-  if (type == WeightType::kQ4_K) {
+Int8FlatBatch OrderInt8FlatForBatch(WeightType type, Int8FlatActivations& acts, int64_t rows,
+                                    bool reorder) {
+  if (reorder && type == WeightType::kQ4_K) {
     // Sub-blocks 1 and 2 of every 128 values trade places (matmul_int8.h).
     int8_t tmp[32];
     for (int64_t k = 0; k < rows * acts.n; k += 128) {
@@ -237,7 +246,8 @@ Int8WeightRows DecodeInt8Rows(WeightType type, const uint8_t* w, size_t row_byte
   if (decode == nullptr) decode = &DecodeInt8RowsBaseline;
   const bool has_min = decode(type, w, row_bytes, rows, n, g, buf.q.data(), buf.scale.data(),
                               buf.minc.data(), buf.wsum.data());
-  return {rows, n, g, has_min, buf.q.data(), buf.scale.data(), buf.minc.data(), buf.wsum.data()};
+  return {rows, n, g, has_min, buf.q.data(), buf.scale.data(), buf.minc.data(), buf.wsum.data(),
+          type};
 }
 
 // Per block: the exact int32 sum, then one f32 multiply-add with the combined scale, and the

@@ -85,17 +85,19 @@ struct Int8ActivationsOut {
   float* dsum = nullptr;
 };
 
-// The two implementations of QuantizeInt8Panels: plain C++, and AVX-512 F/BW (vectorized over
+// The implementations of QuantizeInt8Panels: plain C++, AVX2 and AVX-512 F/BW (vectorized over
 // the values of a row; on Zen 5 0.2-0.4 ns a value against 1.1-1.5 for the plain one).
 // k_quant selects the Q8_K-style blocks of 256.
 void QuantizeInt8PanelsScalar(bool k_quant, const Mat& x, const Int8ActivationsOut& a, int64_t p0,
                               int64_t p1);
 #if defined(DELTASERVE_HAVE_X86_SIMD)
+void QuantizeInt8PanelsAvx2(bool k_quant, const Mat& x, const Int8ActivationsOut& a, int64_t p0,
+                            int64_t p1);
 void QuantizeInt8PanelsAvx512(bool k_quant, const Mat& x, const Int8ActivationsOut& a, int64_t p0,
                               int64_t p1);
 #endif
-// QuantizeInt8PanelsAvx512 when `isa` is kAvx512 and this build and the CPU have it; false
-// (nothing written) otherwise.
+// The SIMD quantizer of level `isa` (AVX2 for kAvx2 and kAvxVnni, AVX-512 for kAvx512) when this
+// build and the CPU have it; false (nothing written) for kScalar or a level the CPU lacks.
 bool QuantizeInt8PanelsSimd(CpuIsa isa, bool k_quant, const Mat& x, const Int8ActivationsOut& a,
                             int64_t p0, int64_t p1);
 
@@ -109,6 +111,7 @@ struct Int8WeightRows {
   const float* scale = nullptr;
   const float* minc = nullptr;
   const int32_t* wsum = nullptr;
+  WeightType type = WeightType::kF32;  // the type decoded (the AVX2 tiles' weight offsets)
 };
 
 // Reusable storage for DecodeInt8Rows.
@@ -127,6 +130,8 @@ using Int8DecodeFn = bool (*)(WeightType type, const uint8_t* w, size_t row_byte
 bool DecodeInt8RowsBaseline(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
                             int64_t n, int g, int8_t* q, float* scale, float* minc, int32_t* wsum);
 #if defined(DELTASERVE_HAVE_X86_SIMD)
+bool DecodeInt8RowsAvx2(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                        int64_t n, int g, int8_t* q, float* scale, float* minc, int32_t* wsum);
 bool DecodeInt8RowsAvx512(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
                           int64_t n, int g, int8_t* q, float* scale, float* minc, int32_t* wsum);
 #endif
@@ -181,18 +186,18 @@ struct Int8FlatOut {
   float* dsum = nullptr;
   int32_t* qsum = nullptr;
 };
-// The two implementations of QuantizeInt8FlatRows (rows [t0, t1) of x), plain C++ and AVX-512
+// The implementations of QuantizeInt8FlatRows (rows [t0, t1) of x), plain C++, AVX2 and AVX-512
 // F/BW (the same bytes and floats, bit for bit); k_quant selects the Q8_K-style blocks of 256.
 // Per call on the 0.8B shapes (16 rows, 2 threads) the plain one took 37-75 us of a 0.1-0.3 ms
 // batch product.
 void QuantizeInt8FlatScalar(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
                             int64_t t1);
 #if defined(DELTASERVE_HAVE_X86_SIMD)
+void QuantizeInt8FlatAvx2(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0, int64_t t1);
 void QuantizeInt8FlatAvx512(bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
                             int64_t t1);
 #endif
-// QuantizeInt8FlatAvx512 when `isa` is kAvx512 and this build and the CPU have it; false
-// (nothing written) otherwise.
+// The SIMD flat quantizer of level `isa`, as QuantizeInt8PanelsSimd.
 bool QuantizeInt8FlatSimd(CpuIsa isa, bool k_quant, const Mat& x, const Int8FlatOut& a, int64_t t0,
                           int64_t t1);
 
@@ -205,13 +210,21 @@ bool Int8FusedAvx512Vnni(WeightType type, const uint8_t* w, size_t row_bytes, in
                          const Int8FlatRow& x, float* y);
 // True when Int8FusedAvx512Vnni handles `type`.
 bool Int8FusedAvx512VnniHas(WeightType type);
+// The 256-bit ones (matmul_int8_avx2_fused.h): AVX2 and AVX-VNNI, every int8 type (the same
+// bits at both levels).
+bool Int8FusedAvx2(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                   const Int8FlatRow& x, float* y);
+bool Int8FusedAvxVnni(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                      const Int8FlatRow& x, float* y);
+// True when the 256-bit fused products (one row and batch) handle `type`: Int8Group(type) != 0.
+bool Int8Fused256Has(WeightType type);
 #endif
 
 // The activation rows of a fused batch product: row t at q + t * n, d / dsum / qsum +
-// t * (n / group), as Int8FlatActivations, but for Q4_K with the four 32-value sub-blocks of
-// every 128 values in the order 0, 2, 1, 3 (the order a 64-byte load of Q4_K qs holds them: low
-// nibbles of two groups, then high nibbles), which OrderInt8FlatForBatch makes (qsum, which
-// only Q8_0 reads, stays in the original order).
+// t * (n / group), as Int8FlatActivations, but for the AVX-512 kernel's Q4_K with the four
+// 32-value sub-blocks of every 128 values in the order 0, 2, 1, 3 (the order a 64-byte load of
+// Q4_K qs holds them: low nibbles of two groups, then high nibbles), which
+// OrderInt8FlatForBatch makes (qsum, which only Q8_0 reads, stays in the original order).
 struct Int8FlatBatch {
   const int8_t* q = nullptr;
   const float* d = nullptr;
@@ -222,9 +235,10 @@ struct Int8FlatBatch {
   const int32_t* qsum = nullptr;
 };
 
-// Reorders acts (quantized by QuantizeInt8Flat for `type`) in place for the fused batch kernel
-// and returns the view of its first `rows` rows (only Q4_K moves anything).
-Int8FlatBatch OrderInt8FlatForBatch(WeightType type, Int8FlatActivations& acts, int64_t rows);
+// Reorders acts (quantized by QuantizeInt8Flat for `type`) in place for the AVX-512 fused batch
+// kernel when `reorder` (only Q4_K moves anything) and returns the view of its first `rows` rows.
+Int8FlatBatch OrderInt8FlatForBatch(WeightType type, Int8FlatActivations& acts, int64_t rows,
+                                    bool reorder = true);
 
 // The fused batch product: y[t * y_stride + r] = W[r] . x_t for r < rows and t < x.rows, each
 // weight block decoded in registers once for up to 8 activation rows. Every output is the one
@@ -236,17 +250,25 @@ bool Int8FusedBatchAvx512Vnni(WeightType type, const uint8_t* w, size_t row_byte
                               const Int8FlatBatch& x, float* y, int64_t y_stride);
 // True when Int8FusedBatchAvx512Vnni handles `type`.
 bool Int8FusedBatchAvx512VnniHas(WeightType type);
+// The 256-bit ones, in the original order (no OrderInt8FlatForBatch), every int8 type.
+bool Int8FusedBatchAvx2(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                        const Int8FlatBatch& x, float* y, int64_t y_stride);
+bool Int8FusedBatchAvxVnni(WeightType type, const uint8_t* w, size_t row_bytes, int64_t rows,
+                           const Int8FlatBatch& x, float* y, int64_t y_stride);
 #endif
 
 // y[t][col0 + r] = product of weight row r and activation row t, for every r < w.rows and
 // t < a.rows. The scalar one is the reference of the integer arithmetic (matmul_int8.cc); the
-// AVX-512 VNNI one is in matmul_int8_avx512_tiles.cc.
+// AVX-512 VNNI one is in matmul_int8_avx512_tiles.cc, the AVX2 and AVX-VNNI ones in
+// matmul_int8_avx2_tiles.h.
 using Int8RowsFn = void (*)(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y,
                             int64_t col0);
 void Int8RowsScalar(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y, int64_t col0);
 #if defined(DELTASERVE_HAVE_X86_SIMD)
 void Int8RowsAvx512Vnni(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y,
                         int64_t col0);
+void Int8RowsAvx2(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y, int64_t col0);
+void Int8RowsAvxVnni(const Int8WeightRows& w, const Int8ActivationsView& a, Mat& y, int64_t col0);
 #endif
 
 }  // namespace deltaserve::kernels::internal

@@ -1,6 +1,7 @@
 // Inline helpers shared by the AVX-512 files of the int8-activation path
-// (matmul_int8_avx512_*.cc): 256/512-bit loads and joins, bit moves of the 5-bit types, byte
-// sums, the software prefetch of the multi-row decode kernels and the four-row reduction.
+// (matmul_int8_avx512_*.cc): 512-bit joins and the four-row reduction, beside the 256-bit
+// helpers of matmul_int8_x86.h (loads, bit moves of the 5-bit types, byte sums, the software
+// prefetch of the multi-row decode kernels).
 // Included only by files built with the AVX-512 flags of quants.cmake; internal linkage, so each
 // includer gets its own copy compiled with those flags (see quants.h on sharing code across ISA
 // files).
@@ -11,62 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/matmul_int8_x86.h"
+
 namespace deltaserve::kernels::internal {
 namespace {
 
-// Sums of the 32 unsigned bytes of v: s16[0] over bytes 0..15, s16[1] over 16..31.
-inline void ByteSums16(__m256i v, int32_t s16[2]) {
-  alignas(32) uint64_t t[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_sad_epu8(v, _mm256_setzero_si256()));
-  s16[0] = static_cast<int32_t>(t[0] + t[1]);
-  s16[1] = static_cast<int32_t>(t[2] + t[3]);
-}
-inline int32_t ByteSum32(__m256i v) {
-  int32_t s[2];
-  ByteSums16(v, s);
-  return s[0] + s[1];
-}
-inline __m256i Load256(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-inline void Store256(int8_t* p, __m256i v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
-}
-// Bit `bit` of every byte of h, moved to bit 4 (per byte: 16-bit shifts never carry a set bit
-// across bytes after the mask).
-inline __m256i BitTo4(__m256i h, int bit) {
-  const __m256i b =
-      _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(bit)), _mm256_set1_epi8(1));
-  return _mm256_slli_epi16(b, 4);
-}
-
 inline __m512i Join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-// The multi-row kernels read R rows side by side, R streams advancing 144 / 210 bytes a step,
-// which the hardware prefetchers follow poorly: without help, Q6_K 1024 x 151936 on one thread
-// took 11.4 ms against 4.4 ms for the single-row kernel (bench/matmul_bench.cc). So each block
-// read also prefetches the block kPrefetchBytes ahead (rounded up to whole rows). It was 8 KiB,
-// chosen on one thread; with two threads streaming a whole model the loads still stalled on the
-// Q6_K scales and qh (perf annotate), and decode of synth-0.8b-q4_k_m at depth 0 measured, in
-// alternating runs of one binary (medians of 4-5 runs of 3 x 64 tokens): 2 KiB 85.4 tok/s,
-// 3 KiB 93.0, 4 KiB 85.3-85.4, 6 KiB 81.0, 8 KiB 78.3, 16 KiB 80.7, 24 KiB 78.6; 4 KiB was
-// ahead of 8 KiB in each of 5 paired rounds (+7.7%). T1 and NTA hints were no better than T0.
-constexpr size_t kPrefetchBytes = 4096;
-
-// Bytes from a block to the one to prefetch: whole rows, at least the four being read.
-inline size_t PrefetchDistance(size_t row_bytes) {
-  const size_t rows = (kPrefetchBytes + row_bytes - 1) / row_bytes;
-  return (rows < 4 ? 4 : rows) * row_bytes;
-}
-
-// Prefetches the lines of the kBytes-byte block at p + ahead (every line, as consecutive calls
-// walk contiguous blocks).
-template <int kBytes>
-inline void PrefetchAhead(const void* p, size_t ahead) {
-  const char* q = static_cast<const char*>(p) + ahead;
-  for (int o = 0; o < kBytes; o += 64) _mm_prefetch(q + o, _MM_HINT_T0);
 }
 
 // {sum of a[0], ..., sum of a[3]}: one transposing reduction for four rows.

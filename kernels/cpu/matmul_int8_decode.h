@@ -1,6 +1,8 @@
 // The weight-row decoder of the int8 path (matmul_int8.h), written once as plain loops and
-// included by matmul_int8.cc (baseline ISA) and matmul_int8_avx512_tiles.cc, where the compiler
-// vectorizes it with AVX-512. Internal linkage: each includer gets a private copy built with its
+// included by matmul_int8.cc (baseline ISA), matmul_int8_avx2.cc and matmul_int8_avx512_tiles.cc,
+// where the compiler vectorizes it with their flags; with AVX2 or more (__AVX2__) also the
+// hand-vectorized decoders of the types that carry most of a Q8_0 / Q4_K_M / Q5_K_M model
+// (DecodeInt8RowsSimdImpl). Internal linkage: each includer gets a private copy built with its
 // own -m flags (see quants.h on why no inline function is shared across ISA files).
 #pragma once
 
@@ -12,6 +14,10 @@
 
 #include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/quants.h"
+
+#if defined(__AVX2__)
+#include "kernels/cpu/matmul_int8_x86.h"
+#endif
 
 namespace deltaserve::kernels::internal {
 namespace {
@@ -185,6 +191,129 @@ inline bool DecodeInt8RowsImpl(WeightType type, const uint8_t* w, size_t row_byt
   }
   return has_min;
 }
+
+#if defined(__AVX2__)
+// Hand-vectorized decoders of the types that carry most of a Q8_0 / Q4_K_M / Q5_K_M model; the
+// same values as DecodeInt8RowsImpl.
+inline void DecodeQ8_0(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t n, int8_t* q,
+                       float* scale, int32_t* wsum) {
+  const int64_t nb = n / kQk;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(w + r * row_bytes);
+    for (int64_t i = 0; i < nb; ++i) {
+      const __m256i v = Load256(reinterpret_cast<const uint8_t*>(b[i].qs));
+      Store256(q + (r * nb + i) * kQk, v);
+      scale[r * nb + i] = _cvtsh_ss(b[i].d);
+      wsum[r * nb + i] = ByteSum32(_mm256_xor_si256(v, flip)) - 128 * kQk;
+    }
+  }
+}
+
+template <bool kFive, class Block>
+void DecodeK45(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t n, int8_t* q, float* scale,
+               float* minc, int32_t* wsum) {
+  const int64_t nsb = n / kQkK;
+  const __m256i low = _mm256_set1_epi8(0xF);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w + r * row_bytes);
+    for (int64_t i = 0; i < nsb; ++i) {
+      const Block& b = blocks[i];
+      const int64_t j0 = (r * nsb + i) * 8;
+      const float d = _cvtsh_ss(b.d);
+      const float dmin = _cvtsh_ss(b.dmin);
+      for (int j = 0; j < 8; ++j) {
+        uint8_t sc;
+        uint8_t m;
+        ScaleMinK4(j, b.scales, &sc, &m);
+        scale[j0 + j] = d * static_cast<float>(sc);
+        minc[j0 + j] = -(dmin * static_cast<float>(m));
+      }
+      int8_t* out = q + (r * nsb + i) * kQkK;
+      __m256i h = _mm256_setzero_si256();
+      if constexpr (kFive) h = Load256(b.qh);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i bytes = Load256(b.qs + 32 * c);
+        __m256i lo = _mm256_and_si256(bytes, low);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+        if constexpr (kFive) {
+          lo = _mm256_or_si256(lo, BitTo4(h, 2 * c));
+          hi = _mm256_or_si256(hi, BitTo4(h, 2 * c + 1));
+        }
+        Store256(out + 64 * c, lo);
+        Store256(out + 64 * c + 32, hi);
+        wsum[j0 + 2 * c] = ByteSum32(lo);
+        wsum[j0 + 2 * c + 1] = ByteSum32(hi);
+      }
+    }
+  }
+}
+
+inline void DecodeQ6K(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t n, int8_t* q,
+                      float* scale, int32_t* wsum) {
+  const int64_t nsb = n / kQkK;
+  const __m256i low = _mm256_set1_epi8(0xF);
+  const __m256i two = _mm256_set1_epi8(3);
+  const __m256i bias = _mm256_set1_epi8(32);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + r * row_bytes);
+    for (int64_t i = 0; i < nsb; ++i) {
+      const BlockQ6_K& b = blocks[i];
+      const int64_t j0 = (r * nsb + i) * 16;
+      const float d = _cvtsh_ss(b.d);
+      for (int j = 0; j < 16; ++j) scale[j0 + j] = d * static_cast<float>(b.scales[j]);
+      int8_t* out = q + (r * nsb + i) * kQkK;
+      for (int half = 0; half < 2; ++half) {
+        const __m256i a = Load256(b.ql + 64 * half);
+        const __m256i c = Load256(b.ql + 64 * half + 32);
+        const __m256i h = Load256(b.qh + 32 * half);
+        __m256i u[4];
+        u[0] = _mm256_or_si256(_mm256_and_si256(a, low),
+                               _mm256_slli_epi16(_mm256_and_si256(h, two), 4));
+        u[1] =
+            _mm256_or_si256(_mm256_and_si256(c, low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), two), 4));
+        u[2] =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), two), 4));
+        u[3] =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), two), 4));
+        for (int k = 0; k < 4; ++k) {
+          Store256(out + 128 * half + 32 * k, _mm256_sub_epi8(u[k], bias));
+          int32_t s[2];
+          ByteSums16(u[k], s);
+          // Sub-block of values 128 half + 32 k + 16 e, e = 0, 1.
+          wsum[j0 + 8 * half + 2 * k] = s[0] - 32 * 16;
+          wsum[j0 + 8 * half + 2 * k + 1] = s[1] - 32 * 16;
+        }
+      }
+    }
+  }
+}
+
+// DecodeInt8RowsImpl with the hand-vectorized decoders above where the type has one.
+inline bool DecodeInt8RowsSimdImpl(WeightType type, const uint8_t* w, size_t row_bytes,
+                                   int64_t rows, int64_t n, int g, int8_t* q, float* scale,
+                                   float* minc, int32_t* wsum) {
+  switch (type) {
+    case WeightType::kQ8_0:
+      DecodeQ8_0(w, row_bytes, rows, n, q, scale, wsum);
+      return false;
+    case WeightType::kQ4_K:
+      DecodeK45<false, BlockQ4_K>(w, row_bytes, rows, n, q, scale, minc, wsum);
+      return true;
+    case WeightType::kQ5_K:
+      DecodeK45<true, BlockQ5_K>(w, row_bytes, rows, n, q, scale, minc, wsum);
+      return true;
+    case WeightType::kQ6_K:
+      DecodeQ6K(w, row_bytes, rows, n, q, scale, wsum);
+      return false;
+    default:
+      return DecodeInt8RowsImpl(type, w, row_bytes, rows, n, g, q, scale, minc, wsum);
+  }
+}
+#endif  // __AVX2__
 
 }  // namespace
 }  // namespace deltaserve::kernels::internal

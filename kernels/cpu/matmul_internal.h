@@ -65,6 +65,10 @@ KernelStatus MatMulCpuIsa(ThreadPool& pool, const WeightView& w, const Mat& x, M
 // True when MatMulCpuIsa in int8 mode takes the int8 path for `type` on ClampIsa(isa) with a
 // batch of `rows` activation rows.
 bool UsesInt8Path(WeightType type, CpuIsa isa, int64_t rows);
+// True when, on that path, the product of `type` weights with `in` values per row takes a fused
+// kernel (one-row or batch) for a batch of `rows`: then each output is the one of its activation
+// row alone, bit for bit (larger batches take the panel kernel).
+bool UsesFusedInt8Kernel(WeightType type, int64_t in, CpuIsa isa, int64_t rows);
 // Products one MatMulGroupCpuIsa job takes at most (larger groups run in pieces).
 inline constexpr int kMaxMatMulGroup = 8;
 // MatMulGroupCpu on the path of ClampIsa(isa) in activation mode `mode`.

@@ -18,13 +18,23 @@ set_source_files_properties(
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   target_sources(deltaserve_kernels_cpu PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/matmul_avx2.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx2.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx2_quantize.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avxvnni.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_rows.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_batch.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_tiles.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_quantize.cc)
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/matmul_avx2.cc PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
+  set_source_files_properties(
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_avx2.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx2.cc
+    ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx2_quantize.cc
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
+  # AVX-VNNI without any AVX-512 flag: with -mavx512vl the same intrinsics would be EVEX-encoded,
+  # which the AVX-VNNI CPUs without AVX-512 (Alder Lake and later client cores) cannot run.
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avxvnni.cc PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavxvnni;-ffp-contract=off")
   set_source_files_properties(
     ${CMAKE_CURRENT_LIST_DIR}/matmul_avx512.cc
     ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_avx512_rows.cc

@@ -116,7 +116,8 @@ TEST(MatMulGroupTest, DeltaNetLikeGroupWithTinyProductsAndOtherTypes) {
 
 TEST(MatMulGroupTest, GroupsWithoutAFusedKernelRunProductByProduct) {
   std::mt19937 rng(33);
-  // F32 and Q4_0 have no fused int8 kernel: the group falls back to separate products.
+  // F32 has no int8 kernel (nor Q4_0 a fused one on AVX-512): the group falls back to separate
+  // products.
   const std::vector<std::pair<WeightType, int64_t>> specs = {
       {WeightType::kQ4_K, 40}, {WeightType::kF32, 20}, {WeightType::kQ4_0, 24}};
   for (CpuIsa isa : Isas()) {

@@ -189,51 +189,75 @@ INSTANTIATE_TEST_SUITE_P(Int8Types, MatMulInt8Test,
                                   TypeName(std::get<1>(info.param));
                          });
 
-// Decode (T = 1) on AVX-512 VNNI runs the fused kernels several weight rows per call (four for
-// the K-quants) with a 1 .. 3 row tail; T = 3 runs the batch kernel, one weight row at a time. Each
-// output must not depend on how rows were grouped: row o of an out-row product equals, bit for bit,
-// the product of row o alone (a one-row view, so a one-row call), and stays within the
+// The SIMD levels with int8 kernels that this CPU runs (avx512 only with AVX512-VNNI).
+std::vector<CpuIsa> SimdInt8Levels() {
+  std::vector<CpuIsa> levels;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvxVnni, CpuIsa::kAvx512}) {
+    if (IsaSupported(isa) && UsesInt8Path(WeightType::kQ4_K, isa, 64)) levels.push_back(isa);
+  }
+  return levels;
+}
+
+// The types of a level's fused decode and batch kernels: every int8 type on the 256-bit levels,
+// the K-quants and Q8_0 on AVX-512 (the others take its f32 fused kernels for 1-3 rows).
+std::vector<WeightType> FusedTypes(CpuIsa isa) {
+  if (isa == CpuIsa::kAvx512) {
+    return {WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+  }
+  return Int8Types();
+}
+
+double AbsSum(const Weights& w, const std::vector<float>& x, int64_t r, int64_t o) {
+  double abs_sum = 0;
+  for (int64_t k = 0; k < w.in; ++k) {
+    abs_sum += std::fabs(static_cast<double>(w.decoded[o * w.in + k]) * x[r * w.in + k]);
+  }
+  return abs_sum;
+}
+
+// Decode (T = 1) runs the fused kernels several weight rows per call (on AVX-512 four for the
+// K-quants, with a 1 .. 3 row tail); T = 3 runs the batch kernel, one weight row at a time. Each
+// output must not depend on how rows were grouped: row o of an out-row product equals, bit for
+// bit, the product of row o alone (a one-row view, so a one-row call), and stays within the
 // MatchesScalarInt8Reference tolerance of the scalar reference. out = 1, 3, 5, 7, 21, 37 gives
-// every tail length after 0 .. 9 full blocks of rows.
+// every tail length after 0 .. 9 full blocks of rows. At every SIMD level with int8 kernels.
 TEST(MatMulInt8DecodeTest, RowGroupingDoesNotChangeResults) {
-  if (!IsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "AVX-512 not supported here";
+  if (SimdInt8Levels().empty()) GTEST_SKIP() << "no SIMD int8 kernels on this CPU";
   ThreadPool one(1);
   std::mt19937 rng(25);
-  for (WeightType type :
-       {WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
-    for (int64_t in : InLengths(type)) {
-      for (int64_t out : {1, 3, 5, 7, 21, 37}) {
-        const Weights w = MakeWeights(type, in, out, rng);
-        for (int64_t t : {1, 3}) {
-          if (!UsesInt8Path(type, CpuIsa::kAvx512, t)) continue;
-          const std::vector<float> x = Activations(t * in, rng);
-          const Mat xm{const_cast<float*>(x.data()), t, in, in};
-          std::vector<float> got(static_cast<size_t>(t * out), NAN);
-          Mat gm{got.data(), t, out, out};
-          ASSERT_EQ(MatMulCpuIsa(one, w.View(), xm, gm, CpuIsa::kAvx512, MatMulActivations::kInt8),
-                    KernelStatus::kOk);
-          const std::vector<float> ref =
-              RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
-          for (int64_t o = 0; o < out; ++o) {
-            WeightView row = w.View();
-            row.data = w.bytes.data() + o * row.row_bytes;
-            row.out = 1;
-            std::vector<float> alone(static_cast<size_t>(t), NAN);
-            Mat am{alone.data(), t, 1, 1};
-            ASSERT_EQ(MatMulCpuIsa(one, row, xm, am, CpuIsa::kAvx512, MatMulActivations::kInt8),
+  for (CpuIsa isa : SimdInt8Levels()) {
+    for (WeightType type : FusedTypes(isa)) {
+      for (int64_t in : InLengths(type)) {
+        for (int64_t out : {1, 3, 5, 7, 21, 37}) {
+          const Weights w = MakeWeights(type, in, out, rng);
+          for (int64_t t : {1, 3}) {
+            ASSERT_TRUE(UsesInt8Path(type, isa, t)) << CpuIsaName(isa) << " " << TypeName(type);
+            const std::vector<float> x = Activations(t * in, rng);
+            const Mat xm{const_cast<float*>(x.data()), t, in, in};
+            std::vector<float> got(static_cast<size_t>(t * out), NAN);
+            Mat gm{got.data(), t, out, out};
+            ASSERT_EQ(MatMulCpuIsa(one, w.View(), xm, gm, isa, MatMulActivations::kInt8),
                       KernelStatus::kOk);
-            for (int64_t r = 0; r < t; ++r) {
-              const float g = got[r * out + o];
-              EXPECT_EQ(std::memcmp(&g, &alone[r], sizeof(float)), 0)
-                  << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row " << r
-                  << " out " << o << ": " << g << " vs " << alone[r];
-              double abs_sum = 0;
-              for (int64_t k = 0; k < in; ++k) {
-                abs_sum += std::fabs(static_cast<double>(w.decoded[o * in + k]) * x[r * in + k]);
+            const std::vector<float> ref =
+                RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
+            for (int64_t o = 0; o < out; ++o) {
+              WeightView row = w.View();
+              row.data = w.bytes.data() + o * row.row_bytes;
+              row.out = 1;
+              std::vector<float> alone(static_cast<size_t>(t), NAN);
+              Mat am{alone.data(), t, 1, 1};
+              ASSERT_EQ(MatMulCpuIsa(one, row, xm, am, isa, MatMulActivations::kInt8),
+                        KernelStatus::kOk);
+              for (int64_t r = 0; r < t; ++r) {
+                const float g = got[r * out + o];
+                EXPECT_EQ(std::memcmp(&g, &alone[r], sizeof(float)), 0)
+                    << CpuIsaName(isa) << " " << TypeName(type) << " in=" << in << " out=" << out
+                    << " T=" << t << " row " << r << " out " << o << ": " << g << " vs "
+                    << alone[r];
+                ASSERT_LE(std::fabs(g - ref[r * out + o]), 1e-6 * AbsSum(w, x, r, o) + 1e-30)
+                    << CpuIsaName(isa) << " " << TypeName(type) << " in=" << in << " out=" << out
+                    << " T=" << t << " row " << r << " out " << o;
               }
-              ASSERT_LE(std::fabs(g - ref[r * out + o]), 1e-6 * abs_sum + 1e-30)
-                  << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row " << r
-                  << " out " << o;
             }
           }
         }
@@ -242,55 +266,119 @@ TEST(MatMulInt8DecodeTest, RowGroupingDoesNotChangeResults) {
   }
 }
 
-// Batches of 2 .. 16 rows (2 .. 12 where in > 1024, 2 .. 8 for Q8_0: kMaxFusedBatchInt8* in
-// matmul.cc) on AVX-512 VNNI take the fused batch kernel for Q8_0,
-// Q4_K, Q5_K and Q6_K, which decodes each weight block once for blocks of up to 8 tokens (13 = 7 +
-// 6, 16 = 8 + 8). Each of its outputs must equal, bit for bit, the one-token call on that token's
-// row alone (the fused one-row kernel), and stay within the MatchesScalarInt8Reference
-// tolerance of the scalar reference; larger batches take the many-token kernel: reference only.
-// In lengths: one block group, several (Q8_0: 31 blocks, an odd last one), and past 1024. Odd
-// weight row counts (1, 5, 19, 37) cover the tails of every 16-row group.
+// Batches of 2 .. 16 rows (fewer where in > 1024 and for Q8_0: kMaxFusedBatchInt8* in
+// matmul.cc) take the fused batch kernel, which decodes each weight block once for a block of
+// tokens (on AVX-512 up to 8: 13 = 7 + 6, 16 = 8 + 8; on the 256-bit levels up to 4: 13 = 4 + 3 +
+// 3 + 3). Each of its outputs must equal, bit for bit, the one-token call on that token's row
+// alone (the fused one-row kernel), and stay within the MatchesScalarInt8Reference tolerance of
+// the scalar reference; larger batches take the many-token kernel: reference only. In lengths:
+// one block group, several (legacy types: 31 blocks, an odd last group; 41 and 113: a last
+// group of 1), past 1024 and the widest input of a 0.8B model (3584). Odd weight row counts
+// (1, 5, 19, 37) cover the tails of every 16-row group. At every SIMD level with int8 kernels.
 TEST(MatMulInt8BatchTest, EachTokenEqualsOneTokenCall) {
-  if (!IsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "AVX-512 not supported here";
+  if (SimdInt8Levels().empty()) GTEST_SKIP() << "no SIMD int8 kernels on this CPU";
   ThreadPool one(1);
   std::mt19937 rng(28);
-  for (WeightType type :
-       {WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
-    const std::vector<int64_t> ins = IsKQuant(type) ? std::vector<int64_t>{256, 768, 1280}
-                                                    : std::vector<int64_t>{160, 992, 1312};
-    for (int64_t in : ins) {
-      const int64_t batch_max = type == WeightType::kQ8_0 ? 8 : in <= 1024 ? 16 : 12;
-      for (int64_t out : {1, 5, 19, 37}) {
+  for (CpuIsa isa : SimdInt8Levels()) {
+    for (WeightType type : FusedTypes(isa)) {
+      const std::vector<int64_t> ins = IsKQuant(type) ? std::vector<int64_t>{256, 768, 1280, 3584}
+                                                      : std::vector<int64_t>{160, 992, 1312, 3616};
+      for (int64_t in : ins) {
+        for (int64_t out : {1, 5, 19, 37}) {
+          if (in > 1312 && out > 5) continue;  // the widest input once per type is enough
+          const Weights w = MakeWeights(type, in, out, rng);
+          for (int64_t t : {2, 3, 5, 8, 13, 16, 17}) {
+            if (!UsesInt8Path(type, isa, t)) continue;
+            const bool fused = internal::UsesFusedInt8Kernel(type, in, isa, t);
+            const std::vector<float> x = Activations(t * in, rng);
+            const std::vector<float> ref =
+                RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
+            // Two threads: tasks split the weight rows at arbitrary points.
+            const std::vector<float> got = RunProduct(w, x, t, isa, MatMulActivations::kInt8);
+            for (int64_t r = 0; r < t; ++r) {
+              const Mat xr{const_cast<float*>(x.data()) + r * in, 1, in, in};
+              std::vector<float> alone(static_cast<size_t>(out), NAN);
+              Mat am{alone.data(), 1, out, out};
+              ASSERT_EQ(MatMulCpuIsa(one, w.View(), xr, am, isa, MatMulActivations::kInt8),
+                        KernelStatus::kOk);
+              for (int64_t o = 0; o < out; ++o) {
+                const float g = got[r * out + o];
+                if (fused) {
+                  EXPECT_EQ(std::memcmp(&g, &alone[o], sizeof(float)), 0)
+                      << CpuIsaName(isa) << " " << TypeName(type) << " in=" << in << " out=" << out
+                      << " T=" << t << " row " << r << " out " << o << ": " << g << " vs "
+                      << alone[o];
+                }
+                ASSERT_LE(std::fabs(g - ref[r * out + o]), 1e-6 * AbsSum(w, x, r, o) + 1e-30)
+                    << CpuIsaName(isa) << " " << TypeName(type) << " in=" << in << " out=" << out
+                    << " T=" << t << " row " << r << " out " << o;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The AVX2 and AVX-VNNI fused kernels are one template over two integer dot products that give
+// the same exact sums (vpmaddubsw + vpmaddwd never saturating on the ranges they see), with the
+// same f32 operations: their outputs are the same bits, for every type, ragged row counts and
+// every batch size of the fused route.
+TEST(MatMulInt8BatchTest, Avx2AndAvxVnniFusedProductsAreTheSameBits) {
+  if (!IsaSupported(CpuIsa::kAvxVnni)) GTEST_SKIP() << "AVX-VNNI not supported here";
+  std::mt19937 rng(30);
+  for (WeightType type : Int8Types()) {
+    for (int64_t in : InLengths(type)) {
+      const Weights w = MakeWeights(type, in, 37, rng);
+      for (int64_t t : {1, 2, 3, 5, 8, 13, 16}) {
+        if (!internal::UsesFusedInt8Kernel(type, in, CpuIsa::kAvx2, t)) continue;
+        ASSERT_TRUE(internal::UsesFusedInt8Kernel(type, in, CpuIsa::kAvxVnni, t));
+        const std::vector<float> x = Activations(t * in, rng);
+        const std::vector<float> avx2 =
+            RunProduct(w, x, t, CpuIsa::kAvx2, MatMulActivations::kInt8);
+        const std::vector<float> vnni =
+            RunProduct(w, x, t, CpuIsa::kAvxVnni, MatMulActivations::kInt8);
+        EXPECT_EQ(std::memcmp(avx2.data(), vnni.data(), avx2.size() * sizeof(float)), 0)
+            << TypeName(type) << " in=" << in << " T=" << t;
+      }
+    }
+  }
+}
+
+// The prefill kernel (batches past the fused kernels) tiles weight rows by activation panels
+// within chunks of kInt8ChunkRows rows: on AVX-512 4 rows x 3 panels of 16 tokens (2 for the
+// K-quants, which also sum per super-block before scaling), on AVX-VNNI 3 rows x 2 half-panels
+// of 8 tokens, on AVX2 2 x 2 (with per-type int16 spans and weight offsets). Every tail must
+// match the scalar reference within the MatchesScalarInt8Reference tolerance: out gives row
+// tails of 1, 2 and 3 (1, 2, 3, 6), and after full chunks of 32 rows a last chunk of 6, 27 and 3
+// rows (70, 59, 131); T gives partial half-panels and panels, an odd count of halves, and panel
+// counts past a full tile (17, 23, 33, 48, 49, 81).
+TEST(MatMulInt8PrefillTest, TileTailsMatchScalarReference) {
+  if (SimdInt8Levels().empty()) GTEST_SKIP() << "no SIMD int8 kernels on this CPU";
+  std::mt19937 rng(26);
+  for (CpuIsa isa : SimdInt8Levels()) {
+    const std::vector<WeightType> types =
+        isa == CpuIsa::kAvx512 ? std::vector<WeightType>{WeightType::kQ8_0, WeightType::kQ4_1,
+                                                         WeightType::kQ4_K, WeightType::kQ6_K}
+                               : Int8Types();
+    for (WeightType type : types) {
+      const int64_t in = IsKQuant(type) ? 768 : 96;  // 3 super-blocks / 3 blocks
+      for (int64_t out : {1, 2, 3, 6, 70, 59, 131}) {
         const Weights w = MakeWeights(type, in, out, rng);
-        for (int64_t t : {2, 3, 5, 8, 13, 16, 17}) {
-          if (!UsesInt8Path(type, CpuIsa::kAvx512, t)) continue;
+        for (int64_t t : {17, 23, 33, 48, 49, 81}) {
+          if (!UsesInt8Path(type, isa, t)) continue;
+          ASSERT_FALSE(internal::UsesFusedInt8Kernel(type, in, isa, t));
           const std::vector<float> x = Activations(t * in, rng);
           const std::vector<float> ref =
               RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
-          // Two threads: tasks split the weight rows at arbitrary points.
-          const std::vector<float> got =
-              RunProduct(w, x, t, CpuIsa::kAvx512, MatMulActivations::kInt8);
+          const std::vector<float> got = RunProduct(w, x, t, isa, MatMulActivations::kInt8);
           for (int64_t r = 0; r < t; ++r) {
-            const Mat xr{const_cast<float*>(x.data()) + r * in, 1, in, in};
-            std::vector<float> alone(static_cast<size_t>(out), NAN);
-            Mat am{alone.data(), 1, out, out};
-            ASSERT_EQ(
-                MatMulCpuIsa(one, w.View(), xr, am, CpuIsa::kAvx512, MatMulActivations::kInt8),
-                KernelStatus::kOk);
             for (int64_t o = 0; o < out; ++o) {
-              const float g = got[r * out + o];
-              if (t <= batch_max) {
-                EXPECT_EQ(std::memcmp(&g, &alone[o], sizeof(float)), 0)
-                    << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row "
-                    << r << " out " << o << ": " << g << " vs " << alone[o];
-              }
-              double abs_sum = 0;
-              for (int64_t k = 0; k < in; ++k) {
-                abs_sum += std::fabs(static_cast<double>(w.decoded[o * in + k]) * x[r * in + k]);
-              }
-              ASSERT_LE(std::fabs(g - ref[r * out + o]), 1e-6 * abs_sum + 1e-30)
-                  << TypeName(type) << " in=" << in << " out=" << out << " T=" << t << " row " << r
-                  << " out " << o;
+              ASSERT_LE(std::fabs(got[r * out + o] - ref[r * out + o]),
+                        1e-6 * AbsSum(w, x, r, o) + 1e-30)
+                  << CpuIsaName(isa) << " " << TypeName(type) << " out=" << out << " T=" << t
+                  << " row " << r << " out " << o;
             }
           }
         }
@@ -299,47 +387,22 @@ TEST(MatMulInt8BatchTest, EachTokenEqualsOneTokenCall) {
   }
 }
 
-// The prefill kernel (T > 3) tiles 4 weight rows by 3 panels of 16 tokens (2 for the K-quants,
-// which also sum per super-block before scaling) within chunks of kInt8ChunkRows rows. Every
-// tail must match the scalar reference within the MatchesScalarInt8Reference tolerance: out
-// gives row tails of 1, 2, 3 and 2 (6), and after full chunks of 32 rows a last chunk of 6,
-// 27 and 3 rows (70, 59, 131: the output columns go to y 16 at a time); T gives one panel,
-// partial panels, and panel counts 1 and 2 past a full tile (16, 33, 48, 49, 81).
-TEST(MatMulInt8PrefillTest, TileTailsMatchScalarReference) {
-  if (!IsaSupported(CpuIsa::kAvx512)) GTEST_SKIP() << "AVX-512 not supported here";
-  std::mt19937 rng(26);
-  for (WeightType type :
-       {WeightType::kQ8_0, WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ6_K}) {
-    const int64_t in = IsKQuant(type) ? 768 : 96;  // 3 super-blocks / 3 blocks
-    for (int64_t out : {1, 2, 3, 6, 70, 59, 131}) {
-      const Weights w = MakeWeights(type, in, out, rng);
-      for (int64_t t : {16, 33, 48, 49, 81}) {
-        if (!UsesInt8Path(type, CpuIsa::kAvx512, t)) continue;
-        const std::vector<float> x = Activations(t * in, rng);
-        const std::vector<float> ref =
-            RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
-        const std::vector<float> got =
-            RunProduct(w, x, t, CpuIsa::kAvx512, MatMulActivations::kInt8);
-        for (int64_t r = 0; r < t; ++r) {
-          for (int64_t o = 0; o < out; ++o) {
-            double abs_sum = 0;
-            for (int64_t k = 0; k < in; ++k) {
-              abs_sum += std::fabs(static_cast<double>(w.decoded[o * in + k]) * x[r * in + k]);
-            }
-            ASSERT_LE(std::fabs(got[r * out + o] - ref[r * out + o]), 1e-6 * abs_sum + 1e-30)
-                << TypeName(type) << " out=" << out << " T=" << t << " row " << r << " out " << o;
-          }
-        }
-      }
-    }
+// The SIMD levels this CPU supports (each has an activation quantizer: AVX2 for avx2 and
+// avx_vnni, AVX-512 for avx512).
+std::vector<CpuIsa> SimdLevels() {
+  std::vector<CpuIsa> levels;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvxVnni, CpuIsa::kAvx512}) {
+    if (IsaSupported(isa)) levels.push_back(isa);
   }
+  return levels;
 }
 
-// The AVX-512 activation quantizer writes the bytes and floats of the plain one, bit for bit:
+// The SIMD activation quantizers write the bytes and floats of the plain one, bit for bit:
 // partial last panels (zero rows), blocks of 32 (legacy, n not a multiple of 256) and
 // super-blocks of 256 with G = 32 and 16, an all-zero block, and a block whose largest
 // magnitude occurs twice with both signs (the first one sets the sign of d).
-TEST(MatMulInt8QuantizeTest, Avx512EqualsScalarBitForBit) {
+TEST(MatMulInt8QuantizeTest, SimdEqualsScalarBitForBit) {
+  if (SimdLevels().empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(27);
   struct Case {
     bool k_quant;
@@ -359,34 +422,36 @@ TEST(MatMulInt8QuantizeTest, Avx512EqualsScalarBitForBit) {
       const Mat xm{x.data(), rows, c.n, c.n};
       const int64_t panels = (rows + internal::kActPanel - 1) / internal::kActPanel;
       const auto blocks = static_cast<size_t>(panels * (c.n / c.group) * internal::kActPanel);
-      std::vector<uint8_t> q[2];
-      std::vector<float> d[2];
-      std::vector<float> dsum[2];
-      for (int i = 0; i < 2; ++i) {
-        q[i].assign(static_cast<size_t>(panels * c.n * internal::kActPanel), 0x55);
-        d[i].assign(blocks, NAN);
-        dsum[i].assign(blocks, NAN);
-        const internal::Int8ActivationsOut out{c.n, c.group, q[i].data(), d[i].data(),
-                                               dsum[i].data()};
-        if (i == 0) {
-          internal::QuantizeInt8PanelsScalar(c.k_quant, xm, out, 0, panels);
-        } else if (!internal::QuantizeInt8PanelsSimd(CpuIsa::kAvx512, c.k_quant, xm, out, 0,
-                                                     panels)) {
-          GTEST_SKIP() << "no AVX-512 quantizer in this build or on this CPU";
+      for (CpuIsa isa : SimdLevels()) {
+        std::vector<uint8_t> q[2];
+        std::vector<float> d[2];
+        std::vector<float> dsum[2];
+        for (int i = 0; i < 2; ++i) {
+          q[i].assign(static_cast<size_t>(panels * c.n * internal::kActPanel), 0x55);
+          d[i].assign(blocks, NAN);
+          dsum[i].assign(blocks, NAN);
+          const internal::Int8ActivationsOut out{c.n, c.group, q[i].data(), d[i].data(),
+                                                 dsum[i].data()};
+          if (i == 0) {
+            internal::QuantizeInt8PanelsScalar(c.k_quant, xm, out, 0, panels);
+          } else {
+            ASSERT_TRUE(internal::QuantizeInt8PanelsSimd(isa, c.k_quant, xm, out, 0, panels));
+          }
         }
+        const std::string what = std::string(CpuIsaName(isa)) + (c.k_quant ? " K" : " legacy") +
+                                 " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
+                                 " rows=" + std::to_string(rows);
+        EXPECT_EQ(q[0], q[1]) << what;
+        EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
       }
-      const std::string what = std::string(c.k_quant ? "K" : "legacy") +
-                               " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
-                               " rows=" + std::to_string(rows);
-      EXPECT_EQ(q[0], q[1]) << what;
-      EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
-      EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
     }
   }
 }
 // The same for the flat rows of the fused kernels (QuantizeInt8FlatSimd against
 // QuantizeInt8FlatScalar): signed bytes, per-row d and dsum, rows quantized from an offset t0.
-TEST(MatMulInt8QuantizeTest, FlatAvx512EqualsScalarBitForBit) {
+TEST(MatMulInt8QuantizeTest, FlatSimdEqualsScalarBitForBit) {
+  if (SimdLevels().empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(29);
   struct Case {
     bool k_quant;
@@ -405,47 +470,48 @@ TEST(MatMulInt8QuantizeTest, FlatAvx512EqualsScalarBitForBit) {
       }
       const Mat xm{x.data(), rows, c.n, c.n};
       const auto blocks = static_cast<size_t>(rows * (c.n / c.group));
-      std::vector<int8_t> q[2];
-      std::vector<float> d[2];
-      std::vector<float> dsum[2];
-      std::vector<int32_t> qsum[2];
-      for (int i = 0; i < 2; ++i) {
-        q[i].assign(static_cast<size_t>(rows * c.n), 0x55);
-        d[i].assign(blocks, NAN);
-        dsum[i].assign(blocks, NAN);
-        qsum[i].assign(blocks, INT32_MIN);
-        const internal::Int8FlatOut out{c.n,         c.group,        q[i].data(),
-                                        d[i].data(), dsum[i].data(), qsum[i].data()};
-        if (i == 0) {
-          internal::QuantizeInt8FlatScalar(c.k_quant, xm, out, 0, rows);
-        } else {
-          // Two calls: the second starts at row t0 = 1.
-          if (!internal::QuantizeInt8FlatSimd(CpuIsa::kAvx512, c.k_quant, xm, out, 0, 1)) {
-            GTEST_SKIP() << "no AVX-512 quantizer in this build or on this CPU";
+      for (CpuIsa isa : SimdLevels()) {
+        std::vector<int8_t> q[2];
+        std::vector<float> d[2];
+        std::vector<float> dsum[2];
+        std::vector<int32_t> qsum[2];
+        for (int i = 0; i < 2; ++i) {
+          q[i].assign(static_cast<size_t>(rows * c.n), 0x55);
+          d[i].assign(blocks, NAN);
+          dsum[i].assign(blocks, NAN);
+          qsum[i].assign(blocks, INT32_MIN);
+          const internal::Int8FlatOut out{c.n,         c.group,        q[i].data(),
+                                          d[i].data(), dsum[i].data(), qsum[i].data()};
+          if (i == 0) {
+            internal::QuantizeInt8FlatScalar(c.k_quant, xm, out, 0, rows);
+          } else {
+            // Two calls: the second starts at row t0 = 1.
+            ASSERT_TRUE(internal::QuantizeInt8FlatSimd(isa, c.k_quant, xm, out, 0, 1));
+            internal::QuantizeInt8FlatSimd(isa, c.k_quant, xm, out, 1, rows);
           }
-          internal::QuantizeInt8FlatSimd(CpuIsa::kAvx512, c.k_quant, xm, out, 1, rows);
         }
-      }
-      const std::string what = std::string(c.k_quant ? "K" : "legacy") +
-                               " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
-                               " rows=" + std::to_string(rows);
-      EXPECT_EQ(q[0], q[1]) << what;
-      EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
-      EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
-      EXPECT_EQ(qsum[0], qsum[1]) << what;
-      // qsum is the integer sum of each block's q (what the Q8_0 kernels take off).
-      for (size_t b = 0; b < blocks; ++b) {
-        int32_t sum = 0;
-        for (int k = 0; k < c.group; ++k) sum += q[0][b * c.group + k];
-        ASSERT_EQ(qsum[0][b], sum) << what << " block " << b;
+        const std::string what = std::string(CpuIsaName(isa)) + (c.k_quant ? " K" : " legacy") +
+                                 " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
+                                 " rows=" + std::to_string(rows);
+        EXPECT_EQ(q[0], q[1]) << what;
+        EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
+        EXPECT_EQ(qsum[0], qsum[1]) << what;
+        // qsum is the integer sum of each block's q (what the Q8_0 kernels take off).
+        for (size_t b = 0; b < blocks; ++b) {
+          int32_t sum = 0;
+          for (int k = 0; k < c.group; ++k) sum += q[0][b * c.group + k];
+          ASSERT_EQ(qsum[0][b], sum) << what << " block " << b;
+        }
       }
     }
   }
 }
 
-// The AVX-512 quantizers run only at the avx512 level: at the levels below it the int8 products
-// quantize with the plain C++ code, even on an AVX-512 CPU (DELTASERVE_CPU_ISA caps them).
-TEST(MatMulInt8QuantizeTest, SimdQuantizersRunOnlyAtTheAvx512Level) {
+// Each level quantizes with its own code: plain C++ at scalar, even on a SIMD CPU
+// (DELTASERVE_CPU_ISA caps the level), AVX2 at avx2 and avx_vnni, AVX-512 at avx512; a level
+// the CPU lacks has none.
+TEST(MatMulInt8QuantizeTest, SimdQuantizersRunAtTheSimdLevels) {
   std::mt19937 rng(31);
   const int64_t n = 256;
   const std::vector<float> x = Activations(n, rng);
@@ -457,7 +523,7 @@ TEST(MatMulInt8QuantizeTest, SimdQuantizersRunOnlyAtTheAvx512Level) {
   const internal::Int8ActivationsOut panels{n, 32, q.data(), d.data(), dsum.data()};
   const internal::Int8FlatOut flat{n, 32, flat_q.data(), d.data(), dsum.data(), qsum.data()};
   for (CpuIsa isa : AllIsas()) {
-    const bool simd = isa == CpuIsa::kAvx512 && IsaSupported(CpuIsa::kAvx512);
+    const bool simd = isa != CpuIsa::kScalar && IsaSupported(isa);
     EXPECT_EQ(internal::QuantizeInt8PanelsSimd(isa, false, xm, panels, 0, 1), simd)
         << CpuIsaName(isa);
     EXPECT_EQ(internal::QuantizeInt8FlatSimd(isa, false, xm, flat, 0, 1), simd) << CpuIsaName(isa);
