@@ -134,8 +134,13 @@ TEST_F(ExpertStartupTest, ASavedRecordIsUsedForThisBudget) {
   EXPECT_EQ(tiers_->stats().moves_pending, 0);
   EXPECT_EQ(model_->scheduler().stats().steps, 0);  // no warm-up ran
   EXPECT_EQ(experts_->saved_invalid() + experts_->saved_redis_errors(), 0u);
-  EXPECT_THAT(Metrics(), HasSubstr("deltaserve_model_expert_startup_placement_info{model=\"moe\","
-                                   "source=\"saved\"} 1"));
+  // What the tiers counted before serving (RecordingTiers: 1000 / 250) is not reported.
+  EXPECT_EQ(experts_->routed_total(), 0u);
+  EXPECT_EQ(experts_->routed_device(), 0u);
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("deltaserve_model_expert_startup_placement_info{model=\"moe\","
+                                 "source=\"saved\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("deltaserve_model_expert_routed_total{model=\"moe\"} 0"));
 }
 
 TEST_F(ExpertStartupTest, RefusedRecordsFallBackToTheWarmupAndAreCounted) {

@@ -77,8 +77,18 @@ common::ExpertPlacement ModelExperts::DeviceExperts() const {
   return p;
 }
 
+void ModelExperts::MarkServingStart() {
+  if (tiers_ == nullptr) return;  // the engine's counters were reset after the warm-up
+  const ExpertTierStats s = tiers_->stats();
+  routed_base_total_ = s.routed_total;
+  routed_base_device_ = s.routed_device;
+}
+
 uint64_t ModelExperts::routed_total() const {
-  if (tiers_ != nullptr) return tiers_->stats().routed_total;
+  if (tiers_ != nullptr) {
+    const uint64_t n = tiers_->stats().routed_total, base = routed_base_total_;
+    return n >= base ? n - base : n;
+  }
   const ForwardCounters& c = model_.model().counters();
   uint64_t n = 0;
   for (int64_t l = 0; l < c.n_layer(); ++l) {
@@ -88,7 +98,10 @@ uint64_t ModelExperts::routed_total() const {
 }
 
 uint64_t ModelExperts::routed_device() const {
-  if (tiers_ != nullptr) return tiers_->stats().routed_device;
+  if (tiers_ != nullptr) {
+    const uint64_t n = tiers_->stats().routed_device, base = routed_base_device_;
+    return n >= base ? n - base : n;
+  }
   return options_.device_backend ? routed_total() : 0;
 }
 
@@ -108,8 +121,8 @@ void ModelExperts::FillStats(const std::string& name, pb::ExpertStats& out) {
                                     ? options_.device_budget_bytes
                                     : tiers_->slot_bytes() * tiers_->n_slots());
     const ExpertTierStats s = tiers_->stats();
-    out.set_routed_total(s.routed_total);
-    out.set_routed_device(s.routed_device);
+    out.set_routed_total(routed_total());
+    out.set_routed_device(routed_device());
     out.set_moves_in(s.moves_in);
     out.set_moves_out(s.moves_out);
     out.set_bytes_moved(s.bytes_moved);
@@ -227,10 +240,10 @@ void WriteExpertMetrics(const WorkerService& service, common::PrometheusText& ou
       r.tier = t->stats();
       r.slots = t->n_slots();
     } else {
-      r.tier.routed_total = experts->routed_total();
-      r.tier.routed_device = experts->routed_device();
       r.slots = experts->DeviceExperts().size();
     }
+    r.tier.routed_total = experts->routed_total();
+    r.tier.routed_device = experts->routed_device();
     rows.push_back(std::move(r));
   }
   auto d = [](uint64_t v) { return static_cast<double>(v); };

@@ -75,9 +75,12 @@ class ModelExperts {
   // The device-resident experts now: the tiers' current placement, all experts (device backend
   // without tiers) or none (CPU).
   common::ExpertPlacement DeviceExperts() const;
-  // Routed (token, expert) pairs since load, and those served from device memory.
+  // Routed (token, expert) pairs since serving started, and those served from device memory.
   uint64_t routed_total() const;
   uint64_t routed_device() const;
+  // Serving starts now (the end of the start-up placement): what the tiers counted before (the
+  // load's and the warm-up's passes) is not reported.
+  void MarkServingStart();
 
   // GetExpertStats for this model, served under `name`.
   void FillStats(const std::string& name, deltaserve::v1::ExpertStats& out);
@@ -97,6 +100,7 @@ class ModelExperts {
   std::string fingerprint_hex_;
   std::string startup_source_ = kStartupAll;
   std::atomic<uint64_t> saved_redis_errors_{0}, saved_invalid_{0};
+  std::atomic<uint64_t> routed_base_total_{0}, routed_base_device_{0};
 };
 
 class WorkerService;

@@ -159,8 +159,10 @@ absl::StatusOr<std::optional<std::vector<std::vector<double>>>> ReadSavedExpertH
   return std::move(record->heat);
 }
 
-std::string ApplyStartupPlacement(const std::string& name, ModelExperts& experts,
-                                  const StartupPlacementOptions& options) {
+namespace {
+
+std::string ChooseStartupPlacement(const std::string& name, ModelExperts& experts,
+                                   const StartupPlacementOptions& options) {
   ExpertTiers* tiers = experts.tiers();
   if (tiers == nullptr) {
     experts.set_startup_source(kStartupAll);
@@ -208,6 +210,15 @@ std::string ApplyStartupPlacement(const std::string& name, ModelExperts& experts
       kStartupEven);
   experts.set_startup_source(kStartupEven);
   return kStartupEven;
+}
+
+}  // namespace
+
+std::string ApplyStartupPlacement(const std::string& name, ModelExperts& experts,
+                                  const StartupPlacementOptions& options) {
+  std::string source = ChooseStartupPlacement(name, experts, options);
+  experts.MarkServingStart();
+  return source;
 }
 
 }  // namespace deltaserve::worker

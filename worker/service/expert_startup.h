@@ -45,8 +45,9 @@ struct StartupPlacementOptions {
 // the file comment), moves its experts there and records the source
 // (ModelExperts::startup_source). Runs the warm-up through the
 // model's scheduler with Step(), so it must come before the scheduler is started (and before a
-// snapshot publisher is set). A model without tiers gets kStartupAll and nothing runs. Returns
-// the source.
+// snapshot publisher is set). A model without tiers gets kStartupAll and nothing runs. Then
+// marks the start of serving (ModelExperts::MarkServingStart: the routed counts of the load and
+// the warm-up are not reported). Returns the source.
 std::string ApplyStartupPlacement(const std::string& name, ModelExperts& experts,
                                   const StartupPlacementOptions& options);
 
