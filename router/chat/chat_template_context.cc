@@ -43,7 +43,10 @@ absl::StatusOr<json> BuildTemplateContext(const api::CompletionRequest& request,
   json messages = json::array();
   for (const api::ChatMessage& m : request.messages) {
     json message = {{"role", m.role}};
-    message["content"] = m.content_null ? json(nullptr) : json(m.content);
+    // A null content (an assistant message with tool_calls, as the OpenAI SDK sends it back) is
+    // the empty text, as vLLM and llama-server pass it: templates such as Qwen3's test
+    // `'</think>' in message.content`, which jinja2 refuses on None.
+    message["content"] = m.content;
     if (!m.name.empty()) message["name"] = m.name;
     if (!m.reasoning_content.empty()) message["reasoning_content"] = m.reasoning_content;
     if (!m.tool_calls_json.empty()) message["tool_calls"] = ConvertToolCalls(m.tool_calls_json);

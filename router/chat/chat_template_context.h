@@ -25,10 +25,11 @@ struct TemplateTokens {
 
 // {messages, tools, add_generation_prompt: true, bos_token?, eos_token?, ...every
 // chat_template_kwargs key (enable_thinking from the model's defaults when the request has
-// none)}. Messages: role, content (content-part arrays were joined by the parser; null for an
-// assistant message with tool_calls and no content), name, reasoning_content, tool_calls with
-// each function.arguments JSON string parsed into an object (a string that is not a JSON
-// object stays a string), tool_call_id. `tools`: the request's array, or null.
+// none)}. Messages: role, content (content-part arrays were joined by the parser; the empty
+// text for an assistant message with tool_calls and null content, as vLLM and llama-server
+// pass it), name, reasoning_content, tool_calls with each function.arguments JSON string parsed
+// into an object (a string that is not a JSON object stays a string), tool_call_id. `tools`:
+// the request's array, or null.
 // `router_keys`, when given, receives the top-level keys whose values are the router's own and
 // not the request's (bos_token / eos_token, unless chat_template_kwargs replaced them): the
 // trusted keys of ChatTemplate::RenderMarked.
