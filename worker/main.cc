@@ -244,12 +244,13 @@ int SetUpExperts(const WorkerFlags& f, const std::map<std::string, ServedModel*>
       std::shared_ptr<common::RoutingTraceWriter> writer = std::move(*w);
       auto failed = std::make_shared<std::atomic<bool>>(false);
       m->model().set_routing_observer(
-          [writer, failed, name](absl::Span<const int32_t> ids, int64_t n_tokens, int64_t k) {
+          [writer, failed, model = name](absl::Span<const int32_t> ids, int64_t n_tokens,
+                                         int64_t k) {
             if (failed->load(std::memory_order_relaxed)) return;
             if (absl::Status s = writer->Append(ids, n_tokens, k); !s.ok()) {
               // Degraded: serving goes on, the trace stops here (one line).
               failed->store(true);
-              std::cerr << "deltaserve-worker: " << name << ": --record-routing stopped: "
+              std::cerr << "deltaserve-worker: " << model << ": --record-routing stopped: "
                         << s.message() << "\n";
             }
           });
