@@ -170,6 +170,24 @@ TEST(ExpertServiceWorkerTest, StatsHaveTheModelsShapeAndCountsRiseWithRequests) 
   }
   EXPECT_THAT(w.proc->err(), HasSubstr("start-up expert placement from warmup"));
 
+  // GetWorkerInfo's memory plan carries the same split (what the router and deltaserve-plan
+  // users read): 8 x 16 experts, the slots the budget holds, the arena's bytes, a given size.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(30));
+    pb::WorkerInfo info;
+    ASSERT_TRUE(w.stub->GetWorkerInfo(&ctx, pb::WorkerInfoRequest(), &info).ok());
+    ASSERT_EQ(info.models_size(), 1);
+    const pb::MemoryPlan& mp = info.models(0).memory_plan();
+    EXPECT_TRUE(mp.experts_split_planned());
+    EXPECT_EQ(mp.n_experts(), kLayers * kExperts);
+    EXPECT_EQ(mp.n_device_experts(), s.device_slots());
+    EXPECT_EQ(mp.expert_slot_bytes(), s.slot_bytes());
+    EXPECT_EQ(mp.expert_device_bytes(), static_cast<uint64_t>(s.device_slots()) * s.slot_bytes());
+    EXPECT_GT(mp.expert_routed_bytes(), mp.expert_device_bytes());
+    EXPECT_FALSE(mp.expert_vram_auto());  // --expert-vram 2MiB
+  }
+
   const std::vector<int32_t> prompt = Prompt(1, 40);
   const int max_tokens = 9;
   const harness::Streamed r = harness::Call(w, harness::Request(prompt, {}, max_tokens));

@@ -596,6 +596,15 @@ void DescribeModel(const std::string& name, ServedModel& model, bool with_tokeni
   mp->set_n_attention_layers(static_cast<int32_t>(plan.n_attention_layers));
   mp->set_n_deltanet_layers(static_cast<int32_t>(plan.recurrent.n_deltanet_layers));
   mp->set_recurrent_bytes_per_sequence(plan.recurrent.total());
+  if (const ExpertSplit& e = plan.inputs.experts; e.applies) {
+    mp->set_experts_split_planned(true);
+    mp->set_expert_routed_bytes(e.routed_bytes);
+    mp->set_expert_device_bytes(e.device_bytes());
+    mp->set_n_experts(e.n_experts());
+    mp->set_n_device_experts(e.device_experts());
+    mp->set_expert_slot_bytes(e.slot_bytes);
+    mp->set_expert_vram_auto(e.auto_sized);
+  }
   for (const ContextFit& c : plan.contexts) {
     pb::ContextFit* cf = mp->add_contexts();
     cf->set_n_parallel(c.n_parallel);
