@@ -405,4 +405,26 @@ absl::StatusOr<RoutingTrace> ReadRoutingTrace(const std::string& path,
   return trace;
 }
 
+std::vector<int32_t> ZipfExpertRanks(uint64_t seed, int64_t layer, int64_t topic,
+                                     int64_t n_expert) {
+  auto mix = [](uint64_t x) {  // SplitMix64
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  std::vector<int32_t> order(static_cast<size_t>(std::max<int64_t>(n_expert, 0)));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  uint64_t state =
+      mix(seed ^ mix(static_cast<uint64_t>(layer) * 0x10001 + static_cast<uint64_t>(topic)));
+  for (int64_t i = n_expert - 1; i > 0; --i) {  // Fisher-Yates
+    const auto j = static_cast<int64_t>(mix(state++) % static_cast<uint64_t>(i + 1));
+    std::swap(order[i], order[j]);
+  }
+  // order[r] is the expert of rank r; invert.
+  std::vector<int32_t> rank(order.size());
+  for (size_t r = 0; r < order.size(); ++r) rank[order[r]] = static_cast<int32_t>(r);
+  return rank;
+}
+
 }  // namespace deltaserve::common

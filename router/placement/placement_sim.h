@@ -144,6 +144,7 @@ struct PolicyResult {
   // dynamic only:
   int64_t plans = 0;          // planner runs
   int64_t plans_changed = 0;  // of those, placements that changed
+  int64_t plans_layered = 0;  // dynamic_layers: plans that chose the whole-layer candidate
   int64_t moves_in = 0;
   int64_t moves_out = 0;
   uint64_t bytes_moved = 0;
@@ -157,6 +158,11 @@ struct SimulationResult {
   PolicyResult all_cpu, n_cpu_moe, static_hot, dynamic;
   // Every expert in device memory, whatever the budget: the bound the others approach.
   PolicyResult all_gpu;
+  // A proposal, not what the router runs: dynamic, except that each plan is compared with a
+  // whole-layers-first placement (the hottest layers complete, the rest by heat) by the step
+  // time this cost model expects from the decayed counts, and the cheaper is pushed. A layer
+  // wholly on the device needs no synchronisation, which per-expert planning cannot see.
+  PolicyResult dynamic_layers;
   // n_cpu_moe for every N that fits the budget: (N, tok/s).
   std::vector<std::pair<int64_t, double>> n_cpu_moe_sweep;
 };

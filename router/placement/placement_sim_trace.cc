@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,20 +30,6 @@ class Rng {
 
 }  // namespace
 
-std::vector<int32_t> ZipfRanks(uint64_t seed, int64_t layer, int64_t topic, int64_t n_expert) {
-  std::vector<int32_t> order(static_cast<size_t>(n_expert));
-  std::iota(order.begin(), order.end(), 0);
-  Rng rng(Mix(seed ^ Mix(static_cast<uint64_t>(layer) * 0x10001 + static_cast<uint64_t>(topic))));
-  for (int64_t i = n_expert - 1; i > 0; --i) {  // Fisher-Yates
-    const auto j = static_cast<int64_t>(rng.Next() % static_cast<uint64_t>(i + 1));
-    std::swap(order[i], order[j]);
-  }
-  // order[r] is the expert of rank r; invert.
-  std::vector<int32_t> rank(order.size());
-  for (size_t r = 0; r < order.size(); ++r) rank[order[r]] = static_cast<int32_t>(r);
-  return rank;
-}
-
 absl::StatusOr<common::RoutingTrace> SyntheticRoutingTrace(const SyntheticTraceOptions& o) {
   common::RoutingTrace t;
   t.header.n_layer = o.n_layer;
@@ -63,7 +48,7 @@ absl::StatusOr<common::RoutingTrace> SyntheticRoutingTrace(const SyntheticTraceO
       std::vector<std::vector<double>>(static_cast<size_t>(o.n_layer)));
   for (int64_t c = 0; c < o.topics; ++c) {
     for (int64_t l = 0; l < o.n_layer; ++l) {
-      const std::vector<int32_t> rank = ZipfRanks(o.seed, l, c, o.n_expert);
+      const std::vector<int32_t> rank = common::ZipfExpertRanks(o.seed, l, c, o.n_expert);
       auto& w = logw[c][l];
       w.resize(rank.size());
       for (size_t e = 0; e < rank.size(); ++e) w[e] = -o.skew * std::log(rank[e] + 1.0);

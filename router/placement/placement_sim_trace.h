@@ -4,7 +4,8 @@
 // running a model. Expert popularity in each layer is Zipf-distributed with exponent S: the
 // expert of rank r is chosen with weight r^-S, the k experts of a token drawn without
 // replacement (Gumbel top-k, which is what a softmax router's top-k of noisy logits does). Each
-// of `topics` topics ranks the experts of each layer by its own permutation, and the trace is a
+// of `topics` topics ranks the experts of each layer by its own permutation
+// (common::ZipfExpertRanks, as deltaserve-synth --expert-skew does), and the trace is a
 // series of conversations of `topic_steps` decode steps, each on one topic: the hot experts stay
 // put within a conversation and move when the topic changes. S = 0 routes uniformly.
 //
@@ -13,7 +14,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/routing_trace.h"
@@ -34,10 +34,5 @@ struct SyntheticTraceOptions {
 // The trace (header model name "synthetic-zipf"). InvalidArgument on a shape out of the trace
 // format's limits, skew < 0, topics < 1, steps < 1 or topic_steps < 1.
 absl::StatusOr<common::RoutingTrace> SyntheticRoutingTrace(const SyntheticTraceOptions& options);
-
-// The rank (0 = hottest) of every expert of `layer` under `topic`: a permutation of
-// [0, n_expert) drawn from (seed, layer, topic). deltaserve-synth --expert-skew uses the same
-// ranking so that traces recorded from a skewed model and synthetic ones agree.
-std::vector<int32_t> ZipfRanks(uint64_t seed, int64_t layer, int64_t topic, int64_t n_expert);
 
 }  // namespace deltaserve::router

@@ -255,6 +255,12 @@ int Main(int argc, char** argv) {
   d["half_life_s"] = o.sim.half_life_s;
   d["hysteresis"] = o.sim.planner.hysteresis;
   pol["all_gpu"] = PolicyJson(r->all_gpu);
+  pol["dynamic_layers"] = PolicyJson(r->dynamic_layers);
+  pol["dynamic_layers"]["note"] =
+      "proposal, not what the router runs: each plan also weighs a whole-layers-first placement";
+  pol["dynamic_layers"]["plans"] = r->dynamic_layers.plans;
+  pol["dynamic_layers"]["plans_layered"] = r->dynamic_layers.plans_layered;
+  pol["dynamic_layers"]["moves_in"] = r->dynamic_layers.moves_in;
   if (o.sweep) {
     ordered_json& s = out["n_cpu_moe_sweep"];
     s = ordered_json::array();

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -329,6 +330,16 @@ TEST_F(RoutingTraceCorruptionTest, AnErrorIsStickyAndTheReaderFromBytesAgrees) {
   EXPECT_EQ(n, 3);
   EXPECT_EQ(RoutingTraceReader::FromBytes("DSROUTE").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ZipfExpertRanksTest, PermutationsThatDifferByLayerAndTopicAndRepeatBySeed) {
+  const std::vector<int32_t> a = ZipfExpertRanks(1, 0, 0, 256);
+  std::vector<int32_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int32_t i = 0; i < 256; ++i) EXPECT_EQ(sorted[i], i);
+  EXPECT_NE(a, ZipfExpertRanks(1, 1, 0, 256));
+  EXPECT_NE(a, ZipfExpertRanks(1, 0, 1, 256));
+  EXPECT_EQ(a, ZipfExpertRanks(1, 0, 0, 256));
 }
 
 }  // namespace

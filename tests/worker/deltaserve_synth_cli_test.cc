@@ -175,12 +175,32 @@ TEST(DeltaserveSynthCli, BadArgumentsFailWithAMessage) {
            {{"--preset", "2b", "--type", "f16", "--vocab-from", vocab, "-o", out, "--seed"},
             "--seed needs a value"},
            {{"--preset", "2b", "--bogus"}, "unknown argument '--bogus'"},
+           {{"--preset", "9b", "--type", "f16", "--vocab-from", vocab, "-o", out, "--expert-skew",
+             "1"},
+            "an expert skew needs a MoE preset"},
+           {{"--preset", "35b-a3b", "--type", "f16", "--vocab-from", vocab, "-o", out,
+             "--expert-topics", "4"},
+            "--expert-topics and --topic-stickiness go with --expert-skew"},
+           {{"--preset", "35b-a3b", "--type", "f16", "--vocab-from", vocab, "-o", out,
+             "--expert-skew", "nine"},
+            "--expert-skew needs a Zipf exponent in [0, 8]"},
+           {{"--preset", "35b-a3b", "--type", "f16", "--vocab-from", vocab, "-o", out,
+             "--expert-skew", "1", "--expert-topics", "65"},
+            "--expert-topics needs a topic count (1..64)"},
        }) {
     ProcessResult r = Synth(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.message;
     EXPECT_THAT(r.err, HasSubstr(c.message));
   }
   EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(DeltaserveSynthCli, ThePlanOfASkewedModelSaysSo) {
+  ProcessResult r = Synth({"--preset", "35b-a3b", "--type", "q4_k_m", "--vocab-from",
+                           GoldenPath("tiny-dense-f32.gguf"), "--layers", "2", "--plan",
+                           "--expert-skew", "1.2", "--expert-topics", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("expert skew 1.2 over 4 topics (stickiness 16)"));
 }
 
 TEST(DeltaserveSynthCli, BadFilesAndPathsFailWithAMessage) {

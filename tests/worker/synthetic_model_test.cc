@@ -14,6 +14,7 @@
 #include "common/gguf_file.h"
 #include "common/gguf_writer.h"
 #include "common/qwen35_hparams.h"
+#include "common/routing_trace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -291,6 +292,102 @@ TEST(SyntheticModelTest, InitialValuesHaveTheGoldenRecipeStatistics) {
   const auto out_norm = stats("output_norm.weight", 1);
   EXPECT_LT(out_norm[2], -0.5);
   EXPECT_GT(out_norm[3], 0.5);
+}
+
+
+// --expert-skew (ExpertSkew): which tensors carry it and the values they get.
+ModelPlan SkewedPlan(double exponent, int64_t topics = 8) {
+  absl::StatusOr<ModelPlan> plan = PlanModel(*FindPreset("35b-a3b"), WeightMixture::kQ4_K_M,
+                                             /*n_vocab=*/800, /*n_layer=*/4,
+                                             ExpertSkew{exponent, topics, 8.0});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+std::vector<float> Rows(const PlannedTensor& t, int64_t first, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n * t.ne[0]));
+  FillRows(t, 7, first, n, v.data());
+  return v;
+}
+
+TEST(SyntheticModelTest, ExpertSkewIsForMoePresetsWithinItsRanges) {
+  EXPECT_THAT(PlanModel(*FindPreset("9b"), WeightMixture::kF32, 100, 2, ExpertSkew{})
+                  .status()
+                  .message(),
+              HasSubstr("needs a MoE preset"));
+  const SynthPreset moe = *FindPreset("35b-a3b");
+  EXPECT_THAT(PlanModel(moe, WeightMixture::kF32, 100, 2, ExpertSkew{9, 8, 8}).status().message(),
+              HasSubstr("expert skew 9 is not in [0, 8]"));
+  EXPECT_THAT(PlanModel(moe, WeightMixture::kF32, 100, 2, ExpertSkew{1, 0, 8}).status().message(),
+              HasSubstr("expert topics 0 is not in [1, 64]"));
+  EXPECT_THAT(PlanModel(moe, WeightMixture::kF32, 4, 2, ExpertSkew{1, 8, 8}).status().message(),
+              HasSubstr("expert topics 8 is not in [1, 4]"));
+  EXPECT_THAT(PlanModel(moe, WeightMixture::kF32, 100, 2, ExpertSkew{1, 8, -1}).status().message(),
+              HasSubstr("stickiness"));
+  // Without a skew nothing is marked, so files are as they were.
+  for (const PlannedTensor& t : Plan("35b-a3b", WeightMixture::kQ4_K_M, 800, 4).tensors) {
+    EXPECT_EQ(t.skew_role, SkewRole::kNone) << t.name;
+  }
+}
+
+TEST(SyntheticModelTest, ExpertSkewMarksTheTensorsOnTheTopicPath) {
+  const ModelPlan plan = SkewedPlan(1.0);
+  ASSERT_TRUE(plan.skew.has_value());
+  std::map<SkewRole, int> roles;
+  for (const PlannedTensor& t : plan.tensors) ++roles[t.skew_role];
+  EXPECT_EQ(roles[SkewRole::kEmbedding], 1);
+  EXPECT_EQ(roles[SkewRole::kHead], 1);
+  EXPECT_EQ(roles[SkewRole::kRouter], 4);
+  EXPECT_EQ(roles[SkewRole::kTopicNorm], 4 + 1);  // post_attention_norm per layer, output_norm
+  // Per layer: the attention or DeltaNet output, the experts' and the shared expert's down.
+  EXPECT_EQ(roles[SkewRole::kZeroTopicRows], 4 * 3);
+  EXPECT_EQ(Find(plan, "blk.3.attn_output.weight").skew_role, SkewRole::kZeroTopicRows);
+  EXPECT_EQ(Find(plan, "blk.0.ssm_out.weight").skew_role, SkewRole::kZeroTopicRows);
+  EXPECT_EQ(Find(plan, "blk.0.attn_norm.weight").skew_role, SkewRole::kNone);
+}
+
+TEST(SyntheticModelTest, ExpertSkewValuesCarryTheTopicToTheRouters) {
+  const ModelPlan plan = SkewedPlan(1.5);
+  // 800 tokens in 8 topics of 100 ids: token 250 is topic 2.
+  const std::vector<float> embd = Rows(Find(plan, "token_embd.weight"), 250, 1);
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(embd[d], d == 2 ? kSkewTopicAmplitude : 0.0) << d;
+  EXPECT_NE(embd[8], 0.0f);  // the rest is the random embedding
+  // No layer writes the topic dimensions: rows 0..7 of an output projection are zero, in every
+  // expert of a stack (rows e * 2048 + d).
+  const PlannedTensor& down = Find(plan, "blk.1.ffn_down_exps.weight");
+  for (int64_t row : {int64_t{0}, int64_t{7}, int64_t{5 * 2048 + 3}}) {
+    for (float v : Rows(down, row, 1)) ASSERT_EQ(v, 0.0f) << row;
+  }
+  EXPECT_NE(Rows(down, 8, 1)[0], 0.0f);
+  const std::vector<float> norm = Rows(Find(plan, "blk.2.post_attention_norm.weight"), 0, 1);
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(norm[d], 1.0f);
+  // Router row e, topic column d: -S * 3.2 * (ln(rank + 1) - mean ln) * rms / amplitude, the rank
+  // of expert e for (layer, topic d) from the shared ranking; the topic's hottest expert gets
+  // the largest weight.
+  const PlannedTensor& router = Find(plan, "blk.1.ffn_gate_inp.weight");
+  const std::vector<float> w = Rows(router, 0, 256);
+  double mean_log = 0;
+  for (int r = 1; r <= 256; ++r) mean_log += std::log(r);
+  mean_log /= 256;
+  const double scale =
+      kSkewRankLogits * std::sqrt(1 + kSkewResidualGrowth * 1.5) / kSkewTopicAmplitude;
+  for (int d : {0, 5}) {
+    const std::vector<int32_t> rank = common::ZipfExpertRanks(7, 1, d, 256);
+    int hottest = 0;
+    for (int e = 0; e < 256; ++e) {
+      EXPECT_NEAR(w[e * 2048 + d], -1.5 * (std::log(rank[e] + 1.0) - mean_log) * scale, 1e-5);
+      if (w[e * 2048 + d] > w[hottest * 2048 + d]) hottest = e;
+    }
+    EXPECT_EQ(rank[hottest], 0);
+  }
+  // The head favours the current topic's tokens: token 250's row reads topic 2 only.
+  const std::vector<float> head = Rows(Find(plan, "output.weight"), 250, 1);
+  const double stick = 8.0 * std::sqrt(1 + kSkewResidualGrowth * 4) / kSkewTopicAmplitude;
+  for (int d = 0; d < 8; ++d) EXPECT_NEAR(head[d], d == 2 ? stick : 0.0, 1e-6) << d;
+  // Exponent 0 keeps the path (topic dimensions, zero rows) but no preference.
+  const ModelPlan flat = SkewedPlan(0);
+  const std::vector<float> w0 = Rows(Find(flat, "blk.1.ffn_gate_inp.weight"), 3, 1);
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(w0[d], 0.0f);
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 #include <numbers>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/gguf_writer.h"
+#include "common/routing_trace.h"
 #include "common/str_util.h"
 
 namespace deltaserve::worker {
@@ -219,6 +221,86 @@ void NormalRow(Xoshiro256& rng, float std, float* out, int64_t n) {
   }
 }
 
+// The residual stream's RMS before the router of layer `l` (after its attention or DeltaNet
+// block), and before the head (after every layer), relative to the embedding's.
+double ResidualRms(double layers_before) {
+  return std::sqrt(1.0 + kSkewResidualGrowth * layers_before);
+}
+
+
+void AnnotateSkew(const ExpertSkew& skew, ModelPlan& plan) {
+  plan.skew = skew;
+  const int64_t n_layer = plan.preset.n_layer;
+  for (PlannedTensor& t : plan.tensors) {
+    auto ends = [&](std::string_view suffix) { return absl::EndsWith(t.name, Sv(suffix)); };
+    if (t.name == "token_embd.weight") {
+      t.skew_role = SkewRole::kEmbedding;
+      t.skew_scale = kSkewTopicAmplitude;
+    } else if (ends("ssm_out.weight") || ends("attn_output.weight") ||
+               ends("ffn_down_exps.weight") || ends("ffn_down_shexp.weight")) {
+      t.skew_role = SkewRole::kZeroTopicRows;
+    } else if (ends("post_attention_norm.weight") || t.name == "output_norm.weight") {
+      t.skew_role = SkewRole::kTopicNorm;
+    } else if (ends("ffn_gate_inp.weight")) {
+      t.skew_role = SkewRole::kRouter;
+      t.skew_exponent = skew.exponent;
+      t.skew_scale = kSkewRankLogits * ResidualRms(static_cast<double>(t.layer) + 0.5) /
+                     kSkewTopicAmplitude;
+    } else if (t.name == "output.weight") {
+      t.skew_role = SkewRole::kHead;
+      t.skew_scale = skew.stickiness * ResidualRms(static_cast<double>(n_layer)) /
+                     kSkewTopicAmplitude;
+    } else {
+      continue;
+    }
+    t.skew_topics = skew.topics;
+    t.skew_vocab = plan.n_vocab;
+  }
+}
+
+// Applies the tensor's skew role to rows [first_row, first_row + n_rows) (see ExpertSkew).
+void ApplySkew(const PlannedTensor& t, uint64_t seed, int64_t first_row, int64_t n_rows,
+               float* out) {
+  const int64_t n = t.ne[0];
+  const int64_t topics = std::min(t.skew_topics, n);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* row = out + r * n;
+    const int64_t index = first_row + r;
+    switch (t.skew_role) {
+      case SkewRole::kNone:
+        return;
+      case SkewRole::kEmbedding:
+      case SkewRole::kHead: {
+        const int64_t topic = SkewTopicOf(index, t.skew_topics, t.skew_vocab);
+        for (int64_t d = 0; d < topics; ++d) {
+          row[d] = d == topic ? static_cast<float>(t.skew_scale) : 0.0f;
+        }
+        break;
+      }
+      case SkewRole::kZeroTopicRows:
+        if (index % t.ne[1] < topics) std::fill(row, row + n, 0.0f);
+        break;
+      case SkewRole::kTopicNorm:
+        std::fill(row, row + topics, 1.0f);
+        break;
+      case SkewRole::kRouter: {
+        // Row `index` is expert `index`; its weight on topic d's dimension puts the expert's
+        // log-popularity (centred over the experts) under that topic into its logit.
+        const int64_t n_expert = t.ne[1];
+        double mean_log = 0;
+        for (int64_t k = 1; k <= n_expert; ++k) mean_log += std::log(static_cast<double>(k));
+        mean_log /= static_cast<double>(n_expert);
+        for (int64_t d = 0; d < topics; ++d) {
+          const int32_t rank = common::ZipfExpertRanks(seed, t.layer, d, n_expert)[index];
+          row[d] = static_cast<float>(-t.skew_exponent * (std::log(rank + 1.0) - mean_log) *
+                                      t.skew_scale);
+        }
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::Span<const SynthPreset> SynthPresets() { return kPresets; }
@@ -256,15 +338,34 @@ int64_t PlannedTensor::n_elements() const {
 }
 
 absl::StatusOr<ModelPlan> PlanModel(const SynthPreset& preset, WeightMixture mixture,
-                                    int64_t n_vocab, int64_t n_layer) {
+                                    int64_t n_vocab, int64_t n_layer,
+                                    const std::optional<ExpertSkew>& skew) {
   if (n_vocab < 1) {
     return absl::InvalidArgumentError(absl::StrCat("vocabulary of ", n_vocab, " tokens"));
+  }
+  if (skew.has_value()) {
+    if (!preset.is_moe()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an expert skew needs a MoE preset ('", Sv(preset.name), "' is dense)"));
+    }
+    if (!(skew->exponent >= 0 && skew->exponent <= 8)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert skew ", skew->exponent, " is not in [0, 8]"));
+    }
+    if (skew->topics < 1 || skew->topics > std::min<int64_t>(64, n_vocab)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expert topics ", skew->topics, " is not in [1, ", std::min<int64_t>(64, n_vocab), "]"));
+    }
+    if (!(skew->stickiness >= 0 && skew->stickiness <= 64)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("topic stickiness ", skew->stickiness, " is not in [0, 64]"));
+    }
   }
   if (n_layer < 0 || n_layer > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("layer count ", n_layer, " is out of range (1..1024, 0 for the preset's)"));
   }
-  ModelPlan plan{preset, mixture, n_vocab, {}};
+  ModelPlan plan{preset, mixture, n_vocab, {}, std::nullopt};
   if (n_layer > 0) plan.preset.n_layer = n_layer;
   const SynthPreset& p = plan.preset;
   const int64_t h = p.n_embd, hd = kSynthHeadDim, dk = kSynthSsmHeadDim;
@@ -321,6 +422,7 @@ absl::StatusOr<ModelPlan> PlanModel(const SynthPreset& preset, WeightMixture mix
   b.Add("output_norm.weight", {h}, p.tied ? InitRule::kSignedNorm : InitRule::kNormWeight, 0,
         Role::kAlwaysF32);
   if (!p.tied) b.Proj("output.weight", {h, n_vocab}, 4.0, Role::kHead, -1);
+  if (skew.has_value()) AnnotateSkew(*skew, plan);
   return plan;
 }
 
@@ -361,7 +463,12 @@ absl::Status AddModelMetadata(const ModelPlan& plan, uint64_t seed, common::Gguf
   kv.emplace_back("general.description",
                   GgufMetadataValue::String(absl::StrCat(
                       "random weights written by deltaserve-synth: preset ", Sv(p.name), ", ",
-                      p.n_layer, " layers, ", Sv(MixtureName(plan.mixture)), ", seed ", seed)));
+                      p.n_layer, " layers, ", Sv(MixtureName(plan.mixture)), ", seed ", seed,
+                      plan.skew.has_value()
+                          ? absl::StrCat(", expert skew ", plan.skew->exponent, " over ",
+                                         plan.skew->topics, " topics, stickiness ",
+                                         plan.skew->stickiness)
+                          : "")));
   kv.emplace_back("general.file_type", GgufMetadataValue::Uint32(InfoOf(plan.mixture).file_type));
   if (plan.mixture != WeightMixture::kF32 && plan.mixture != WeightMixture::kF16) {
     kv.emplace_back("general.quantization_version", GgufMetadataValue::Uint32(2));
@@ -429,6 +536,7 @@ void FillRows(const PlannedTensor& t, uint64_t seed, int64_t first_row, int64_t 
         break;
     }
   }
+  if (t.skew_role != SkewRole::kNone) ApplySkew(t, seed, first_row, n_rows, out);
 }
 
 }  // namespace deltaserve::worker

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,6 +84,56 @@ enum class InitRule {
   kDtBias,      // U[-0.5, 0.5]
 };
 
+// Skewed expert routing for MoE presets (deltaserve-synth --expert-skew, docs/synth.md). Random
+// router weights spread tokens evenly over the experts; real routers do not. With a skew, each
+// token id belongs to one of `topics` equal ranges of the vocabulary, and in every layer each
+// topic prefers its own experts with Zipf-distributed popularity of exponent `exponent`
+// (common::ZipfExpertRanks gives each (layer, topic) its ranking), so a conversation whose
+// tokens change topic moves the hot experts. Built through the network, not around it:
+//   - the first `topics` dimensions of the residual stream carry the token's topic: its
+//     embedding row holds kSkewTopicAmplitude in the dimension of its topic and 0 in the others,
+//     and no layer writes them (those rows of every output projection are zero), so they reach
+//     every layer's router unchanged (the norms' weights there are 1);
+//   - each router row (one expert) reads those dimensions with weights that add
+//     -exponent * kSkewRankLogits * ln(rank + 1) logits for the token's topic, scaled by the
+//     residual stream's growth with depth (kSkewResidualGrowth) so that the deep layers are as
+//     skewed as the first;
+//   - the output head adds `stickiness` logits to the tokens of the current token's topic, so
+//     a generation stays on its prompt's topic.
+struct ExpertSkew {
+  double exponent = 1.0;    // Zipf exponent S (0: the construction without a preference)
+  int64_t topics = 8;       // vocabulary ranges, each with its own hot experts per layer
+  double stickiness = 16.0;  // head logits for the current topic's tokens
+};
+
+// Value of a token's topic dimension in its embedding row (the other values are N(0, 1)).
+inline constexpr double kSkewTopicAmplitude = 4.0;
+// Router logits per unit of ln(rank + 1) at exponent 1. The random part of a synth router's
+// logits has a spread of 6; under that noise a top-k follows the Zipf law of sampling without
+// replacement at offsets of about half the spread (a numerical check of top-8 of 256), and 3.2
+// is what makes recorded traces of 35b-a3b q4_k_m match synthetic Zipf traces of the same
+// exponent (measured: docs/synth.md).
+inline constexpr double kSkewRankLogits = 3.2;
+// The residual stream's RMS before layer l's router, relative to the embedding's:
+// sqrt(1 + kSkewResidualGrowth * (l + 1/2)); measured on 35b-a3b q4_k_m, where without it the
+// realised skew fell by a fifth over 16 layers (docs/synth.md).
+inline constexpr double kSkewResidualGrowth = 0.033;
+
+// The topic of token `id` among `topics` equal ranges of an `n_vocab`-token vocabulary.
+inline int64_t SkewTopicOf(int64_t id, int64_t topics, int64_t n_vocab) {
+  return n_vocab > 0 ? id * topics / n_vocab : 0;
+}
+
+// What a tensor's values get from an ExpertSkew on top of its InitRule (see ExpertSkew).
+enum class SkewRole {
+  kNone,
+  kEmbedding,      // token_embd: the topic dimensions
+  kZeroTopicRows,  // output projections: rows (output dimensions) < topics are zero
+  kTopicNorm,      // post_attention_norm, output_norm: 1 in the topic dimensions
+  kRouter,         // ffn_gate_inp: the topics' Zipf preferences
+  kHead,           // output: the topic stickiness
+};
+
 // One tensor of the plan.
 struct PlannedTensor {
   std::string name;
@@ -92,6 +143,14 @@ struct PlannedTensor {
   float std;          // for kNormal
   int64_t layer;      // -1 for global tensors
   bool expert_stack;  // {in, out, n_expert}: only n_expert_used of ne[2] are active
+  SkewRole skew_role = SkewRole::kNone;
+  // For skew roles: the topic count, vocabulary rows, the exponent and the value scale
+  // (embedding: the amplitude; router: logits per unit of rank preference times the residual's
+  // RMS over the amplitude; head: the same for the stickiness).
+  int64_t skew_topics = 0;
+  int64_t skew_vocab = 0;
+  double skew_exponent = 0;
+  double skew_scale = 0;
 
   int64_t n_elements() const;
   // Rows of ne[0] values (the product of the other dims).
@@ -104,14 +163,19 @@ struct ModelPlan {
   WeightMixture mixture;
   int64_t n_vocab;
   std::vector<PlannedTensor> tensors;  // file order
+  std::optional<ExpertSkew> skew;      // MoE presets only
 
   std::string_view arch() const { return preset.is_moe() ? "qwen35moe" : "qwen35"; }
 };
 
 // The tensors of `preset` with `n_vocab` embedding rows and the types of `mixture`. n_layer > 0
-// overrides the preset's layer count (quick tests). Fails on n_vocab < 1 or a bad n_layer.
+// overrides the preset's layer count (quick tests). Fails on n_vocab < 1 or a bad n_layer. With
+// a skew (MoE presets only; InvalidArgument otherwise, or for an exponent outside [0, 8], topics
+// outside [1, min(64, n_vocab)] or stickiness outside [0, 64]) the router, embedding, norms,
+// output projections and head carry it (ExpertSkew); without one the values are as before.
 absl::StatusOr<ModelPlan> PlanModel(const SynthPreset& preset, WeightMixture mixture,
-                                    int64_t n_vocab, int64_t n_layer);
+                                    int64_t n_vocab, int64_t n_layer,
+                                    const std::optional<ExpertSkew>& skew = std::nullopt);
 
 // Parameters of the text stack (elements of every tensor), and those used per token (routed
 // experts counted n_expert_used of n_expert).

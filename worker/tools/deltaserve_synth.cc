@@ -3,6 +3,7 @@
 //
 //   deltaserve-synth --preset 9b --type q4_k_m --vocab-from VOCAB.gguf -o OUT.gguf
 //                    [--seed S] [--layers N] [--threads N] [--plan]
+//                    [--expert-skew S [--expert-topics N] [--topic-stickiness L]]
 //
 // The model is never held in memory: tensors are declared first and their bytes generated in
 // slabs of rows while the file is written (GgufWriter::WriteFileStreaming). Values depend only
@@ -46,6 +47,9 @@ struct Options {
   int64_t layers = 0;
   int threads = 2;
   bool plan_only = false;
+  bool skewed = false;  // --expert-skew given
+  ExpertSkew skew;
+  bool skew_detail = false;  // --expert-topics or --topic-stickiness given
 };
 
 void PrintHelp() {
@@ -53,6 +57,7 @@ void PrintHelp() {
   std::cout <<
       "usage: deltaserve-synth --preset P --type T --vocab-from VOCAB.gguf -o OUT.gguf\n"
       "                        [--seed S] [--layers N] [--threads N] [--plan]\n"
+      "                        [--expert-skew S [--expert-topics N] [--topic-stickiness L]]\n"
       "\n"
       "Writes a random-weight Qwen3.5 GGUF (arch qwen35, or qwen35moe for the MoE presets) with\n"
       "the real shapes of one size (MODEL_SPEC 1.2). Weights are scaled so a forward pass stays\n"
@@ -84,7 +89,13 @@ void PrintHelp() {
       "  --layers N        override the layer count (quick tests; layer i is full attention\n"
       "                    when (i+1) % 4 == 0)\n"
       "  --threads N       generator threads (default 2)\n"
-      "  --plan            print the tensor plan, parameter counts and size; write nothing\n";
+      "  --plan            print the tensor plan, parameter counts and size; write nothing\n"
+      "  --expert-skew S   MoE presets: route with Zipf-distributed expert popularity of\n"
+      "                    exponent S (0..8; 0: no preference) instead of evenly; each of the\n"
+      "                    topics (equal token-id ranges) has its own hot experts per layer\n"
+      "  --expert-topics N topics for --expert-skew (default 8, 1..64)\n"
+      "  --topic-stickiness L  logits the head adds to tokens of the current token's topic, so\n"
+      "                    a generation keeps its prompt's topic (default 16, 0..64)\n";
   // clang-format on
 }
 
@@ -125,6 +136,36 @@ std::vector<common::Flag> FlagTable(Options& o, bool& help) {
       common::IntegerFlag("--threads", &o.threads, 1, 256)
           .NonEmpty()
           .InvalidMessage("--threads '{value}' is not a thread count (1..256)"),
+      common::CustomFlag("--expert-skew",
+                         [&o](std::string_view v) -> std::string {
+                           o.skewed = true;
+                           if (!absl::SimpleAtod(Sv(v), &o.skew.exponent) ||
+                               !(o.skew.exponent >= 0 && o.skew.exponent <= 8)) {
+                             return "--expert-skew needs a Zipf exponent in [0, 8]";
+                           }
+                           return "";
+                         })
+          .NonEmpty(),
+      common::CustomFlag("--expert-topics",
+                         [&o](std::string_view v) -> std::string {
+                           o.skew_detail = true;
+                           if (!absl::SimpleAtoi(Sv(v), &o.skew.topics) || o.skew.topics < 1 ||
+                               o.skew.topics > 64) {
+                             return "--expert-topics needs a topic count (1..64)";
+                           }
+                           return "";
+                         })
+          .NonEmpty(),
+      common::CustomFlag("--topic-stickiness",
+                         [&o](std::string_view v) -> std::string {
+                           o.skew_detail = true;
+                           if (!absl::SimpleAtod(Sv(v), &o.skew.stickiness) ||
+                               !(o.skew.stickiness >= 0 && o.skew.stickiness <= 64)) {
+                             return "--topic-stickiness needs logits in [0, 64]";
+                           }
+                           return "";
+                         })
+          .NonEmpty(),
   };
 }
 
@@ -137,6 +178,9 @@ std::string Parse(int argc, char** argv, Options& o, bool& help) {
   if (o.type.empty()) return "--type is required";
   if (o.vocab.empty()) return "--vocab-from is required";
   if (o.out.empty() && !o.plan_only) return "-o OUT.gguf is required";
+  if (o.skew_detail && !o.skewed) {
+    return "--expert-topics and --topic-stickiness go with --expert-skew";
+  }
   return "";
 }
 
@@ -270,8 +314,11 @@ int Main(int argc, char** argv) {
   if (!vocab.ok()) return Fail(vocab.status());
   absl::StatusOr<int64_t> n_vocab = VocabRows(**vocab);
   if (!n_vocab.ok()) return Fail(n_vocab.status());
-  absl::StatusOr<ModelPlan> plan = PlanModel(*preset, *mixture, *n_vocab, o.layers);
-  if (!plan.ok()) return Fail(plan.status());
+  absl::StatusOr<ModelPlan> plan =
+      PlanModel(*preset, *mixture, *n_vocab, o.layers,
+                o.skewed ? std::optional<ExpertSkew>(o.skew) : std::nullopt);
+  if (!plan.ok()) return o.skewed ? Usage(std::string(plan.status().message()))
+                                  : Fail(plan.status());
 
   common::GgufWriter writer;
   if (absl::Status s = AddModelMetadata(*plan, o.seed, writer); !s.ok()) return Fail(s);
@@ -287,11 +334,15 @@ int Main(int argc, char** argv) {
   }
 
   const std::string summary = absl::StrFormat(
-      "%s %s (%s), %d layers, %d-token vocabulary: %.3fB parameters (%.3fB active), %s",
+      "%s %s (%s), %d layers, %d-token vocabulary: %.3fB parameters (%.3fB active), %s%s",
       std::string(plan->preset.name), std::string(MixtureName(plan->mixture)),
       std::string(plan->arch()), plan->preset.n_layer, plan->n_vocab,
       static_cast<double>(TotalParams(*plan)) / 1e9, static_cast<double>(ActiveParams(*plan)) / 1e9,
-      Mb(writer.FileSize()));
+      Mb(writer.FileSize()),
+      plan->skew.has_value()
+          ? absl::StrFormat(", expert skew %g over %d topics (stickiness %g)",
+                            plan->skew->exponent, plan->skew->topics, plan->skew->stickiness)
+          : "");
   if (o.plan_only) {
     PrintPlan(*plan);
     std::cout << summary << "\n";
