@@ -167,7 +167,7 @@ constexpr std::string_view kFinalEvent = R"pb(
   final_event {
     finish_reason: FINISH_REASON_STOP
     message: "stop string matched"
-    usage { prompt_tokens: 1200 cached_prompt_tokens: 1024 completion_tokens: 37 }
+    usage { prompt_tokens: 1200 cached_prompt_tokens: 1024 completion_tokens: 37 reasoning_tokens: 21 }
     timings { queue_ms: 0.5 prefill_ms: 12.25 decode_ms: 310.0 time_to_first_token_ms: 21.0 }
     seed: 1234
     choice_index: 2
@@ -303,6 +303,7 @@ TEST(WorkerProtoRoundTrip, FinalEventWithUsageAndTimings) {
   ASSERT_EQ(back.event_case(), v1::GenerateEvent::kFinalEvent);
   EXPECT_EQ(back.final_event().finish_reason(), v1::FINISH_REASON_STOP);
   EXPECT_EQ(back.final_event().usage().cached_prompt_tokens(), 1024);
+  EXPECT_EQ(back.final_event().usage().reasoning_tokens(), 21);
   EXPECT_DOUBLE_EQ(back.final_event().timings().prefill_ms(), 12.25);
 }
 
@@ -407,6 +408,7 @@ constexpr FrozenField kFrozenFields[] = {
     {"Usage", "prompt_tokens", 1},
     {"Usage", "cached_prompt_tokens", 2},
     {"Usage", "completion_tokens", 3},
+    {"Usage", "reasoning_tokens", 4},
     {"Timings", "queue_ms", 1},
     {"Timings", "prefill_ms", 2},
     {"Timings", "decode_ms", 3},

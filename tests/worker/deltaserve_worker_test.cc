@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -272,6 +273,25 @@ TEST(DeltaserveWorkerTest, InfoGenerateStopCancelErrorsMetrics) {
     context.insert(context.end(), s.tokens.begin(), s.tokens.begin() + 3);
     const std::vector<int32_t> rest = EngineGreedy(context, 3);
     EXPECT_EQ(std::vector<int32_t>(s.tokens.begin() + 3, s.tokens.end()), rest);
+    ASSERT_TRUE(s.final_event.has_value());
+    EXPECT_EQ(s.final_event->usage().reasoning_tokens(), 0);  // the block closed at once
+    // A budget of 4: the usage counts the tokens before the `</think>` (2025) the stream
+    // carries, the markers and the answer after them not included.
+    pb::GenerateRequest four = Greedy(think, 9);
+    four.set_reasoning_budget(4);
+    const Streamed t = RunGenerate(*w.stub, four);
+    ASSERT_TRUE(t.status.ok()) << t.status.error_message();
+    const auto close = std::find(t.tokens.begin(), t.tokens.end(), 2025);
+    ASSERT_NE(close, t.tokens.end());
+    ASSERT_TRUE(t.final_event.has_value());
+    EXPECT_EQ(t.final_event->usage().reasoning_tokens(), close - t.tokens.begin());
+    EXPECT_EQ(t.final_event->usage().reasoning_tokens(), 4);
+    EXPECT_EQ(t.final_event->usage().completion_tokens(), 9);
+    // No block open and none generated: nothing is reasoning.
+    const Streamed plain = RunGenerate(*w.stub, Greedy(Prompt(12), 6));
+    ASSERT_TRUE(plain.final_event.has_value());
+    ASSERT_EQ(std::count(plain.tokens.begin(), plain.tokens.end(), 2025), 0);
+    EXPECT_EQ(plain.final_event->usage().reasoning_tokens(), 0);
     pb::GenerateRequest negative = Greedy(think, 6);
     negative.set_reasoning_budget(-1);
     EXPECT_EQ(RunGenerate(*w.stub, negative).status.error_code(),

@@ -10,6 +10,7 @@
 #include "common/request_log.h"
 #include "common/streaming_detokenizer.h"
 #include "common/str_util.h"
+#include "worker/service/reasoning_counter.h"
 #include "worker/service/stop_strings.h"
 
 namespace deltaserve::worker {
@@ -169,21 +170,25 @@ class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateEvent> {
 };
 
 // Receives the scheduler's output for one choice of a call (on the scheduler's thread):
-// detokenizes, matches stop strings, and queues the events, tagged with the choice's index.
+// detokenizes, matches stop strings, counts the reasoning tokens among those sent, and queues
+// the events, tagged with the choice's index.
 class StreamSink : public GenerationSink {
  public:
   StreamSink(std::shared_ptr<EventQueue> queue, const common::Tokenizer& tokenizer,
              std::vector<std::string> stops, std::string request_id, std::string model,
-             WorkerCounters* counters, uint64_t seed, int choice = 0, int n_choices = 1)
+             WorkerCounters* counters, uint64_t seed, ReasoningCounter reasoning, int choice = 0,
+             int n_choices = 1)
       : choice_(choice),
         n_choices_(n_choices),
         queue_(std::move(queue)),
+        tokenizer_(tokenizer),
         detok_(tokenizer),
         stops_(std::move(stops)),
         request_id_(std::move(request_id)),
         model_(std::move(model)),
         counters_(counters),
-        seed_(seed) {}
+        seed_(seed),
+        reasoning_(reasoning) {}
 
   void OnTokens(absl::Span<const GeneratedToken> tokens) override {
     if (stops_.matched()) return;
@@ -202,6 +207,7 @@ class StreamSink : public GenerationSink {
           a->set_logprob(alt.logprob);
         }
       }
+      reasoning_.Feed(t.token, IsBlankText(tokenizer_.Piece(t.token)));
       text += stops_.Push(detok_.Push(t.token));
       if (stops_.matched()) break;
     }
@@ -247,6 +253,7 @@ class StreamSink : public GenerationSink {
     f->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(r.prompt_tokens));
     f->mutable_usage()->set_cached_prompt_tokens(static_cast<int32_t>(r.cached_prompt_tokens));
     f->mutable_usage()->set_completion_tokens(static_cast<int32_t>(r.completion_tokens));
+    f->mutable_usage()->set_reasoning_tokens(static_cast<int32_t>(reasoning_.count()));
     f->mutable_timings()->set_queue_ms(r.queue_ms);
     f->mutable_timings()->set_prefill_ms(r.prefill_ms);
     f->mutable_timings()->set_decode_ms(r.decode_ms);
@@ -269,6 +276,7 @@ class StreamSink : public GenerationSink {
                             : r.cached_from == SnapshotSource::kRam  ? "ram"
                                                                      : "none")
         .Int("completion", r.completion_tokens)
+        .Int("reasoning", reasoning_.count())
         .Num("queue_ms", r.queue_ms)
         .Num("ttft_ms", r.first_token_ms)
         .Num("decode_ms", r.decode_ms)
@@ -295,11 +303,13 @@ class StreamSink : public GenerationSink {
 
   int choice_, n_choices_;
   std::shared_ptr<EventQueue> queue_;
+  const common::Tokenizer& tokenizer_;
   common::StreamingDetokenizer detok_;
   StopStringMatcher stops_;
   std::string request_id_, model_;
   WorkerCounters* counters_;
   uint64_t seed_;
+  ReasoningCounter reasoning_;  // over the tokens sent (Usage.reasoning_tokens)
 };
 
 // A reactor that ends the call at once with an error.
@@ -462,12 +472,15 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
     return new RefusedReactor(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                            "reasoning_budget must be >= 0"));
   }
+  // Counts each choice's reasoning tokens for its usage; nothing without markup.
+  ReasoningCounter reasoning(-1, -1, false);
   if (const ReasoningTokens& rt = model.reasoning_tokens(); rt.start >= 0) {
     // The markers serve the budget and the output constraint's start alike.
     g.reasoning_budget = budget;
     g.reasoning_start_token = rt.start;
     g.reasoning_end_tokens = rt.end;
     g.reasoning_open = PromptOpensReasoning(g.prompt, rt.start, rt.end.front());
+    reasoning = ReasoningCounter(rt.start, rt.end.front(), g.reasoning_open);
   }
   if (request->has_output_constraint()) {
     absl::StatusOr<common::grammar::OutputConstraintSpec> spec =
@@ -503,7 +516,7 @@ grpc::ServerWriteReactor<pb::GenerateEvent>* WorkerService::Generate(
   for (int i = 0; i < n_choices; ++i) {
     sinks.push_back(std::make_shared<StreamSink>(
         queue, model.tokenizer(), stops, i == 0 ? id : absl::StrCat(id, "#", i), request->model(),
-        &counters_, seed + static_cast<uint64_t>(i), i, n_choices));
+        &counters_, seed + static_cast<uint64_t>(i), reasoning, i, n_choices));
   }
   auto* reactor = new GenerateReactor(queue, &active_streams_);
   {
