@@ -27,7 +27,6 @@ using internal::HeadRowOf;
 using internal::kKeyTile;
 using internal::kNegInf;
 using internal::RoundUp;
-using internal::V16;
 
 constexpr int64_t kRowsPerItem = 32;    // prefill: query rows (tokens x group heads) per item
 constexpr int64_t kMinSplitKeys = 256;  // decode: fewest keys worth a split of their own
@@ -172,8 +171,9 @@ DELTASERVE_ALWAYS_INLINE void DecodeValues(WeightType type, const uint8_t* __res
 struct DecodedRows {
   using T = float;
   static constexpr bool kDecodes = true;
-  DELTASERVE_ALWAYS_INLINE static void Load(V16& out, const float* src) {
-    std::memcpy(&out, src, sizeof(V16));
+  template <class V>  // VecF<N> of any N
+  DELTASERVE_ALWAYS_INLINE static void Load(V& out, const float* src) {
+    std::memcpy(&out, src, sizeof(V));
   }
   DELTASERVE_ALWAYS_INLINE static void Decode(const AttentionProblem& p, const KvPool& pool,
                                               int64_t kvh, int64_t kb, int64_t nk, float* dst) {
@@ -190,18 +190,21 @@ enum class KvRead {
   kDecoded,    // any types: rows decoded into an f32 tile
   kF32,        // f32 K and V, head_dim a multiple of 16: read in place
   kF16Avx512,  // f16 K and V, head_dim a multiple of 16, AVX-512: converted inside the tiles
+  kF16Avx2,    // the same at the avx2 and avx_vnni levels, 8 values at a time
 };
 
+template <int kLanes>
 DELTASERVE_ALWAYS_INLINE void AttendItemImpl(const AttentionProblem& p, KvRead read, int64_t t0,
                                              int64_t nt, int64_t kvh, int64_t key_begin,
                                              int64_t key_end, AttentionScratch& s, float* partial) {
   if (read == KvRead::kF32) {
-    AttendItemBody<F32Rows, F32Rows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
+    AttendItemBody<kLanes, F32Rows, F32Rows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
   } else {
-    AttendItemBody<DecodedRows, DecodedRows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
+    AttendItemBody<kLanes, DecodedRows, DecodedRows>(p, t0, nt, kvh, key_begin, key_end, s,
+                                                     partial);
   }
 }
-DELTASERVE_ISA_DISPATCH(void, AttendItem,
+DELTASERVE_ISA_DISPATCH_LANES(void, AttendItem,
                         (const AttentionProblem& p, KvRead read, int64_t t0, int64_t nt,
                          int64_t kvh, int64_t key_begin, int64_t key_end, AttentionScratch& s,
                          float* partial),
@@ -236,12 +239,20 @@ void MergePartials(const AttentionProblem& p, int64_t t0, int64_t nt, int64_t kv
 // an item converts each K/V row once per 4 query rows (8 times): 6 layers of a 512-token chunk at
 // depth 3,584 took 1.14-1.23 s against 1.37-1.51 s decoding each tile into f32 once (2 threads,
 // interleaved runs on a busy machine).
-KvRead PickKvRead(const PagedKvView& kv, int64_t head_dim) {
+KvRead PickKvRead(const PagedKvView& kv, int64_t head_dim, CpuIsa isa) {
   if (head_dim % 16 != 0 || kv.k.type != kv.v.type) return KvRead::kDecoded;
   if (kv.k.type == WeightType::kF32) return KvRead::kF32;
 #if defined(DELTASERVE_HAVE_X86_SIMD)
-  if (kv.k.type == WeightType::kF16 && ActiveIsa() == CpuIsa::kAvx512) {
-    return KvRead::kF16Avx512;
+  if (kv.k.type == WeightType::kF16) {
+    switch (isa) {
+      case CpuIsa::kAvx512:
+        return KvRead::kF16Avx512;
+      case CpuIsa::kAvxVnni:
+      case CpuIsa::kAvx2:
+        return KvRead::kF16Avx2;
+      case CpuIsa::kScalar:
+        break;
+    }
   }
 #endif
   return KvRead::kDecoded;
@@ -321,9 +332,12 @@ KernelStatus StoreKvCpu(const Mat& k, const Mat& v, const PagedKvView& kv, int64
   return KernelStatus::kOk;
 }
 
-KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView& kv,
-                               int64_t n_past, int64_t n_head, int64_t n_head_kv, float scale,
-                               Mat& out) {
+namespace {
+
+// PagedAttentionCpu at the kernel level `isa`.
+KernelStatus PagedAttentionAt(ThreadPool& pool, const Mat& q, const PagedKvView& kv,
+                              int64_t n_past, int64_t n_head, int64_t n_head_kv, float scale,
+                              Mat& out, CpuIsa isa) {
   if (!q.Valid() || !out.Valid() || n_past < 0 || n_head <= 0 || n_head_kv <= 0 ||
       n_head % n_head_kv != 0 || q.cols % n_head != 0 || q.cols == 0) {
     return KernelStatus::kInvalidArgument;
@@ -353,7 +367,7 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
   const int64_t split_keys = RoundUp((n_keys + n_splits - 1) / n_splits, kKeyTile);
   n_splits = (n_keys + split_keys - 1) / split_keys;
   const int64_t rows_p = RoundUp(block_tokens * group, 4);
-  const KvRead read = PickKvRead(kv, head_dim);
+  const KvRead read = PickKvRead(kv, head_dim, isa);
   const int64_t split_stride = rows_p * (2 + p.hdp);
   std::vector<float> partials;
   if (n_splits > 1)
@@ -376,8 +390,12 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
       internal::AttendItemF16Avx512(p, t0, nt, kvh, key_begin, key_end, s, partial);
       return;
     }
+    if (read == KvRead::kF16Avx2) {
+      internal::AttendItemF16Avx2(p, t0, nt, kvh, key_begin, key_end, s, partial);
+      return;
+    }
 #endif
-    AttendItem(p, read, t0, nt, kvh, key_begin, key_end, s, partial);
+    AttendItem(isa, p, read, t0, nt, kvh, key_begin, key_end, s, partial);
   };
   if (!parallel) {
     AttentionScratch scratch;
@@ -407,4 +425,21 @@ KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView
   return KernelStatus::kOk;
 }
 
+}  // namespace
+
+KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView& kv,
+                               int64_t n_past, int64_t n_head, int64_t n_head_kv, float scale,
+                               Mat& out) {
+  return PagedAttentionAt(pool, q, kv, n_past, n_head, n_head_kv, scale, out, ActiveIsa());
+}
+
+namespace internal {
+
+KernelStatus PagedAttentionCpuIsa(ThreadPool& pool, const Mat& q, const PagedKvView& kv,
+                                  int64_t n_past, int64_t n_head, int64_t n_head_kv, float scale,
+                                  Mat& out, CpuIsa isa) {
+  return PagedAttentionAt(pool, q, kv, n_past, n_head, n_head_kv, scale, out, ClampIsa(isa));
+}
+
+}  // namespace internal
 }  // namespace deltaserve::kernels

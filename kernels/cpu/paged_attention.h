@@ -7,19 +7,23 @@
 // The kernel is flash-attention style: a work item is a block of query tokens times the query
 // heads of one kv head (so every K/V row is read once for all of them) against a range of keys,
 // walked in tiles of up to 32 keys (ending at page ends) with an online softmax (running max and
-// sum per row, the accumulator rescaled when the max grows). Scores come from 4x4 register tiles
-// (4 query rows x 4 keys, dot products over head_dim, reduced with a transposing shuffle tree),
-// and p·V from 4 rows x 64 columns tiles, so neither loop reloads an accumulator per key. f32
-// K/V are read in place, f16 K/V converted inside those tiles on AVX-512 CPUs
-// (paged_attention_avx512.cc); other types (and f16 without AVX-512) are decoded tile by tile
-// into f32. The next tile's K/V are prefetched while one is computed. Decode
-// (one token) has too few items for the threads, so the keys are split into ranges whose
+// sum per row, the accumulator rescaled when the max grows). The tiles are written once over the
+// vector width of the kernel level (paged_attention_tiles.h) and sized in vectors so that they
+// stay in registers: scores from tiles of 4 query rows x 4 keys with AVX-512 (16 floats a
+// vector), 4 x 2 with AVX2 and AVX-VNNI (8 floats), 4 x 1 at the scalar level, each a dot
+// product over head_dim reduced with a transposing shuffle tree; p·V from tiles of 4 rows x 64
+// columns (AVX-512), 4 x 16 (AVX2) or 4 x 8, so neither loop reloads an accumulator per key.
+// f32 K/V are read in place, f16 K/V converted inside those tiles (paged_attention_avx512.cc at
+// avx512, paged_attention_avx2.cc at avx2 and avx_vnni); other types (and f16 at the scalar level)
+// are decoded tile by tile into f32. The next tile's K/V are prefetched while one is computed.
+// Decode (one token) has too few items for the threads, so the keys are split into ranges whose
 // partial results (max, sum, accumulator) are merged at the end (flash-decoding).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace deltaserve::kernels {
@@ -35,5 +39,15 @@ KernelStatus StoreKvCpu(const Mat& k, const Mat& v, const PagedKvView& kv, int64
 KernelStatus PagedAttentionCpu(ThreadPool& pool, const Mat& q, const PagedKvView& kv,
                                int64_t n_past, int64_t n_head, int64_t n_head_kv, float scale,
                                Mat& out);
+
+namespace internal {
+
+// PagedAttentionCpu on the path of ClampIsa(isa) instead of ActiveIsa(): the explicit-ISA entry
+// point with which paged_attention_test compares every level this CPU supports in one run.
+KernelStatus PagedAttentionCpuIsa(ThreadPool& pool, const Mat& q, const PagedKvView& kv,
+                                  int64_t n_past, int64_t n_head, int64_t n_head_kv, float scale,
+                                  Mat& out, CpuIsa isa);
+
+}  // namespace internal
 
 }  // namespace deltaserve::kernels

@@ -13,9 +13,9 @@ namespace {
 struct F16Rows {
   using T = uint16_t;
   static constexpr bool kDecodes = false;
-  DELTASERVE_ALWAYS_INLINE static void Load(V16& out, const uint16_t* src) {
+  DELTASERVE_ALWAYS_INLINE static void Load(VecF<16>& out, const uint16_t* src) {
     const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-    std::memcpy(&out, &x, sizeof(V16));
+    std::memcpy(&out, &x, sizeof(out));
   }
 };
 
@@ -28,7 +28,7 @@ struct F16Rows {
 #endif
 void AttendItemF16Avx512(const AttentionProblem& p, int64_t t0, int64_t nt, int64_t kvh,
                          int64_t key_begin, int64_t key_end, AttentionScratch& s, float* partial) {
-  AttendItemBody<F16Rows, F16Rows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
+  AttendItemBody<16, F16Rows, F16Rows>(p, t0, nt, kvh, key_begin, key_end, s, partial);
 }
 #pragma GCC diagnostic pop
 

@@ -1,16 +1,20 @@
 // Internal to paged_attention*.cc: the work item of the paged attention kernel (one block of
 // query tokens x the query heads of one kv head, against a range of keys) written once as an
-// always-inline template over where K and V rows come from, so that paged_attention.cc
-// (DELTASERVE_ISA_DISPATCH: AVX-512 / AVX2 / baseline; f32 rows read in place, other types
-// decoded into an f32 tile) and paged_attention_avx512.cc (f16 rows converted inside the score and p·V tiles)
-// compile the same arithmetic for their ISA. Everything here is always inlined: no out-of-line
-// copy exists for the linker to share between code compiled for different ISAs (vec_math.h).
+// always-inline template over the vector width (kLanes floats: 16 for AVX-512, 8 for AVX2 and
+// AVX-VNNI, 4 for baseline x86-64) and over where K and V rows come from. paged_attention.cc
+// compiles it per level (DELTASERVE_ISA_DISPATCH_LANES: f32 rows read in place, other types
+// decoded into an f32 tile); paged_attention_avx512.cc and paged_attention_avx2.cc compile it
+// over f16 rows converted inside the score and p·V tiles. The register tiles are sized in
+// vectors (TileShape), so that each width's tiles fit its register file. Everything here is
+// always inlined: no out-of-line copy exists for the linker to share between code compiled for
+// different ISAs (vec_math.h).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -18,15 +22,26 @@
 
 namespace deltaserve::kernels::internal {
 
-// 16 floats: one AVX-512 register (two AVX2 ones, four SSE ones in the other copies). Values of
-// this type never cross a function boundary (only always-inline helpers take references), since
-// passing one would change the calling convention between the copies.
-typedef float V16 __attribute__((vector_size(64)));
-
 inline constexpr int64_t kKeyTile = 32;  // keys per tile; a multiple of 4
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// The register tiles of a width of kLanes floats:
+// - scores: 4 query rows x kScoreKeys keys, kLanes accumulators of kLanes floats (one per
+//   (row, key)) reduced by a shuffle tree into one vector of the kLanes scores; with the key
+//   vectors and one query vector that is 16 + 4 + 1 zmm at 16 lanes, 8 + 2 + 1 ymm at 8;
+// - p·V: 4 query rows x kAccVecs vectors of columns, 4 kAccVecs accumulators plus kAccVecs V
+//   vectors and a broadcast probability (16 + 4 + 1 zmm, 8 + 2 + 1 ymm or xmm).
+// The AVX-512 shapes (4 rows x 4 keys, 4 rows x 64 columns) compiled for AVX2 needed 32 + 8 ymm
+// of the 16 there are: the AVX2 copy spilled its accumulators to the stack at every key and was
+// 45% of a 3,000-token prefill of the 0.8B model on Zen 3.
+template <int kLanes>
+struct TileShape {
+  static_assert(kLanes == 4 || kLanes == 8 || kLanes == 16);
+  static constexpr int kScoreKeys = kLanes / 4;
+  static constexpr int kAccVecs = kLanes == 16 ? 4 : 2;
+};
 
 // Everything the items of one call share.
 struct AttentionProblem {
@@ -37,7 +52,7 @@ struct AttentionProblem {
   int64_t n_tokens;
   int64_t group;     // query heads per kv head
   int64_t head_dim;
-  int64_t hdp;       // head_dim rounded up to 16 (the vector loops' row length)
+  int64_t hdp;       // head_dim rounded up to 16 (the vector loops' row length at every width)
   float scale;
 };
 
@@ -88,90 +103,131 @@ DELTASERVE_ALWAYS_INLINE void PrefetchRows(const uint8_t* base, size_t row_bytes
 struct F32Rows {
   using T = float;
   static constexpr bool kDecodes = false;
-  DELTASERVE_ALWAYS_INLINE static void Load(V16& out, const float* src) {
-    std::memcpy(&out, src, sizeof(V16));
+  template <class V>  // VecF<N> of any N
+  DELTASERVE_ALWAYS_INLINE static void Load(V& out, const float* src) {
+    std::memcpy(&out, src, sizeof(V));
   }
 };
 
-// s[r][j] (row stride ss) = q[r]·k[j] for 4 query rows (stride hdp) and the 4 key rows k[0..3]:
-// 16 vector accumulators over the head dimension, then a shuffle tree that turns the 16
-// vectors into one vector of their 16 sums (15 adds instead of 16 horizontal reductions).
-template <class Src>
-DELTASERVE_ALWAYS_INLINE void ScoreTile4x4(const float* __restrict q,
-                                           const typename Src::T* const* k, int64_t hdp,
-                                           float* __restrict s, int64_t ss) {
-  V16 a[16] = {};
-  for (int64_t d = 0; d < hdp; d += 16) {
-    V16 q0, q1, q2, q3, k0, k1, k2, k3;
-    std::memcpy(&q0, q + d, sizeof(V16));
-    std::memcpy(&q1, q + hdp + d, sizeof(V16));
-    std::memcpy(&q2, q + 2 * hdp + d, sizeof(V16));
-    std::memcpy(&q3, q + 3 * hdp + d, sizeof(V16));
-    Src::Load(k0, k[0] + d);
-    Src::Load(k1, k[1] + d);
-    Src::Load(k2, k[2] + d);
-    Src::Load(k3, k[3] + d);
-    a[0] += q0 * k0, a[1] += q0 * k1, a[2] += q0 * k2, a[3] += q0 * k3;
-    a[4] += q1 * k0, a[5] += q1 * k1, a[6] += q1 * k2, a[7] += q1 * k3;
-    a[8] += q2 * k0, a[9] += q2 * k1, a[10] += q2 * k2, a[11] += q2 * k3;
-    a[12] += q3 * k0, a[13] += q3 * k1, a[14] += q3 * k2, a[15] += q3 * k3;
+// The shuffle tree that sums N vectors of N lanes each into one vector whose lane i is the sum
+// of vector i's lanes (N - 1 adds instead of N horizontal reductions). Before level k each
+// vector holds 2^k accumulators' partial sums, B = N / 2^k consecutive lanes each; a level
+// pairs the vectors 2i and 2i + 1 into one holding 2^(k+1) accumulators of B / 2 partials (the
+// sums of partials p and p + B / 2). TreeLane says where result lane `lane` takes its first
+// (hi: second) addend from in the 2N lanes of the pair.
+constexpr int TreeLane(int n, int level, bool hi, int lane) {
+  const int slots = 1 << level, width = n >> level, half = width / 2;
+  const int a = lane / half, p = lane % half;
+  const int first = a < slots ? a * width + p : n + (a - slots) * width + p;
+  return first + (hi ? half : 0);
+}
+template <int N, int kLevel, size_t... I>
+DELTASERVE_ALWAYS_INLINE void TreePair(VecF<N>& out, const VecF<N>& x, const VecF<N>& y,
+                                       std::index_sequence<I...>) {
+  out = __builtin_shufflevector(x, y, TreeLane(N, kLevel, false, I)...) +
+        __builtin_shufflevector(x, y, TreeLane(N, kLevel, true, I)...);
+}
+template <int N, int kLevel = 0, int kCount = N>
+DELTASERVE_ALWAYS_INLINE void TreeSum(VecF<N>* a) {
+  for (int i = 0; i < kCount / 2; ++i) {
+    TreePair<N, kLevel>(a[i], a[2 * i], a[2 * i + 1], std::make_index_sequence<N>());
   }
-  // Level 1: b[i] lanes 0-7 hold 8 partial sums of a[2i], lanes 8-15 those of a[2i+1].
-  V16 b[8];
-  for (int i = 0; i < 8; ++i) {
-    b[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
-                                   20, 21, 22, 23) +
-           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25,
-                                   26, 27, 28, 29, 30, 31);
-  }
-  // Level 2: 4 partials each of a[4i .. 4i+3].
-  V16 c[4];
-  for (int i = 0; i < 4; ++i) {
-    c[i] = __builtin_shufflevector(b[2 * i], b[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18,
-                                   19, 24, 25, 26, 27) +
-           __builtin_shufflevector(b[2 * i], b[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
-                                   23, 28, 29, 30, 31);
-  }
-  // Level 3: 2 partials each of a[8i .. 8i+7].
-  V16 e[2];
-  for (int i = 0; i < 2; ++i) {
-    e[i] = __builtin_shufflevector(c[2 * i], c[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20,
-                                   21, 24, 25, 28, 29) +
-           __builtin_shufflevector(c[2 * i], c[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
-                                   23, 26, 27, 30, 31);
-  }
-  // Level 4: lane i is the full sum of a[i] = q[i / 4]·k[i % 4].
-  const V16 sums = __builtin_shufflevector(e[0], e[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
-                                           24, 26, 28, 30) +
-                   __builtin_shufflevector(e[0], e[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
-                                           25, 27, 29, 31);
-  float out[16];
-  std::memcpy(out, &sums, sizeof(V16));
-  for (int r = 0; r < 4; ++r) std::memcpy(s + r * ss, out + 4 * r, 4 * sizeof(float));
+  if constexpr (kCount > 2) TreeSum<N, kLevel + 1, kCount / 2>(a);
 }
 
-// acc[r][c0 .. c0 + 16 NV) += sum_j p[r][j] * v[j][c0 ..] for 4 rows (acc stride hdp, p stride
-// kKeyTile) over nk keys (v rows `vs` elements apart, v already offset to c0): 4 x NV
+// s[r][j] (row stride ss) = q[r]·k[j] for 4 query rows (stride hdp) and the kScoreKeys key rows
+// k[j]: one vector accumulator per (row, key) over the head dimension, then the shuffle tree.
+template <int L, class Src>
+DELTASERVE_ALWAYS_INLINE void ScoreTile(const float* __restrict q,
+                                        const typename Src::T* const* k, int64_t hdp,
+                                        float* __restrict s, int64_t ss) {
+  constexpr int kKeys = TileShape<L>::kScoreKeys;
+  VecF<L> a[4 * kKeys] = {};
+  for (int64_t d = 0; d < hdp; d += L) {
+    VecF<L> kv[kKeys];
+    for (int j = 0; j < kKeys; ++j) Src::Load(kv[j], k[j] + d);
+    for (int r = 0; r < 4; ++r) {
+      VecF<L> qr;
+      std::memcpy(&qr, q + r * hdp + d, sizeof(qr));
+      for (int j = 0; j < kKeys; ++j) a[r * kKeys + j] += qr * kv[j];
+    }
+  }
+  TreeSum<L>(a);  // lane r * kKeys + j of a[0]: q[r]·k[j]
+  float out[L];
+  std::memcpy(out, &a[0], sizeof(out));
+  for (int r = 0; r < 4; ++r) std::memcpy(s + r * ss, out + kKeys * r, kKeys * sizeof(float));
+}
+
+// acc[r][0 .. NV L) += sum_j p[r][j] * v[j][0 ..] for 4 rows (acc stride hdp, p stride kKeyTile)
+// over nk keys (v rows `vs` elements apart, v and acc already offset to the first column): 4 x NV
 // accumulators stay in registers across the keys.
-template <int NV, class Src>
+template <int L, int NV, class Src>
 DELTASERVE_ALWAYS_INLINE void AccumulateTile(const float* __restrict p,
                                              const typename Src::T* __restrict v, int64_t vs,
                                              int64_t nk, int64_t hdp, float* __restrict acc) {
-  V16 o[4][NV];
+  VecF<L> o[4][NV];
   for (int r = 0; r < 4; ++r) {
-    for (int c = 0; c < NV; ++c) std::memcpy(&o[r][c], acc + r * hdp + 16 * c, sizeof(V16));
+    for (int c = 0; c < NV; ++c) std::memcpy(&o[r][c], acc + r * hdp + L * c, sizeof(VecF<L>));
   }
   for (int64_t j = 0; j < nk; ++j) {
-    V16 vj[NV];
-    for (int c = 0; c < NV; ++c) Src::Load(vj[c], v + j * vs + 16 * c);
+    VecF<L> vj[NV];
+    for (int c = 0; c < NV; ++c) Src::Load(vj[c], v + j * vs + L * c);
     for (int r = 0; r < 4; ++r) {
       const float pr = p[r * kKeyTile + j];
       for (int c = 0; c < NV; ++c) o[r][c] += pr * vj[c];
     }
   }
   for (int r = 0; r < 4; ++r) {
-    for (int c = 0; c < NV; ++c) std::memcpy(acc + r * hdp + 16 * c, &o[r][c], sizeof(V16));
+    for (int c = 0; c < NV; ++c) std::memcpy(acc + r * hdp + L * c, &o[r][c], sizeof(VecF<L>));
   }
+}
+
+// AccumulateTile over the columns [c0, hdp): tiles of NV vectors, then the rest in narrower ones.
+template <int L, class Src, int NV = TileShape<L>::kAccVecs>
+DELTASERVE_ALWAYS_INLINE void AccumulateColumns(const float* __restrict p,
+                                                const typename Src::T* __restrict v, int64_t vs,
+                                                int64_t nk, int64_t hdp, int64_t c0,
+                                                float* __restrict acc) {
+  for (; c0 + NV * L <= hdp; c0 += NV * L) {
+    AccumulateTile<L, NV, Src>(p, v + c0, vs, nk, hdp, acc + c0);
+  }
+  if constexpr (NV > 1) {
+    if (c0 < hdp) AccumulateColumns<L, Src, NV - 1>(p, v, vs, nk, hdp, c0, acc);
+  }
+}
+
+// One row of a tile's scores (sr[0, kKeyTile)), of which the first `visible` count: the later
+// ones up to n (a multiple of L) set to -inf, returns the max of sr[0, n). Written over vectors
+// since g++ vectorises no float max or sum reduction without -ffast-math: the scalar loops
+// were 17% of the AVX2 item at depth 3,000.
+template <int L>
+DELTASERVE_ALWAYS_INLINE float MaskedRowMax(float* __restrict sr, int64_t visible, int64_t n) {
+  for (int64_t j = visible; j < n; ++j) sr[j] = kNegInf;
+  VecF<L> mx;
+  std::memcpy(&mx, sr, sizeof(mx));
+  for (int64_t j = L; j < n; j += L) {
+    VecF<L> x;
+    std::memcpy(&x, sr + j, sizeof(x));
+    mx = mx > x ? mx : x;
+  }
+  float out = mx[0];
+  for (int i = 1; i < L; ++i) out = std::max(out, mx[i]);
+  return out;
+}
+
+// sr[j] = e^(sr[j] - m) for j < n (a multiple of L; -inf gives 0); returns their sum.
+template <int L>
+DELTASERVE_ALWAYS_INLINE float ExpRowSum(float* __restrict sr, int64_t n, float m) {
+  for (int64_t j = 0; j < n; ++j) sr[j] = FastExp(sr[j] - m);
+  VecF<L> sum = {};
+  for (int64_t j = 0; j < n; j += L) {
+    VecF<L> x;
+    std::memcpy(&x, sr + j, sizeof(x));
+    sum += x;
+  }
+  float out = 0.0f;
+  for (int i = 0; i < L; ++i) out += sum[i];
+  return out;
 }
 
 // The rows of one tile of one source: decoded into `scratch` (rows hdp apart) by a decoding
@@ -191,14 +247,15 @@ DELTASERVE_ALWAYS_INLINE const typename Src::T* TileRows(const AttentionProblem&
   }
 }
 
-// One work item: tokens [t0, t0 + nt) times the query heads of kv head kvh against keys
-// [key_begin, key_end). Rows r = ti * group + g. With `partial` null the item covers every key
-// its tokens see and writes the normalised output; otherwise it stores, per row, its running max,
-// sum and unnormalised accumulator ([rows][2 + hdp]) for the merge.
-template <class KSrc, class VSrc>
+// One work item with vectors of L floats: tokens [t0, t0 + nt) times the query heads of kv
+// head kvh against keys [key_begin, key_end). Rows r = ti * group + g. With `partial` null the
+// item covers every key its tokens see and writes the normalised output; otherwise it stores,
+// per row, its running max, sum and unnormalised accumulator ([rows][2 + hdp]) for the merge.
+template <int L, class KSrc, class VSrc>
 DELTASERVE_ALWAYS_INLINE void AttendItemBody(const AttentionProblem& p, int64_t t0, int64_t nt,
                                              int64_t kvh, int64_t key_begin, int64_t key_end,
                                              AttentionScratch& s, float* partial) {
+  constexpr int kKeys = TileShape<L>::kScoreKeys;
   const int64_t hd = p.head_dim, hdp = p.hdp, g = p.group;
   const int64_t rows = nt * g, rows_p = RoundUp(rows, 4);
   float* q = s.q.data();
@@ -227,7 +284,9 @@ DELTASERVE_ALWAYS_INLINE void AttendItemBody(const AttentionProblem& p, int64_t 
   for (int64_t kb = key_begin, nk = 0; kb < key_stop; kb += nk) {
     nk = TileKeys(p.kv, kb, key_stop);
     const int64_t nk_p = RoundUp(nk, 4);
-    // The next tile's bytes, prefetched 4 keys at a time while this tile's scores are computed.
+    const int64_t nk_v = RoundUp(nk, L);  // <= kKeyTile, a multiple of every L
+    // The next tile's bytes, prefetched a few keys at a time while this tile's scores are
+    // computed.
     const int64_t next = kb + nk;
     const int64_t next_nk = next < key_stop ? TileKeys(p.kv, next, key_stop) : 0;
     const uint8_t* next_k = next_nk > 0 ? HeadRowOf(p.kv.k, p.kv, next, kvh) : nullptr;
@@ -235,14 +294,14 @@ DELTASERVE_ALWAYS_INLINE void AttendItemBody(const AttentionProblem& p, int64_t 
     int64_t ks = 0, vs = 0;
     const typename KSrc::T* kt = TileRows<KSrc>(p, p.kv.k, kvh, kb, nk, s.kt.data(), &ks);
     const typename VSrc::T* vt = TileRows<VSrc>(p, p.kv.v, kvh, kb, nk, s.vt.data(), &vs);
-    for (int64_t j0 = 0; j0 < nk_p; j0 += 4) {
+    for (int64_t j0 = 0; j0 < nk_p; j0 += kKeys) {
       // Padding keys (past nk) reuse the tile's last row: their scores are never used.
-      const typename KSrc::T* k4[4];
-      for (int j = 0; j < 4; ++j) k4[j] = kt + std::min<int64_t>(j0 + j, nk - 1) * ks;
+      const typename KSrc::T* kj[kKeys];
+      for (int j = 0; j < kKeys; ++j) kj[j] = kt + std::min<int64_t>(j0 + j, nk - 1) * ks;
       for (int64_t r0 = 0; r0 < rows_p; r0 += 4) {
-        ScoreTile4x4<KSrc>(q + r0 * hdp, k4, hdp, sc + r0 * kKeyTile + j0, kKeyTile);
+        ScoreTile<L, KSrc>(q + r0 * hdp, kj, hdp, sc + r0 * kKeyTile + j0, kKeyTile);
       }
-      const int64_t j1 = std::min(j0 + 4, next_nk);
+      const int64_t j1 = std::min(j0 + kKeys, next_nk);
       PrefetchRows(next_k, k_head_bytes, j0, j1);
       PrefetchRows(next_v, v_head_bytes, j0, j1);
     }
@@ -254,15 +313,8 @@ DELTASERVE_ALWAYS_INLINE void AttendItemBody(const AttentionProblem& p, int64_t 
         std::fill(sr, sr + nk_p, 0.0f);
         continue;
       }
-      float tile_max = kNegInf;
-      for (int64_t j = 0; j < visible; ++j) tile_max = std::max(tile_max, sr[j]);
-      const float m_new = std::max(m[r], tile_max);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < visible; ++j) {
-        sr[j] = FastExp(sr[j] - m_new);
-        sum += sr[j];
-      }
-      std::fill(sr + visible, sr + nk_p, 0.0f);
+      const float m_new = std::max(m[r], MaskedRowMax<L>(sr, visible, nk_v));
+      const float sum = ExpRowSum<L>(sr, nk_v, m_new);
       if (m[r] != kNegInf && m_new != m[r]) {
         const float alpha = FastExp(m[r] - m_new);
         l[r] *= alpha;
@@ -273,18 +325,7 @@ DELTASERVE_ALWAYS_INLINE void AttendItemBody(const AttentionProblem& p, int64_t 
       m[r] = m_new;
     }
     for (int64_t r0 = 0; r0 < rows_p; r0 += 4) {
-      const float* pr = sc + r0 * kKeyTile;
-      float* ar = acc + r0 * hdp;
-      int64_t c0 = 0;
-      for (; c0 + 64 <= hdp; c0 += 64) {
-        AccumulateTile<4, VSrc>(pr, vt + c0, vs, nk, hdp, ar + c0);
-      }
-      switch ((hdp - c0) / 16) {
-        case 3: AccumulateTile<3, VSrc>(pr, vt + c0, vs, nk, hdp, ar + c0); break;
-        case 2: AccumulateTile<2, VSrc>(pr, vt + c0, vs, nk, hdp, ar + c0); break;
-        case 1: AccumulateTile<1, VSrc>(pr, vt + c0, vs, nk, hdp, ar + c0); break;
-        default: break;
-      }
+      AccumulateColumns<L, VSrc>(sc + r0 * kKeyTile, vt, vs, nk, hdp, 0, acc + r0 * hdp);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -302,11 +343,15 @@ DELTASERVE_ALWAYS_INLINE void AttendItemBody(const AttentionProblem& p, int64_t 
 }
 
 #if defined(DELTASERVE_HAVE_X86_SIMD)
-// AttendItemBody over f16 K and V read in place, each 16 values converted to f32 in a register
-// (vcvtph2ps) inside the score and p·V tiles: no f32 copy of the tile is written and read back.
-// paged_attention_avx512.cc, compiled for AVX-512; call only when ActiveIsa() is kAvx512.
+// AttendItemBody over f16 K and V read in place, each vector of values converted to f32 in a
+// register (vcvtph2ps) inside the score and p·V tiles: no f32 copy of the tile is written and
+// read back. Call only at the level named: paged_attention_avx512.cc (16 lanes, AVX-512 flags)
+// when ActiveIsa() is kAvx512, paged_attention_avx2.cc (8 lanes, AVX2 + F16C flags) when it is
+// kAvx2 or kAvxVnni.
 void AttendItemF16Avx512(const AttentionProblem& p, int64_t t0, int64_t nt, int64_t kvh,
                          int64_t key_begin, int64_t key_end, AttentionScratch& s, float* partial);
+void AttendItemF16Avx2(const AttentionProblem& p, int64_t t0, int64_t nt, int64_t kvh,
+                       int64_t key_begin, int64_t key_end, AttentionScratch& s, float* partial);
 #endif
 
 }  // namespace deltaserve::kernels::internal

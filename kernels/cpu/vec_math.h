@@ -1,7 +1,9 @@
 // Building blocks for the loops of the CPU ops (norm_ops, attention, conv1d, gated_delta_rule):
 // a macro that compiles a function for AVX-512, AVX2+FMA and baseline x86-64 and runs the copy
-// of the kernel level ActiveIsa() names (the library itself targets baseline x86-64), and exp,
-// sigmoid and SiLU written without library calls so that g++ vectorises loops over them.
+// of the kernel level ActiveIsa() names (the library itself targets baseline x86-64), its
+// variant for loops written over vectors of the level's width (VecF), and exp, sigmoid and SiLU
+// written without library calls so that g++ vectorises loops over them (in files compiled with
+// -fno-trapping-math, kernels/cpu/ops.cmake: without it their clamps stay branches).
 //
 // The helpers are always inlined, so no out-of-line copy exists for the linker to share between
 // code compiled for different ISAs.
@@ -43,12 +45,50 @@
     }                                                                                       \
     return name##Baseline args;                                                             \
   }
+
+// DELTASERVE_ISA_DISPATCH_LANES(ret, Name, (params), (args)) is the same for a NameImpl that is
+// a template over its vector width in floats (template <int kLanes>, vectors VecF<kLanes>): 16
+// (one zmm) in the avx512 copy, 8 (one ymm) at avx2 and avx_vnni, 4 (one xmm) at scalar. Register
+// tiles sized in vectors then fit each level's register file (32 zmm, 16 ymm, 16 xmm), where a
+// tile written for 16-float vectors needs twice the ymm registers AVX2 has and spills. The
+// function it defines takes the level first, `ret Name(CpuIsa isa, params)`: callers pass
+// ActiveIsa(), or in the explicit-ISA entry points that tests use to compare the levels in one
+// run, a level that IsaSupported() says this CPU runs.
+#define DELTASERVE_ISA_UNPAREN(...) __VA_ARGS__
+#define DELTASERVE_ISA_DISPATCH_LANES(ret, name, params, args)                                   \
+  __attribute__((target("arch=x86-64-v4"))) ret name##V4 params { return name##Impl<16> args; } \
+  __attribute__((target("arch=x86-64-v3"))) ret name##V3 params { return name##Impl<8> args; }  \
+  __attribute__((noinline)) ret name##Baseline params { return name##Impl<4> args; }            \
+  ret name(::deltaserve::kernels::CpuIsa isa, DELTASERVE_ISA_UNPAREN params) {                  \
+    switch (isa) {                                                                              \
+      case ::deltaserve::kernels::CpuIsa::kAvx512:                                              \
+        return name##V4 args;                                                                   \
+      case ::deltaserve::kernels::CpuIsa::kAvxVnni:                                             \
+      case ::deltaserve::kernels::CpuIsa::kAvx2:                                                \
+        return name##V3 args;                                                                   \
+      case ::deltaserve::kernels::CpuIsa::kScalar:                                              \
+        break;                                                                                  \
+    }                                                                                           \
+    return name##Baseline args;                                                                 \
+  }
 #else
 #define DELTASERVE_ISA_DISPATCH(ret, name, params, args) \
   ret name params { return name##Impl args; }
+#define DELTASERVE_ISA_UNPAREN(...) __VA_ARGS__
+#define DELTASERVE_ISA_DISPATCH_LANES(ret, name, params, args)            \
+  ret name(::deltaserve::kernels::CpuIsa, DELTASERVE_ISA_UNPAREN params) { \
+    return name##Impl<4> args;                                            \
+  }
 #endif
 
 namespace deltaserve::kernels::internal {
+
+// N floats in one vector: VecF<16> is a zmm register, VecF<8> a ymm, VecF<4> an xmm (or pairs
+// of narrower ones in a copy compiled for less). Values of these types never cross a function
+// boundary (only always-inline helpers take them, by reference), since passing one by value
+// would change the calling convention between the copies.
+template <int N>
+using VecF __attribute__((vector_size(4 * N))) = float;
 
 // e^x with relative error below 1e-7 (measured 8.1e-8 over [-87, 88]), after Cephes expf:
 // x = n ln2 + r, |r| <= ln2/2 (ln2 split in two so n ln2 is exact), e^r = 1 + r + r^2 p(r) with

@@ -13,14 +13,22 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <ostream>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/op_test_support.h"
 
 namespace deltaserve::kernels {
+
+// Test names and failure messages say "avx2", not "4-byte object <01-00 00-00>".
+void PrintTo(CpuIsa isa, std::ostream* os) { *os << CpuIsaName(isa); }
+
 namespace {
 
 using testing::ExpectClose;
@@ -150,9 +158,21 @@ void StoreAll(const HostMat& k, const HostMat& v, const TestCache& cache, int64_
   }
 }
 
-class PagedAttentionTest : public ::testing::TestWithParam<int> {
+// Parameters: threads, kernel level. Every level this CPU supports runs in one ctest run
+// (internal::PagedAttentionCpuIsa), whatever DELTASERVE_CPU_ISA says.
+class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<int, CpuIsa>> {
  protected:
-  PagedAttentionTest() : pool_(GetParam()) {}
+  PagedAttentionTest() : pool_(std::get<0>(GetParam())), isa_(std::get<1>(GetParam())) {}
+
+  void SetUp() override {
+    if (!IsaSupported(isa_)) GTEST_SKIP() << CpuIsaName(isa_) << " not supported here";
+  }
+
+  KernelStatus Attend(const Mat& q, const PagedKvView& kv, int64_t n_past, int64_t n_head,
+                      int64_t n_head_kv, float scale, Mat& out) {
+    return internal::PagedAttentionCpuIsa(pool_, q, kv, n_past, n_head, n_head_kv, scale, out,
+                                          isa_);
+  }
 
   void Check(const Case& c, uint32_t seed) {
     SCOPED_TRACE(::testing::Message()
@@ -171,14 +191,14 @@ class PagedAttentionTest : public ::testing::TestWithParam<int> {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     HostMat out(c.n_tokens, c.n_head * c.head_dim, 4);
     Mat om = out.mat();
-    ASSERT_EQ(PagedAttentionCpu(pool_, q.mat(), cache.view(), c.n_past, c.n_head, c.n_head_kv,
-                                scale, om),
+    ASSERT_EQ(Attend(q.mat(), cache.view(), c.n_past, c.n_head, c.n_head_kv, scale, om),
               KernelStatus::kOk);
     ExpectClose(out, AttentionRef(q, cache, c, scale), kAbsTol, kRelTol, "attention");
     EXPECT_TRUE(out.PaddingIntact());
   }
 
   ThreadPool pool_;
+  CpuIsa isa_;
 };
 
 TEST_P(PagedAttentionTest, F32MatchesReference) {
@@ -212,10 +232,10 @@ TEST_P(PagedAttentionTest, EveryCacheTypeMatchesReference) {
 }
 
 TEST_P(PagedAttentionTest, F16InPlaceMatchesReference) {
-  // Decode and short verification batches (at most 8 query rows per item) read f16 K/V in place
-  // and convert inside the tiles on AVX-512 CPUs: pages whose size is not a multiple of the
-  // 32-key tile nor of 4 (tiles end at page ends, the last one with padding keys), groups of 3,
-  // 4 and 8, the Qwen3.5 head size with key splits.
+  // f16 K/V are read in place and converted inside the tiles at the avx512, avx_vnni and avx2
+  // levels: pages whose size is not a multiple of the 32-key tile nor of 4 (tiles end at page
+  // ends, the last one with padding keys), groups of 3, 4 and 8, the Qwen3.5 head size with key
+  // splits.
   uint32_t seed = 80;
   for (int64_t page : {13, 20, 256}) {
     Check({1, 300, 8, 2, 64, WeightType::kF16, WeightType::kF16, page}, seed++);
@@ -237,6 +257,29 @@ TEST_P(PagedAttentionTest, PageBoundaries) {
              WeightType::kQ8_0, WeightType::kQ8_0, page},
             seed++);
     }
+  }
+}
+
+TEST_P(PagedAttentionTest, RaggedShapesOfEveryCacheType) {
+  // Every K/V type (each level's in-place and decoded reads) over shapes that fill no tile
+  // evenly: contexts that are no multiple of the 32-key tile or of 4, partial first and last
+  // pages, pages of 13 / 20 / 256 keys, GQA groups of 1, 3, 4 and 8 (query rows per item not a
+  // multiple of 4, the padding rows), prefill chunks of several token blocks at depth, decode
+  // with key splits, and head sizes of 32 to 256 (the p·V tiles' narrower column tails at 16
+  // lanes).
+  const WeightType types[] = {WeightType::kF32,  WeightType::kF16,  WeightType::kBF16,
+                              WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1,
+                              WeightType::kQ5_0};
+  uint32_t seed = 100;
+  for (WeightType t : types) {
+    Check({37, 0, 8, 2, 64, t, t, 13}, seed++);     // prefill from empty, 3 token blocks
+    Check({41, 203, 8, 2, 128, t, t, 20}, seed++);  // a chunk at depth, 6 blocks, group 4
+    Check({11, 70, 6, 2, 96, t, t, 256}, seed++);   // group 3, head_dim 96 (64 + 32 columns)
+    Check({5, 29, 8, 1, 160, t, t, 13}, seed++);    // group 8, head_dim 160 (128 + 32)
+    Check({7, 9, 3, 3, 32, t, t, 20}, seed++);      // no grouping, 7 tokens in one block
+    Check({1, 517, 8, 2, 256, t, t, 20}, seed++);   // decode: key splits, ragged pages
+    Check({1, 2, 8, 2, 128, t, t, 256}, seed++);    // decode of the third token
+    Check({3, 259, 4, 1, 64, t, t, 13}, seed++);    // a verification batch, group 4
   }
 }
 
@@ -266,8 +309,7 @@ TEST_P(PagedAttentionTest, FuturePositionsDoNotLeak) {
     StoreAll(kp, vp, changed, n_kv);
     HostMat out(c.n_tokens, q.cols());
     Mat om = out.mat();
-    ASSERT_EQ(PagedAttentionCpu(pool_, q.mat(), changed.view(), c.n_past, c.n_head, c.n_head_kv,
-                                0.25f, om),
+    ASSERT_EQ(Attend(q.mat(), changed.view(), c.n_past, c.n_head, c.n_head_kv, 0.25f, om),
               KernelStatus::kOk);
     for (int64_t d = 0; d < q.cols(); ++d) {
       ASSERT_NEAR(out.at(t, d), expected[t * q.cols() + d], kAbsTol + kRelTol) << t << " " << d;
@@ -288,10 +330,8 @@ TEST_P(PagedAttentionTest, CachedPrefixEqualsOneCall) {
   StoreAll(k, v, cache, 13);
   HostMat full(13, 128), tail(4, 128);
   Mat fm = full.mat(), tm = tail.mat();
-  ASSERT_EQ(PagedAttentionCpu(pool_, q.mat(), cache.view(), 0, 4, 2, 0.2f, fm),
-            KernelStatus::kOk);
-  ASSERT_EQ(PagedAttentionCpu(pool_, q.mat().Rows(9, 4), cache.view(), 9, 4, 2, 0.2f, tm),
-            KernelStatus::kOk);
+  ASSERT_EQ(Attend(q.mat(), cache.view(), 0, 4, 2, 0.2f, fm), KernelStatus::kOk);
+  ASSERT_EQ(Attend(q.mat().Rows(9, 4), cache.view(), 9, 4, 2, 0.2f, tm), KernelStatus::kOk);
   for (int64_t t = 0; t < 4; ++t) {
     for (int64_t d = 0; d < 128; ++d) EXPECT_NEAR(tail.at(t, d), full.at(9 + t, d), 1e-6);
   }
@@ -309,12 +349,17 @@ TEST_P(PagedAttentionTest, LargeScoresStayFinite) {
   StoreAll(k, v, cache, 44);
   HostMat out(4, 32);
   Mat om = out.mat();
-  ASSERT_EQ(PagedAttentionCpu(pool_, q.mat(), cache.view(), 40, 2, 1, 1.0f, om),
-            KernelStatus::kOk);
+  ASSERT_EQ(Attend(q.mat(), cache.view(), 40, 2, 1, 1.0f, om), KernelStatus::kOk);
   ExpectClose(out, AttentionRef(q, cache, c, 1.0), 1e-4, 1e-3, "large scores");
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, PagedAttentionTest, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(
+    ThreadsAndLevels, PagedAttentionTest,
+    ::testing::Combine(::testing::Values(1, 2), ::testing::ValuesIn(kAllCpuIsas)),
+    [](const ::testing::TestParamInfo<std::tuple<int, CpuIsa>>& info) {
+      return std::string(CpuIsaName(std::get<1>(info.param))) + "_" +
+             std::to_string(std::get<0>(info.param)) + "threads";
+    });
 
 TEST(StoreKvTest, StoredBytesAreQuantizeRowOutput) {
   // What the cache holds is exactly the encoder of quants.cc (llama.cpp's rules), row by row.
