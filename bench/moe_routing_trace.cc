@@ -51,7 +51,7 @@ struct Conversation {
   int64_t topic = 0;
   int64_t on_topic = 0;  // decoded tokens in the conversation's topic
   std::vector<int32_t> prompt;
-  std::vector<int32_t> prompt_ids;             // [n_layer][prompt][k], in trace layout
+  std::vector<int32_t> prompt_ids;               // [n_layer][prompt][k], in trace layout
   std::vector<std::vector<int32_t>> decode_ids;  // per decoded token: [n_layer][1][k]
 };
 
@@ -81,9 +81,10 @@ double TopShare(const std::vector<std::vector<int64_t>>& counts, double fraction
     std::sort(c.rbegin(), c.rend());
     const auto n_top = static_cast<size_t>(std::max(1.0, std::round(fraction * c.size())));
     const double all = static_cast<double>(std::accumulate(c.begin(), c.end(), int64_t{0}));
-    total += all > 0 ? static_cast<double>(std::accumulate(c.begin(), c.begin() + n_top,
-                                                           int64_t{0})) / all
-                     : 0;
+    total +=
+        all > 0
+            ? static_cast<double>(std::accumulate(c.begin(), c.begin() + n_top, int64_t{0})) / all
+            : 0;
   }
   return total / static_cast<double>(counts.size());
 }
@@ -244,8 +245,8 @@ int Main(int argc, char** argv) {
         std::accumulate(within25.begin(), within25.end(), 0.0) / static_cast<double>(n_layer));
     for (int64_t l = 0; l < n_layer; ++l) {
       std::cout << absl::StrFormat(
-          "layer %2d: whole trace top 5%% %.3f top 25%% %.3f; within a conversation %.3f %.3f\n",
-          l, TopShare({all[l]}, 0.05), TopShare({all[l]}, 0.25), within5[l], within25[l]);
+          "layer %2d: whole trace top 5%% %.3f top 25%% %.3f; within a conversation %.3f %.3f\n", l,
+          TopShare({all[l]}, 0.05), TopShare({all[l]}, 0.25), within5[l], within25[l]);
     }
   }
   return 0;

@@ -111,17 +111,17 @@ absl::Status EncodeStep(const RoutingTraceHeader& h, uint64_t index, uint64_t ti
   }
   const uint64_t n_ids = IdsPerStep(h, n_tokens);
   if (ids.size() != n_ids) {
-    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids for ", h.n_layer,
-                                                   " layers x ", n_tokens, " tokens x k ", h.k,
-                                                   " (", n_ids, " expected)"));
+    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids for ", h.n_layer, " layers x ",
+                                                   n_tokens, " tokens x k ", h.k, " (", n_ids,
+                                                   " expected)"));
   }
   for (uint64_t i = 0; i < n_ids; ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id >= h.n_expert) {
       const uint64_t per_layer = n_ids / static_cast<uint64_t>(h.n_layer);
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer ", i / per_layer, " token ", (i % per_layer) / h.k, ": expert id ",
-                       id, " is not in [0, ", h.n_expert, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("layer ", i / per_layer, " token ",
+                                                     (i % per_layer) / h.k, ": expert id ", id,
+                                                     " is not in [0, ", h.n_expert, ")"));
     }
   }
   const size_t start = out->size();
@@ -150,8 +150,7 @@ absl::Status AppendRoutingStep(const RoutingTraceHeader& h, const RoutingStep& s
 
 // ---- RoutingTraceWriter ----
 
-RoutingTraceWriter::RoutingTraceWriter(std::string path, RoutingTraceHeader header,
-                                       std::FILE* file)
+RoutingTraceWriter::RoutingTraceWriter(std::string path, RoutingTraceHeader header, std::FILE* file)
     : path_(std::move(path)), header_(std::move(header)), start_us_(NowMicros()), file_(file) {}
 
 RoutingTraceWriter::~RoutingTraceWriter() { (void)Close(); }
@@ -183,8 +182,8 @@ absl::Status RoutingTraceWriter::Append(absl::Span<const int32_t> ids, int64_t n
                                         int64_t k) {
   if (n_tokens == 0) return absl::OkStatus();
   if (k != header_.k) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("routing trace ", path_, ": a pass with k ", k, ", the trace has ", header_.k));
+    return absl::InvalidArgumentError(absl::StrCat("routing trace ", path_, ": a pass with k ", k,
+                                                   ", the trace has ", header_.k));
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_.ok()) return error_;
@@ -194,8 +193,7 @@ absl::Status RoutingTraceWriter::Append(absl::Span<const int32_t> ids, int64_t n
   const auto time_us = static_cast<uint64_t>(std::max<int64_t>(0, NowMicros() - start_us_));
   record_.clear();
   if (absl::Status s = EncodeStep(header_, steps_, time_us, n_tokens, ids, &record_); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("routing trace ", path_, ": ", s.message()));
+    return absl::InvalidArgumentError(absl::StrCat("routing trace ", path_, ": ", s.message()));
   }
   if (std::fwrite(record_.data(), 1, record_.size(), file_) != record_.size() ||
       std::fflush(file_) != 0) {
@@ -271,8 +269,8 @@ absl::Status RoutingTraceReader::ReadBytes(size_t n, char* out) {
     std::memcpy(out, bytes_.data() + offset_, n);
   } else if (std::fread(out, 1, n, file_) != n) {
     // The file shrank after Open.
-    return absl::DataLossError(absl::StrCat("routing trace ", source_name_, ": read failed at byte ",
-                                            offset_));
+    return absl::DataLossError(
+        absl::StrCat("routing trace ", source_name_, ": read failed at byte ", offset_));
   }
   offset_ += n;
   return absl::OkStatus();
@@ -280,8 +278,7 @@ absl::Status RoutingTraceReader::ReadBytes(size_t n, char* out) {
 
 absl::Status RoutingTraceReader::ReadHeader() {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("routing trace ", source_name_, ": ", why));
+    return absl::InvalidArgumentError(absl::StrCat("routing trace ", source_name_, ": ", why));
   };
   if (size_ < kRoutingTraceHeaderBytes) {
     return bad(absl::StrCat("not a routing trace (", size_, " bytes, shorter than the ",
@@ -293,8 +290,8 @@ absl::Status RoutingTraceReader::ReadHeader() {
     return bad("not a routing trace (no DSROUTE magic)");
   }
   if (const uint32_t v = GetU32(h + kOffVersion); v != kRoutingTraceVersion) {
-    return bad(absl::StrCat("format version ", v, ", this build reads version ",
-                            kRoutingTraceVersion));
+    return bad(
+        absl::StrCat("format version ", v, ", this build reads version ", kRoutingTraceVersion));
   }
   if (GetU32(h + kOffHeaderCrc) != CrcOf(h, kOffHeaderCrc)) {
     return bad("the header's checksum does not match (corrupt file)");
@@ -326,8 +323,8 @@ absl::StatusOr<bool> RoutingTraceReader::Next(RoutingStep& step) {
     return error_;
   };
   auto where = [&] {
-    return absl::StrCat("routing trace ", source_name_, ": record ", records_, " at byte ",
-                        start, ": ");
+    return absl::StrCat("routing trace ", source_name_, ": record ", records_, " at byte ", start,
+                        ": ");
   };
   const uint64_t left = size_ - offset_;
   if (left < kRoutingStepHeaderBytes) {
@@ -349,11 +346,10 @@ absl::StatusOr<bool> RoutingTraceReader::Next(RoutingStep& step) {
   const uint64_t rest = n_ids * kIdBytes + kRoutingStepCrcBytes;
   if (rest > size_ - offset_) {
     truncated_tail_ = true;
-    return fail(absl::DataLossError(
-        absl::StrCat(where(), "cut short: ", n_tokens, " tokens need ",
-                     kRoutingStepHeaderBytes + rest, " bytes, ",
-                     kRoutingStepHeaderBytes + (size_ - offset_),
-                     " are left (the file ends mid-record)")));
+    return fail(absl::DataLossError(absl::StrCat(where(), "cut short: ", n_tokens, " tokens need ",
+                                                 kRoutingStepHeaderBytes + rest, " bytes, ",
+                                                 kRoutingStepHeaderBytes + (size_ - offset_),
+                                                 " are left (the file ends mid-record)")));
   }
   buffer_.resize(kRoutingStepHeaderBytes + rest);
   std::memcpy(buffer_.data(), head, sizeof(head));

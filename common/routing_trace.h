@@ -200,7 +200,6 @@ absl::StatusOr<RoutingTrace> ReadRoutingTrace(const std::string& path,
 // `layer` for `topic`, a permutation of [0, n_expert) drawn from (seed, layer, topic). Shared by
 // deltaserve-synth --expert-skew (built into a model's router weights) and
 // deltaserve-placement-sim --synthetic-trace (sampled directly), so that both rank alike.
-std::vector<int32_t> ZipfExpertRanks(uint64_t seed, int64_t layer, int64_t topic,
-                                     int64_t n_expert);
+std::vector<int32_t> ZipfExpertRanks(uint64_t seed, int64_t layer, int64_t topic, int64_t n_expert);
 
 }  // namespace deltaserve::common

@@ -12,9 +12,7 @@ namespace {
 
 bool Positive(double v) { return std::isfinite(v) && v > 0; }
 
-absl::Status Bad(absl::string_view what) {
-  return absl::InvalidArgumentError(std::string(what));
-}
+absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
 
 // SplitMix64: the deterministic hash behind the expert mapping's spread.
 uint64_t Mix(uint64_t x) {
@@ -138,8 +136,8 @@ double ExpectedStepSeconds(const std::vector<std::vector<double>>& heat,
         (static_cast<double>(s.shared_bytes[l]) + on_device * eb) / p.gpu_bytes_per_s;
     const double host = any_host * activations_s + on_host * eb / p.cpu_bytes_per_s +
                         on_host * 2.0 * static_cast<double>(s.expert_params) / p.cpu_flops;
-    seconds += static_cast<double>(s.dense_bytes[l]) / p.gpu_bytes_per_s +
-               std::max(gpu_moe, host) + any_host * p.layer_sync_s;
+    seconds += static_cast<double>(s.dense_bytes[l]) / p.gpu_bytes_per_s + std::max(gpu_moe, host) +
+               any_host * p.layer_sync_s;
   }
   return seconds;
 }
@@ -180,9 +178,8 @@ common::ExpertPlacement LayeredPlacement(const std::vector<std::vector<double>>&
 // LayeredPlacement by expected step time, and the cheaper is pushed.
 PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& s,
                         const MachineProfile& p, int64_t n_slots,
-                        std::vector<std::vector<double>> heat,
-                        const common::ExpertPlacement& start, const SimulationOptions& o,
-                        bool layer_candidate) {
+                        std::vector<std::vector<double>> heat, const common::ExpertPlacement& start,
+                        const SimulationOptions& o, bool layer_candidate) {
   PolicyResult r;
   Tally tally;
   std::vector<uint8_t> device = FlagsOf(start, s);
@@ -300,8 +297,10 @@ uint64_t MoeModelShape::all_expert_bytes() const {
 
 absl::Status ValidateProfile(const MachineProfile& p) {
   const std::pair<const char*, double> figures[] = {
-      {"gpu_bandwidth", p.gpu_bytes_per_s}, {"cpu_bandwidth", p.cpu_bytes_per_s},
-      {"cpu_flops", p.cpu_flops},           {"pcie_bandwidth", p.pcie_bytes_per_s},
+      {"gpu_bandwidth", p.gpu_bytes_per_s},
+      {"cpu_bandwidth", p.cpu_bytes_per_s},
+      {"cpu_flops", p.cpu_flops},
+      {"pcie_bandwidth", p.pcie_bytes_per_s},
   };
   for (const auto& [name, v] : figures) {
     if (!Positive(v)) {
@@ -318,7 +317,8 @@ absl::Status ValidateShape(const MoeModelShape& s) {
   auto bad = [&](absl::string_view why) {
     return Bad(absl::StrCat("model '", s.name, "': ", why));
   };
-  if (s.n_layer < 1 || s.n_layer > common::kRoutingTraceMaxLayers) return bad("n_layer out of range");
+  if (s.n_layer < 1 || s.n_layer > common::kRoutingTraceMaxLayers)
+    return bad("n_layer out of range");
   if (s.n_expert < 1 || s.n_expert > common::kRoutingTraceMaxExperts) {
     return bad("n_expert out of range");
   }
@@ -369,7 +369,8 @@ absl::StatusOr<ModelTrace> MapTrace(const common::RoutingTrace& trace, const Moe
           dst[i] = e;
           continue;
         }
-        const uint64_t key = Mix(Mix(Mix(si) ^ static_cast<uint64_t>(l)) ^ static_cast<uint64_t>(i));
+        const uint64_t key =
+            Mix(Mix(Mix(si) ^ static_cast<uint64_t>(l)) ^ static_cast<uint64_t>(i));
         const double u = static_cast<double>(key >> 11) * 0x1p-53;
         const auto m = static_cast<int64_t>((e + u) * static_cast<double>(shape.n_expert) /
                                             static_cast<double>(h.n_expert));
@@ -389,9 +390,8 @@ absl::StatusOr<ModelTrace> MapTrace(const common::RoutingTrace& trace, const Moe
   return t;
 }
 
-StepCost CostOfStep(const ModelTrace::Step& step, const MoeModelShape& s,
-                    const MachineProfile& p, const std::vector<uint8_t>& device,
-                    uint64_t copy_bytes) {
+StepCost CostOfStep(const ModelTrace::Step& step, const MoeModelShape& s, const MachineProfile& p,
+                    const std::vector<uint8_t>& device, uint64_t copy_bytes) {
   StepCost c;
   const int64_t k = static_cast<int64_t>(step.ids.size()) / (s.n_layer * step.n_tokens);
   const int64_t per_layer = step.n_tokens * k;
@@ -425,9 +425,9 @@ StepCost CostOfStep(const ModelTrace::Step& step, const MoeModelShape& s,
       continue;
     }
     ++c.host_layers;
-    const double host = activations_s + static_cast<double>(n_host) * eb / p.cpu_bytes_per_s +
-                        static_cast<double>(host_pairs) * 2.0 *
-                            static_cast<double>(s.expert_params) / p.cpu_flops;
+    const double host =
+        activations_s + static_cast<double>(n_host) * eb / p.cpu_bytes_per_s +
+        static_cast<double>(host_pairs) * 2.0 * static_cast<double>(s.expert_params) / p.cpu_flops;
     if (host > gpu_moe) {
       c.host_s += host;
     } else {
@@ -467,11 +467,10 @@ absl::StatusOr<SimulationResult> SimulatePolicies(const ModelTrace& t, const Moe
     return Bad("interval and half-life must be > 0 seconds");
   }
   SimulationResult r;
-  r.n_slots = static_cast<int64_t>(
-      std::min<uint64_t>(o.expert_vram_bytes / s.slot_bytes(),
-                         static_cast<uint64_t>(s.n_layer * s.n_expert)));
-  r.warmup_steps = o.warmup_steps > 0 ? std::min(o.warmup_steps, t.decode_steps - 1)
-                                      : t.decode_steps / 10;
+  r.n_slots = static_cast<int64_t>(std::min<uint64_t>(
+      o.expert_vram_bytes / s.slot_bytes(), static_cast<uint64_t>(s.n_layer * s.n_expert)));
+  r.warmup_steps =
+      o.warmup_steps > 0 ? std::min(o.warmup_steps, t.decode_steps - 1) : t.decode_steps / 10;
   const size_t first = FirstTimedStep(t, r.warmup_steps);
   for (size_t i = first; i < t.steps.size(); ++i) r.timed_steps += t.steps[i].decode ? 1 : 0;
 

@@ -52,7 +52,7 @@ struct MoeModelShape {
   int64_t n_expert = 0;
   int64_t k = 0;
   int64_t n_embd = 0;
-  int64_t expert_params = 0;  // gate + up + down of one expert (multiply-adds per token)
+  int64_t expert_params = 0;           // gate + up + down of one expert (multiply-adds per token)
   std::vector<uint64_t> expert_bytes;  // [n_layer]: one expert's gate + up + down
   std::vector<uint64_t> dense_bytes;   // [n_layer]: read before the MoE (attention/DeltaNet...)
   std::vector<uint64_t> shared_bytes;  // [n_layer]: the shared expert, beside the routed ones
@@ -103,11 +103,11 @@ absl::StatusOr<ModelTrace> MapTrace(const common::RoutingTrace& trace, const Moe
 // What one step costs, and why.
 struct StepCost {
   double seconds = 0;
-  double gpu_s = 0;       // device work on the critical path (dense parts, head, device MoE)
-  double host_s = 0;      // host paths that were longer than the device MoE beside them
+  double gpu_s = 0;   // device work on the critical path (dense parts, head, device MoE)
+  double host_s = 0;  // host paths that were longer than the device MoE beside them
   double sync_s = 0;
-  double copy_s = 0;      // expert moves
-  int64_t routed = 0;     // (token, expert) pairs
+  double copy_s = 0;   // expert moves
+  int64_t routed = 0;  // (token, expert) pairs
   int64_t routed_device = 0;
   int64_t host_layers = 0;  // layers that had host experts
 };
@@ -137,10 +137,10 @@ struct PolicyResult {
   double tok_s = 0;
   double seconds = 0;  // modelled time of the timed steps
   int64_t tokens = 0;
-  double device_hit_share = 0;  // routed pairs served by device-resident experts
-  double host_layer_share = 0;  // of layer-steps, those with host experts
+  double device_hit_share = 0;       // routed pairs served by device-resident experts
+  double host_layer_share = 0;       // of layer-steps, those with host experts
   uint64_t device_expert_bytes = 0;  // VRAM the placement holds
-  int64_t n_cpu_moe = -1;             // n_cpu_moe: the best N
+  int64_t n_cpu_moe = -1;            // n_cpu_moe: the best N
   // dynamic only:
   int64_t plans = 0;          // planner runs
   int64_t plans_changed = 0;  // of those, placements that changed

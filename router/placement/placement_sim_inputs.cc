@@ -216,8 +216,8 @@ absl::StatusOr<MachineProfile> ParseProfileJson(std::string_view text, const std
     } else if (*base == "h100") {
       p = H100();
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown base profile '", *base,
-                                                     "' (one of rtx4090, h100)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown base profile '", *base, "' (one of rtx4090, h100)"));
     }
     p.name = std::string(where);
     p.source = absl::StrCat(p.source, "; overridden by ", where);

@@ -24,10 +24,10 @@ struct SyntheticTraceOptions {
   int64_t n_layer = 40;
   int64_t n_expert = 256;
   int64_t k = 8;
-  double skew = 1.0;            // Zipf exponent S (0: uniform)
-  int64_t topics = 8;           // distinct hot sets (1: one ranking per layer, no drift)
-  int64_t steps = 20000;        // decode steps of one token
-  int64_t topic_steps = 2000;   // steps per conversation before the topic may change
+  double skew = 1.0;           // Zipf exponent S (0: uniform)
+  int64_t topics = 8;          // distinct hot sets (1: one ranking per layer, no drift)
+  int64_t steps = 20000;       // decode steps of one token
+  int64_t topic_steps = 2000;  // steps per conversation before the topic may change
   uint64_t seed = 1;
 };
 

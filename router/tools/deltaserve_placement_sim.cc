@@ -42,6 +42,7 @@ struct Options {
   TraceMapping mapping;
   bool allow_truncated = false;
   bool sweep = false;
+  std::string write_trace;  // also write the (synthetic) trace here
 };
 
 constexpr const char* kUsage =
@@ -80,9 +81,9 @@ std::vector<common::Flag> FlagTable(Options& o, bool& help) {
       common::SwitchFlag("--help", &help).Alias("-h").StopsParsing(),
       common::StringFlag("--trace", &o.trace).NonEmpty(),
       common::SwitchFlag("--synthetic-trace", &o.synthetic),
-      CustomFlag("--skew", [&o](std::string_view v) {
-        return DoubleFlag(v, &o.synth.skew, 0, "--skew");
-      }).NonEmpty(),
+      CustomFlag("--skew",
+                 [&o](std::string_view v) { return DoubleFlag(v, &o.synth.skew, 0, "--skew"); })
+          .NonEmpty(),
       IntegerFlag("--topics", &o.synth.topics, 1, 4096).NonEmpty(),
       IntegerFlag("--topic-steps", &o.synth.topic_steps, 1, int64_t{1} << 30).NonEmpty(),
       IntegerFlag("--steps", &o.synth.steps, 1, int64_t{1} << 24).NonEmpty(),
@@ -102,24 +103,32 @@ std::vector<common::Flag> FlagTable(Options& o, bool& help) {
                  })
           .NonEmpty(),
       IntegerFlag("--warmup-steps", &o.sim.warmup_steps, 1, int64_t{1} << 40).NonEmpty(),
-      CustomFlag("--interval", [&o](std::string_view v) {
-        return DoubleFlag(v, &o.sim.interval_s, 1e-3, "--interval");
-      }).NonEmpty(),
-      CustomFlag("--half-life", [&o](std::string_view v) {
-        return DoubleFlag(v, &o.sim.half_life_s, 1e-3, "--half-life");
-      }).NonEmpty(),
-      CustomFlag("--hysteresis", [&o](std::string_view v) {
-        return DoubleFlag(v, &o.sim.planner.hysteresis, 0, "--hysteresis");
-      }).NonEmpty(),
-      CustomFlag("--min-gain", [&o](std::string_view v) {
-        return DoubleFlag(v, &o.sim.planner.min_gain, 0, "--min-gain");
-      }).NonEmpty(),
+      CustomFlag(
+          "--interval",
+          [&o](std::string_view v) { return DoubleFlag(v, &o.sim.interval_s, 1e-3, "--interval"); })
+          .NonEmpty(),
+      CustomFlag("--half-life",
+                 [&o](std::string_view v) {
+                   return DoubleFlag(v, &o.sim.half_life_s, 1e-3, "--half-life");
+                 })
+          .NonEmpty(),
+      CustomFlag("--hysteresis",
+                 [&o](std::string_view v) {
+                   return DoubleFlag(v, &o.sim.planner.hysteresis, 0, "--hysteresis");
+                 })
+          .NonEmpty(),
+      CustomFlag("--min-gain",
+                 [&o](std::string_view v) {
+                   return DoubleFlag(v, &o.sim.planner.min_gain, 0, "--min-gain");
+                 })
+          .NonEmpty(),
       CustomFlag("--move-bytes", size(&o.sim.move_bytes_per_step)).NonEmpty(),
       IntegerFlag("--max-decode-tokens", &o.mapping.max_decode_tokens, 1,
                   common::kRoutingStepMaxTokens)
           .NonEmpty(),
       common::SwitchFlag("--allow-truncated", &o.allow_truncated),
       common::SwitchFlag("--sweep", &o.sweep),
+      common::StringFlag("--write-trace", &o.write_trace).NonEmpty(),
   };
 }
 
@@ -158,7 +167,8 @@ int Main(int argc, char** argv) {
                  "--half-life SECONDS (60), --hysteresis H (0.25), --min-gain TOKENS (1),\n"
                  "--move-bytes SIZE (64MiB copied between steps), --max-decode-tokens N (64:\n"
                  "longer passes are prefill, counted as heat, not timed), --allow-truncated (a\n"
-                 "trace whose last record is cut short), --sweep (tok/s of every --n-cpu-moe N).\n";
+                 "trace whose last record is cut short), --sweep (tok/s of every --n-cpu-moe N),\n"
+                 "--write-trace FILE (save the trace, e.g. a synthetic one, to replay later).\n";
     return 0;
   }
   if (o.trace.empty() == !o.synthetic) {
@@ -185,6 +195,17 @@ int Main(int argc, char** argv) {
         common::ReadRoutingTrace(o.trace, {.allow_truncated_tail = o.allow_truncated});
     if (!t.ok()) return Fail(t.status());
     trace = std::move(*t);
+  }
+  if (!o.write_trace.empty()) {
+    absl::StatusOr<std::unique_ptr<common::RoutingTraceWriter>> w =
+        common::RoutingTraceWriter::Create(o.write_trace, trace.header);
+    if (!w.ok()) return Fail(w.status());
+    for (const common::RoutingStep& step : trace.steps) {
+      if (absl::Status s = (*w)->Append(step.ids, step.n_tokens, trace.header.k); !s.ok()) {
+        return Fail(s);
+      }
+    }
+    if (absl::Status s = (*w)->Close(); !s.ok()) return Fail(s);
   }
   absl::StatusOr<ModelTrace> mapped = MapTrace(trace, *shape, o.mapping);
   if (!mapped.ok()) return Fail(mapped.status());

@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -43,8 +43,8 @@ std::vector<int32_t> Ids(const RoutingTraceHeader& h, int64_t n_tokens, int salt
 class RoutingTraceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("routing_trace_test_" + std::to_string(getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("routing_trace_test_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -115,7 +115,8 @@ TEST_F(RoutingTraceTest, HeaderBytesFollowTheLayout) {
   EXPECT_EQ(u32(28), 2u);
   EXPECT_EQ(static_cast<uint8_t>((*b)[32]), 1);
   EXPECT_EQ(std::string(b->data() + 64), h.model_name);
-  EXPECT_EQ(u32(124), Crc32c(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b->data()), 124)));
+  EXPECT_EQ(u32(124),
+            Crc32c(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(b->data()), 124)));
 }
 
 TEST_F(RoutingTraceTest, LongModelNamesAreCutTo56Bytes) {
@@ -210,9 +211,9 @@ TEST_F(RoutingTraceTest, EveryTruncationIsRefusedOrIsARecordBoundary) {
       continue;
     }
     EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss);
-    EXPECT_TRUE(absl::StrContains(t.status().message(),
-                                  "record " + std::to_string(complete) + " at byte " +
-                                      std::to_string(record_ends[complete])))
+    EXPECT_TRUE(absl::StrContains(
+        t.status().message(),
+        "record " + std::to_string(complete) + " at byte " + std::to_string(record_ends[complete])))
         << t.status();
     absl::StatusOr<RoutingTrace> tolerant =
         ReadRoutingTrace(Path("cut.trace"), {.allow_truncated_tail = true});

@@ -71,8 +71,8 @@ void ReadAndCheck(const std::string& bytes) {
       Check(start == bytes.size(), "clean end before the end of the bytes");
       return;
     }
-    Check(step.n_tokens >= 1 && step.ids.size() == static_cast<size_t>(h.n_layer * step.n_tokens *
-                                                                       h.k),
+    Check(step.n_tokens >= 1 &&
+              step.ids.size() == static_cast<size_t>(h.n_layer * step.n_tokens * h.k),
           "id count");
     for (int32_t id : step.ids) Check(id >= 0 && id < h.n_expert, "id out of range");
     std::string again;

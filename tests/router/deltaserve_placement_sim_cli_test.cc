@@ -30,8 +30,8 @@ ProcessResult Sim(std::vector<std::string> args) {
 class PlacementSimCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("placement_sim_cli_" + std::to_string(getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("placement_sim_cli_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -65,8 +65,8 @@ class PlacementSimCli : public ::testing::Test {
 };
 
 TEST_F(PlacementSimCli, ARecordedTracePrintsEveryPolicy) {
-  ProcessResult r = Sim({"--trace", WriteTrace(), "--profile", "rtx4090", "--expert-vram",
-                         "4GiB", "--model", "35b-a3b", "--sweep"});
+  ProcessResult r = Sim({"--trace", WriteTrace(), "--profile", "rtx4090", "--expert-vram", "4GiB",
+                         "--model", "35b-a3b", "--sweep"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   for (const char* key : {"all_cpu", "n_cpu_moe", "static", "dynamic", "all_gpu"}) {
@@ -85,14 +85,23 @@ TEST_F(PlacementSimCli, ARecordedTracePrintsEveryPolicy) {
   EXPECT_FALSE(j["n_cpu_moe_sweep"].empty());
 }
 
-TEST_F(PlacementSimCli, ASyntheticTraceNeedsNoFile) {
-  ProcessResult r = Sim({"--synthetic-trace", "--skew", "1.0", "--steps", "500", "--profile",
-                         "h100", "--model", "122b-a10b", "--expert-vram", "20GiB"});
+TEST_F(PlacementSimCli, ASyntheticTraceNeedsNoFileAndReplaysTheSameFromOne) {
+  ProcessResult r =
+      Sim({"--synthetic-trace", "--skew", "1.0", "--steps", "500", "--profile", "h100", "--model",
+           "122b-a10b", "--expert-vram", "20GiB", "--write-trace", Path("synthetic.trace")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["trace"]["source"], "synthetic");
   EXPECT_EQ(j["trace"]["n_layer"], 48);
   EXPECT_GE(j["dynamic"].get<double>(), j["all_cpu"].get<double>());
+  // The written trace replays to the same figures.
+  ProcessResult again = Sim({"--trace", Path("synthetic.trace"), "--profile", "h100", "--model",
+                             "122b-a10b", "--expert-vram", "20GiB"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const nlohmann::json k = nlohmann::json::parse(again.out);
+  for (const char* key : {"all_cpu", "n_cpu_moe", "static", "dynamic"}) {
+    EXPECT_DOUBLE_EQ(k[key].get<double>(), j[key].get<double>()) << key;
+  }
 }
 
 TEST_F(PlacementSimCli, BadCommandLinesExit2) {
@@ -157,8 +166,8 @@ TEST_F(PlacementSimCli, UnreadableInputsExit1NamingThem) {
     EXPECT_TRUE(r.out.empty());
   }
   // A cut last record is accepted on request: the complete records are simulated.
-  ProcessResult r = Sim({"--trace", Path("cut.trace"), "--allow-truncated", "--profile",
-                         "rtx4090", "--expert-vram", "1GiB"});
+  ProcessResult r = Sim({"--trace", Path("cut.trace"), "--allow-truncated", "--profile", "rtx4090",
+                         "--expert-vram", "1GiB"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["trace"]["steps"], 200);

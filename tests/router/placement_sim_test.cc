@@ -102,8 +102,8 @@ TEST(PlacementCostTest, TheTiersOverlapTheLongerOneCounts) {
 TEST(PlacementCostTest, AnExpertSharedByTokensIsReadOnceButComputedPerToken) {
   const MoeModelShape s = HandShape();
   // Two tokens, both on experts 0 and 1 in layer 0 (host), 2 and 3 in layer 1 (host).
-  const StepCost c = CostOfStep(Step({0, 1, 0, 1, 2, 3, 2, 3}, 2), s, HandProfile(),
-                                NCpuMoePlacement(s, 2));
+  const StepCost c =
+      CostOfStep(Step({0, 1, 0, 1, 2, 3, 2, 3}, 2), s, HandProfile(), NCpuMoePlacement(s, 2));
   // Per layer: activations 2 s + 2 experts read 2 s + 4 pairs 4 s = 8 s, + 0.5 sync + 1 dense.
   EXPECT_DOUBLE_EQ(c.seconds, 2 * (1 + 8 + 0.5) + 0.5);
   EXPECT_EQ(c.routed, 8);
@@ -260,8 +260,8 @@ common::RoutingTrace RecordedTrace(int64_t n_layer, int64_t n_expert, int64_t k,
 TEST(MapTraceTest, LayersRepeatOverBandsAndPrefillIsNotTimed) {
   const MoeModelShape s = HandShape(4, 4, 2);
   // Trace of 2 layers: layer 0 chose {0, 1}, layer 1 {2, 3}; a 3-token pass is prefill here.
-  const common::RoutingTrace rec = RecordedTrace(
-      2, 4, 2, {{1, {0, 1, 2, 3}}, {3, {0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3}}});
+  const common::RoutingTrace rec =
+      RecordedTrace(2, 4, 2, {{1, {0, 1, 2, 3}}, {3, {0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3}}});
   absl::StatusOr<ModelTrace> t = MapTrace(rec, s, {.max_decode_tokens = 2});
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_EQ(t->steps.size(), 2u);
@@ -270,11 +270,10 @@ TEST(MapTraceTest, LayersRepeatOverBandsAndPrefillIsNotTimed) {
   EXPECT_FALSE(t->steps[1].decode);
   EXPECT_EQ(t->decode_steps, 1);
   // Only prefill: nothing to time.
-  const common::RoutingTrace only_prefill = RecordedTrace(2, 4, 2, {{3, std::vector<int32_t>(12, 0)}});
-  EXPECT_TRUE(absl::StrContains(MapTrace(only_prefill, s, {.max_decode_tokens = 2})
-                                    .status()
-                                    .message(),
-                                "no decode step"));
+  const common::RoutingTrace only_prefill =
+      RecordedTrace(2, 4, 2, {{3, std::vector<int32_t>(12, 0)}});
+  EXPECT_TRUE(absl::StrContains(
+      MapTrace(only_prefill, s, {.max_decode_tokens = 2}).status().message(), "no decode step"));
 }
 
 TEST(MapTraceTest, ExpertIdsScaleOntoAnotherExpertCount) {
@@ -307,8 +306,8 @@ TEST(SyntheticTraceTest, SkewConcentratesRoutesAndTheSeedFixesTheTrace) {
     return static_cast<double>(std::accumulate(count.begin(), count.begin() + n_top, int64_t{0})) /
            static_cast<double>(std::accumulate(count.begin(), count.end(), int64_t{0}));
   };
-  SyntheticTraceOptions o{.n_layer = 2, .n_expert = 64, .k = 4, .skew = 0, .topics = 1,
-                          .steps = 4000};
+  SyntheticTraceOptions o{
+      .n_layer = 2, .n_expert = 64, .k = 4, .skew = 0, .topics = 1, .steps = 4000};
   absl::StatusOr<common::RoutingTrace> uniform = SyntheticRoutingTrace(o);
   ASSERT_TRUE(uniform.ok());
   // 16 of 64 experts: a quarter of the routes when uniform.
@@ -385,8 +384,8 @@ TEST(PlacementInputsTest, TheRtx4090ProfileReproducesItsPublishedAllCpuMeasureme
   absl::StatusOr<MoeModelShape> s = LoadModelShape("122b-a10b");
   absl::StatusOr<MachineProfile> p = LoadProfile("rtx4090");
   ASSERT_TRUE(s.ok() && p.ok());
-  absl::StatusOr<common::RoutingTrace> rec = SyntheticRoutingTrace(
-      {.n_layer = 48, .n_expert = 256, .k = 8, .skew = 0, .steps = 50});
+  absl::StatusOr<common::RoutingTrace> rec =
+      SyntheticRoutingTrace({.n_layer = 48, .n_expert = 256, .k = 8, .skew = 0, .steps = 50});
   ASSERT_TRUE(rec.ok());
   absl::StatusOr<ModelTrace> t = MapTrace(*rec, *s, {});
   ASSERT_TRUE(t.ok());

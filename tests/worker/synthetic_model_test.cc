@@ -294,12 +294,11 @@ TEST(SyntheticModelTest, InitialValuesHaveTheGoldenRecipeStatistics) {
   EXPECT_GT(out_norm[3], 0.5);
 }
 
-
 // --expert-skew (ExpertSkew): which tensors carry it and the values they get.
 ModelPlan SkewedPlan(double exponent, int64_t topics = 8) {
-  absl::StatusOr<ModelPlan> plan = PlanModel(*FindPreset("35b-a3b"), WeightMixture::kQ4_K_M,
-                                             /*n_vocab=*/800, /*n_layer=*/4,
-                                             ExpertSkew{exponent, topics, 8.0});
+  absl::StatusOr<ModelPlan> plan =
+      PlanModel(*FindPreset("35b-a3b"), WeightMixture::kQ4_K_M,
+                /*n_vocab=*/800, /*n_layer=*/4, ExpertSkew{exponent, topics, 8.0});
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *plan;
 }
@@ -311,10 +310,9 @@ std::vector<float> Rows(const PlannedTensor& t, int64_t first, int64_t n) {
 }
 
 TEST(SyntheticModelTest, ExpertSkewIsForMoePresetsWithinItsRanges) {
-  EXPECT_THAT(PlanModel(*FindPreset("9b"), WeightMixture::kF32, 100, 2, ExpertSkew{})
-                  .status()
-                  .message(),
-              HasSubstr("needs a MoE preset"));
+  EXPECT_THAT(
+      PlanModel(*FindPreset("9b"), WeightMixture::kF32, 100, 2, ExpertSkew{}).status().message(),
+      HasSubstr("needs a MoE preset"));
   const SynthPreset moe = *FindPreset("35b-a3b");
   EXPECT_THAT(PlanModel(moe, WeightMixture::kF32, 100, 2, ExpertSkew{9, 8, 8}).status().message(),
               HasSubstr("expert skew 9 is not in [0, 8]"));

@@ -227,7 +227,6 @@ double ResidualRms(double layers_before) {
   return std::sqrt(1.0 + kSkewResidualGrowth * layers_before);
 }
 
-
 void AnnotateSkew(const ExpertSkew& skew, ModelPlan& plan) {
   plan.skew = skew;
   const int64_t n_layer = plan.preset.n_layer;
@@ -244,12 +243,12 @@ void AnnotateSkew(const ExpertSkew& skew, ModelPlan& plan) {
     } else if (ends("ffn_gate_inp.weight")) {
       t.skew_role = SkewRole::kRouter;
       t.skew_exponent = skew.exponent;
-      t.skew_scale = kSkewRankLogits * ResidualRms(static_cast<double>(t.layer) + 0.5) /
-                     kSkewTopicAmplitude;
+      t.skew_scale =
+          kSkewRankLogits * ResidualRms(static_cast<double>(t.layer) + 0.5) / kSkewTopicAmplitude;
     } else if (t.name == "output.weight") {
       t.skew_role = SkewRole::kHead;
-      t.skew_scale = skew.stickiness * ResidualRms(static_cast<double>(n_layer)) /
-                     kSkewTopicAmplitude;
+      t.skew_scale =
+          skew.stickiness * ResidualRms(static_cast<double>(n_layer)) / kSkewTopicAmplitude;
     } else {
       continue;
     }
@@ -460,15 +459,15 @@ absl::Status AddModelMetadata(const ModelPlan& plan, uint64_t seed, common::Gguf
   kv.emplace_back("general.architecture", GgufMetadataValue::String(arch));
   kv.emplace_back("general.name",
                   GgufMetadataValue::String(absl::StrCat("synthetic-qwen3.5-", Sv(p.name))));
-  kv.emplace_back("general.description",
-                  GgufMetadataValue::String(absl::StrCat(
-                      "random weights written by deltaserve-synth: preset ", Sv(p.name), ", ",
-                      p.n_layer, " layers, ", Sv(MixtureName(plan.mixture)), ", seed ", seed,
-                      plan.skew.has_value()
-                          ? absl::StrCat(", expert skew ", plan.skew->exponent, " over ",
-                                         plan.skew->topics, " topics, stickiness ",
-                                         plan.skew->stickiness)
-                          : "")));
+  kv.emplace_back(
+      "general.description",
+      GgufMetadataValue::String(absl::StrCat(
+          "random weights written by deltaserve-synth: preset ", Sv(p.name), ", ", p.n_layer,
+          " layers, ", Sv(MixtureName(plan.mixture)), ", seed ", seed,
+          plan.skew.has_value()
+              ? absl::StrCat(", expert skew ", plan.skew->exponent, " over ", plan.skew->topics,
+                             " topics, stickiness ", plan.skew->stickiness)
+              : "")));
   kv.emplace_back("general.file_type", GgufMetadataValue::Uint32(InfoOf(plan.mixture).file_type));
   if (plan.mixture != WeightMixture::kF32 && plan.mixture != WeightMixture::kF16) {
     kv.emplace_back("general.quantization_version", GgufMetadataValue::Uint32(2));

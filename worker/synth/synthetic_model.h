@@ -101,8 +101,8 @@ enum class InitRule {
 //   - the output head adds `stickiness` logits to the tokens of the current token's topic, so
 //     a generation stays on its prompt's topic.
 struct ExpertSkew {
-  double exponent = 1.0;    // Zipf exponent S (0: the construction without a preference)
-  int64_t topics = 8;       // vocabulary ranges, each with its own hot experts per layer
+  double exponent = 1.0;     // Zipf exponent S (0: the construction without a preference)
+  int64_t topics = 8;        // vocabulary ranges, each with its own hot experts per layer
   double stickiness = 16.0;  // head logits for the current topic's tokens
 };
 

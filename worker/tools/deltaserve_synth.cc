@@ -317,8 +317,8 @@ int Main(int argc, char** argv) {
   absl::StatusOr<ModelPlan> plan =
       PlanModel(*preset, *mixture, *n_vocab, o.layers,
                 o.skewed ? std::optional<ExpertSkew>(o.skew) : std::nullopt);
-  if (!plan.ok()) return o.skewed ? Usage(std::string(plan.status().message()))
-                                  : Fail(plan.status());
+  if (!plan.ok())
+    return o.skewed ? Usage(std::string(plan.status().message())) : Fail(plan.status());
 
   common::GgufWriter writer;
   if (absl::Status s = AddModelMetadata(*plan, o.seed, writer); !s.ok()) return Fail(s);
@@ -340,8 +340,8 @@ int Main(int argc, char** argv) {
       static_cast<double>(TotalParams(*plan)) / 1e9, static_cast<double>(ActiveParams(*plan)) / 1e9,
       Mb(writer.FileSize()),
       plan->skew.has_value()
-          ? absl::StrFormat(", expert skew %g over %d topics (stickiness %g)",
-                            plan->skew->exponent, plan->skew->topics, plan->skew->stickiness)
+          ? absl::StrFormat(", expert skew %g over %d topics (stickiness %g)", plan->skew->exponent,
+                            plan->skew->topics, plan->skew->stickiness)
           : "");
   if (o.plan_only) {
     PrintPlan(*plan);
