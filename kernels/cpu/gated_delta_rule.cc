@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/vec_math.h"
 
 namespace deltaserve::kernels {
 namespace {
+
+using internal::VecF;
 
 // Below this many multiply-adds (about 4 d^2 per token and head) the op stays on one thread.
 constexpr int64_t kParallelFlops = 1 << 16;
@@ -30,6 +33,7 @@ struct Problem {
   int64_t d;
   float* state;
   Mat& out;
+  CpuIsa isa;  // the kernel level: ActiveIsa(), or the one an explicit-ISA entry point names
 };
 
 KernelStatus Validate(const Problem& p) {
@@ -103,7 +107,10 @@ DELTASERVE_ALWAYS_INLINE void RecurrentRows(float* __restrict m, int64_t d, int6
 // State rows (of d floats) that RecurrentHead prefetches ahead of the four it updates.
 constexpr int64_t kPrefetchRows = 8;
 
-// Head h over all T tokens, one token at a time. o_buf holds d floats.
+// Head h over all T tokens, one token at a time. o_buf holds d floats. The tiles are 16 floats at
+// every width (kLanes unused): two ymm per state row give AVX2 the 8 independent FMA chains of
+// RecurrentRows<4> that its two FMA units need.
+template <int kLanes>
 DELTASERVE_ALWAYS_INLINE void RecurrentHeadImpl(const Problem& p, int64_t h, float* o_buf) {
   const int64_t d = p.d;
   const int64_t kh = h % p.n_k_heads;
@@ -132,40 +139,55 @@ DELTASERVE_ALWAYS_INLINE void RecurrentHeadImpl(const Problem& p, int64_t h, flo
     std::copy_n(o_buf, d, p.out.data + t * p.out.stride + h * d);
   }
 }
-DELTASERVE_ISA_DISPATCH(void, RecurrentHead, (const Problem& p, int64_t h, float* o_buf),
-                        (p, h, o_buf))
+DELTASERVE_ISA_DISPATCH_LANES(void, RecurrentHead, (const Problem& p, int64_t h, float* o_buf),
+                              (p, h, o_buf))
 
 // c[m][n] = a[m][k] b[k][n] + c_scale * c, row-major with leading dimensions lda, ldb, ldc; the
 // three must not overlap; c_scale == 0 does not read c. With lower_k, a is lower triangular (row
 // i zero past column i, zeros stored), so a 4-row block stops its k loop at its last row. The
-// 4 x 32 output tile stays in registers (8 zmm / 16 ymm) while k runs.
+// 4 x 2 kLanes output tile stays in registers while k runs: 8 zmm with AVX-512, 8 ymm with AVX2
+// (4 x 32 floats there took 16 ymm and the two the b row and the broadcast need were spilled).
+template <int kLanes>
 DELTASERVE_ALWAYS_INLINE void GemmImpl(int64_t m, int64_t n, int64_t k, const float* __restrict a,
                                        int64_t lda, const float* __restrict b, int64_t ldb,
                                        float* __restrict c, int64_t ldc, float c_scale,
                                        bool lower_k) {
   constexpr int kRows = 4;
-  constexpr int kCols = 32;
+  constexpr int kCols = 2 * kLanes;
   for (int64_t i0 = 0; i0 < m; i0 += kRows) {
     const int64_t rows = std::min<int64_t>(kRows, m - i0);
     const int64_t k_end = lower_k ? std::min(k, i0 + rows) : k;
     int64_t x0 = 0;
     if (rows == kRows) {
+      // Written over vectors: g++ 12 turned the same tile over float arrays of 16 columns into
+      // transposing xmm shuffles in the AVX2 copy, 7x slower than the 32-column one.
+      using V = VecF<kLanes>;
       for (; x0 + kCols <= n; x0 += kCols) {
-        float acc[kRows][kCols];
+        V acc[kRows][2];
         for (int r = 0; r < kRows; ++r) {
-          for (int x = 0; x < kCols; ++x) {
-            acc[r][x] = c_scale != 0.0f ? c_scale * c[(i0 + r) * ldc + x0 + x] : 0.0f;
+          for (int x = 0; x < 2; ++x) {
+            if (c_scale != 0.0f) {
+              std::memcpy(&acc[r][x], c + (i0 + r) * ldc + x0 + x * kLanes, sizeof(V));
+              acc[r][x] *= c_scale;
+            } else {
+              acc[r][x] = V{};
+            }
           }
         }
         for (int64_t j = 0; j < k_end; ++j) {
-          const float* bj = b + j * ldb + x0;
+          V bj[2];
+          std::memcpy(&bj[0], b + j * ldb + x0, sizeof(V));
+          std::memcpy(&bj[1], b + j * ldb + x0 + kLanes, sizeof(V));
           for (int r = 0; r < kRows; ++r) {
             const float arj = a[(i0 + r) * lda + j];
-            for (int x = 0; x < kCols; ++x) acc[r][x] += arj * bj[x];
+            acc[r][0] += arj * bj[0];
+            acc[r][1] += arj * bj[1];
           }
         }
         for (int r = 0; r < kRows; ++r) {
-          for (int x = 0; x < kCols; ++x) c[(i0 + r) * ldc + x0 + x] = acc[r][x];
+          for (int x = 0; x < 2; ++x) {
+            std::memcpy(c + (i0 + r) * ldc + x0 + x * kLanes, &acc[r][x], sizeof(V));
+          }
         }
       }
     }
@@ -185,11 +207,11 @@ DELTASERVE_ALWAYS_INLINE void GemmImpl(int64_t m, int64_t n, int64_t k, const fl
     }
   }
 }
-DELTASERVE_ISA_DISPATCH(void, Gemm,
-                        (int64_t m, int64_t n, int64_t k, const float* __restrict a, int64_t lda,
-                         const float* __restrict b, int64_t ldb, float* __restrict c, int64_t ldc,
-                         float c_scale, bool lower_k),
-                        (m, n, k, a, lda, b, ldb, c, ldc, c_scale, lower_k))
+DELTASERVE_ISA_DISPATCH_LANES(void, Gemm,
+                              (int64_t m, int64_t n, int64_t k, const float* __restrict a,
+                               int64_t lda, const float* __restrict b, int64_t ldb,
+                               float* __restrict c, int64_t ldc, float c_scale, bool lower_k),
+                              (m, n, k, a, lda, b, ldb, c, ldc, c_scale, lower_k))
 
 // dst[c][r] = src[r][c] for a [rows][cols] src, in 16 x 16 tiles: a plain column walk over a
 // 128 x 128 state writes a new cache line per element and cost ~80 us per head (Xeon VM).
@@ -234,7 +256,8 @@ struct ChunkScratch {
 
 // Head h over all T tokens in chunks (MODEL_SPEC §3; step numbers below refer to it). The state
 // is transposed to S [k][v] for the call so that every product below is a register-tiled Gemm
-// over contiguous rows, and transposed back at the end.
+// over contiguous rows (at the call's level, p.isa), and transposed back at the end.
+template <int kLanes>
 DELTASERVE_ALWAYS_INLINE void ChunkedHeadImpl(const Problem& p, int64_t h, ChunkScratch& s) {
   const int64_t d = p.d;
   const int64_t kh = h % p.n_k_heads;
@@ -275,8 +298,8 @@ DELTASERVE_ALWAYS_INLINE void ChunkedHeadImpl(const Problem& p, int64_t h, Chunk
 
     // Step 2 and the intra-chunk scores of step 6, lower triangle kept, the rest zeroed. The
     // decay exp(gamma_i - gamma_j) <= 1 is formed from the difference (masked before exp).
-    Gemm(n, n, d, q, d, kt, n, qk, n, 0.0f, false);
-    Gemm(n, n, d, k, d, kt, n, kk, n, 0.0f, false);
+    Gemm(p.isa, n, n, d, q, d, kt, n, qk, n, 0.0f, false);
+    Gemm(p.isa, n, n, d, k, d, kt, n, kk, n, 0.0f, false);
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         if (j > i) {
@@ -312,12 +335,12 @@ DELTASERVE_ALWAYS_INLINE void ChunkedHeadImpl(const Problem& p, int64_t h, Chunk
         au[i * n + j] = tinv[i * n + j] * bj;
       }
     }
-    Gemm(n, d, n, aw, n, k, d, w, d, 0.0f, true);
-    Gemm(n, d, n, au, n, v, d, u, d, 0.0f, true);
+    Gemm(p.isa, n, d, n, aw, n, k, d, w, d, 0.0f, true);
+    Gemm(p.isa, n, d, n, au, n, v, d, u, d, 0.0f, true);
 
     // Steps 5 and 6 against h_c: [Q S; W S] in one product, then V' = U - W S (in u) and
     // O = exp(gamma) ⊙ (Q S) + tril_incl((Q K^T) ⊙ Γ) V' (in qs).
-    Gemm(2 * n, d, d, q, d, st, d, qs, d, 0.0f, false);
+    Gemm(p.isa, 2 * n, d, d, q, d, st, d, qs, d, 0.0f, false);
     for (int64_t i = 0; i < n; ++i) {
       const float decay_i = static_cast<float>(std::exp(gamma[i]));
       for (int64_t x = 0; x < d; ++x) {
@@ -325,7 +348,7 @@ DELTASERVE_ALWAYS_INLINE void ChunkedHeadImpl(const Problem& p, int64_t h, Chunk
         qs[i * d + x] *= decay_i;
       }
     }
-    Gemm(n, d, n, qk, n, u, d, qs, d, 1.0f, true);
+    Gemm(p.isa, n, d, n, qk, n, u, d, qs, d, 1.0f, true);
 
     // Step 5, state update: S = exp(gamma_last) S + (K ⊙ exp(gamma_last - gamma))^T V', with
     // the row scaling of K applied to the columns of K^T.
@@ -336,7 +359,7 @@ DELTASERVE_ALWAYS_INLINE void ChunkedHeadImpl(const Problem& p, int64_t h, Chunk
     for (int64_t j = 0; j < d; ++j) {
       for (int64_t i = 0; i < n; ++i) kt[j * n + i] *= key_decay[i];
     }
-    Gemm(d, d, n, kt, n, u, d, st, d, decay_all, false);
+    Gemm(p.isa, d, d, n, kt, n, u, d, st, d, decay_all, false);
 
     // The chunk's V rows were gathered above, so out may alias v.
     for (int64_t i = 0; i < n; ++i) {
@@ -345,8 +368,8 @@ DELTASERVE_ALWAYS_INLINE void ChunkedHeadImpl(const Problem& p, int64_t h, Chunk
   }
   Transpose(st, d, d, m);
 }
-DELTASERVE_ISA_DISPATCH(void, ChunkedHead, (const Problem& p, int64_t h, ChunkScratch& s),
-                        (p, h, s))
+DELTASERVE_ISA_DISPATCH_LANES(void, ChunkedHead, (const Problem& p, int64_t h, ChunkScratch& s),
+                              (p, h, s))
 
 // Runs head_fn(h, scratch) for every value head, on the pool when the work is big enough;
 // each thread builds its scratch once with make_scratch().
@@ -368,43 +391,79 @@ void ForHeads(ThreadPool& pool, const Problem& p, const MakeScratch& make_scratc
   });
 }
 
+// The three entry points at the kernel level `isa` (already clamped).
+KernelStatus RecurrentAt(ThreadPool& pool, const Problem& p) {
+  if (const KernelStatus st = Validate(p); st != KernelStatus::kOk) return st;
+  if (p.q.rows == 0) return KernelStatus::kOk;
+  ForHeads(
+      pool, p, [&] { return std::vector<float>(p.d); },
+      [&](int64_t h, std::vector<float>& o_buf) { RecurrentHead(p.isa, p, h, o_buf.data()); });
+  return KernelStatus::kOk;
+}
+
+KernelStatus ChunkedAt(ThreadPool& pool, const Problem& p) {
+  if (const KernelStatus st = Validate(p); st != KernelStatus::kOk) return st;
+  if (p.q.rows == 0) return KernelStatus::kOk;
+  const int64_t n = std::min(kDeltaRuleChunk, p.q.rows);
+  ForHeads(
+      pool, p, [&] { return ChunkScratch(n, p.d); },
+      [&](int64_t h, ChunkScratch& s) { ChunkedHead(p.isa, p, h, s); });
+  return KernelStatus::kOk;
+}
+
+KernelStatus EitherAt(ThreadPool& pool, const Problem& p) {
+  return p.q.rows < kChunkedMinTokens ? RecurrentAt(pool, p) : ChunkedAt(pool, p);
+}
+
 }  // namespace
 
 KernelStatus GatedDeltaRuleRecurrentCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
                                         const Mat& g, const Mat& beta, int64_t n_k_heads,
                                         int64_t n_v_heads, int64_t head_dim, float* state,
                                         Mat& out) {
-  const Problem p{q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out};
-  if (const KernelStatus st = Validate(p); st != KernelStatus::kOk) return st;
-  if (q.rows == 0) return KernelStatus::kOk;
-  ForHeads(
-      pool, p, [&] { return std::vector<float>(head_dim); },
-      [&](int64_t h, std::vector<float>& o_buf) { RecurrentHead(p, h, o_buf.data()); });
-  return KernelStatus::kOk;
+  return RecurrentAt(pool, {q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out,
+                            ActiveIsa()});
 }
 
 KernelStatus GatedDeltaRuleChunkedCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
                                       const Mat& g, const Mat& beta, int64_t n_k_heads,
                                       int64_t n_v_heads, int64_t head_dim, float* state, Mat& out) {
-  const Problem p{q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out};
-  if (const KernelStatus st = Validate(p); st != KernelStatus::kOk) return st;
-  if (q.rows == 0) return KernelStatus::kOk;
-  const int64_t n = std::min(kDeltaRuleChunk, q.rows);
-  ForHeads(
-      pool, p, [&] { return ChunkScratch(n, head_dim); },
-      [&](int64_t h, ChunkScratch& s) { ChunkedHead(p, h, s); });
-  return KernelStatus::kOk;
+  return ChunkedAt(pool, {q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out,
+                          ActiveIsa()});
 }
 
 KernelStatus GatedDeltaRuleCpu(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
                                const Mat& g, const Mat& beta, int64_t n_k_heads, int64_t n_v_heads,
                                int64_t head_dim, float* state, Mat& out) {
-  if (q.rows < kChunkedMinTokens) {
-    return GatedDeltaRuleRecurrentCpu(pool, q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state,
-                                      out);
-  }
-  return GatedDeltaRuleChunkedCpu(pool, q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state,
-                                  out);
+  return EitherAt(pool, {q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out,
+                         ActiveIsa()});
 }
 
+namespace internal {
+
+KernelStatus GatedDeltaRuleRecurrentCpuIsa(ThreadPool& pool, const Mat& q, const Mat& k,
+                                           const Mat& v, const Mat& g, const Mat& beta,
+                                           int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim,
+                                           float* state, Mat& out, CpuIsa isa) {
+  return RecurrentAt(pool, {q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out,
+                            ClampIsa(isa)});
+}
+
+KernelStatus GatedDeltaRuleChunkedCpuIsa(ThreadPool& pool, const Mat& q, const Mat& k,
+                                         const Mat& v, const Mat& g, const Mat& beta,
+                                         int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim,
+                                         float* state, Mat& out, CpuIsa isa) {
+  return ChunkedAt(pool, {q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out,
+                          ClampIsa(isa)});
+}
+
+KernelStatus GatedDeltaRuleCpuIsa(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
+                                  const Mat& g, const Mat& beta, int64_t n_k_heads,
+                                  int64_t n_v_heads, int64_t head_dim, float* state, Mat& out,
+                                  CpuIsa isa) {
+  return EitherAt(pool, {q, k, v, g, beta, n_k_heads, n_v_heads, head_dim, state, out,
+                         ClampIsa(isa)});
+}
+
+}  // namespace internal
 }  // namespace deltaserve::kernels

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace deltaserve::kernels {
@@ -40,4 +41,22 @@ KernelStatus GatedDeltaRuleChunkedCpu(ThreadPool& pool, const Mat& q, const Mat&
                                       const Mat& g, const Mat& beta, int64_t n_k_heads,
                                       int64_t n_v_heads, int64_t head_dim, float* state, Mat& out);
 
+namespace internal {
+
+// The three forms on the path of ClampIsa(isa) instead of ActiveIsa(): the explicit-ISA entry
+// points with which gated_delta_rule_test compares every level this CPU supports in one run.
+KernelStatus GatedDeltaRuleCpuIsa(ThreadPool& pool, const Mat& q, const Mat& k, const Mat& v,
+                                  const Mat& g, const Mat& beta, int64_t n_k_heads,
+                                  int64_t n_v_heads, int64_t head_dim, float* state, Mat& out,
+                                  CpuIsa isa);
+KernelStatus GatedDeltaRuleRecurrentCpuIsa(ThreadPool& pool, const Mat& q, const Mat& k,
+                                           const Mat& v, const Mat& g, const Mat& beta,
+                                           int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim,
+                                           float* state, Mat& out, CpuIsa isa);
+KernelStatus GatedDeltaRuleChunkedCpuIsa(ThreadPool& pool, const Mat& q, const Mat& k,
+                                         const Mat& v, const Mat& g, const Mat& beta,
+                                         int64_t n_k_heads, int64_t n_v_heads, int64_t head_dim,
+                                         float* state, Mat& out, CpuIsa isa);
+
+}  // namespace internal
 }  // namespace deltaserve::kernels

@@ -13,14 +13,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/op_test_support.h"
 
 namespace deltaserve::kernels {
+
+// Test names and failure messages say "avx2", not "4-byte object <01-00 00-00>".
+void PrintTo(CpuIsa isa, std::ostream* os) { *os << CpuIsaName(isa); }
+
 namespace {
 
 using testing::ExpectClose;
@@ -99,17 +106,22 @@ std::vector<double> ReferenceRun(const Inputs& in, int64_t t0, int64_t n,
   return out;
 }
 
+// The explicit-ISA entry points (internal::GatedDeltaRule*CpuIsa).
 using GdrFn = KernelStatus (*)(ThreadPool&, const Mat&, const Mat&, const Mat&, const Mat&,
-                               const Mat&, int64_t, int64_t, int64_t, float*, Mat&);
+                               const Mat&, int64_t, int64_t, int64_t, float*, Mat&, CpuIsa);
+constexpr GdrFn kRecurrent = &internal::GatedDeltaRuleRecurrentCpuIsa;
+constexpr GdrFn kChunked = &internal::GatedDeltaRuleChunkedCpuIsa;
+constexpr GdrFn kEither = &internal::GatedDeltaRuleCpuIsa;
 
-// Runs rows [t0, t0 + n) of `in` through `fn` from `state` (updated in place).
-HostMat KernelRun(GdrFn fn, ThreadPool& pool, Inputs& in, int64_t t0, int64_t n,
+// Runs rows [t0, t0 + n) of `in` through `fn` at level `isa` from `state` (updated in place).
+HostMat KernelRun(GdrFn fn, ThreadPool& pool, CpuIsa isa, Inputs& in, int64_t t0, int64_t n,
                   std::vector<float>& state) {
   HostMat out(n, in.n_v * in.d, 2);
   Mat om = out.mat();
   const KernelStatus st =
       fn(pool, in.q.mat().Rows(t0, n), in.k.mat().Rows(t0, n), in.v.mat().Rows(t0, n),
-         in.g.mat().Rows(t0, n), in.beta.mat().Rows(t0, n), in.n_k, in.n_v, in.d, state.data(), om);
+         in.g.mat().Rows(t0, n), in.beta.mat().Rows(t0, n), in.n_k, in.n_v, in.d, state.data(), om,
+         isa);
   EXPECT_EQ(st, KernelStatus::kOk);
   EXPECT_TRUE(out.PaddingIntact());
   return out;
@@ -135,10 +147,19 @@ void ExpectStateClose(const std::vector<float>& got, const std::vector<float>& w
   ExpectStateClose(got, std::vector<double>(want.begin(), want.end()), what);
 }
 
-class GatedDeltaRuleTest : public ::testing::TestWithParam<int> {
+// Parameters: threads, kernel level. Every level this CPU supports runs in one ctest run,
+// whatever DELTASERVE_CPU_ISA says.
+class GatedDeltaRuleTest : public ::testing::TestWithParam<std::tuple<int, CpuIsa>> {
  protected:
-  GatedDeltaRuleTest() : pool_(GetParam()) {}
+  GatedDeltaRuleTest() : pool_(std::get<0>(GetParam())), isa_(std::get<1>(GetParam())) {}
+  void SetUp() override {
+    if (!IsaSupported(isa_)) GTEST_SKIP() << CpuIsaName(isa_) << " not supported here";
+  }
+  HostMat Run(GdrFn fn, Inputs& in, int64_t t0, int64_t n, std::vector<float>& state) {
+    return KernelRun(fn, pool_, isa_, in, t0, n, state);
+  }
   ThreadPool pool_;
+  CpuIsa isa_;
 };
 
 TEST_P(GatedDeltaRuleTest, BothFormsMatchReferenceWithTiledHeads) {
@@ -147,10 +168,10 @@ TEST_P(GatedDeltaRuleTest, BothFormsMatchReferenceWithTiledHeads) {
     Inputs in(t, 2, 6, 32, 41 + static_cast<uint32_t>(t));
     std::vector<double> ref_state(in.state.begin(), in.state.end());
     const std::vector<double> ref = ReferenceRun(in, 0, t, ref_state);
-    for (const GdrFn fn : {&GatedDeltaRuleRecurrentCpu, &GatedDeltaRuleChunkedCpu}) {
+    for (const GdrFn fn : {kRecurrent, kChunked}) {
       std::vector<float> state = in.state;
-      const HostMat out = KernelRun(fn, pool_, in, 0, t, state);
-      ExpectClose(out, ref, kTol, kTol, fn == &GatedDeltaRuleChunkedCpu ? "chunked" : "recurrent");
+      const HostMat out = Run(fn, in, 0, t, state);
+      ExpectClose(out, ref, kTol, kTol, fn == kChunked ? "chunked" : "recurrent");
       ExpectStateClose(state, ref_state, "state");
     }
   }
@@ -161,11 +182,34 @@ TEST_P(GatedDeltaRuleTest, OddHeadSizeMatchesReference) {
   Inputs in(70, 1, 3, 24, 77);
   std::vector<double> ref_state(in.state.begin(), in.state.end());
   const std::vector<double> ref = ReferenceRun(in, 0, 70, ref_state);
-  for (const GdrFn fn : {&GatedDeltaRuleRecurrentCpu, &GatedDeltaRuleChunkedCpu}) {
+  for (const GdrFn fn : {kRecurrent, kChunked}) {
     std::vector<float> state = in.state;
-    const HostMat out = KernelRun(fn, pool_, in, 0, 70, state);
-    ExpectClose(out, ref, kTol, kTol, fn == &GatedDeltaRuleChunkedCpu ? "chunked" : "recurrent");
+    const HostMat out = Run(fn, in, 0, 70, state);
+    ExpectClose(out, ref, kTol, kTol, fn == kChunked ? "chunked" : "recurrent");
     ExpectStateClose(state, ref_state, "state");
+  }
+}
+
+TEST_P(GatedDeltaRuleTest, RaggedHeadSizesMatchReference) {
+  // Head sizes that fill the chunked form's product tiles (2 vectors of columns: 32 floats at
+  // avx512, 16 at avx2, 8 at scalar) and the recurrence's 16-float tiles unevenly: 8, 40 and 72
+  // leave column tails at every width, 48 only at avx512; T = 12 (the first chunked call) and
+  // 77 (a full chunk and a 13-token one), 3 v heads over 1 k head.
+  uint32_t seed = 300;
+  for (const int64_t d : {8, 40, 48, 72}) {
+    for (const int64_t t : {12, 77}) {
+      Inputs in(t, 1, 3, d, seed++);
+      std::vector<double> ref_state(in.state.begin(), in.state.end());
+      const std::vector<double> ref = ReferenceRun(in, 0, t, ref_state);
+      for (const GdrFn fn : {kRecurrent, kChunked}) {
+        std::vector<float> state = in.state;
+        const HostMat out = Run(fn, in, 0, t, state);
+        const std::string what = std::string(fn == kChunked ? "chunked" : "recurrent") +
+                                 " d=" + std::to_string(d) + " T=" + std::to_string(t);
+        ExpectClose(out, ref, kTol, kTol, what);
+        ExpectStateClose(state, ref_state, what.c_str());
+      }
+    }
   }
 }
 
@@ -174,8 +218,8 @@ TEST_P(GatedDeltaRuleTest, ChunkedEqualsPerTokenAroundChunkSize) {
   for (const int64_t t : {1, 7, 63, 64, 65, 200}) {
     Inputs in(t, 2, 4, 128, 100 + static_cast<uint32_t>(t));
     std::vector<float> s_rec = in.state, s_chk = in.state;
-    const HostMat rec = KernelRun(&GatedDeltaRuleRecurrentCpu, pool_, in, 0, t, s_rec);
-    const HostMat chk = KernelRun(&GatedDeltaRuleChunkedCpu, pool_, in, 0, t, s_chk);
+    const HostMat rec = Run(kRecurrent, in, 0, t, s_rec);
+    const HostMat chk = Run(kChunked, in, 0, t, s_chk);
     std::vector<double> rec_d;
     for (int64_t r = 0; r < rec.rows(); ++r) {
       for (int64_t c = 0; c < rec.cols(); ++c) rec_d.push_back(rec.at(r, c));
@@ -196,7 +240,7 @@ TEST_P(GatedDeltaRuleTest, StateContinuesAcrossCalls) {
   HostMat all(t, in.n_v * in.d);
   int64_t t0 = 0;
   for (const int64_t n : {70, 1, 5, 124}) {
-    const HostMat part = KernelRun(&GatedDeltaRuleCpu, pool_, in, t0, n, state);
+    const HostMat part = Run(kEither, in, t0, n, state);
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t c = 0; c < all.cols(); ++c) all.at(t0 + r, c) = part.at(r, c);
     }
@@ -214,7 +258,7 @@ TEST_P(GatedDeltaRuleTest, StrongDecayStaysFinite) {
   std::vector<double> ref_state(in.state.begin(), in.state.end());
   const std::vector<double> ref = ReferenceRun(in, 0, 130, ref_state);
   std::vector<float> state = in.state;
-  const HostMat out = KernelRun(&GatedDeltaRuleChunkedCpu, pool_, in, 0, 130, state);
+  const HostMat out = Run(kChunked, in, 0, 130, state);
   ExpectClose(out, ref, kTol, kTol, "strong decay");
   ExpectStateClose(state, ref_state, "strong decay state");
 }
@@ -222,20 +266,26 @@ TEST_P(GatedDeltaRuleTest, StrongDecayStaysFinite) {
 TEST_P(GatedDeltaRuleTest, OutMayAliasV) {
   Inputs in(70, 2, 4, 32, 13);
   std::vector<float> s1 = in.state, s2 = in.state;
-  for (const GdrFn fn : {&GatedDeltaRuleRecurrentCpu, &GatedDeltaRuleChunkedCpu}) {
-    const HostMat expected = KernelRun(fn, pool_, in, 0, 70, s1);
+  for (const GdrFn fn : {kRecurrent, kChunked}) {
+    const HostMat expected = Run(fn, in, 0, 70, s1);
     HostMat v = in.v;
     Mat vm = v.mat();
-    ASSERT_EQ(
-        fn(pool_, in.q.mat(), in.k.mat(), vm, in.g.mat(), in.beta.mat(), 2, 4, 32, s2.data(), vm),
-        KernelStatus::kOk);
+    ASSERT_EQ(fn(pool_, in.q.mat(), in.k.mat(), vm, in.g.mat(), in.beta.mat(), 2, 4, 32, s2.data(),
+                 vm, isa_),
+              KernelStatus::kOk);
     for (int64_t r = 0; r < 70; ++r) {
       for (int64_t c = 0; c < v.cols(); ++c) ASSERT_EQ(v.at(r, c), expected.at(r, c));
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, GatedDeltaRuleTest, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(
+    ThreadsAndLevels, GatedDeltaRuleTest,
+    ::testing::Combine(::testing::Values(1, 2), ::testing::ValuesIn(kAllCpuIsas)),
+    [](const ::testing::TestParamInfo<std::tuple<int, CpuIsa>>& info) {
+      return std::string(CpuIsaName(std::get<1>(info.param))) + "_" +
+             std::to_string(std::get<0>(info.param)) + "threads";
+    });
 
 TEST(GatedDeltaRuleShapeTest, MismatchesAreInvalidArgument) {
   ThreadPool pool(1);
@@ -244,7 +294,9 @@ TEST(GatedDeltaRuleShapeTest, MismatchesAreInvalidArgument) {
   Mat om = out.mat(), obad = out_bad.mat();
   float* s = in.state.data();
   const KernelStatus bad = KernelStatus::kInvalidArgument;
-  for (const GdrFn fn :
+  using PublicFn = KernelStatus (*)(ThreadPool&, const Mat&, const Mat&, const Mat&, const Mat&,
+                                    const Mat&, int64_t, int64_t, int64_t, float*, Mat&);
+  for (const PublicFn fn :
        {&GatedDeltaRuleCpu, &GatedDeltaRuleRecurrentCpu, &GatedDeltaRuleChunkedCpu}) {
     EXPECT_EQ(
         fn(pool, in.q.mat(), in.k.mat(), in.v.mat(), in.g.mat(), in.beta.mat(), 2, 4, 8, s, om),
