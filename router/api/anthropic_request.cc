@@ -14,7 +14,9 @@
 #include "router/api/api_error.h"
 #include "router/api/internal/ignored_tools.h"
 #include "router/api/internal/json_fields.h"
+#include "router/api/internal/reasoning_fields.h"
 #include "router/api/internal/response_format.h"
+#include "router/api/internal/unserved_fields.h"
 #include "router/api/request_parser.h"
 
 namespace deltaserve::router::api {
@@ -149,8 +151,15 @@ absl::Status AssistantMessage(const json& content, const std::string& path, Chat
     } else if (type == "thinking") {
       std::string t;
       DS_RETURN_IF_ERROR(RequiredString(block, "thinking", bpath + ".thinking", &t));
-      std::optional<std::string> signature;  // ours are empty; anyone's is accepted unchecked
+      // Anyone's signature is accepted unchecked; one of ours on a block with no text (sent with
+      // thinking.display "omitted") carries the reasoning.
+      std::optional<std::string> signature;
       DS_RETURN_IF_ERROR(ReadString(block, "signature", bpath + ".signature", &signature));
+      if (t.empty() && signature) {
+        if (std::optional<std::string> carried = internal::ReasoningFromSignature(*signature)) {
+          t = std::move(*carried);
+        }
+      }
       AppendText(&m->reasoning_content, t);
     } else if (type == "redacted_thinking") {
       // Encrypted reasoning from another provider: nothing a local model can read.
@@ -342,13 +351,18 @@ absl::Status ParseToolChoice(const json& doc, const std::vector<std::string>& na
 }
 
 // thinking {type: enabled, budget_tokens} | {type: disabled} | {type: adaptive | between_tools}
-// (thinking on, no budget); `display` is ignored: thinking is always returned.
-absl::Status ParseThinking(const json& doc, CompletionRequest* r) {
+// (thinking on, no budget); `display` summarized (thinking returned as it is) or omitted.
+absl::Status ParseThinking(const json& doc, CompletionRequest* r, AnthropicParseNotes* notes) {
   const json* thinking = Member(doc, "thinking");
   if (thinking == nullptr) return absl::OkStatus();
   if (!thinking->is_object()) return TypeError("thinking", "an object", *thinking);
   std::string type;
   DS_RETURN_IF_ERROR(RequiredString(*thinking, "type", "thinking.type", &type));
+  std::optional<std::string> display;
+  DS_RETURN_IF_ERROR(ReadString(*thinking, "display", "thinking.display", &display));
+  bool omitted = false;
+  if (display) DS_RETURN_IF_ERROR(internal::ReadThinkingDisplay(*display, &omitted));
+  if (notes != nullptr) notes->thinking_omitted = omitted;
   if (type == "disabled") {
     r->enable_thinking = false;
     return absl::OkStatus();
@@ -395,12 +409,16 @@ absl::Status ParseStopSequences(const json& doc, CompletionRequest* r) {
 }
 
 // output_config.format (or the beta's top-level output_format): {type: json_schema, schema} →
-// response_format json_schema, enforced by the structured-outputs engine. `effort` is ignored.
-absl::Status ParseOutputFormat(const json& doc, CompletionRequest* r) {
+// response_format json_schema, enforced by the structured-outputs engine. output_config.effort
+// is read into `effort`: the caller applies it (internal::ApplyAnthropicEffort) once the
+// explicit thinking budget has been checked against max_tokens.
+absl::Status ParseOutputConfig(const json& doc, CompletionRequest* r,
+                               std::optional<std::string>* effort) {
   std::string path = "output_config.format";
   const json* format = nullptr;
   if (const json* config = Member(doc, "output_config")) {
     if (!config->is_object()) return TypeError("output_config", "an object", *config);
+    DS_RETURN_IF_ERROR(ReadString(*config, "effort", "output_config.effort", effort));
     format = Member(*config, "format");
   }
   if (format == nullptr) {
@@ -436,9 +454,10 @@ absl::Status ParseOutputFormat(const json& doc, CompletionRequest* r) {
   return absl::OkStatus();
 }
 
-// What both endpoints read: model, system, messages, tools, tool_choice, thinking.
+// What both endpoints read: model, system, messages, tools, tool_choice, thinking,
+// output_config (its effort into `effort`), the fields of Anthropic-side services.
 absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r,
-                                 AnthropicParseNotes* notes) {
+                                 AnthropicParseNotes* notes, std::optional<std::string>* effort) {
   absl::StatusOr<json> doc = internal::ParseJsonObject(body, RequestJsonLimits(body.size()));
   if (!doc.ok()) return doc.status();
   r->endpoint = Endpoint::kChatCompletions;
@@ -450,8 +469,9 @@ absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r,
   std::vector<std::string> names;
   DS_RETURN_IF_ERROR(ParseTools(*doc, r, &names, notes));
   DS_RETURN_IF_ERROR(ParseToolChoice(*doc, names, r));
-  DS_RETURN_IF_ERROR(ParseThinking(*doc, r));
-  DS_RETURN_IF_ERROR(ParseOutputFormat(*doc, r));
+  DS_RETURN_IF_ERROR(ParseThinking(*doc, r, notes));
+  DS_RETURN_IF_ERROR(ParseOutputConfig(*doc, r, effort));
+  DS_RETURN_IF_ERROR(internal::CheckAnthropicUnservedFields(*doc));
   return doc;
 }
 
@@ -460,7 +480,8 @@ absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r,
 absl::StatusOr<CompletionRequest> ParseAnthropicMessagesRequest(std::string_view body,
                                                                 AnthropicParseNotes* notes) {
   CompletionRequest r;
-  absl::StatusOr<json> doc = ParseShared(body, &r, notes);
+  std::optional<std::string> effort;
+  absl::StatusOr<json> doc = ParseShared(body, &r, notes, &effort);
   if (!doc.ok()) return doc.status();
   std::optional<int64_t> max_tokens;
   DS_RETURN_IF_ERROR(ReadInt(*doc, "max_tokens", "max_tokens", 1, kMaxTokensLimit, &max_tokens));
@@ -470,6 +491,7 @@ absl::StatusOr<CompletionRequest> ParseAnthropicMessagesRequest(std::string_view
     return InvalidRequestError("thinking.budget_tokens", "invalid_value",
                                "'thinking.budget_tokens' must be less than 'max_tokens'");
   }
+  if (effort) DS_RETURN_IF_ERROR(internal::ApplyAnthropicEffort(*effort, &r));
   // Anthropic's ranges: temperature [0, 1], top_p [0, 1], top_k >= 0 (0: off).
   SamplingParams& p = r.sampling;
   DS_RETURN_IF_ERROR(ReadNumber(*doc, "temperature", "temperature", 0, 1, false, &p.temperature));
@@ -492,8 +514,11 @@ absl::StatusOr<CompletionRequest> ParseAnthropicMessagesRequest(std::string_view
 
 absl::StatusOr<CompletionRequest> ParseAnthropicCountTokensRequest(std::string_view body) {
   CompletionRequest r;
-  absl::StatusOr<json> doc = ParseShared(body, &r, nullptr);
+  std::optional<std::string> effort;
+  absl::StatusOr<json> doc = ParseShared(body, &r, nullptr, &effort);
   if (!doc.ok()) return doc.status();
+  // The budget does not change the prompt; a bad effort is still the 400 a message would get.
+  if (effort) DS_RETURN_IF_ERROR(internal::ApplyAnthropicEffort(*effort, &r));
   return r;
 }
 

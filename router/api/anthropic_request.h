@@ -11,8 +11,9 @@
 //
 // Faults are InvalidRequestError statuses (api_error.h) whose param is the Anthropic JSON path
 // ("messages[1].content[0].tool_use_id"); anthropic_response.h writes them in Anthropic's error
-// shape. Unknown fields are ignored, null counts as absent. The body is read with the same linear
-// reader and limits as chat completions (request_parser.h).
+// shape. Fields for Anthropic-side services are refused unless they ask for nothing
+// (docs/api_fields.md); fields Anthropic does not define are ignored, null counts as absent. The
+// body is read with the same linear reader and limits as chat completions (request_parser.h).
 
 #include <cstddef>
 #include <string>
@@ -33,6 +34,9 @@ struct AnthropicParseNotes {
   // `type` of each server tool skipped (web_search_20250305, bash_20250124, ...), distinct, in
   // first-seen order, cut to header- and log-safe characters (internal/ignored_tools.h).
   std::vector<std::string> ignored_tool_types;
+  // thinking.display "omitted": thinking blocks go out with empty text, their reasoning in the
+  // signature (internal/reasoning_fields.h ThinkingSignature).
+  bool thinking_omitted = false;
 };
 
 // POST /v1/messages: `model`, `messages` and `max_tokens` are required.

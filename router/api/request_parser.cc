@@ -9,7 +9,9 @@
 #include "router/api/api_error.h"
 #include "router/api/internal/chat_tools_validation.h"
 #include "router/api/internal/json_fields.h"
+#include "router/api/internal/reasoning_fields.h"
 #include "router/api/internal/response_format.h"
+#include "router/api/internal/unserved_fields.h"
 
 namespace deltaserve::router::api {
 namespace {
@@ -388,6 +390,16 @@ absl::StatusOr<CompletionRequest> ParseChatCompletionRequest(std::string_view bo
   // The body's thinking_budget wins over the one inside chat_template_kwargs.
   DS_RETURN_IF_ERROR(ReadInt(*doc, "thinking_budget", "thinking_budget", 0, INT32_MAX, &budget));
   if (budget) r.thinking_budget = static_cast<int32_t>(*budget);
+  // OpenAI's reasoning_effort: thinking on / off and a budget, as Responses' reasoning.effort.
+  std::optional<std::string> s;
+  DS_RETURN_IF_ERROR(ReadString(*doc, "reasoning_effort", "reasoning_effort", &s));
+  if (s) DS_RETURN_IF_ERROR(internal::ApplyOpenAiEffort(*s, "reasoning_effort", &r));
+  s.reset();
+  DS_RETURN_IF_ERROR(ReadString(*doc, "verbosity", "verbosity", &s));
+  if (s) DS_RETURN_IF_ERROR(internal::CheckVerbosity(*s, "verbosity"));
+  DS_RETURN_IF_ERROR(internal::ReadSafetyIdentifier(*doc, &r));
+  DS_RETURN_IF_ERROR(internal::CheckOpenAiServiceTier(*doc));
+  DS_RETURN_IF_ERROR(internal::CheckChatUnservedFields(*doc));
   return r;
 }
 

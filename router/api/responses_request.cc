@@ -12,8 +12,10 @@
 #include "router/api/api_error.h"
 #include "router/api/internal/ignored_tools.h"
 #include "router/api/internal/json_fields.h"
+#include "router/api/internal/reasoning_fields.h"
 #include "router/api/internal/response_format.h"
 #include "router/api/internal/responses_input.h"
+#include "router/api/internal/unserved_fields.h"
 #include "router/api/request_parser.h"
 
 namespace deltaserve::router::api {
@@ -162,14 +164,16 @@ absl::Status AsTextFormatError(const absl::Status& status) {
 }
 
 // text.format: {"type":"text"}, {"type":"json_object"} or {"type":"json_schema","name",
-// "schema","strict"?,"description"?}, compiled by the structured-outputs engine.
+// "schema","strict"?,"description"?}, compiled by the structured-outputs engine;
+// text.verbosity: only the default, "medium" (internal/reasoning_fields.h).
 absl::Status ParseText(const json& doc, ResponsesRequest* r) {
   json echo_format = json{{"type", "text"}};
+  std::optional<std::string> verbosity;
   const json* text = Member(doc, "text");
   if (text != nullptr) {
     if (!text->is_object()) return TypeError("text", "an object", *text);
-    std::optional<std::string> verbosity;
     DS_RETURN_IF_ERROR(ReadString(*text, "verbosity", "text.verbosity", &verbosity));
+    if (verbosity) DS_RETURN_IF_ERROR(internal::CheckVerbosity(*verbosity, "text.verbosity"));
     if (const json* format = Member(*text, "format")) {
       if (!format->is_object()) return TypeError("text.format", "an object", *format);
       std::string type;
@@ -193,10 +197,12 @@ absl::Status ParseText(const json& doc, ResponsesRequest* r) {
     }
   }
   r->echo["text"] = json{{"format", std::move(echo_format)}};
+  if (verbosity) r->echo["text"]["verbosity"] = *verbosity;
   return absl::OkStatus();
 }
 
-// reasoning.effort → chat_template_kwargs.enable_thinking and thinking_budget.
+// reasoning.effort → chat_template_kwargs.enable_thinking and thinking_budget; reasoning.summary
+// and generate_summary: "auto" or "none" (no summarizer here), internal/reasoning_fields.h.
 absl::Status ParseReasoning(const json& doc, ResponsesRequest* r) {
   json echo = json{{"effort", nullptr}, {"summary", nullptr}};
   if (const json* reasoning = Member(doc, "reasoning")) {
@@ -208,26 +214,16 @@ absl::Status ParseReasoning(const json& doc, ResponsesRequest* r) {
                                   &generate_summary));
     CompletionRequest& c = r->completion;
     if (effort) {
-      if (*effort == "none" || *effort == "minimal") {
-        c.enable_thinking = false;
-      } else if (*effort == "low" || *effort == "medium" || *effort == "high") {
-        c.enable_thinking = true;
-        c.thinking_budget = *effort == "low"      ? kReasoningBudgetLow
-                            : *effort == "medium" ? kReasoningBudgetMedium
-                                                  : kReasoningBudgetHigh;
-      } else {
-        return InvalidRequestError(
-            "reasoning.effort", "invalid_value",
-            absl::StrCat("'reasoning.effort' must be one of none, minimal, low, medium, high; "
-                         "got '",
-                         *effort, "'"));
-      }
-      if (c.enable_thinking) {
-        c.chat_template_kwargs_json = Dump(json{{"enable_thinking", *c.enable_thinking}});
-      }
+      DS_RETURN_IF_ERROR(internal::ApplyOpenAiEffort(*effort, "reasoning.effort", &c));
+      c.chat_template_kwargs_json = Dump(json{{"enable_thinking", *c.enable_thinking}});
       echo["effort"] = *effort;
     }
-    if (summary) echo["summary"] = *summary;
+    if (summary) DS_RETURN_IF_ERROR(internal::CheckReasoningSummary(*summary, "reasoning.summary"));
+    if (generate_summary) {
+      DS_RETURN_IF_ERROR(
+          internal::CheckReasoningSummary(*generate_summary, "reasoning.generate_summary"));
+    }
+    if (summary || generate_summary) echo["summary"] = summary ? *summary : *generate_summary;
   }
   r->echo["reasoning"] = std::move(echo);
   return absl::OkStatus();
@@ -334,6 +330,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   std::optional<std::string> user;
   DS_RETURN_IF_ERROR(ReadString(*doc, "user", "user", &user));
   if (user) c.user = *user;
+  DS_RETURN_IF_ERROR(internal::ReadSafetyIdentifier(*doc, &c));
+  DS_RETURN_IF_ERROR(internal::CheckOpenAiServiceTier(*doc));
   if (const json* include = Member(*doc, "include")) {
     if (!include->is_array()) return TypeError("include", "an array of strings", *include);
     for (size_t i = 0; i < include->size(); ++i) {

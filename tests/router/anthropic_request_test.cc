@@ -12,7 +12,9 @@
 #include <string>
 
 #include "router/api/api_error.h"
+#include "router/api/internal/reasoning_fields.h"
 #include "router/api/request_parser.h"
+#include "router/api/responses_request.h"
 
 namespace deltaserve::router::api {
 namespace {
@@ -195,6 +197,140 @@ TEST(AnthropicRequestTest, ThinkingMapsOntoEnableThinkingAndBudget) {
   EXPECT_EQ(Fault(head + R"({"type": "enabled", "budget_tokens": 2000}})"),
             "thinking.budget_tokens invalid_value");
   EXPECT_EQ(Fault(head + R"({"type": "deep"}})"), "thinking.type invalid_value");
+}
+
+TEST(AnthropicRequestTest, EffortSetsTheBudgetsOfResponsesEffort) {
+  const std::string head = R"({"model": "m", "max_tokens": 32000,
+    "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "adaptive"},
+    "output_config": {"effort": ")";
+  for (const char* level : {"low", "medium", "high"}) {
+    SCOPED_TRACE(level);
+    absl::StatusOr<CompletionRequest> r = Parse(head + level + R"("}})");
+    ASSERT_TRUE(r.ok()) << r.status();
+    auto responses = ParseResponsesRequest(
+        std::string(R"({"model":"m","input":"x","reasoning":{"effort":")") + level + R"("}})");
+    ASSERT_TRUE(responses.ok());
+    EXPECT_EQ(r->thinking_budget, responses->completion.thinking_budget);
+    EXPECT_EQ(r->enable_thinking, true);  // from `thinking`
+  }
+  EXPECT_EQ(Parse(head + R"(low"}})")->thinking_budget, kReasoningBudgetLow);
+  // max: no budget of its own.
+  absl::StatusOr<CompletionRequest> r = Parse(head + R"(max"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->thinking_budget.has_value());
+  EXPECT_EQ(Fault(head + R"(xhigh"}})"), "output_config.effort unsupported_value");
+  EXPECT_EQ(Fault(head + R"(extreme"}})"), "output_config.effort invalid_value");
+  // With budget_tokens both limits hold; the max_tokens check is budget_tokens' own.
+  const std::string enabled = R"({"model": "m", "max_tokens": 3000,
+    "messages": [{"role": "user", "content": "x"}],
+    "thinking": {"type": "enabled", "budget_tokens": 2000}, "output_config": {"effort": ")";
+  EXPECT_EQ(Parse(enabled + R"(low"}})")->thinking_budget, kReasoningBudgetLow);
+  EXPECT_EQ(Parse(enabled + R"(high"}})")->thinking_budget, 2000);
+  r = Parse(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+    "output_config": {"effort": "high"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->enable_thinking.has_value());  // effort does not switch thinking on
+  EXPECT_EQ(r->thinking_budget, kReasoningBudgetHigh);
+  r = Parse(R"({"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "x"}],
+    "thinking": {"type": "disabled"}, "output_config": {"effort": "low"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->enable_thinking, false);
+  EXPECT_EQ(ParseAnthropicCountTokensRequest(R"({"model": "m", "messages": [{"role": "user",
+    "content": "x"}], "output_config": {"effort": "xhigh"}})").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AnthropicRequestTest, ThinkingDisplay) {
+  const std::string head = R"({"model": "m", "max_tokens": 2000,
+    "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "adaptive", "display": )";
+  AnthropicParseNotes notes;
+  ASSERT_TRUE(ParseAnthropicMessagesRequest(head + R"("omitted"}})", &notes).ok());
+  EXPECT_TRUE(notes.thinking_omitted);
+  notes = {};
+  ASSERT_TRUE(ParseAnthropicMessagesRequest(head + R"("summarized"}})", &notes).ok());
+  EXPECT_FALSE(notes.thinking_omitted);
+  EXPECT_EQ(Fault(head + R"("hidden"}})"), "thinking.display invalid_value");
+  EXPECT_EQ(Fault(head + R"(1}})"), "thinking.display invalid_type");
+}
+
+TEST(AnthropicRequestTest, OmittedThinkingComesBackFromItsSignature) {
+  const std::string signature = internal::ThinkingSignature("Check the \"docs\" first.");
+  absl::StatusOr<CompletionRequest> r = Parse(R"({"model": "m", "max_tokens": 5, "messages": [
+    {"role": "user", "content": "q"},
+    {"role": "assistant", "content": [
+      {"type": "thinking", "thinking": "", "signature": ")" + signature + R"("},
+      {"type": "text", "text": "a"}]},
+    {"role": "user", "content": "again"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages[1].reasoning_content, "Check the \"docs\" first.");
+  // Another provider's signature carries nothing we can read; text beats a signature.
+  r = Parse(R"({"model": "m", "max_tokens": 5, "messages": [
+    {"role": "user", "content": "q"},
+    {"role": "assistant", "content": [
+      {"type": "thinking", "thinking": "", "signature": "EqQBCkYIBxgCKkB"},
+      {"type": "thinking", "thinking": "seen", "signature": ")" + signature + R"("},
+      {"type": "text", "text": "a"}]},
+    {"role": "user", "content": "again"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages[1].reasoning_content, "seen");
+}
+
+TEST(AnthropicRequestTest, AnthropicSideServicesAreRefusedUnlessTheyAskForNothing) {
+  const std::string head = R"({"model": "m", "max_tokens": 5,
+    "messages": [{"role": "user", "content": "x"}], )";
+  EXPECT_EQ(Fault(head + R"("service_tier": "auto"})"), "ok");
+  EXPECT_EQ(Fault(head + R"("service_tier": "standard_only"})"), "ok");
+  EXPECT_EQ(Fault(head + R"("service_tier": "priority"})"), "service_tier invalid_value");
+  EXPECT_EQ(Fault(head + R"("speed": "standard"})"), "ok");
+  EXPECT_EQ(Fault(head + R"("speed": "fast"})"), "speed unsupported_value");
+  EXPECT_EQ(Fault(head + R"("context_management": {"edits": [
+    {"type": "clear_thinking_20251015", "keep": "all"}]}})"), "ok");
+  EXPECT_EQ(Fault(head + R"("context_management": {"edits": [
+    {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000}}]}})"),
+            "context_management.edits[0] unsupported_value");
+  EXPECT_EQ(Fault(head + R"("context_management": {"edits": [{"type": "clear_thinking_20251015",
+    "keep": {"type": "thinking_turns", "value": 1}}]}})"),
+            "context_management.edits[0] unsupported_value");
+  EXPECT_EQ(Fault(head + R"("container": "container_1"})"), "container unsupported_value");
+  EXPECT_EQ(Fault(head + R"("mcp_servers": []})"), "ok");
+  EXPECT_EQ(Fault(head + R"("mcp_servers": [{"type": "url", "url": "https://x", "name": "x"}]})"),
+            "mcp_servers unsupported_value");
+  EXPECT_EQ(Fault(head + R"("inference_geo": "us"})"), "inference_geo unsupported_value");
+  EXPECT_EQ(Fault(head + R"("container": null, "inference_geo": null, "speed": null})"), "ok");
+}
+
+// What Claude Code sends on every turn (captured request bodies of Claude Code 2.1: adaptive
+// thinking with an effort, context_management keeping all thinking, metadata.user_id,
+// cache_control on system and tool blocks, max_tokens 32000, stream; older versions: thinking
+// enabled with budget_tokens 31999 and temperature 1).
+TEST(AnthropicRequestTest, ClaudeCodeRequestShapesAreAccepted) {
+  const std::string shared = R"("messages": [
+      {"role": "user", "content": [{"type": "text", "text": "<system-reminder>x</system-reminder>"},
+                                   {"type": "text", "text": "fix the bug",
+                                    "cache_control": {"type": "ephemeral"}}]}],
+    "system": [{"type": "text", "text": "You are Claude Code.",
+                "cache_control": {"type": "ephemeral"}}],
+    "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object",
+               "properties": {"command": {"type": "string"}}, "required": ["command"]}}],
+    "metadata": {"user_id": "user_abc_account_1_session_2"},
+    "max_tokens": 32000, "stream": true)";
+  AnthropicParseNotes notes;
+  absl::StatusOr<CompletionRequest> r = ParseAnthropicMessagesRequest(
+      R"({"model": "claude-opus-4-6", )" + shared + R"(, "thinking": {"type": "adaptive"},
+      "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+      "output_config": {"effort": "medium"}})",
+      &notes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->enable_thinking, true);
+  EXPECT_EQ(r->thinking_budget, kReasoningBudgetMedium);
+  EXPECT_EQ(r->user, "user_abc_account_1_session_2");
+  EXPECT_TRUE(r->stream);
+  EXPECT_FALSE(notes.thinking_omitted);
+  r = Parse(R"({"model": "claude-sonnet-4-5", )" + shared +
+            R"(, "thinking": {"type": "enabled", "budget_tokens": 31999}, "temperature": 1})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->thinking_budget, 31999);
+  EXPECT_EQ(r->sampling.temperature, 1.0);
 }
 
 TEST(AnthropicRequestTest, OutputConfigFormatBecomesAJsonSchemaResponseFormat) {

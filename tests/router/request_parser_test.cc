@@ -272,6 +272,75 @@ TEST(ChatRequestParserTest, ToolAndReasoningFields) {
 
 // response_format as OpenAI's API reference and its Python SDK send it, and the tool_choice
 // values that force a call (docs/structured_outputs.md, "The API").
+// param and code of a failed chat parse ("ok" when it parses).
+std::string ChatFault(const std::string& extra) {
+  auto r = ParseChatCompletionRequest(Chat(extra));
+  if (r.ok()) return "ok";
+  return ErrorParam(r.status()) + " " + ErrorCode(r.status());
+}
+
+TEST(ChatRequestParserTest, ReasoningEffortIsResponsesEffort) {
+  struct Row {
+    const char* effort;
+    bool thinking;
+    std::optional<int32_t> budget;
+  };
+  for (const Row& row : {Row{"none", false, std::nullopt}, Row{"minimal", false, std::nullopt},
+                         Row{"low", true, 1024}, Row{"medium", true, 4096},
+                         Row{"high", true, 16384}}) {
+    SCOPED_TRACE(row.effort);
+    auto r = ParseChatCompletionRequest(Chat(std::string(R"("reasoning_effort":")") + row.effort +
+                                             "\""));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->enable_thinking, row.thinking);
+    EXPECT_EQ(r->thinking_budget, row.budget);
+  }
+  // A smaller budget the request set stays; a larger one is lowered to the level's.
+  auto r = ParseChatCompletionRequest(Chat(R"("reasoning_effort":"high","thinking_budget":100)"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->thinking_budget, 100);
+  r = ParseChatCompletionRequest(Chat(R"("reasoning_effort":"low","thinking_budget":5000)"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->thinking_budget, 1024);
+  // Agreeing with chat_template_kwargs is fine; contradicting it is a 400.
+  EXPECT_EQ(ChatFault(R"("reasoning_effort":"low","chat_template_kwargs":{"enable_thinking":true})"),
+            "ok");
+  EXPECT_EQ(
+      ChatFault(R"("reasoning_effort":"high","chat_template_kwargs":{"enable_thinking":false})"),
+      "reasoning_effort invalid_value");
+  EXPECT_EQ(ChatFault(R"("reasoning_effort":"extreme")"), "reasoning_effort invalid_value");
+  EXPECT_EQ(ChatFault(R"("reasoning_effort":1)"), "reasoning_effort invalid_type");
+}
+
+TEST(ChatRequestParserTest, FieldsWithNothingBehindThemAreDefaultsOrRefused) {
+  EXPECT_EQ(ChatFault(R"("verbosity":"medium")"), "ok");
+  EXPECT_EQ(ChatFault(R"("verbosity":"low")"), "verbosity unsupported_value");
+  EXPECT_EQ(ChatFault(R"("verbosity":"high")"), "verbosity unsupported_value");
+  EXPECT_EQ(ChatFault(R"("store":false,"metadata":{"team":"a"})"), "ok");
+  EXPECT_EQ(ChatFault(R"("store":true)"), "store unsupported_value");
+  EXPECT_EQ(ChatFault(R"("metadata":{"team":1})"), "metadata.team invalid_type");
+  EXPECT_EQ(ChatFault(R"("modalities":["text"])"), "ok");
+  EXPECT_EQ(ChatFault(R"("modalities":["text","audio"])"), "modalities[1] unsupported_value");
+  EXPECT_EQ(ChatFault(R"("modalities":["video"])"), "modalities[0] invalid_value");
+  EXPECT_EQ(ChatFault(R"("audio":{"voice":"alloy","format":"wav"})"), "audio unsupported_value");
+  EXPECT_EQ(ChatFault(R"("prediction":{"type":"content","content":"x"})"),
+            "prediction unsupported_value");
+  EXPECT_EQ(ChatFault(R"("web_search_options":{})"), "web_search_options unsupported_value");
+  EXPECT_EQ(ChatFault(R"("functions":[{"name":"f"}])"), "functions unsupported_value");
+  EXPECT_EQ(ChatFault(R"("function_call":"auto")"), "function_call unsupported_value");
+  EXPECT_EQ(ChatFault(R"("service_tier":"auto")"), "ok");
+  EXPECT_EQ(ChatFault(R"("service_tier":"priority")"), "service_tier unsupported_value");
+  EXPECT_EQ(ChatFault(R"("stream":true,"stream_options":{"include_obfuscation":false})"), "ok");
+  EXPECT_EQ(ChatFault(R"("stream":true,"stream_options":{"include_obfuscation":"no"})"),
+            "stream_options.include_obfuscation invalid_type");
+  EXPECT_EQ(ChatFault(R"("prompt_cache_key":"k")"), "ok");
+  // null is absent everywhere.
+  EXPECT_EQ(ChatFault(R"("audio":null,"functions":null,"store":null,"verbosity":null)"), "ok");
+  auto r = ParseChatCompletionRequest(Chat(R"("safety_identifier":"hash-1")"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->user, "hash-1");
+}
+
 TEST(ChatRequestParserTest, ResponseFormatAndForcedToolChoice) {
   auto schema = ParseChatCompletionRequest(
       Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"answer",)"

@@ -147,8 +147,99 @@ TEST(ResponsesRequestTest, ReasoningEffortMapsOntoThinking) {
   EXPECT_FALSE(none->completion.enable_thinking.has_value());
 }
 
+// The error's param and code, for a failed parse ("ok" when it parses).
+std::string Fault(const std::string& body) {
+  auto r = ParseResponsesRequest(body);
+  if (r.ok()) return "ok";
+  return ErrorParam(r.status()) + " " + ErrorCode(r.status());
+}
+
+TEST(ResponsesRequestTest, TextVerbosityOnlyAsTheDefault) {
+  auto r = ParseResponsesRequest(R"({"model":"m","input":"x","text":{"verbosity":"medium"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->echo["text"]["verbosity"], "medium");
+  EXPECT_EQ(r->echo["text"]["format"]["type"], "text");
+  EXPECT_FALSE(ParseResponsesRequest(R"({"model":"m","input":"x"})")->echo["text"].contains(
+      "verbosity"));
+  EXPECT_EQ(Fault(R"({"model":"m","input":"x","text":{"verbosity":"low"}})"),
+            "text.verbosity unsupported_value");
+  EXPECT_EQ(Fault(R"({"model":"m","input":"x","text":{"verbosity":"high"}})"),
+            "text.verbosity unsupported_value");
+  EXPECT_EQ(Fault(R"({"model":"m","input":"x","text":{"verbosity":"loud"}})"),
+            "text.verbosity invalid_value");
+  EXPECT_EQ(Fault(R"({"model":"m","input":"x","text":{"verbosity":3}})"),
+            "text.verbosity invalid_type");
+}
+
+TEST(ResponsesRequestTest, ReasoningSummaryAutoOrNoneOnly) {
+  for (const char* field : {"summary", "generate_summary"}) {
+    SCOPED_TRACE(field);
+    const std::string head = std::string(R"({"model":"m","input":"x","reasoning":{")") + field;
+    for (const char* ok : {"auto", "none"}) {
+      auto r = ParseResponsesRequest(head + R"(":")" + ok + R"("}})");
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->echo["reasoning"]["summary"], ok);
+      EXPECT_FALSE(r->completion.enable_thinking.has_value());  // no effort: the default
+    }
+    for (const char* refused : {"concise", "detailed"}) {
+      EXPECT_EQ(Fault(head + R"(":")" + refused + R"("}})"),
+                std::string("reasoning.") + field + " unsupported_value");
+    }
+    EXPECT_EQ(Fault(head + R"(":"short"}})"), std::string("reasoning.") + field + " invalid_value");
+  }
+}
+
+TEST(ResponsesRequestTest, ServiceTierAndSafetyIdentifier) {
+  for (const char* ok : {"auto", "default"}) {
+    EXPECT_EQ(Fault(std::string(R"({"model":"m","input":"x","service_tier":")") + ok + R"("})"),
+              "ok");
+  }
+  for (const char* refused : {"flex", "priority", "scale"}) {
+    EXPECT_EQ(
+        Fault(std::string(R"({"model":"m","input":"x","service_tier":")") + refused + R"("})"),
+        "service_tier unsupported_value");
+  }
+  EXPECT_EQ(Fault(R"({"model":"m","input":"x","service_tier":"gold"})"),
+            "service_tier invalid_value");
+  auto r = ParseResponsesRequest(R"({"model":"m","input":"x","safety_identifier":"hash-1"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->completion.user, "hash-1");
+  r = ParseResponsesRequest(
+      R"({"model":"m","input":"x","user":"u","safety_identifier":"hash-1"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->completion.user, "u");
+}
+
+// The body Codex CLI builds (codex-rs ResponsesApiRequest: instructions, input items, function
+// and built-in tools, tool_choice "auto", reasoning {effort, summary: "auto"}, store false,
+// stream, include reasoning.encrypted_content, prompt_cache_key; text only when configured).
+TEST(ResponsesRequestTest, CodexRequestShapeIsAccepted) {
+  auto r = ParseResponsesRequest(R"({
+    "model": "m", "instructions": "You are Codex.",
+    "input": [{"type": "message", "role": "user",
+               "content": [{"type": "input_text", "text": "list files"}]}],
+    "tools": [{"type": "function", "name": "shell", "description": "run", "strict": false,
+               "parameters": {"type": "object", "properties": {"command": {"type": "array",
+                 "items": {"type": "string"}}}, "required": ["command"]}},
+              {"type": "web_search"}],
+    "tool_choice": "auto", "parallel_tool_calls": false,
+    "reasoning": {"effort": "medium", "summary": "auto"},
+    "store": false, "stream": true, "include": ["reasoning.encrypted_content"],
+    "prompt_cache_key": "0b5c5a3e-1d6f-4c51-9f0e-3f1c1f7b2a10"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->completion.enable_thinking, true);
+  EXPECT_EQ(r->completion.thinking_budget, kReasoningBudgetMedium);
+  EXPECT_EQ(r->echo["reasoning"]["summary"], "auto");
+  EXPECT_TRUE(r->completion.stream);
+  EXPECT_FALSE(r->completion.parallel_tool_calls);
+  // With a configured verbosity Codex adds text.verbosity: the default passes, others are 400.
+  EXPECT_EQ(Fault(R"({"model":"m","input":"x","text":{"verbosity":"low"},
+                      "reasoning":{"effort":"medium","summary":"auto"}})"),
+            "text.verbosity unsupported_value");
+}
+
 TEST(ResponsesRequestTest, TextFormatIsChatResponseFormat) {
-  auto r = ParseResponsesRequest(R"({"model":"m","input":"x","text":{"verbosity":"low","format":
+  auto r = ParseResponsesRequest(R"({"model":"m","input":"x","text":{"verbosity":"medium","format":
       {"type":"json_schema","name":"person","strict":true,
        "schema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"],
                  "additionalProperties":false}}}})");

@@ -57,7 +57,7 @@ ANSWER = "It is sunny in Paris, 22 C."
 def usage_consistent(u):
     assert u.total_tokens == u.input_tokens + u.output_tokens, u
     assert 0 <= u.input_tokens_details.cached_tokens <= u.input_tokens, u
-    assert u.output_tokens_details.reasoning_tokens == 0, u
+    assert 0 <= u.output_tokens_details.reasoning_tokens <= u.output_tokens, u
 
 
 def message_texts(response):
@@ -193,6 +193,9 @@ class TinyChecks:
         assert second.usage.input_tokens_details.cached_tokens > 0, second.usage
 
     def check_codex_like_request_is_served_with_a_warning(self):
+        # Codex's request (codex-rs ResponsesApiRequest): reasoning {effort, summary "auto"},
+        # store false, include reasoning.encrypted_content, prompt_cache_key; `text.verbosity`
+        # only when configured, and then only the default is served.
         body = dict(model="tiny", instructions="You are a coding agent.",
                     input=[{"type": "message", "role": "user",
                             "content": [{"type": "input_text", "text": "list files"}]}],
@@ -205,13 +208,15 @@ class TinyChecks:
                     tool_choice="auto", parallel_tool_calls=False, store=False,
                     reasoning={"effort": "minimal", "summary": "auto"},
                     include=["reasoning.encrypted_content"], prompt_cache_key="session-1",
-                    text={"verbosity": "low"}, max_output_tokens=6, temperature=0)
+                    text={"verbosity": "medium"}, max_output_tokens=6, temperature=0)
         raw = self.client.responses.with_raw_response.create(**body)
         warning = raw.headers.get("x-deltaserve-warning", "")
         assert "web_search" in warning and "local_shell" in warning, raw.headers
         r = raw.parse()
         assert r.status in ("completed", "incomplete"), r
         assert [t.name for t in r.tools] == ["shell"], r.tools
+        assert r.text.verbosity == "medium" and r.reasoning.summary == "auto", (r.text, r.reasoning)
+        assert r.output[0].type != "reasoning" or r.output[0].summary == [], r.output[0]
         with self.client.responses.with_streaming_response.create(stream=True, **body) as s:
             assert "local_shell" in s.headers.get("x-deltaserve-warning", ""), s.headers
             lines = [line for line in s.iter_lines() if line]
@@ -254,6 +259,13 @@ class TinyChecks:
                                           "image_url": "https://example.com/a.png"}]}])
         self.expect_400("input[0].call_id", model="tiny", input=[
             {"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}])
+        # Codex with model_verbosity / model_reasoning_summary configured: only the defaults.
+        self.expect_400("text.verbosity", model="tiny", input="x", text={"verbosity": "low"})
+        self.expect_400("reasoning.summary", model="tiny", input="x",
+                        reasoning={"effort": "low", "summary": "detailed"})
+        self.expect_400("reasoning.generate_summary", model="tiny", input="x",
+                        reasoning={"generate_summary": "concise"})
+        self.expect_400("service_tier", model="tiny", input="x", service_tier="flex")
 
     def check_context_overflow_is_400_at_input(self):
         # The router's context check names the conversation: `input` here (`messages` in chat).
