@@ -60,10 +60,11 @@ std::string IgnoredToolsWarning(const std::vector<std::string>& types) {
 class MessagesSession : public internal::CancellableSession {
  public:
   MessagesSession(std::shared_ptr<http::HttpExchange> exchange, const CompletionRequest& req,
-                  ApiMetrics& metrics, std::string warning)
+                  ApiMetrics& metrics, std::string warning, bool thinking_omitted)
       : CancellableSession(metrics),
         exchange_(std::move(exchange)),
         warning_(std::move(warning)),
+        thinking_omitted_(thinking_omitted),
         metrics_(metrics),
         stream_(req.stream),
         stops_(req.stop),
@@ -102,7 +103,7 @@ class MessagesSession : public internal::CancellableSession {
     if (!stream_) {
       http::Response r = http::Response::Json(
           200, AnthropicMessageJson(id_, model_, blocks_.blocks(), AnthropicStop(end, stops_),
-                                    end.usage));
+                                    end.usage, thinking_omitted_));
       if (!warning_.empty()) r.headers.push_back({"X-DeltaServe-Warning", warning_});
       exchange_->Respond(std::move(r));
       return;
@@ -143,12 +144,13 @@ class MessagesSession : public internal::CancellableSession {
     std::vector<http::HeaderField> headers;
     if (!warning_.empty()) headers.push_back({"X-DeltaServe-Warning", warning_});
     sse_ = exchange_->StartSse(std::move(headers));
-    writer_.emplace(id_, model_, stops_);
+    writer_.emplace(id_, model_, stops_, thinking_omitted_);
     Send(writer_->Start(prompt_tokens));
   }
 
   const std::shared_ptr<http::HttpExchange> exchange_;
   const std::string warning_;  // X-DeltaServe-Warning, "" for none
+  const bool thinking_omitted_;  // thinking.display "omitted"
   ApiMetrics& metrics_;
   const bool stream_;
   const std::vector<std::string> stops_;
@@ -195,8 +197,9 @@ void HandleAnthropicMessages(std::shared_ptr<http::HttpExchange> exchange,
   CountIgnoredTools(notes.ignored_tool_types);
   parsed->request_id = http_request.request_id;
   parsed->authorization = AnthropicAuthorization(http_request);
-  auto session = std::make_shared<MessagesSession>(exchange, *parsed, metrics,
-                                                   IgnoredToolsWarning(notes.ignored_tool_types));
+  auto session = std::make_shared<MessagesSession>(
+      exchange, *parsed, metrics, IgnoredToolsWarning(notes.ignored_tool_types),
+      notes.thinking_omitted);
   std::weak_ptr<MessagesSession> weak = session;
   exchange->OnClientGone([weak] {
     if (auto s = weak.lock()) s->CancelForClient();

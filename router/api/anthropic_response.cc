@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/json_reader.h"
+#include "router/api/internal/reasoning_fields.h"
 #include "router/api/openai_response.h"
 
 namespace deltaserve::router::api {
@@ -29,6 +30,14 @@ json UsageObject(const Usage& usage) {
           {"cache_creation_input_tokens", 0},
           {"cache_read_input_tokens", cached},
           {"output_tokens", usage.completion_tokens}};
+}
+
+// The usage of a whole message and of the final message_delta: with the thinking tokens
+// (output_tokens_details, which Anthropic sends only there).
+json FinalUsageObject(const Usage& usage) {
+  json out = UsageObject(usage);
+  out["output_tokens_details"] = {{"thinking_tokens", usage.reasoning_tokens}};
+  return out;
 }
 
 ContentBlock Block(ContentBlock::Type type) {
@@ -126,7 +135,7 @@ void ContentBlocks::Add(const GenerationDelta& delta) {
 
 std::string AnthropicMessageJson(std::string_view id, std::string_view model,
                                  const std::vector<ContentBlock>& blocks, const StopInfo& stop,
-                                 const Usage& usage) {
+                                 const Usage& usage, bool thinking_omitted) {
   json content = json::array();
   for (const ContentBlock& b : blocks) {
     switch (b.type) {
@@ -134,8 +143,15 @@ std::string AnthropicMessageJson(std::string_view id, std::string_view model,
         content.push_back({{"type", "text"}, {"text", b.text}});
         break;
       case ContentBlock::Type::kThinking:
-        // No signature: the thinking is the model's own text, not Anthropic's encrypted form.
-        content.push_back({{"type", "thinking"}, {"thinking", b.text}, {"signature", ""}});
+        // No signature: the thinking is the model's own text, not Anthropic's encrypted form;
+        // omitted, the text travels in the signature instead.
+        if (thinking_omitted) {
+          content.push_back({{"type", "thinking"},
+                             {"thinking", ""},
+                             {"signature", internal::ThinkingSignature(b.text)}});
+        } else {
+          content.push_back({{"type", "thinking"}, {"thinking", b.text}, {"signature", ""}});
+        }
         break;
       case ContentBlock::Type::kToolUse:
         content.push_back({{"type", "tool_use"},
@@ -152,13 +168,16 @@ std::string AnthropicMessageJson(std::string_view id, std::string_view model,
                {"content", std::move(content)},
                {"stop_reason", stop.reason},
                {"stop_sequence", NullIfEmpty(stop.sequence)},
-               {"usage", UsageObject(usage)}};
+               {"usage", FinalUsageObject(usage)}};
   return Dump(body);
 }
 
 AnthropicStreamWriter::AnthropicStreamWriter(std::string id, std::string model,
-                                             std::vector<std::string> stops)
-    : id_(std::move(id)), model_(std::move(model)), stops_(std::move(stops)) {}
+                                             std::vector<std::string> stops, bool thinking_omitted)
+    : id_(std::move(id)),
+      model_(std::move(model)),
+      stops_(std::move(stops)),
+      thinking_omitted_(thinking_omitted) {}
 
 std::vector<SseEvent> AnthropicStreamWriter::Start(int64_t prompt_tokens) {
   Usage usage;
@@ -178,6 +197,15 @@ std::vector<SseEvent> AnthropicStreamWriter::Start(int64_t prompt_tokens) {
 void AnthropicStreamWriter::Close(std::vector<SseEvent>& out) {
   if (!open_) return;
   open_ = false;
+  if (thinking_omitted_ && type_ == ContentBlock::Type::kThinking) {
+    out.push_back({"content_block_delta",
+                   Dump({{"type", "content_block_delta"},
+                         {"index", index_},
+                         {"delta",
+                          {{"type", "signature_delta"},
+                           {"signature", internal::ThinkingSignature(omitted_thinking_)}}}})});
+    omitted_thinking_.clear();
+  }
   out.push_back({"content_block_stop", Dump({{"type", "content_block_stop"}, {"index", index_}})});
 }
 
@@ -214,6 +242,10 @@ std::vector<SseEvent> AnthropicStreamWriter::Delta(const GenerationDelta& delta)
                   const std::string& text) {
     if (text.empty()) return;
     if (!open_ || type_ != type) Open(type, out, nullptr);
+    if (thinking_omitted_ && type == ContentBlock::Type::kThinking) {
+      omitted_thinking_ += text;  // sent as the block's signature when it closes
+      return;
+    }
     out.push_back(
         {"content_block_delta",
          Dump({{"type", "content_block_delta"},
@@ -244,7 +276,7 @@ std::vector<SseEvent> AnthropicStreamWriter::End(const GenerationEnd& end) {
                  Dump({{"type", "message_delta"},
                        {"delta",
                         {{"stop_reason", stop.reason}, {"stop_sequence", NullIfEmpty(stop.sequence)}}},
-                       {"usage", UsageObject(end.usage)}})});
+                       {"usage", FinalUsageObject(end.usage)}})});
   out.push_back({"message_stop", R"({"type":"message_stop"})"});
   return out;
 }

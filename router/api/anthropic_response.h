@@ -68,10 +68,13 @@ class ContentBlocks {
   std::vector<ContentBlock> blocks_;
 };
 
-// The `message` object of a non-streamed answer (`id`, `model` from meta).
+// The `message` object of a non-streamed answer (`id`, `model` from meta). With
+// `thinking_omitted` (thinking.display "omitted") thinking blocks have empty text and carry the
+// reasoning in their signature (internal/reasoning_fields.h ThinkingSignature). Its usage has
+// output_tokens_details.thinking_tokens.
 std::string AnthropicMessageJson(std::string_view id, std::string_view model,
                                  const std::vector<ContentBlock>& blocks, const StopInfo& stop,
-                                 const Usage& usage);
+                                 const Usage& usage, bool thinking_omitted = false);
 
 // One server-sent event: its `event:` name and its data.
 struct SseEvent {
@@ -79,15 +82,19 @@ struct SseEvent {
   std::string data;
 };
 
-// The events of a streamed answer, in Anthropic's order.
+// The events of a streamed answer, in Anthropic's order. With `thinking_omitted` a thinking
+// block gets no thinking_delta: its reasoning goes out as one signature_delta before its
+// content_block_stop, as Anthropic streams omitted thinking.
 class AnthropicStreamWriter {
  public:
-  AnthropicStreamWriter(std::string id, std::string model, std::vector<std::string> stops);
+  AnthropicStreamWriter(std::string id, std::string model, std::vector<std::string> stops,
+                        bool thinking_omitted = false);
   // message_start (usage.input_tokens: `prompt_tokens`, the rest 0) and a ping.
   std::vector<SseEvent> Start(int64_t prompt_tokens);
   // The block starts, deltas and stops this delta leads to.
   std::vector<SseEvent> Delta(const GenerationDelta& delta);
-  // The open block's stop, message_delta (stop_reason, stop_sequence, usage) and message_stop.
+  // The open block's stop, message_delta (stop_reason, stop_sequence, usage with
+  // output_tokens_details.thinking_tokens, as Anthropic sends it only there) and message_stop.
   std::vector<SseEvent> End(const GenerationEnd& end);
   // An `error` event (the stream ends after it).
   static SseEvent Error(const ApiError& error);
@@ -103,6 +110,8 @@ class AnthropicStreamWriter {
   bool open_ = false;
   ContentBlock::Type type_ = ContentBlock::Type::kText;
   int call_index_ = -1;  // the open tool_use block's call
+  bool thinking_omitted_ = false;
+  std::string omitted_thinking_;  // the open thinking block's text, when omitted
 };
 
 }  // namespace deltaserve::router::api

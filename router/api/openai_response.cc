@@ -92,7 +92,8 @@ json UsageObject(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+          {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}}};
 }
 
 json Envelope(const ResponseMeta& meta, std::string_view object) {

@@ -20,6 +20,9 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  // Of completion_tokens, those inside the model's thinking block (the worker's
+  // Usage.reasoning_tokens; every choice's summed).
+  int64_t reasoning_tokens = 0;
 };
 
 struct TopLogprob {
@@ -75,7 +78,8 @@ int64_t UnixSecondsNow();
 inline constexpr std::string_view kSseDone = "[DONE]";
 
 // {"prompt_tokens":..,"completion_tokens":..,"total_tokens":..,
-//  "prompt_tokens_details":{"cached_tokens":..}}
+//  "prompt_tokens_details":{"cached_tokens":..},
+//  "completion_tokens_details":{"reasoning_tokens":..}}
 std::string UsageJson(const Usage& usage);
 
 std::string ChatCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,

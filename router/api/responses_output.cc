@@ -28,7 +28,7 @@ json ResponsesUsageJson(const Usage& usage) {
   return json{{"input_tokens", usage.prompt_tokens},
               {"input_tokens_details", json{{"cached_tokens", usage.cached_tokens}}},
               {"output_tokens", usage.completion_tokens},
-              {"output_tokens_details", json{{"reasoning_tokens", 0}}},
+              {"output_tokens_details", json{{"reasoning_tokens", usage.reasoning_tokens}}},
               {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
 }
 

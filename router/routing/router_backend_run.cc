@@ -354,6 +354,7 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
         call.usage.prompt_tokens = f.usage().prompt_tokens();
         call.usage.cached_tokens = f.usage().cached_prompt_tokens();
         call.usage.completion_tokens += f.usage().completion_tokens();
+        call.usage.reasoning_tokens += f.usage().reasoning_tokens();
         if (choice == 0 && f.has_matched_stop_string()) call.matched_stop = f.matched_stop_string();
         if (call.finals < NChoices()) return;
         call.final_seen = true;

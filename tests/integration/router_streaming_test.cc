@@ -3,12 +3,13 @@
 // the worker here is the routing tests' ScriptedWorker (a test double of the gRPC Worker, in
 // this process), scripted to send one token and then hold until the call is cancelled; so the
 // chunk the client reads cannot have waited for a second token. Closing the client connection
-// then cancels the worker's call through the router. And the worker's cached prompt tokens
-// reach the client's usage, streamed and not. And a key's max_concurrent_requests: a request
+// then cancels the worker's call through the router. And the worker's cached prompt tokens and
+// reasoning tokens reach the client's usage (each API's own field), streamed and not. And a key's max_concurrent_requests: a request
 // beyond it while the first is held open is a 429 with Retry-After; once that stream has ended
 // the next request is served.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -89,6 +90,83 @@ TEST(RouterStreamingTest, FirstChunkArrivesBeforeTheSecondTokenExists) {
   EXPECT_EQ(seen.find("lo\""), std::string::npos);  // the second token does not exist yet
   client.Close();
   EXPECT_TRUE(worker.WaitForCancel(10000)) << "closing the client did not cancel the worker call";
+  router.Signal(SIGTERM);
+  EXPECT_EQ(router.Wait(seconds(30)), 0) << router.err();
+}
+
+// The worker's Usage.reasoning_tokens reaches each API's own field, whole and streamed: chat's
+// completion_tokens_details.reasoning_tokens (the usage chunk), Responses'
+// output_tokens_details.reasoning_tokens (response.completed), Anthropic's
+// output_tokens_details.thinking_tokens (the message; the last message_delta only). The scripted
+// worker sends one token per piece and counts, as a worker does, those inside the think block:
+// here the three between "<think>" and "</think>", which the client sees as the reasoning text.
+TEST(RouterStreamingTest, ReasoningTokensReachEveryApisUsageStreamedAndNot) {
+  ScriptedWorker worker({ScriptedModel{}});
+  GenerateScript script;
+  script.pieces = {"<think>", "Let", " me", " think", "</think>", "\n\n", "Hi"};
+  worker.SetScript(script);
+  worker.Start();
+  const int64_t inside = std::find(script.pieces.begin(), script.pieces.end(), "</think>") -
+                         std::find(script.pieces.begin(), script.pieces.end(), "<think>") - 1;
+  ASSERT_EQ(inside, 3);
+  testing::ChildProcess router({testing::BinaryPath("router/deltaserve-router"), "--listen",
+                                "127.0.0.1:0", "--worker", worker.address()});
+  const int port = WaitUntilReady(router);
+  ASSERT_NE(port, 0) << router.err();
+  using nlohmann::json;
+  const std::string user = R"([{"role":"user","content":"Hello there"}])";
+
+  // Chat.
+  auto r = Post(port, "/v1/chat/completions", R"({"model":"m","messages":)" + user + "}");
+  ASSERT_TRUE(r.has_value() && r->status == 200) << (r ? r->body : "no reply");
+  json body = json::parse(r->body);
+  EXPECT_EQ(body["choices"][0]["message"]["reasoning_content"], "Let me think");
+  EXPECT_EQ(body["usage"]["completion_tokens_details"]["reasoning_tokens"], inside);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 7);
+  r = Post(port, "/v1/chat/completions", R"({"model":"m","messages":)" + user +
+                                             R"(,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(r.has_value() && r->status == 200) << (r ? r->body : "no reply");
+  std::vector<std::string> events = router::testing::SseDataEvents(r->body);
+  ASSERT_GE(events.size(), 2u) << r->body;
+  EXPECT_EQ(json::parse(events[events.size() - 2])["usage"]["completion_tokens_details"]
+                                                  ["reasoning_tokens"],
+            inside);
+
+  // Responses.
+  r = Post(port, "/v1/responses", R"({"model":"m","input":)" + user + "}");
+  ASSERT_TRUE(r.has_value() && r->status == 200) << (r ? r->body : "no reply");
+  body = json::parse(r->body);
+  EXPECT_EQ(body["output"][0]["content"][0]["text"], "Let me think");
+  EXPECT_EQ(body["usage"]["output_tokens_details"]["reasoning_tokens"], inside);
+  r = Post(port, "/v1/responses", R"({"model":"m","stream":true,"input":)" + user + "}");
+  ASSERT_TRUE(r.has_value() && r->status == 200) << (r ? r->body : "no reply");
+  events = router::testing::SseDataEvents(r->body);
+  ASSERT_FALSE(events.empty()) << r->body;
+  const json completed = json::parse(events.back());
+  EXPECT_EQ(completed["type"], "response.completed") << events.back();
+  EXPECT_EQ(completed["response"]["usage"]["output_tokens_details"]["reasoning_tokens"], inside);
+
+  // Anthropic Messages.
+  const std::string message = R"({"model":"m","max_tokens":50,"messages":)" + user;
+  r = Post(port, "/v1/messages", message + "}");
+  ASSERT_TRUE(r.has_value() && r->status == 200) << (r ? r->body : "no reply");
+  body = json::parse(r->body);
+  EXPECT_EQ(body["content"][0]["thinking"], "Let me think");
+  EXPECT_EQ(body["usage"]["output_tokens_details"]["thinking_tokens"], inside);
+  r = Post(port, "/v1/messages", message + R"(,"stream":true})");
+  ASSERT_TRUE(r.has_value() && r->status == 200) << (r ? r->body : "no reply");
+  int with_details = 0;
+  for (const std::string& data : router::testing::SseDataEvents(r->body)) {
+    const json e = json::parse(data);
+    const json* usage = e.contains("usage")             ? &e["usage"]
+                        : e.contains("message")         ? &e["message"]["usage"]
+                                                        : nullptr;
+    if (usage == nullptr || !usage->contains("output_tokens_details")) continue;
+    ++with_details;
+    EXPECT_EQ(e["type"], "message_delta") << data;
+    EXPECT_EQ((*usage)["output_tokens_details"]["thinking_tokens"], inside);
+  }
+  EXPECT_EQ(with_details, 1) << r->body;
   router.Signal(SIGTERM);
   EXPECT_EQ(router.Wait(seconds(30)), 0) << router.err();
 }

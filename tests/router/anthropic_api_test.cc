@@ -142,7 +142,8 @@ TEST_F(AnthropicApiTest, MessageAndXApiKey) {
   EXPECT_EQ(m["stop_reason"], "end_turn");
   // The fake reports 7 prompt tokens of which 3 cached, and 4 output tokens.
   EXPECT_EQ(m["usage"], json::parse(R"({"input_tokens":4,"cache_creation_input_tokens":0,
-                                       "cache_read_input_tokens":3,"output_tokens":4})"));
+                                       "cache_read_input_tokens":3,"output_tokens":4,
+                                       "output_tokens_details":{"thinking_tokens":0}})"));
   EXPECT_EQ(backend_->last_request().authorization, "Bearer sk-1");
 }
 

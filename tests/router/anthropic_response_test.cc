@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "router/api/internal/reasoning_fields.h"
+
 namespace deltaserve::router::api {
 namespace {
 
@@ -43,6 +45,7 @@ GenerationEnd End(FinishReason reason, std::string matched = "") {
   e.usage.prompt_tokens = 20;
   e.usage.cached_tokens = 8;
   e.usage.completion_tokens = 5;
+  e.usage.reasoning_tokens = 2;
   e.matched_stop = std::move(matched);
   return e;
 }
@@ -79,7 +82,8 @@ TEST(AnthropicResponseTest, MessageWithThinkingTextAndToolUse) {
        "input": {"city": "Paris", "days": 2}}],
     "stop_reason": "tool_use", "stop_sequence": null,
     "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0,
-              "cache_read_input_tokens": 8, "output_tokens": 5}})");
+              "cache_read_input_tokens": 8, "output_tokens": 5,
+              "output_tokens_details": {"thinking_tokens": 2}}})");
   EXPECT_EQ(m, expected) << m.dump(2);
 }
 
@@ -134,7 +138,52 @@ TEST(AnthropicResponseTest, StreamEventsInAnthropicsOrder) {
   EXPECT_EQ(json::parse(events[16].data), json::parse(R"({"type": "message_delta",
     "delta": {"stop_reason": "tool_use", "stop_sequence": null},
     "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0,
-              "cache_read_input_tokens": 8, "output_tokens": 5}})"));
+              "cache_read_input_tokens": 8, "output_tokens": 5,
+              "output_tokens_details": {"thinking_tokens": 2}}})"));
+}
+
+// thinking.display "omitted": the block is there, its text empty; the reasoning travels in the
+// signature (whole: the block's; streamed: one signature_delta before its stop), and comes back
+// from it on the next turn (anthropic_request_test).
+TEST(AnthropicResponseTest, OmittedThinkingKeepsTheBlockAndCarriesTheTextInItsSignature) {
+  ContentBlocks blocks;
+  blocks.Add(Thinking("Let me "));
+  blocks.Add(Thinking("think."));
+  blocks.Add(Text("Hi"));
+  const json m = json::parse(AnthropicMessageJson("msg_1", "tiny", blocks.blocks(),
+                                                  AnthropicStop(End(FinishReason::kStop), {}),
+                                                  End(FinishReason::kStop).usage, true));
+  ASSERT_EQ(m["content"].size(), 2u);
+  EXPECT_EQ(m["content"][0]["type"], "thinking");
+  EXPECT_EQ(m["content"][0]["thinking"], "");
+  EXPECT_EQ(internal::ReasoningFromSignature(m["content"][0]["signature"].get<std::string>()),
+            "Let me think.");
+  EXPECT_EQ(m["content"][1], json::parse(R"({"type": "text", "text": "Hi"})"));
+
+  AnthropicStreamWriter w("msg_2", "tiny", {}, true);
+  std::vector<SseEvent> events = w.Start(20);
+  for (const GenerationDelta& d : {Thinking("Let me "), Thinking("think."), Text("Hi")}) {
+    for (SseEvent& e : w.Delta(d)) events.push_back(std::move(e));
+  }
+  for (SseEvent& e : w.End(End(FinishReason::kStop))) events.push_back(std::move(e));
+  std::vector<std::string> names;
+  for (const SseEvent& e : events) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"message_start", "ping", "content_block_start",
+                                             "content_block_delta", "content_block_stop",
+                                             "content_block_start", "content_block_delta",
+                                             "content_block_stop", "message_delta",
+                                             "message_stop"}));
+  EXPECT_EQ(json::parse(events[2].data)["content_block"],
+            json::parse(R"({"type": "thinking", "thinking": "", "signature": ""})"));
+  const json sig = json::parse(events[3].data);
+  EXPECT_EQ(sig["index"], 0);
+  EXPECT_EQ(sig["delta"]["type"], "signature_delta");
+  EXPECT_EQ(internal::ReasoningFromSignature(sig["delta"]["signature"].get<std::string>()),
+            "Let me think.");
+  for (const SseEvent& e : events) EXPECT_EQ(e.data.find("thinking_delta"), std::string::npos);
+  // message_start has no thinking count; the final message_delta has it.
+  EXPECT_FALSE(json::parse(events[0].data)["message"]["usage"].contains("output_tokens_details"));
+  EXPECT_EQ(json::parse(events[8].data)["usage"]["output_tokens_details"]["thinking_tokens"], 2);
 }
 
 TEST(AnthropicResponseTest, StreamWithoutContentStillEndsProperly) {

@@ -22,7 +22,9 @@ TEST(OpenAiResponseTest, ChatCompletionShape) {
   CompletionChoice c;
   c.text = "Hi!";
   c.finish_reason = FinishReason::kLength;
-  json j = json::parse(ChatCompletionJson(Meta("chatcmpl-1"), c, {10, 2, 4}));
+  Usage usage{10, 2, 4};
+  usage.reasoning_tokens = 1;
+  json j = json::parse(ChatCompletionJson(Meta("chatcmpl-1"), c, usage));
   EXPECT_EQ(j["id"], "chatcmpl-1");
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["created"], 1700000000);
@@ -32,7 +34,8 @@ TEST(OpenAiResponseTest, ChatCompletionShape) {
   EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(j["usage"], json::parse(R"({"prompt_tokens":10,"completion_tokens":2,
-      "total_tokens":12,"prompt_tokens_details":{"cached_tokens":4}})"));
+      "total_tokens":12,"prompt_tokens_details":{"cached_tokens":4},
+      "completion_tokens_details":{"reasoning_tokens":1}})"));
 }
 
 TEST(OpenAiResponseTest, ChatLogprobsShapeKeepsExactBytes) {

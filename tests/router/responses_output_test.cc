@@ -39,6 +39,7 @@ GenerationEnd End(FinishReason reason) {
   e.usage.prompt_tokens = 20;
   e.usage.cached_tokens = 16;
   e.usage.completion_tokens = 9;
+  e.usage.reasoning_tokens = 3;
   return e;
 }
 
@@ -155,7 +156,7 @@ TEST(ResponseBuilderTest, StreamAccumulatesToTheFinalObjectAndToTheNonStreamedOn
   EXPECT_EQ(final_object["incomplete_details"], nullptr);
   EXPECT_EQ(final_object["usage"],
             json::parse(R"({"input_tokens":20,"input_tokens_details":{"cached_tokens":16},
-                "output_tokens":9,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":29})"));
+                "output_tokens":9,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":29})"));
 
   // The non-streamed path gets the parsed output in one delta (reasoning, text, calls).
   GenerationDelta whole = Text("Calling now.", "Let me think.");

@@ -87,6 +87,25 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
                          [&] { return w_->released_ || context->IsCancelled(); });
       }
     }
+    int32_t reasoning = script.reasoning_tokens;
+    if (reasoning < 0) {
+      reasoning = 0;
+      int32_t inside = 0;
+      bool open = false;
+      for (int i = 0; i < sent; ++i) {
+        const std::string& p = script.pieces[i];
+        if (p == "</think>") {
+          reasoning = inside;
+          break;
+        }
+        if (p == "<think>" && !open) {
+          open = true;
+          inside = 0;
+        } else {
+          ++inside;
+        }
+      }
+    }
     for (int choice = 0; choice < n_choices; ++choice) {
       v1::GenerateEvent final_event;
       v1::FinalEvent* f = final_event.mutable_final_event();
@@ -95,6 +114,7 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
       f->mutable_usage()->set_prompt_tokens(request->prompt_token_ids_size());
       f->mutable_usage()->set_cached_prompt_tokens(script.cached_prompt_tokens);
       f->mutable_usage()->set_completion_tokens(sent);
+      f->mutable_usage()->set_reasoning_tokens(reasoning);
       if (!writer->Write(final_event)) break;
     }
     return grpc::Status::OK;
