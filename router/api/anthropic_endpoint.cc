@@ -79,6 +79,7 @@ class MessagesSession : public internal::CancellableSession {
   void OnStart(const GenerationStart& start) override {
     std::lock_guard<std::mutex> lock(mu_);
     timer_.Started(start.model);
+    clamped_ = start.max_tokens_clamped;
     StartLocked(start.model, start.prompt_tokens);
   }
 
@@ -105,6 +106,7 @@ class MessagesSession : public internal::CancellableSession {
           200, AnthropicMessageJson(id_, model_, blocks_.blocks(), AnthropicStop(end, stops_),
                                     end.usage, thinking_omitted_));
       if (!warning_.empty()) r.headers.push_back({"X-DeltaServe-Warning", warning_});
+      AddClampedHeader(end.usage.max_tokens_clamped, r.headers);
       exchange_->Respond(std::move(r));
       return;
     }
@@ -143,6 +145,7 @@ class MessagesSession : public internal::CancellableSession {
     stream_counted_ = true;
     std::vector<http::HeaderField> headers;
     if (!warning_.empty()) headers.push_back({"X-DeltaServe-Warning", warning_});
+    AddClampedHeader(clamped_, headers);
     sse_ = exchange_->StartSse(std::move(headers));
     writer_.emplace(id_, model_, stops_, thinking_omitted_);
     Send(writer_->Start(prompt_tokens));

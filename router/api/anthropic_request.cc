@@ -461,6 +461,7 @@ absl::StatusOr<json> ParseShared(std::string_view body, CompletionRequest* r,
   absl::StatusOr<json> doc = internal::ParseJsonObject(body, RequestJsonLimits(body.size()));
   if (!doc.ok()) return doc.status();
   r->endpoint = Endpoint::kChatCompletions;
+  r->api = Api::kAnthropic;
   std::optional<std::string> model;
   DS_RETURN_IF_ERROR(ReadString(*doc, "model", "model", &model));
   if (!model || model->empty()) return Missing("model");

@@ -26,10 +26,15 @@ json InputOf(const std::string& arguments) {
 
 json UsageObject(const Usage& usage) {
   const int64_t cached = std::min(usage.cached_tokens, usage.prompt_tokens);
-  return {{"input_tokens", usage.prompt_tokens - cached},
-          {"cache_creation_input_tokens", 0},
-          {"cache_read_input_tokens", cached},
-          {"output_tokens", usage.completion_tokens}};
+  json out = {{"input_tokens", usage.prompt_tokens - cached},
+              {"cache_creation_input_tokens", 0},
+              {"cache_read_input_tokens", cached},
+              {"output_tokens", usage.completion_tokens}};
+  if (usage.max_tokens_clamped) {
+    out["max_tokens_clamped"] = {{"from", usage.max_tokens_clamped->from},
+                                 {"to", usage.max_tokens_clamped->to}};
+  }
+  return out;
 }
 
 // The usage of a whole message and of the final message_delta: with the thinking tokens

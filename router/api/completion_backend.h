@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct GenerationStart {
   // Tokens of the rendered prompt sent to that model (Anthropic's message_start reports them
   // before the end); 0 when unknown.
   int64_t prompt_tokens = 0;
+  // The request's max_tokens lowered to the room the prompt left (clamp_max_tokens); the
+  // endpoints send it as the kMaxTokensClampedHeader header.
+  std::optional<MaxTokensClamped> max_tokens_clamped = std::nullopt;
 };
 
 struct GenerationDelta {

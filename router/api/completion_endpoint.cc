@@ -46,6 +46,7 @@ class CompletionSession : public internal::CancellableSession {
   void OnStart(const GenerationStart& start) override {
     std::lock_guard<std::mutex> lock(mu_);
     timer_.Started(start.model);
+    clamped_ = start.max_tokens_clamped;
     StartLocked(start.model);
   }
 
@@ -99,7 +100,9 @@ class CompletionSession : public internal::CancellableSession {
       std::string body = endpoint_ == Endpoint::kChatCompletions
                              ? ChatCompletionJson(meta_, choices_, end.usage)
                              : TextCompletionJson(meta_, choices_, end.usage);
-      exchange_->Respond(http::Response::Json(200, std::move(body)));
+      http::Response response = http::Response::Json(200, std::move(body));
+      AddClampedHeader(end.usage.max_tokens_clamped, response.headers);
+      exchange_->Respond(std::move(response));
       return;
     }
     for (int i = 0; i < n_; ++i) {
@@ -166,7 +169,9 @@ class CompletionSession : public internal::CancellableSession {
     if (!stream_) return;
     metrics_.StreamStarted();
     stream_counted_ = true;
-    sse_ = exchange_->StartSse();
+    std::vector<http::HeaderField> headers;
+    AddClampedHeader(clamped_, headers);
+    sse_ = exchange_->StartSse(std::move(headers));
     if (endpoint_ == Endpoint::kChatCompletions) {
       chat_.emplace(meta_, include_usage_, with_logprobs_);
       for (int i = 0; i < n_; ++i) sse_->Send(chat_->RoleChunk(i));

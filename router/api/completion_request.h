@@ -14,6 +14,10 @@ namespace deltaserve::router::api {
 
 enum class Endpoint { kChatCompletions, kCompletions };
 
+// The API a request came in through, for the settings that differ per API (the router config's
+// clamp_max_tokens). Responses and Anthropic requests become chat requests (Endpoint).
+enum class Api { kChatCompletions, kCompletions, kResponses, kAnthropic };
+
 // Most choices one request may ask for (`n`); the worker's own limit is the same
 // (worker/sched/scheduler.h kMaxChoices) and its --parallel.
 inline constexpr int32_t kMaxChoices = 16;
@@ -58,6 +62,7 @@ struct ResponseFormat {
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
+  Api api = Api::kChatCompletions;  // set by each API's parser
   std::string model;
 
   // Chat: the conversation (at least one message).

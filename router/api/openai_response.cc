@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "absl/strings/str_cat.h"
+
 namespace deltaserve::router::api {
 namespace {
 
@@ -89,11 +91,16 @@ json TextLogprobs(const std::vector<TokenLogprob>& lps, int64_t* offset) {
 }
 
 json UsageObject(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
-          {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}}};
+  json usage = {{"prompt_tokens", u.prompt_tokens},
+                {"completion_tokens", u.completion_tokens},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+                {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}}};
+  if (u.max_tokens_clamped) {
+    usage["max_tokens_clamped"] = {{"from", u.max_tokens_clamped->from},
+                                   {"to", u.max_tokens_clamped->to}};
+  }
+  return usage;
 }
 
 json Envelope(const ResponseMeta& meta, std::string_view object) {
@@ -143,6 +150,10 @@ int64_t UnixSecondsNow() {
 }
 
 std::string UsageJson(const Usage& usage) { return Dump(UsageObject(usage)); }
+
+std::string MaxTokensClampedHeaderValue(const MaxTokensClamped& clamped) {
+  return absl::StrCat(clamped.from, "->", clamped.to);
+}
 
 std::string ChatCompletionJson(const ResponseMeta& meta, const CompletionChoice& choice,
                                const Usage& usage) {

@@ -7,6 +7,7 @@
 // "bytes".
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,16 @@ namespace deltaserve::router::api {
 enum class FinishReason { kStop, kLength, kToolCalls, kContentFilter };
 std::string_view FinishReasonName(FinishReason reason);
 
+// A max_tokens the router lowered to the room the prompt left in the worker's context (the
+// config's clamp_max_tokens): reported in usage ("max_tokens_clamped": {"from", "to"}) and in
+// the response header kMaxTokensClampedHeader ("FROM->TO").
+struct MaxTokensClamped {
+  int64_t from = 0;  // what the request asked
+  int64_t to = 0;    // what the worker was given
+};
+inline constexpr std::string_view kMaxTokensClampedHeader = "x-deltaserve-max-tokens-clamped";
+std::string MaxTokensClampedHeaderValue(const MaxTokensClamped& clamped);  // "32000->3100"
+
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
@@ -23,6 +34,7 @@ struct Usage {
   // Of completion_tokens, those inside the model's thinking block (the worker's
   // Usage.reasoning_tokens; every choice's summed).
   int64_t reasoning_tokens = 0;
+  std::optional<MaxTokensClamped> max_tokens_clamped = std::nullopt;
 };
 
 struct TopLogprob {

@@ -408,6 +408,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   if (!doc.ok()) return doc.status();
   CompletionRequest r;
   r.endpoint = Endpoint::kCompletions;
+  r.api = Api::kCompletions;
   DS_RETURN_IF_ERROR(ParseCommon(*doc, /*chat=*/false, &r));
   DS_RETURN_IF_ERROR(ParsePrompt(*doc, &r));
 

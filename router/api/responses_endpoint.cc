@@ -81,6 +81,7 @@ class ResponsesSession : public internal::CancellableSession {
   void OnStart(const GenerationStart& start) override {
     std::lock_guard<std::mutex> lock(mu_);
     timer_.Started(start.model);
+    clamped_ = start.max_tokens_clamped;
     StartLocked(start.model);
   }
 
@@ -107,6 +108,7 @@ class ResponsesSession : public internal::CancellableSession {
     }
     http::Response response = http::Response::Json(200, builder_.ResponseJson());
     AddWarning(response.headers);
+    AddClampedHeader(end.usage.max_tokens_clamped, response.headers);
     exchange_->Respond(std::move(response));
   }
 
@@ -162,6 +164,7 @@ class ResponsesSession : public internal::CancellableSession {
     stream_counted_ = true;
     std::vector<http::HeaderField> headers;
     AddWarning(headers);
+    AddClampedHeader(clamped_, headers);
     sse_ = exchange_->StartSse(std::move(headers));
     Send(events);
   }

@@ -25,11 +25,16 @@ json ReasoningTextPart(const std::string& text) {
 }  // namespace
 
 json ResponsesUsageJson(const Usage& usage) {
-  return json{{"input_tokens", usage.prompt_tokens},
-              {"input_tokens_details", json{{"cached_tokens", usage.cached_tokens}}},
-              {"output_tokens", usage.completion_tokens},
-              {"output_tokens_details", json{{"reasoning_tokens", usage.reasoning_tokens}}},
-              {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  json out{{"input_tokens", usage.prompt_tokens},
+           {"input_tokens_details", json{{"cached_tokens", usage.cached_tokens}}},
+           {"output_tokens", usage.completion_tokens},
+           {"output_tokens_details", json{{"reasoning_tokens", usage.reasoning_tokens}}},
+           {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  if (usage.max_tokens_clamped) {
+    out["max_tokens_clamped"] = json{{"from", usage.max_tokens_clamped->from},
+                                     {"to", usage.max_tokens_clamped->to}};
+  }
+  return out;
 }
 
 ResponseBuilder::ResponseBuilder(std::string id, int64_t created_at, std::string model, json echo)

@@ -274,6 +274,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   ResponsesRequest r;
   CompletionRequest& c = r.completion;
   c.endpoint = Endpoint::kChatCompletions;
+  c.api = Api::kResponses;
 
   std::optional<std::string> model;
   DS_RETURN_IF_ERROR(ReadString(*doc, "model", "model", &model));

@@ -14,6 +14,23 @@
 
 namespace deltaserve::router {
 
+// Per API: whether a request's max_tokens (chat's max_completion_tokens or max_tokens, the
+// Responses API's max_output_tokens, the Anthropic API's max_tokens) larger than the room its
+// prompt leaves in the worker's context is lowered to that room (as llama-server does), instead
+// of refused with 400 context_length_exceeded (as OpenAI and vLLM do). `clamp_max_tokens` in the
+// YAML, at the top level and per model: true or false for every API, or a mapping of these
+// keys. Unset: the model's setting, else the top level's, else the API's default (Anthropic on:
+// Claude Code asks 32000 on every request; the OpenAI APIs off: their clients expect the
+// refusal). docs/router.md, "max_tokens and the context".
+struct ClampMaxTokens {
+  std::optional<bool> chat_completions;  // POST /v1/chat/completions
+  std::optional<bool> completions;       // POST /v1/completions
+  std::optional<bool> responses;         // POST /v1/responses
+  std::optional<bool> anthropic;         // POST /v1/messages
+
+  bool operator==(const ClampMaxTokens&) const = default;
+};
+
 // Sampling defaults a model applies when the request leaves a field unset.
 struct ModelDefaults {
   std::optional<double> temperature;
@@ -34,6 +51,9 @@ struct ModelDefaults {
   // the behaviour before issue 17 and that of Hugging Face / vLLM / llama.cpp; unset or false:
   // only the chat template's own markup yields control tokens (docs/chat.md).
   std::optional<bool> allow_special_tokens_in_content;
+  // The model's `clamp_max_tokens` (models[i], next to `chat_template`); unset keys: the top
+  // level's (RouterConfig::clamp_max_tokens).
+  ClampMaxTokens clamp_max_tokens;
 };
 
 // A model the router offers under `name`, served by workers that report `served_name`.
@@ -147,6 +167,7 @@ struct RouterConfig {
   RoutingSettings routing;
   PlacementSettings placement;
   uint64_t max_body_bytes = 8 << 20;
+  ClampMaxTokens clamp_max_tokens;  // every model's, unless the model sets its own
 };
 
 }  // namespace deltaserve::router

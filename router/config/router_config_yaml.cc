@@ -227,6 +227,24 @@ class ConfigReader {
     return absl::OkStatus();
   }
   absl::Status ApiKey(const YAML::Node& node, const std::string& path, ApiKeyConfig& k);
+  // `clamp_max_tokens`: true / false for every API, or a mapping of the APIs.
+  absl::Status Clamp(const YAML::Node& node, const std::string& path, ClampMaxTokens& c) {
+    if (node.IsScalar()) {
+      std::optional<bool> all;
+      if (auto st = Bool(node, path, all); !st.ok()) return st;
+      c = {all, all, all, all};
+      return absl::OkStatus();
+    }
+    return ForEachField(
+        node, path, {"chat_completions", "completions", "responses", "anthropic"},
+        [&](std::string_view k, const YAML::Node& v, const std::string& p) -> absl::Status {
+          if (k == "chat_completions") return Bool(v, p, c.chat_completions);
+          if (k == "completions") return Bool(v, p, c.completions);
+          if (k == "responses") return Bool(v, p, c.responses);
+          return Bool(v, p, c.anthropic);
+        });
+  }
+
   absl::Status Placement(const YAML::Node& node, const std::string& path, PlacementSettings& s) {
     return ForEachField(
         node, path,
@@ -260,7 +278,8 @@ absl::Status ConfigReader::Model(const YAML::Node& node, const std::string& path
   bool has_name = false;
   absl::Status s = ForEachField(
       node, path,
-      {"name", "served_name", "chat_template", "allow_special_tokens_in_content", "defaults"},
+      {"name", "served_name", "chat_template", "allow_special_tokens_in_content",
+       "clamp_max_tokens", "defaults"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "name") {
           has_name = true;
@@ -271,6 +290,7 @@ absl::Status ConfigReader::Model(const YAML::Node& node, const std::string& path
         if (key == "allow_special_tokens_in_content") {
           return Bool(v, p, m.defaults.allow_special_tokens_in_content);
         }
+        if (key == "clamp_max_tokens") return Clamp(v, p, m.defaults.clamp_max_tokens);
         ModelDefaults& d = m.defaults;
         return ForEachField(v, p,
                             {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
@@ -337,7 +357,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
   return ForEachField(
       root, "",
       {"listen", "workers", "worker_channel", "models", "aliases", "api_keys", "api_keys_file",
-       "routing", "placement", "max_body_bytes"},
+       "routing", "placement", "max_body_bytes", "clamp_max_tokens"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "listen") return String(v, p, out.listen);
         if (key == "workers") {
@@ -416,6 +436,7 @@ absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
                               });
         }
         if (key == "placement") return Placement(v, p, out.placement);
+        if (key == "clamp_max_tokens") return Clamp(v, p, out.clamp_max_tokens);
         int64_t bytes = 0;
         if (auto s = Integer(v, p, bytes); !s.ok()) return s;
         if (bytes < 0) return Error(p, v, absl::StrCat("must not be negative, got ", bytes));

@@ -166,6 +166,8 @@ void RouterBackend::Run::Step() {
       NextCandidate();
       continue;
     }
+    // A clamped max_tokens fits any worker whose context leaves room for one token.
+    const bool clamp = internal::ClampsMaxTokens(request_, candidate, *config_);
     for (size_t i = 0; i < serving.size(); ++i) {
       const ServingWorker& s = serving[i];
       WorkerOption& o = options[i];
@@ -183,7 +185,7 @@ void RouterBackend::Run::Step() {
       }
       prompts[i] = *p;
       o.tokens_needed = static_cast<int64_t>((*p)->prompt.token_ids.size()) +
-                        (request_.max_tokens ? *request_.max_tokens : 1);
+                        (request_.max_tokens && !clamp ? *request_.max_tokens : 1);
       if (choice_options.prefix_affinity && s.model->snapshot_root.has_value()) {
         o.reports_snapshots = true;
         if (s.model->snapshot_prefixes != nullptr) {
@@ -264,8 +266,9 @@ void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWork
       call->shapers.push_back(prepared.prompt.output_shaper(buffered_));
     }
   }
-  internal::FillGenerateRequest(request_, candidate, worker.model->context_length, prepared,
-                                call->request());
+  max_tokens_clamped_ = internal::FillGenerateRequest(
+      request_, candidate, worker.model->context_length, prepared,
+      internal::ClampsMaxTokens(request_, candidate, *config_), call->request());
 
   bool cancel_now;
   {
@@ -280,7 +283,7 @@ void RouterBackend::Run::StartCall(const Candidate& candidate, const ServingWork
 void RouterBackend::Run::StartOnce(const Candidate& candidate) {
   if (started_) return;
   started_ = true;
-  observer_->OnStart(api::GenerationStart{candidate.name, prompt_tokens_});
+  observer_->OnStart(api::GenerationStart{candidate.name, prompt_tokens_, max_tokens_clamped_});
 }
 
 void RouterBackend::Run::Deliver(const Candidate& candidate,
@@ -366,6 +369,7 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
         end.content_null_when_empty = call.ends[0].content_null_when_empty;
         if (NChoices() > 1) end.choices = call.ends;
         end.usage = call.usage;
+        end.usage.max_tokens_clamped = max_tokens_clamped_;
         end.matched_stop = call.matched_stop;
         FinishEnd(end);
         return;

@@ -138,6 +138,35 @@ TEST(RouterConfigYamlTest, AllowSpecialTokensInContentIsABooleanPerModel) {
   EXPECT_EQ(c->models[0].defaults.allow_special_tokens_in_content, false);
 }
 
+// clamp_max_tokens (docs/router.md, "max_tokens and the context"): true / false for every API or
+// a mapping of the APIs, at the top level and per model; unset keys stay unset (the API's
+// default applies at routing).
+TEST(RouterConfigYamlTest, ClampMaxTokensIsABooleanOrAMappingOfTheApis) {
+  absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(
+      "clamp_max_tokens: true\n"
+      "models:\n  - name: m\n    clamp_max_tokens: {anthropic: false, completions: true}\n"
+      "  - name: n\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->clamp_max_tokens, (ClampMaxTokens{true, true, true, true}));
+  EXPECT_EQ(c->models[0].defaults.clamp_max_tokens,
+            (ClampMaxTokens{std::nullopt, true, std::nullopt, false}));
+  EXPECT_EQ(c->models[1].defaults.clamp_max_tokens, ClampMaxTokens{});
+  c = ParseRouterConfigYaml("clamp_max_tokens: {chat_completions: false, responses: true}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->clamp_max_tokens, (ClampMaxTokens{false, std::nullopt, true, std::nullopt}));
+  EXPECT_EQ(ParseRouterConfigYaml("").value().clamp_max_tokens, ClampMaxTokens{});
+
+  EXPECT_THAT(ErrorMessage("clamp_max_tokens: sometimes\n"),
+              HasSubstr("clamp_max_tokens (line 1, column 19): must be true or false"));
+  EXPECT_THAT(ErrorMessage("clamp_max_tokens: {anthropic: 1}\n"),
+              HasSubstr("clamp_max_tokens.anthropic"));
+  EXPECT_THAT(ErrorMessage("clamp_max_tokens: {messages: true}\n"),
+              HasSubstr("unknown key 'messages' in clamp_max_tokens (known: chat_completions, "
+                        "completions, responses, anthropic)"));
+  EXPECT_THAT(ErrorMessage("models:\n  - name: m\n    clamp_max_tokens: [true]\n"),
+              HasSubstr("models[0].clamp_max_tokens"));
+}
+
 TEST(RouterConfigYamlTest, EmptyDocumentGivesDefaults) {
   for (const char* yaml : {"", "# nothing\n", "listen: ~\n"}) {
     absl::StatusOr<RouterConfig> c = ParseRouterConfigYaml(yaml);

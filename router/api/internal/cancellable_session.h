@@ -2,15 +2,21 @@
 // The part every HTTP endpoint's generation session shares (completion_endpoint.cc,
 // responses_endpoint.cc, anthropic_endpoint.cc): the link between the exchange and the
 // generation it started, so that a client that goes away cancels the generation whether the
-// backend's handle has arrived yet or not. Sessions derive from it, guard their own state with
-// mu_ and set finished_ once their answer is complete (a finished session is not cancelled).
+// backend's handle has arrived yet or not; and the header that reports a max_tokens the router
+// lowered. Sessions derive from it, guard their own state with mu_ and set finished_ once their
+// answer is complete (a finished session is not cancelled).
 
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "router/api/api_metrics.h"
 #include "router/api/completion_backend.h"
+#include "router/api/openai_response.h"
+#include "router/http/http_message.h"
 
 namespace deltaserve::router::api::internal {
 
@@ -43,8 +49,19 @@ class CancellableSession : public GenerationObserver {
   }
 
  protected:
+  // kMaxTokensClampedHeader ("FROM->TO") when the router lowered the request's max_tokens.
+  static void AddClampedHeader(const std::optional<MaxTokensClamped>& clamped,
+                               std::vector<http::HeaderField>& headers) {
+    if (clamped) {
+      headers.push_back({std::string(kMaxTokensClampedHeader),
+                         MaxTokensClampedHeaderValue(*clamped)});
+    }
+  }
+
   std::mutex mu_;
   bool finished_ = false;  // guarded by mu_
+  // GenerationStart's max_tokens_clamped, for a stream's headers; guarded by mu_.
+  std::optional<MaxTokensClamped> clamped_;
 
  private:
   ApiMetrics& cancel_metrics_;

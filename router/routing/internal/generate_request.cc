@@ -1,15 +1,41 @@
 #include "router/routing/internal/generate_request.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 namespace deltaserve::router::internal {
 
 namespace v1 = ::deltaserve::v1;
 
-void FillGenerateRequest(const api::CompletionRequest& request, const Candidate& candidate,
-                         int32_t context_length, const PreparedPrompt& prepared,
-                         v1::GenerateRequest& r) {
+bool ClampsMaxTokens(const api::CompletionRequest& request, const Candidate& candidate,
+                     const RouterConfig& config) {
+  auto of_api = [&request](const ClampMaxTokens& c) -> std::optional<bool> {
+    switch (request.api) {
+      case api::Api::kChatCompletions:
+        return c.chat_completions;
+      case api::Api::kCompletions:
+        return c.completions;
+      case api::Api::kResponses:
+        return c.responses;
+      case api::Api::kAnthropic:
+        return c.anthropic;
+    }
+    return std::nullopt;
+  };
+  if (std::optional<bool> model = of_api(candidate.defaults.clamp_max_tokens)) return *model;
+  if (std::optional<bool> global = of_api(config.clamp_max_tokens)) return *global;
+  // Claude Code asks max_tokens 32000 on every request, whatever the context; OpenAI and vLLM
+  // refuse what does not fit, and their clients count on it.
+  return request.api == api::Api::kAnthropic;
+}
+
+std::optional<api::MaxTokensClamped> FillGenerateRequest(const api::CompletionRequest& request,
+                                                         const Candidate& candidate,
+                                                         int32_t context_length,
+                                                         const PreparedPrompt& prepared,
+                                                         bool clamp_max_tokens,
+                                                         v1::GenerateRequest& r) {
   r.set_request_id(request.request_id);
   r.set_model(candidate.served_name);
   r.mutable_prompt_token_ids()->Assign(prepared.prompt.token_ids.begin(),
@@ -32,8 +58,13 @@ void FillGenerateRequest(const api::CompletionRequest& request, const Candidate&
   const int64_t room = static_cast<int64_t>(context_length) -
                        static_cast<int64_t>(prepared.prompt.token_ids.size());
   int64_t max_tokens = room;
+  std::optional<api::MaxTokensClamped> clamped;
   if (request.max_tokens) {
     max_tokens = *request.max_tokens;
+    if (clamp_max_tokens && max_tokens > room) {
+      max_tokens = std::max<int64_t>(1, room);
+      clamped = api::MaxTokensClamped{*request.max_tokens, max_tokens};
+    }
   } else if (candidate.defaults.max_tokens) {
     max_tokens = std::min<int64_t>(*candidate.defaults.max_tokens, room);
   }
@@ -47,6 +78,7 @@ void FillGenerateRequest(const api::CompletionRequest& request, const Candidate&
   if (prepared.prompt.output_constraint) {
     *r.mutable_output_constraint() = *prepared.prompt.output_constraint;
   }
+  return clamped;
 }
 
 api::TokenLogprob ToApiLogprob(const v1::TokenLogprobs& lp, const common::Tokenizer* tok) {

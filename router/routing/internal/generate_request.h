@@ -10,6 +10,7 @@
 #include "deltaserve/v1/worker.pb.h"
 #include "router/api/completion_request.h"
 #include "router/api/openai_response.h"
+#include "router/config/router_config.h"
 #include "router/routing/candidates.h"
 #include "router/routing/internal/prefix_match.h"
 #include "router/routing/prompt_renderer.h"
@@ -25,13 +26,20 @@ struct PreparedPrompt {
   std::optional<PromptPrefixMatcher> prefix_matcher;
 };
 
+// Whether `request`'s max_tokens is lowered to the room its prompt leaves on `candidate`'s
+// workers instead of refused: the model's clamp_max_tokens for the request's API, else the
+// config's, else the API's default (Anthropic on, the OpenAI APIs off; docs/router.md).
+bool ClampsMaxTokens(const api::CompletionRequest& request, const Candidate& candidate,
+                     const RouterConfig& config);
+
 // Fills `out` for a call to `candidate` on a worker whose context holds `context_length`
-// tokens. max_tokens: the request's; else the candidate's default, capped by the room the
-// prompt leaves; else all that room; at least 1 (the worker was chosen because the prompt
-// leaves room for one token).
-void FillGenerateRequest(const api::CompletionRequest& request, const Candidate& candidate,
-                         int32_t context_length, const PreparedPrompt& prepared,
-                         deltaserve::v1::GenerateRequest& out);
+// tokens. max_tokens: the request's (with `clamp_max_tokens`, at most the room the prompt
+// leaves); else the candidate's default, capped by that room; else all that room; at least 1
+// (the worker was chosen because the prompt leaves room for one token). Returns what was
+// asked and given when the request's max_tokens was lowered.
+std::optional<api::MaxTokensClamped> FillGenerateRequest(
+    const api::CompletionRequest& request, const Candidate& candidate, int32_t context_length,
+    const PreparedPrompt& prepared, bool clamp_max_tokens, deltaserve::v1::GenerateRequest& out);
 
 // One token's logprobs with token texts from `tokenizer` (empty texts when it is null, or for
 // an id outside its vocabulary: a worker that does not match its tokenizer).

@@ -5,6 +5,7 @@
 // for use outside RouterBackend.
 #pragma once
 
+#include <optional>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -128,6 +129,8 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   int attempts_ = 0;                                                     // Generate calls started
   bool started_ = false;                                                 // OnStart sent
   int64_t prompt_tokens_ = 0;  // the prompt of the latest call started (GenerationStart)
+  // The latest call's max_tokens when clamp_max_tokens lowered it (GenerationStart, usage).
+  std::optional<api::MaxTokensClamped> max_tokens_clamped_;
   // A non-streaming request holds its deltas until the final event: the client sees nothing
   // before then, so a worker that fails mid-generation is retried from scratch elsewhere.
   const bool buffered_ = !request_.stream;
