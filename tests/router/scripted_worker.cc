@@ -90,20 +90,16 @@ class ScriptedWorker::Service final : public v1::Worker::Service {
     int32_t reasoning = script.reasoning_tokens;
     if (reasoning < 0) {
       reasoning = 0;
-      int32_t inside = 0;
-      bool open = false;
-      for (int i = 0; i < sent; ++i) {
-        const std::string& p = script.pieces[i];
-        if (p == "</think>") {
-          reasoning = inside;
-          break;
-        }
-        if (p == "<think>" && !open) {
-          open = true;
-          inside = 0;
-        } else {
-          ++inside;
-        }
+      std::string text;
+      for (int i = 0; i < sent; ++i) text += script.pieces[i];
+      const size_t close = text.find("</think>");
+      const size_t open = text.find("<think>");
+      const size_t begin = open < close ? open + 7 : 0;
+      size_t at = 0;
+      for (int i = 0; i < sent && close != std::string::npos; ++i) {
+        const size_t end = at + script.pieces[i].size();
+        if (at >= begin && end <= close) ++reasoning;
+        at = end;
       }
     }
     for (int choice = 0; choice < n_choices; ++choice) {

@@ -58,9 +58,10 @@ struct GenerateScript {
   bool hold_until_release = false;
   deltaserve::v1::FinishReason finish = deltaserve::v1::FINISH_REASON_STOP;
   int32_t cached_prompt_tokens = 0;
-  // Usage.reasoning_tokens of each final event; -1: counted as a worker counts them, each piece
-  // one token: the pieces between a "<think>" piece and a "</think>" piece, or all those before
-  // a "</think>" piece that has no opener (a prompt that opened the block).
+  // Usage.reasoning_tokens of each final event; -1: counted from the text, each piece one token:
+  // the pieces that lie wholly between the end of a "<think>" and the first "</think>" of the
+  // pieces' text (from its start when no "<think>" comes before: a prompt that opened the block);
+  // 0 without a "</think>".
   int32_t reasoning_tokens = -1;
   // GenerateRequest.n > 1: every piece is sent once per choice, as "<choice>:<piece>" with its
   // choice_index, then one final event per choice; this choice's final is ERROR (-1: none).

@@ -42,6 +42,27 @@ WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}
 CALL_THINKING = "The user wants the weather; I will call the tool."
 ANSWER_THINKING = "The tool answered."
 ANSWER_TEXT = "It is sunny in Paris, 22 C."
+# The scripted worker sends 5-byte pieces, one token each; the pieces wholly before the output's
+# "</think>" (the prompt opened the block) are its reasoning tokens.
+PIECE_BYTES = 5
+
+
+def thinking_tokens_of(reasoning):
+    """The reasoning tokens of a scripted output whose text before "</think>" is `reasoning`."""
+    return len(reasoning.encode()) // PIECE_BYTES
+
+
+# What Claude Code sends on every turn (2.1.x, adaptive-thinking models): system blocks with
+# cache_control, tools, metadata.user_id, thinking adaptive, output_config.effort,
+# context_management keeping all thinking, stream.
+CLAUDE_CODE = dict(
+    system=[{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+    tools=[WEATHER_TOOL],
+    metadata={"user_id": "user_0784b260_account_261d5434_session_b4e5aaaa"},
+    output_config={"effort": "medium"},
+    extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015",
+                                                    "keep": "all"}]}},
+)
 
 
 class Checks:
@@ -177,6 +198,30 @@ class Checks:
                           lambda: self.limited_client.messages.create(
                               model=self.model, messages=PROMPT, max_tokens=2, stream=True))
 
+    def check_claude_code_fields_are_honoured_or_400(self):
+        # The request shape Claude Code sends is served; what it could send beyond that, and
+        # DeltaServe cannot do, is a 400 in Anthropic's shape naming the field.
+        m = self.client.messages.create(model=self.model, messages=PROMPT, max_tokens=4,
+                                        thinking={"type": "adaptive", "display": "omitted"},
+                                        **CLAUDE_CODE)
+        assert m.usage.output_tokens_details is not None, m.usage
+        assert 0 <= m.usage.output_tokens_details.thinking_tokens <= m.usage.output_tokens, m.usage
+        for field, kwargs in (
+                ("output_config.effort", dict(output_config={"effort": "xhigh"})),
+                ("thinking.display", dict(thinking={"type": "adaptive", "display": "verbose"})),
+                ("context_management", dict(extra_body={"context_management": {"edits": [
+                    {"type": "clear_tool_uses_20250919"}]}})),
+                ("speed", dict(extra_body={"speed": "fast"})),
+                ("container", dict(extra_body={"container": "container_1"}))):
+            try:
+                self.client.messages.create(model=self.model, messages=PROMPT, max_tokens=4,
+                                            **kwargs)
+            except anthropic.BadRequestError as e:
+                assert e.body["error"]["type"] == "invalid_request_error", e.body
+                assert field in e.body["error"]["message"], (field, e.body)
+                continue
+            raise AssertionError(f"{field}: accepted {kwargs}")
+
     # --- the scripted worker: tool use and thinking, in this order ------------------------------
     def check_scripted_1_tool_use_round_trip(self):
         first = self.scripted.messages.create(
@@ -235,6 +280,58 @@ class Checks:
         thinking = "".join(e.delta.thinking for e in events
                            if e.type == "content_block_delta" and e.delta.type == "thinking_delta")
         assert thinking.strip() == ANSWER_THINKING, thinking
+        # Anthropic sends the thinking tokens on the last message_delta only.
+        deltas = [e for e in events if e.type == "message_delta"]
+        assert deltas[-1].usage.output_tokens_details.thinking_tokens == \
+            thinking_tokens_of(ANSWER_THINKING + "\n"), deltas[-1].usage
+        start = [e for e in events if e.type == "message_start"][0]
+        assert start.message.usage.output_tokens_details is None, start.message.usage
+
+    def check_scripted_4_claude_code_request_with_omitted_thinking(self):
+        # Claude Code's shape with thinking.display "omitted": the thinking block is there with
+        # no text, and no thinking_delta is streamed; the reasoning is in its signature.
+        with self.scripted.messages.stream(
+                model="m", messages=PROMPT, max_tokens=200,
+                thinking={"type": "adaptive", "display": "omitted"}, **CLAUDE_CODE) as stream:
+            events = list(stream)
+            final = stream.get_final_message()
+        kinds = [e.delta.type for e in events if e.type == "content_block_delta"]
+        assert "thinking_delta" not in kinds and "signature_delta" in kinds, kinds
+        assert [b.type for b in final.content] == ["thinking", "text"], final.content
+        assert final.content[0].thinking == "" and final.content[0].signature, final.content[0]
+        assert self.text_of(final) == ANSWER_TEXT, final
+        assert final.usage.output_tokens_details.thinking_tokens == \
+            thinking_tokens_of(ANSWER_THINKING + "\n"), final.usage
+
+    def check_scripted_5_omitted_thinking_comes_back_with_its_signature(self):
+        # The same answer with its thinking shown and omitted; sent back inside a tool loop (where
+        # the template renders the assistant's reasoning), the omitted block counts exactly as
+        # the shown one, and a block without our signature counts less.
+        shown = self.scripted.messages.create(model="m", messages=PROMPT, max_tokens=200,
+                                              thinking={"type": "adaptive"})
+        omitted = self.scripted.messages.create(
+            model="m", messages=PROMPT, max_tokens=200,
+            thinking={"type": "adaptive", "display": "omitted"})
+        assert omitted.usage.output_tokens_details.thinking_tokens == \
+            shown.usage.output_tokens_details.thinking_tokens > 0, (omitted.usage, shown.usage)
+        assert shown.content[0].thinking and omitted.content[0].thinking == "", omitted.content
+
+        def count(thinking_block):
+            return self.scripted.messages.count_tokens(model="m", tools=[WEATHER_TOOL], messages=[
+                WEATHER_QUESTION[0],
+                {"role": "assistant", "content": [
+                    thinking_block,
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                     "input": {"city": "Paris"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                              "content": "sunny"}]}]).input_tokens
+
+        with_signature = count({"type": "thinking", "thinking": "",
+                                "signature": omitted.content[0].signature})
+        with_text = count({"type": "thinking", "thinking": shown.content[0].thinking,
+                           "signature": ""})
+        without = count({"type": "thinking", "thinking": "", "signature": "EqQBCkYIBxgC"})
+        assert with_signature == with_text > without, (with_signature, with_text, without)
 
 
 def main():

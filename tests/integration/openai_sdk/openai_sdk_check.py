@@ -306,6 +306,30 @@ class Checks:
         self.expect_error(openai.BadRequestError, 400, lambda: self.client.completions.create(
             model=self.model, prompt=TEXT_PROMPT, best_of=3), param="best_of")
 
+    def check_reasoning_effort_verbosity_and_unserved_fields(self):
+        # reasoning_effort works as Responses' reasoning.effort; what a server without storage,
+        # audio, predictions or tiers cannot do is a 400 naming the field, never ignored.
+        chat = self.client.chat.completions.create
+        for effort in ("none", "low", "high"):
+            r = chat(model=self.model, messages=PROMPT, max_tokens=4, temperature=0,
+                     reasoning_effort=effort, verbosity="medium", store=False,
+                     service_tier="auto", prompt_cache_key="k", safety_identifier="user-hash")
+            u = r.usage
+            assert u.completion_tokens_details is not None, u
+            assert 0 <= u.completion_tokens_details.reasoning_tokens <= u.completion_tokens, u
+        for param, kwargs in (
+                ("verbosity", dict(verbosity="low")),
+                ("reasoning_effort", dict(reasoning_effort="high",
+                                          extra_body={"chat_template_kwargs":
+                                                      {"enable_thinking": False}})),
+                ("store", dict(store=True)),
+                ("service_tier", dict(service_tier="priority")),
+                ("modalities[1]", dict(modalities=["text", "audio"])),
+                ("prediction", dict(prediction={"type": "content", "content": "x"})),
+                ("web_search_options", dict(web_search_options={}))):
+            self.expect_error(openai.BadRequestError, 400, lambda: chat(
+                model=self.model, messages=PROMPT, max_tokens=2, **kwargs), param=param)
+
     def check_errors_not_found(self):
         self.expect_error(openai.NotFoundError, 404, lambda: self.client.chat.completions.create(
             model="no-such-model", messages=PROMPT))

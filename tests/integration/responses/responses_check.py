@@ -52,6 +52,10 @@ WEATHER_TOOL = {
 # What Codex CLI sends besides its function tools (ignored by DeltaServe, named in a header).
 CODEX_EXTRA_TOOLS = [{"type": "web_search"}, {"type": "local_shell"}]
 ANSWER = "It is sunny in Paris, 22 C."
+# The scripted worker's first output reasons this before its "</think>", in 5-byte pieces of one
+# token each: the reasoning tokens are the pieces wholly before it.
+CALL_REASONING = "The user wants the weather; I will call the tool.\n"
+PIECE_BYTES = 5
 
 
 def usage_consistent(u):
@@ -326,6 +330,8 @@ class ToolChecks:
         types = [o.type for o in first.output]
         assert types == ["reasoning", "function_call"], types
         assert "call the tool" in first.output[0].content[0].text, first.output[0]
+        assert first.usage.output_tokens_details.reasoning_tokens == \
+            len(CALL_REASONING) // PIECE_BYTES, first.usage
         call = first.output[1]
         assert call.name == "get_weather", call
         assert call.call_id, call
