@@ -220,29 +220,26 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
 }  // namespace
 
 int WorkerUsage(const std::string& why) {
-  std::cerr
-      << "deltaserve-worker: " << why << "\n"
-      << "usage: deltaserve-worker --model NAME=PATH.gguf (repeatable) [--listen HOST:PORT]\n"
-         "         [--device cpu|cuda:N|sim] [--threads N] [--ctx N] [--parallel N]\n"
-         "         [--ram SIZE] [--vram SIZE] [--overhead SIZE] [--cuda-graphs on|off]\n"
-         "         [--expert-vram SIZE|auto] [--expert-half-life SECONDS]\n"
-         "         [--expert-move-bytes SIZE] [--record-routing FILE]\n"
-         "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
-         "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
-         "         [--draft-max N] [--metrics-port P] [--metrics-host ADDR]\n"
-         "         [--worker-id ID]\n"
-         "         [--snapshot-ram SIZE] [--snapshot-interval N] [--reasoning-budget N]\n"
-         "         [--redis URL] [--redis-timeout MS] [--redis-min-rate MB/S]\n"
-         "         [--redis-ttl SECONDS] [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
-         "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
-         "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n"
-         "         [--log-format text|json] [--check-args]\n"
-         "       deltaserve-worker --list-cpu-isas\n";
-  if (why == common::kHelpRequested) {
-    WorkerFlags defaults;
-    std::cerr << "flags:\n" << common::FlagHelp(FlagTable(defaults));
-  }
-  return 2;
+  WorkerFlags defaults;
+  return common::UsageExit(
+      "deltaserve-worker", why,
+      "usage: deltaserve-worker --model NAME=PATH.gguf (repeatable) [--listen HOST:PORT]\n"
+      "         [--device cpu|cuda:N|sim] [--threads N] [--ctx N] [--parallel N]\n"
+      "         [--ram SIZE] [--vram SIZE] [--overhead SIZE] [--cuda-graphs on|off]\n"
+      "         [--expert-vram SIZE|auto] [--expert-half-life SECONDS]\n"
+      "         [--expert-move-bytes SIZE] [--record-routing FILE]\n"
+      "         [--cache-type-k T] [--cache-type-v T] [--page-tokens N]\n"
+      "         [--batch-tokens N] [--max-waiting N] [--speculation] [--ngram-min N]\n"
+      "         [--draft-max N] [--metrics-port P] [--metrics-host ADDR]\n"
+      "         [--worker-id ID]\n"
+      "         [--snapshot-ram SIZE] [--snapshot-interval N] [--reasoning-budget N]\n"
+      "         [--redis URL] [--redis-timeout MS] [--redis-min-rate MB/S]\n"
+      "         [--redis-ttl SECONDS] [--redis-max-bytes SIZE] [--redis-compression none|zstd]\n"
+      "         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
+      "         [--auth-secret-file FILE]  (or the secret in $DELTASERVE_WORKER_SECRET)\n"
+      "         [--log-format text|json] [--check-args]\n"
+      "       deltaserve-worker --list-cpu-isas\n",
+      "flags:\n" + common::FlagHelp(FlagTable(defaults)));
 }
 
 std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {

@@ -65,8 +65,8 @@ struct WorkerFlags {
 // checked here, so --check-args answers for it; files and devices are checked at start (Run).
 std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f);
 
-// Prints "deltaserve-worker: why" and the usage on stderr (for "help" the flag listing too);
-// returns the exit status 2.
+// For "help": the usage and the flag listing on stdout, exit status 0; otherwise
+// "deltaserve-worker: why" and the usage on stderr, exit status 2 (common::UsageExit).
 int WorkerUsage(const std::string& why);
 
 }  // namespace deltaserve::worker

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -133,8 +134,11 @@ std::vector<common::Flag> FlagTable(Options& o, bool& help) {
 }
 
 int Usage(const std::string& why) {
-  std::cerr << "deltaserve-placement-sim: " << why << "\n(run with --help for usage)\n";
-  return 2;
+  const std::string_view usage(kUsage);
+  std::cerr << "deltaserve-placement-sim: " << why << "\n"
+            << usage.substr(0, usage.find("\n\n") + 1)  // the synopsis
+            << "(deltaserve-placement-sim --help says more)\n";
+  return common::kExitUsage;
 }
 
 int Fail(const absl::Status& s) {

@@ -27,12 +27,15 @@ struct Program {
 const std::vector<Program>& Programs() {
   static const std::vector<Program> programs = {
       {"router/deltaserve-router", "deltaserve-router", "--listen HOST:PORT", {}},
+      {"worker/deltaserve-worker", "deltaserve-worker", "--model NAME=PATH.gguf", {}},
       {"worker/deltaserve-run", "deltaserve-run", "-m FILE -p TEXT", {}},
       {"common/deltaserve-gguf", "deltaserve-gguf", "deltaserve-gguf tokenize FILE", {"info"}},
+      {"worker/deltaserve-synth", "deltaserve-synth", "--preset P", {}},
       {"worker/deltaserve-plan", "deltaserve-plan", "--vram SIZE", {}},
       {"worker/deltaserve-grammar", "deltaserve-grammar", "deltaserve-grammar compile", {"check"}},
       {"worker/deltaserve-peak-rss", "deltaserve-peak-rss", "--parallel P", {}},
       {"router/deltaserve-chat", "deltaserve-chat", "deltaserve-chat render", {"render"}},
+      {"router/deltaserve-placement-sim", "deltaserve-placement-sim", "--synthetic-trace", {}},
   };
   return programs;
 }

@@ -52,12 +52,14 @@ struct Options {
   bool skew_detail = false;  // --expert-topics or --topic-stickiness given
 };
 
+constexpr const char* kSynopsis =
+    "usage: deltaserve-synth --preset P --type T --vocab-from VOCAB.gguf -o OUT.gguf\n"
+    "                        [--seed S] [--layers N] [--threads N] [--plan]\n"
+    "                        [--expert-skew S [--expert-topics N] [--topic-stickiness L]]\n";
+
 void PrintHelp() {
   // clang-format off
-  std::cout <<
-      "usage: deltaserve-synth --preset P --type T --vocab-from VOCAB.gguf -o OUT.gguf\n"
-      "                        [--seed S] [--layers N] [--threads N] [--plan]\n"
-      "                        [--expert-skew S [--expert-topics N] [--topic-stickiness L]]\n"
+  std::cout << kSynopsis <<
       "\n"
       "Writes a random-weight Qwen3.5 GGUF (arch qwen35, or qwen35moe for the MoE presets) with\n"
       "the real shapes of one size (MODEL_SPEC 1.2). Weights are scaled so a forward pass stays\n"
@@ -100,8 +102,9 @@ void PrintHelp() {
 }
 
 int Usage(const std::string& why) {
-  std::cerr << "deltaserve-synth: " << why << "\n(run with --help for usage)\n";
-  return 2;
+  std::cerr << "deltaserve-synth: " << why << "\n"
+            << kSynopsis << "(deltaserve-synth --help says more)\n";
+  return common::kExitUsage;
 }
 
 int Fail(const absl::Status& s) {
