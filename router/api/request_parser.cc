@@ -241,6 +241,10 @@ absl::Status ParseCommon(const json& doc, bool chat, CompletionRequest* r) {
     b.reset();
     DS_RETURN_IF_ERROR(ReadBool(*so, "include_usage", "stream_options.include_usage", &b));
     r->include_usage = b.value_or(false);
+    // No obfuscation padding is sent either way (docs/api_fields.md): only its type matters.
+    std::optional<bool> obfuscation;
+    DS_RETURN_IF_ERROR(ReadBool(*so, "include_obfuscation", "stream_options.include_obfuscation",
+                                &obfuscation));
   }
 
   if (chat) {

@@ -333,7 +333,11 @@ TEST(ChatRequestParserTest, FieldsWithNothingBehindThemAreDefaultsOrRefused) {
   EXPECT_EQ(ChatFault(R"("stream":true,"stream_options":{"include_obfuscation":false})"), "ok");
   EXPECT_EQ(ChatFault(R"("stream":true,"stream_options":{"include_obfuscation":"no"})"),
             "stream_options.include_obfuscation invalid_type");
+  EXPECT_FALSE(ParseCompletionRequest(R"({"model":"m","prompt":"x","stream":true,
+                                          "stream_options":{"include_obfuscation":1}})")
+                   .ok());
   EXPECT_EQ(ChatFault(R"("prompt_cache_key":"k")"), "ok");
+  EXPECT_EQ(ChatFault(R"("prompt_cache_key":5)"), "prompt_cache_key invalid_type");
   // null is absent everywhere.
   EXPECT_EQ(ChatFault(R"("audio":null,"functions":null,"store":null,"verbosity":null)"), "ok");
   auto r = ParseChatCompletionRequest(Chat(R"("safety_identifier":"hash-1")"));

@@ -110,13 +110,8 @@ absl::Status CheckChatUnservedFields(const json& doc) {
       RefuseIfSent(doc, "functions", "it is the deprecated form of 'tools'; send 'tools'"));
   DS_RETURN_IF_ERROR(RefuseIfSent(
       doc, "function_call", "it is the deprecated form of 'tool_choice'; send 'tool_choice'"));
-  if (const json* so = Member(doc, "stream_options")) {
-    std::optional<bool> obfuscation;
-    if (so->is_object()) {
-      DS_RETURN_IF_ERROR(
-          ReadBool(*so, "include_obfuscation", "stream_options.include_obfuscation", &obfuscation));
-    }
-  }
+  std::optional<std::string> cache_key;  // a caching hint: type-checked, nothing more
+  DS_RETURN_IF_ERROR(ReadString(doc, "prompt_cache_key", "prompt_cache_key", &cache_key));
   return absl::OkStatus();
 }
 

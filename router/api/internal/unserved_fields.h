@@ -23,7 +23,7 @@ absl::Status CheckOpenAiServiceTier(const nlohmann::ordered_json& doc);
 // The chat completion fields with nothing behind them here: store (false only), metadata
 // (string pairs; attached to a stored completion, and none is stored), modalities (["text"]),
 // audio, prediction, web_search_options, functions, function_call (refused when sent),
-// stream_options.include_obfuscation (a boolean).
+// prompt_cache_key (a string: a caching hint).
 absl::Status CheckChatUnservedFields(const nlohmann::ordered_json& doc);
 
 // Anthropic's fields for Anthropic-side services: service_tier ("auto", "standard_only"),
