@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Markdown table and plot of deltaserve-placement-sim results (bench/placement_sim_bench.sh).
+
+    placement_sim_table.py DIR      reads DIR/<model>_<profile>_<trace>_<fraction>.json, prints
+                                    the table of docs/benchmarks.md and, when matplotlib is
+                                    importable, writes DIR/placement_sim.png
+"""
+import glob
+import json
+import os
+import sys
+
+TRACE_ORDER = ["uniform", "zipf0.5", "zipf1.0", "zipf1.0-drift", "recorded"]
+
+
+def load(directory):
+    runs = {}
+    for path in glob.glob(os.path.join(directory, "*.json")):
+        model, profile, trace, fraction = os.path.basename(path)[:-5].split("_")
+        with open(path) as f:
+            try:
+                runs[(model, profile, trace, float(fraction))] = json.load(f)
+            except json.JSONDecodeError:
+                print(f"(skipped {path}: not a complete result)", file=sys.stderr)
+    return runs
+
+
+def table(runs):
+    print("| model | machine | trace | expert VRAM | all_cpu | n_cpu_moe (N) | static | dynamic "
+          "| dynamic / n_cpu_moe | hit share static / dynamic | dynamic_layers / n_cpu_moe |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    keys = sorted((k for k in runs if k[3] in (0.25, 0.5)),
+                  key=lambda k: (k[0], k[1], TRACE_ORDER.index(k[2]) if k[2] in TRACE_ORDER
+                                 else 99, k[3]))
+    for model, profile, trace, fraction in keys:
+        r = runs[(model, profile, trace, fraction)]
+        p = r["policies"]
+        print(f"| {model} | {profile} | {trace} | {fraction:.0%} "
+              f"({r['expert_vram'] / 2**30:.1f} GiB) | {r['all_cpu']:.1f} | "
+              f"{r['n_cpu_moe']:.1f} ({p['n_cpu_moe']['n']}) | {r['static']:.1f} | "
+              f"{r['dynamic']:.1f} | **{r['dynamic_vs_n_cpu_moe']:.2f}** | "
+              f"{p['static']['device_hit_share']:.2f} / {p['dynamic']['device_hit_share']:.2f} | "
+              f"{p['dynamic_layers']['tok_s'] / r['n_cpu_moe']:.2f} |")
+
+
+def plot(runs, directory):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not available: no plot)", file=sys.stderr)
+        return
+    panels = sorted({(k[0], k[1]) for k in runs
+                     if len([1 for j in runs if j[:2] == k[:2] and j[2] == k[2]]) > 3})
+    traces = [t for t in ["uniform", "zipf0.5", "zipf1.0-drift"]
+              if any(k[2] == t for k in runs)]
+    fig, axes = plt.subplots(len(panels), len(traces), figsize=(4.2 * len(traces),
+                                                                 3.4 * len(panels)),
+                             squeeze=False)
+    for row, (model, profile) in enumerate(panels):
+        for col, trace in enumerate(traces):
+            ax = axes[row][col]
+            pts = sorted((k[3], runs[k]) for k in runs if k[:3] == (model, profile, trace))
+            if not pts:
+                continue
+            gib = [r["expert_vram"] / 2**30 for _, r in pts]
+            for policy, style in [("all_cpu", ":"), ("n_cpu_moe", "-s"), ("static", "--^"),
+                                  ("dynamic", "-o")]:
+                ax.plot(gib, [r[policy] for _, r in pts], style, label=policy, markersize=3)
+            ax.plot(gib, [r["policies"]["dynamic_layers"]["tok_s"] for _, r in pts], "-.",
+                    color="grey", linewidth=1, label="dynamic_layers (proposal)")
+            ax.set_title(f"{model}, {profile}, {trace}", fontsize=9)
+            ax.set_xlabel("expert VRAM (GiB)")
+            ax.set_ylabel("modelled decode tok/s")
+            ax.grid(alpha=0.3)
+            if row == 0 and col == 0:
+                ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(directory, "placement_sim.png")
+    fig.savefig(path, dpi=110)
+    print(f"(plot: {path})", file=sys.stderr)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    runs = load(sys.argv[1])
+    if not runs:
+        print(f"no results in {sys.argv[1]}", file=sys.stderr)
+        return 1
+    table(runs)
+    plot(runs, sys.argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
