@@ -75,10 +75,10 @@ class NoState : public RouterState {
   void WriteMetrics(PrometheusText&) const override {}
 };
 
-// A chat body for `model` padded past the 64 KiB inline threshold with `metadata`.
+// A chat body for `model` padded past the 64 KiB inline threshold with a field no API defines.
 std::string LargeBody(const std::string& model) {
   return absl::StrCat(R"({"model":")", model,
-                      R"(","messages":[{"role":"user","content":"hi"}],"metadata":")",
+                      R"(","messages":[{"role":"user","content":"hi"}],"x_padding":")",
                       std::string(200 << 10, 'x'), R"("})");
 }
 
