@@ -10,9 +10,9 @@
 // sum per row, the accumulator rescaled when the max grows). The tiles are written once over the
 // vector width of the kernel level (paged_attention_tiles.h) and sized in vectors so that they
 // stay in registers: scores from tiles of 4 query rows x 4 keys with AVX-512 (16 floats a
-// vector), 4 x 2 with AVX2 and AVX-VNNI (8 floats), 4 x 1 at the scalar level, each a dot
+// vector), 2 x 4 with AVX2 and AVX-VNNI (8 floats), 4 x 1 at the scalar level, each a dot
 // product over head_dim reduced with a transposing shuffle tree; p·V from tiles of 4 rows x 64
-// columns (AVX-512), 4 x 16 (AVX2) or 4 x 8, so neither loop reloads an accumulator per key.
+// columns (AVX-512), 4 x 24 (AVX2) or 4 x 8, so neither loop reloads an accumulator per key.
 // f32 K/V are read in place, f16 K/V converted inside those tiles (paged_attention_avx512.cc at
 // avx512, paged_attention_avx2.cc at avx2 and avx_vnni); other types (and f16 at the scalar level)
 // are decoded tile by tile into f32. The next tile's K/V are prefetched while one is computed.

@@ -28,19 +28,26 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // The register tiles of a width of kLanes floats:
-// - scores: 4 query rows x kScoreKeys keys, kLanes accumulators of kLanes floats (one per
-//   (row, key)) reduced by a shuffle tree into one vector of the kLanes scores; with the key
-//   vectors and one query vector that is 16 + 4 + 1 zmm at 16 lanes, 8 + 2 + 1 ymm at 8;
+// - scores: kScoreRows query rows x kScoreKeys keys, kLanes accumulators of kLanes floats (one
+//   per (row, key)) reduced by a shuffle tree into one vector of the kLanes scores: 4 x 4 at 16
+//   lanes (16 + 4 key + 1 query zmm), 2 x 4 at 8 (8 + 4 + 1 ymm), 4 x 1 at 4;
 // - p·V: 4 query rows x kAccVecs vectors of columns, 4 kAccVecs accumulators plus kAccVecs V
-//   vectors and a broadcast probability (16 + 4 + 1 zmm, 8 + 2 + 1 ymm or xmm).
+//   vectors and a broadcast probability: 16 + 4 + 1 zmm at 16 lanes, 12 + 3 + 1 ymm at 8 (the
+//   16 there are; 4 x 2 took 12% longer), 8 + 2 + 1 xmm at 4.
 // The AVX-512 shapes (4 rows x 4 keys, 4 rows x 64 columns) compiled for AVX2 needed 32 + 8 ymm
 // of the 16 there are: the AVX2 copy spilled its accumulators to the stack at every key and was
-// 45% of a 3,000-token prefill of the 0.8B model on Zen 3.
+// 45% of a 3,000-token prefill of the 0.8B model on Zen 3. At 8 lanes 2 x 4 beats 4 x 2: g++
+// folds each query load into the FMAs that use it, so 4 x 2 read 8 query and 2 key vectors per 8
+// FMAs and waited on loads; 2 x 4 reads 2 + 4 (one thread, 512 tokens at depth 2,488: 155 ->
+// 125 ms, decode at depth 3,000: 0.34 -> 0.30 ms). At 16 lanes 2 x 8 was 5% slower than 4 x 4.
 template <int kLanes>
 struct TileShape {
   static_assert(kLanes == 4 || kLanes == 8 || kLanes == 16);
-  static constexpr int kScoreKeys = kLanes / 4;
-  static constexpr int kAccVecs = kLanes == 16 ? 4 : 2;
+  static constexpr int kScoreRows = kLanes == 8 ? 2 : 4;
+  static constexpr int kScoreKeys = kLanes / kScoreRows;
+  // Key tiles are padded to a multiple of 4 keys and row blocks to a multiple of 4 rows.
+  static_assert(4 % kScoreKeys == 0 && 4 % kScoreRows == 0);
+  static constexpr int kAccVecs = kLanes == 16 ? 4 : kLanes == 8 ? 3 : 2;
 };
 
 // Everything the items of one call share.
@@ -135,18 +142,20 @@ DELTASERVE_ALWAYS_INLINE void TreeSum(VecF<N>* a) {
   if constexpr (kCount > 2) TreeSum<N, kLevel + 1, kCount / 2>(a);
 }
 
-// s[r][j] (row stride ss) = q[r]·k[j] for 4 query rows (stride hdp) and the kScoreKeys key rows
-// k[j]: one vector accumulator per (row, key) over the head dimension, then the shuffle tree.
+// s[r][j] (row stride ss) = q[r]·k[j] for kScoreRows query rows (stride hdp) and the kScoreKeys
+// key rows k[j]: one vector accumulator per (row, key) over the head dimension, then the shuffle
+// tree.
 template <int L, class Src>
 DELTASERVE_ALWAYS_INLINE void ScoreTile(const float* __restrict q,
                                         const typename Src::T* const* k, int64_t hdp,
                                         float* __restrict s, int64_t ss) {
   constexpr int kKeys = TileShape<L>::kScoreKeys;
-  VecF<L> a[4 * kKeys] = {};
+  constexpr int kRows = TileShape<L>::kScoreRows;
+  VecF<L> a[kRows * kKeys] = {};
   for (int64_t d = 0; d < hdp; d += L) {
     VecF<L> kv[kKeys];
     for (int j = 0; j < kKeys; ++j) Src::Load(kv[j], k[j] + d);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       VecF<L> qr;
       std::memcpy(&qr, q + r * hdp + d, sizeof(qr));
       for (int j = 0; j < kKeys; ++j) a[r * kKeys + j] += qr * kv[j];
@@ -155,7 +164,7 @@ DELTASERVE_ALWAYS_INLINE void ScoreTile(const float* __restrict q,
   TreeSum<L>(a);  // lane r * kKeys + j of a[0]: q[r]·k[j]
   float out[L];
   std::memcpy(out, &a[0], sizeof(out));
-  for (int r = 0; r < 4; ++r) std::memcpy(s + r * ss, out + kKeys * r, kKeys * sizeof(float));
+  for (int r = 0; r < kRows; ++r) std::memcpy(s + r * ss, out + kKeys * r, kKeys * sizeof(float));
 }
 
 // acc[r][0 .. NV L) += sum_j p[r][j] * v[j][0 ..] for 4 rows (acc stride hdp, p stride kKeyTile)
@@ -298,7 +307,7 @@ DELTASERVE_ALWAYS_INLINE void AttendItemBody(const AttentionProblem& p, int64_t 
       // Padding keys (past nk) reuse the tile's last row: their scores are never used.
       const typename KSrc::T* kj[kKeys];
       for (int j = 0; j < kKeys; ++j) kj[j] = kt + std::min<int64_t>(j0 + j, nk - 1) * ks;
-      for (int64_t r0 = 0; r0 < rows_p; r0 += 4) {
+      for (int64_t r0 = 0; r0 < rows_p; r0 += TileShape<L>::kScoreRows) {
         ScoreTile<L, KSrc>(q + r0 * hdp, kj, hdp, sc + r0 * kKeyTile + j0, kKeyTile);
       }
       const int64_t j1 = std::min(j0 + kKeys, next_nk);
