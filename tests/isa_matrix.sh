@@ -20,8 +20,8 @@
 #   golden tests (GGUF parsing, the tokenizer, scheduler and serving logic on the same engine)
 #   do not depend on the level, and strict_device_engine_test alone would take longer at
 #   `scalar` than the whole selection.
-# Not selected: matmul_test, matmul_int8_test, matmul_group_test, quants_test and
-# quants_golden_test already compare every level the CPU supports in each run; the cuda_* tests
+# Not selected: matmul_test, matmul_int8_test, matmul_int8_codec_test, matmul_group_test,
+# quants_test and quants_golden_test already compare every level the CPU supports in each run; the cuda_* tests
 # test CUDA kernels (the CPU backend is only their reference); thread_pool_test has no ISA path.
 set -euo pipefail
 

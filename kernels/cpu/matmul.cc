@@ -49,6 +49,13 @@ constexpr int64_t kMaxFusedBatch = 3;
 constexpr int64_t kMaxFusedBatchInt8 = 16;
 constexpr int64_t kMaxFusedBatchInt8Wide = 12;  // in > 1024
 constexpr int64_t kMaxFusedBatchInt8Q8 = 8;
+// The 256-bit batch kernel (avx2, avx_vnni: matmul_int8_avx2_fused.h) costs 0.75-0.9 of a
+// one-row product per row (its per-row multiply-adds are those of the one-row kernel), while the
+// panel kernel, which decodes each weight row once per call, costs about the same from 1 to 8 rows
+// (one half-panel): 1024 x 3584, one thread, CPU time, the batch kernel / the panel kernel at
+// 4 and 8 rows: AVX2 0.50-0.65 and 1.0-1.3, AVX-VNNI 0.58-0.80 and 1.15-1.53 over Q4_0, Q5_0,
+// Q8_0, Q4_K, Q5_K and Q6_K (crossing at 5-8 rows).
+constexpr int64_t kMaxFusedBatchInt8Ymm = 6;
 
 // --- scalar kernels -------------------------------------------------------------------------
 
@@ -269,8 +276,9 @@ void MultiplyInt8(ThreadPool& pool, Int8Kernel kernel, const WeightView& w, cons
       });
 }
 
-// Largest batch the fused batch kernel takes for w (kMaxFusedBatchInt8's comment).
-int64_t MaxFusedBatchInt8(const WeightView& w) {
+// Largest batch the fused batch kernel of level `isa` takes for w (kMaxFusedBatchInt8's comment).
+int64_t MaxFusedBatchInt8(const WeightView& w, CpuIsa isa) {
+  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvxVnni) return kMaxFusedBatchInt8Ymm;
   return w.type == WeightType::kQ8_0 ? kMaxFusedBatchInt8Q8
          : w.in <= 1024              ? kMaxFusedBatchInt8
                                      : kMaxFusedBatchInt8Wide;
@@ -279,7 +287,8 @@ int64_t MaxFusedBatchInt8(const WeightView& w) {
 // Which int8 product MatMulCpuIsa runs for w on a batch of `rows` (given UsesInt8Path).
 enum class Int8Route { kBatch, kFused, kPanels };
 Int8Route RouteInt8(const Int8Kernel& k, const WeightView& w, int64_t rows) {
-  if (rows >= 2 && rows <= MaxFusedBatchInt8(w) && k.batch != nullptr && k.batch_has(w.type)) {
+  if (rows >= 2 && rows <= MaxFusedBatchInt8(w, k.isa) && k.batch != nullptr &&
+      k.batch_has(w.type)) {
     return Int8Route::kBatch;
   }
   if (rows <= kMaxFusedBatch && k.fused != nullptr && k.fused_has(w.type)) return Int8Route::kFused;
@@ -407,6 +416,8 @@ bool UsesFusedInt8Kernel(WeightType type, int64_t in, CpuIsa isa, int64_t rows) 
   w.in = in;
   return RouteInt8(Int8KernelFor(isa), w, rows) != Int8Route::kPanels;
 }
+
+Int8DecodeFn Int8DecoderFor(CpuIsa isa) { return Int8KernelFor(isa).decode; }
 
 const MatMulKernels& ScalarKernels() { return kScalarTable; }
 

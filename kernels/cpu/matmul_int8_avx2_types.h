@@ -47,12 +47,6 @@ struct TokenX {
   const int32_t* qsum;
 };
 
-inline int32_t LoadI32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
 inline float Hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -71,22 +65,6 @@ inline __m256i Reduce8(const __m256i (&s)[8]) {
   const __m256i u1 = _mm256_hadd_epi32(t2, t3);
   return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
                           _mm256_permute2x128_si256(u0, u1, 0x31));
-}
-
-// The 32 nibbles of a legacy block's qs: values 0..15 the low nibbles, 16..31 the high ones.
-inline __m256i Nibbles(const uint8_t* qs) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0xF));
-}
-
-// Bit k of the 32-bit qh as 16 in byte k (the fifth bit of Q5_0 / Q5_1 value k).
-inline __m256i FifthBits(const uint8_t* qh) {
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101,
-                                         0x0000000000000000);
-  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(LoadI32(qh)), shuf);
-  // Byte j of each 8 has every bit but j set: all ones exactly where bit j is.
-  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
 }
 
 // --- legacy blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) --------------------------------------

@@ -1,15 +1,17 @@
 // Inline helpers of the int8-activation path that need no more than AVX2 (256-bit loads and
-// stores, byte sums, the bit moves of the 5-bit types, the software prefetch of the decode
-// kernels), shared by the AVX2 / AVX-VNNI files (matmul_int8_avx2*.cc, matmul_int8_avxvnni.cc)
-// and, through matmul_int8_avx512_common.h, the AVX-512 ones. Included only by files built with
-// at least -mavx2 -mfma -mf16c (quants.cmake); internal linkage, so each includer gets its own
-// copy compiled with its own flags (see quants.h on sharing code across ISA files).
+// stores, byte sums, nibbles and the bit moves of the 5-bit types, the software prefetch of the
+// decode kernels), shared by the AVX2 / AVX-VNNI files (matmul_int8_avx2*.cc,
+// matmul_int8_avxvnni.cc) and, through matmul_int8_avx512_common.h, the AVX-512 ones. Included only
+// by files built with at least -mavx2 -mfma -mf16c (quants.cmake); internal linkage, so each
+// includer gets its own copy compiled with its own flags (see quants.h on sharing code across ISA
+// files).
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace deltaserve::kernels::internal {
 namespace {
@@ -36,6 +38,28 @@ inline __m256i BitTo4(__m256i h, int bit) {
   const __m256i b =
       _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(bit)), _mm256_set1_epi8(1));
   return _mm256_slli_epi16(b, 4);
+}
+
+inline int32_t LoadI32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// The 32 nibbles of a legacy block's qs: values 0..15 the low nibbles, 16..31 the high ones.
+inline __m256i Nibbles(const uint8_t* qs) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0xF));
+}
+
+// Bit k of the 32-bit qh as 16 in byte k (the fifth bit of Q5_0 / Q5_1 value k).
+inline __m256i FifthBits(const uint8_t* qh) {
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101,
+                                         0x0000000000000000);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(LoadI32(qh)), shuf);
+  // Byte j of each 8 has every bit but j set: all ones exactly where bit j is.
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
 }
 
 // The multi-row kernels read R rows side by side, R streams advancing 144 / 210 bytes a step,

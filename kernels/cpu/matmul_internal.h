@@ -13,6 +13,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace deltaserve::kernels::internal {
@@ -69,6 +70,8 @@ bool UsesInt8Path(WeightType type, CpuIsa isa, int64_t rows);
 // kernel (one-row or batch) for a batch of `rows`: then each output is the one of its activation
 // row alone, bit for bit (larger batches take the panel kernel).
 bool UsesFusedInt8Kernel(WeightType type, int64_t in, CpuIsa isa, int64_t rows);
+// The weight-row decoder of the int8 path at ClampIsa(isa) (null where it has none).
+Int8DecodeFn Int8DecoderFor(CpuIsa isa);
 // Products one MatMulGroupCpuIsa job takes at most (larger groups run in pieces).
 inline constexpr int kMaxMatMulGroup = 8;
 // MatMulGroupCpu on the path of ClampIsa(isa) in activation mode `mode`.

@@ -266,15 +266,16 @@ TEST(MatMulInt8DecodeTest, RowGroupingDoesNotChangeResults) {
   }
 }
 
-// Batches of 2 .. 16 rows (fewer where in > 1024 and for Q8_0: kMaxFusedBatchInt8* in
-// matmul.cc) take the fused batch kernel, which decodes each weight block once for a block of
-// tokens (on AVX-512 up to 8: 13 = 7 + 6, 16 = 8 + 8; on the 256-bit levels up to 4: 13 = 4 + 3 +
-// 3 + 3). Each of its outputs must equal, bit for bit, the one-token call on that token's row
-// alone (the fused one-row kernel), and stay within the MatchesScalarInt8Reference tolerance of
-// the scalar reference; larger batches take the many-token kernel: reference only. In lengths:
-// one block group, several (legacy types: 31 blocks, an odd last group; 41 and 113: a last
-// group of 1), past 1024 and the widest input of a 0.8B model (3584). Odd weight row counts
-// (1, 5, 19, 37) cover the tails of every 16-row group. At every SIMD level with int8 kernels.
+// Batches of 2 .. 16 rows (fewer where in > 1024, for Q8_0 and on the 256-bit levels:
+// kMaxFusedBatchInt8* in matmul.cc) take the fused batch kernel, which decodes each weight block
+// once for a block of tokens (on AVX-512 up to 8: 13 = 7 + 6, 16 = 8 + 8; the 256-bit levels
+// take up to 6 rows, in one block). Each of its outputs must equal, bit for bit, the one-token
+// call on that token's row alone (the fused one-row kernel), and stay within the
+// MatchesScalarInt8Reference tolerance of the scalar reference; larger batches take the
+// many-token kernel: reference only. In lengths: one block group, several (legacy types: 31
+// blocks, an odd last group; 41 and 113: a last group of 1), past 1024 and the widest input of a
+// 0.8B model (3584). Odd weight row counts (1, 5, 19, 37) cover the tails of every 16-row group.
+// At every SIMD level with int8 kernels.
 TEST(MatMulInt8BatchTest, EachTokenEqualsOneTokenCall) {
   if (SimdInt8Levels().empty()) GTEST_SKIP() << "no SIMD int8 kernels on this CPU";
   ThreadPool one(1);
@@ -287,7 +288,7 @@ TEST(MatMulInt8BatchTest, EachTokenEqualsOneTokenCall) {
         for (int64_t out : {1, 5, 19, 37}) {
           if (in > 1312 && out > 5) continue;  // the widest input once per type is enough
           const Weights w = MakeWeights(type, in, out, rng);
-          for (int64_t t : {2, 3, 5, 8, 13, 16, 17}) {
+          for (int64_t t : {2, 3, 4, 5, 6, 7, 8, 13, 16, 17}) {
             if (!UsesInt8Path(type, isa, t)) continue;
             const bool fused = internal::UsesFusedInt8Kernel(type, in, isa, t);
             const std::vector<float> x = Activations(t * in, rng);
@@ -331,8 +332,8 @@ TEST(MatMulInt8BatchTest, Avx2AndAvxVnniFusedProductsAreTheSameBits) {
   for (WeightType type : Int8Types()) {
     for (int64_t in : InLengths(type)) {
       const Weights w = MakeWeights(type, in, 37, rng);
-      for (int64_t t : {1, 2, 3, 5, 8, 13, 16}) {
-        if (!internal::UsesFusedInt8Kernel(type, in, CpuIsa::kAvx2, t)) continue;
+      for (int64_t t : {1, 2, 3, 4, 5, 6}) {
+        ASSERT_TRUE(internal::UsesFusedInt8Kernel(type, in, CpuIsa::kAvx2, t));
         ASSERT_TRUE(internal::UsesFusedInt8Kernel(type, in, CpuIsa::kAvxVnni, t));
         const std::vector<float> x = Activations(t * in, rng);
         const std::vector<float> avx2 =
@@ -352,8 +353,8 @@ TEST(MatMulInt8BatchTest, Avx2AndAvxVnniFusedProductsAreTheSameBits) {
 // of 8 tokens, on AVX2 2 x 2 (with per-type int16 spans and weight offsets). Every tail must
 // match the scalar reference within the MatchesScalarInt8Reference tolerance: out gives row
 // tails of 1, 2 and 3 (1, 2, 3, 6), and after full chunks of 32 rows a last chunk of 6, 27 and 3
-// rows (70, 59, 131); T gives partial half-panels and panels, an odd count of halves, and panel
-// counts past a full tile (17, 23, 33, 48, 49, 81).
+// rows (70, 59, 131); T gives one partial half-panel (7), partial half-panels and panels, odd
+// counts of halves, and panel counts past a full tile (9, 17, 23, 33, 48, 49, 81).
 TEST(MatMulInt8PrefillTest, TileTailsMatchScalarReference) {
   if (SimdInt8Levels().empty()) GTEST_SKIP() << "no SIMD int8 kernels on this CPU";
   std::mt19937 rng(26);
@@ -366,9 +367,11 @@ TEST(MatMulInt8PrefillTest, TileTailsMatchScalarReference) {
       const int64_t in = IsKQuant(type) ? 768 : 96;  // 3 super-blocks / 3 blocks
       for (int64_t out : {1, 2, 3, 6, 70, 59, 131}) {
         const Weights w = MakeWeights(type, in, out, rng);
-        for (int64_t t : {17, 23, 33, 48, 49, 81}) {
-          if (!UsesInt8Path(type, isa, t)) continue;
-          ASSERT_FALSE(internal::UsesFusedInt8Kernel(type, in, isa, t));
+        for (int64_t t : {7, 9, 17, 23, 33, 48, 49, 81}) {
+          // 7 and 9 take the fused batch kernel on AVX-512.
+          if (!UsesInt8Path(type, isa, t) || internal::UsesFusedInt8Kernel(type, in, isa, t)) {
+            continue;
+          }
           const std::vector<float> x = Activations(t * in, rng);
           const std::vector<float> ref =
               RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
@@ -387,146 +390,39 @@ TEST(MatMulInt8PrefillTest, TileTailsMatchScalarReference) {
   }
 }
 
-// The SIMD levels this CPU supports (each has an activation quantizer: AVX2 for avx2 and
-// avx_vnni, AVX-512 for avx512).
-std::vector<CpuIsa> SimdLevels() {
-  std::vector<CpuIsa> levels;
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvxVnni, CpuIsa::kAvx512}) {
-    if (IsaSupported(isa)) levels.push_back(isa);
-  }
-  return levels;
-}
-
-// The SIMD activation quantizers write the bytes and floats of the plain one, bit for bit:
-// partial last panels (zero rows), blocks of 32 (legacy, n not a multiple of 256) and
-// super-blocks of 256 with G = 32 and 16, an all-zero block, and a block whose largest
-// magnitude occurs twice with both signs (the first one sets the sign of d).
-TEST(MatMulInt8QuantizeTest, SimdEqualsScalarBitForBit) {
-  if (SimdLevels().empty()) GTEST_SKIP() << "no SIMD level on this CPU";
-  std::mt19937 rng(27);
-  struct Case {
-    bool k_quant;
-    int group;
-    int64_t n;
-  };
-  for (const Case c :
-       {Case{false, 32, 160}, Case{false, 32, 1312}, Case{true, 32, 1280}, Case{true, 16, 768}}) {
-    for (int64_t rows : {1, 5, 16, 17, 35}) {
-      std::vector<float> x = Activations(rows * c.n, rng);
-      const int super = c.k_quant ? kQkK : kQk;
-      std::fill(x.begin() + super, x.begin() + 2 * super, 0.0f);  // row 0, block 1
-      if (rows > 1) {
-        x[c.n + 3] = -50.0f;  // row 1, block 0: -50 first, then +50
-        x[c.n + 9] = 50.0f;
-      }
-      const Mat xm{x.data(), rows, c.n, c.n};
-      const int64_t panels = (rows + internal::kActPanel - 1) / internal::kActPanel;
-      const auto blocks = static_cast<size_t>(panels * (c.n / c.group) * internal::kActPanel);
-      for (CpuIsa isa : SimdLevels()) {
-        std::vector<uint8_t> q[2];
-        std::vector<float> d[2];
-        std::vector<float> dsum[2];
-        for (int i = 0; i < 2; ++i) {
-          q[i].assign(static_cast<size_t>(panels * c.n * internal::kActPanel), 0x55);
-          d[i].assign(blocks, NAN);
-          dsum[i].assign(blocks, NAN);
-          const internal::Int8ActivationsOut out{c.n, c.group, q[i].data(), d[i].data(),
-                                                 dsum[i].data()};
-          if (i == 0) {
-            internal::QuantizeInt8PanelsScalar(c.k_quant, xm, out, 0, panels);
-          } else {
-            ASSERT_TRUE(internal::QuantizeInt8PanelsSimd(isa, c.k_quant, xm, out, 0, panels));
-          }
-        }
-        const std::string what = std::string(CpuIsaName(isa)) + (c.k_quant ? " K" : " legacy") +
-                                 " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
-                                 " rows=" + std::to_string(rows);
-        EXPECT_EQ(q[0], q[1]) << what;
-        EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
-        EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
-      }
+// Every byte pattern a file may hold, not only what QuantizeRow writes: random block payloads
+// (Q8_0 weights of -128, all nibble and high-bit patterns, K-quant scales and mins up to 63,
+// negative scales) through the decode, batch and prefill kernels of every SIMD level, against the
+// scalar reference within the MatchesScalarInt8Reference tolerance. The 256-bit kernels' int16
+// steps must not saturate on any of them.
+TEST(MatMulInt8PayloadTest, RandomBlockPayloadsMatchScalarReference) {
+  if (SimdInt8Levels().empty()) GTEST_SKIP() << "no SIMD int8 kernels on this CPU";
+  std::mt19937 rng(32);
+  for (WeightType type : Int8Types()) {
+    const int64_t in = 1024;
+    const int64_t out = 19;
+    Weights w{type, in, out, {}, std::vector<float>(static_cast<size_t>(in * out))};
+    for (int64_t o = 0; o < out; ++o) {
+      const std::vector<uint8_t> row = testing::RandomBlocks(type, in, rng);
+      w.bytes.insert(w.bytes.end(), row.begin(), row.end());
+      ASSERT_EQ(DequantizeRow(type, row.data(), w.decoded.data() + o * in, in), KernelStatus::kOk);
     }
-  }
-}
-// The same for the flat rows of the fused kernels (QuantizeInt8FlatSimd against
-// QuantizeInt8FlatScalar): signed bytes, per-row d and dsum, rows quantized from an offset t0.
-TEST(MatMulInt8QuantizeTest, FlatSimdEqualsScalarBitForBit) {
-  if (SimdLevels().empty()) GTEST_SKIP() << "no SIMD level on this CPU";
-  std::mt19937 rng(29);
-  struct Case {
-    bool k_quant;
-    int group;
-    int64_t n;
-  };
-  for (const Case c :
-       {Case{false, 32, 160}, Case{false, 32, 1312}, Case{true, 32, 1280}, Case{true, 16, 768}}) {
-    for (int64_t rows : {1, 5, 17}) {
-      std::vector<float> x = Activations(rows * c.n, rng);
-      const int super = c.k_quant ? kQkK : kQk;
-      std::fill(x.begin() + super, x.begin() + 2 * super, 0.0f);  // row 0, block 1
-      if (rows > 1) {
-        x[c.n + 3] = -50.0f;  // row 1, block 0: -50 first, then +50
-        x[c.n + 9] = 50.0f;
-      }
-      const Mat xm{x.data(), rows, c.n, c.n};
-      const auto blocks = static_cast<size_t>(rows * (c.n / c.group));
-      for (CpuIsa isa : SimdLevels()) {
-        std::vector<int8_t> q[2];
-        std::vector<float> d[2];
-        std::vector<float> dsum[2];
-        std::vector<int32_t> qsum[2];
-        for (int i = 0; i < 2; ++i) {
-          q[i].assign(static_cast<size_t>(rows * c.n), 0x55);
-          d[i].assign(blocks, NAN);
-          dsum[i].assign(blocks, NAN);
-          qsum[i].assign(blocks, INT32_MIN);
-          const internal::Int8FlatOut out{c.n,         c.group,        q[i].data(),
-                                          d[i].data(), dsum[i].data(), qsum[i].data()};
-          if (i == 0) {
-            internal::QuantizeInt8FlatScalar(c.k_quant, xm, out, 0, rows);
-          } else {
-            // Two calls: the second starts at row t0 = 1.
-            ASSERT_TRUE(internal::QuantizeInt8FlatSimd(isa, c.k_quant, xm, out, 0, 1));
-            internal::QuantizeInt8FlatSimd(isa, c.k_quant, xm, out, 1, rows);
+    for (int64_t t : {1, 5, 40}) {
+      const std::vector<float> x = Activations(t * in, rng);
+      const std::vector<float> ref = RunProduct(w, x, t, CpuIsa::kScalar, MatMulActivations::kInt8);
+      for (CpuIsa isa : SimdInt8Levels()) {
+        if (!UsesInt8Path(type, isa, t)) continue;
+        const std::vector<float> got = RunProduct(w, x, t, isa, MatMulActivations::kInt8);
+        for (int64_t r = 0; r < t; ++r) {
+          for (int64_t o = 0; o < out; ++o) {
+            ASSERT_LE(std::fabs(got[r * out + o] - ref[r * out + o]),
+                      1e-6 * AbsSum(w, x, r, o) + 1e-30)
+                << CpuIsaName(isa) << " " << TypeName(type) << " T=" << t << " row " << r << " out "
+                << o;
           }
-        }
-        const std::string what = std::string(CpuIsaName(isa)) + (c.k_quant ? " K" : " legacy") +
-                                 " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
-                                 " rows=" + std::to_string(rows);
-        EXPECT_EQ(q[0], q[1]) << what;
-        EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
-        EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
-        EXPECT_EQ(qsum[0], qsum[1]) << what;
-        // qsum is the integer sum of each block's q (what the Q8_0 kernels take off).
-        for (size_t b = 0; b < blocks; ++b) {
-          int32_t sum = 0;
-          for (int k = 0; k < c.group; ++k) sum += q[0][b * c.group + k];
-          ASSERT_EQ(qsum[0][b], sum) << what << " block " << b;
         }
       }
     }
-  }
-}
-
-// Each level quantizes with its own code: plain C++ at scalar, even on a SIMD CPU
-// (DELTASERVE_CPU_ISA caps the level), AVX2 at avx2 and avx_vnni, AVX-512 at avx512; a level
-// the CPU lacks has none.
-TEST(MatMulInt8QuantizeTest, SimdQuantizersRunAtTheSimdLevels) {
-  std::mt19937 rng(31);
-  const int64_t n = 256;
-  const std::vector<float> x = Activations(n, rng);
-  const Mat xm{const_cast<float*>(x.data()), 1, n, n};
-  std::vector<uint8_t> q(static_cast<size_t>(n * internal::kActPanel));
-  std::vector<int8_t> flat_q(n);
-  std::vector<float> d(n), dsum(n);
-  std::vector<int32_t> qsum(n);
-  const internal::Int8ActivationsOut panels{n, 32, q.data(), d.data(), dsum.data()};
-  const internal::Int8FlatOut flat{n, 32, flat_q.data(), d.data(), dsum.data(), qsum.data()};
-  for (CpuIsa isa : AllIsas()) {
-    const bool simd = isa != CpuIsa::kScalar && IsaSupported(isa);
-    EXPECT_EQ(internal::QuantizeInt8PanelsSimd(isa, false, xm, panels, 0, 1), simd)
-        << CpuIsaName(isa);
-    EXPECT_EQ(internal::QuantizeInt8FlatSimd(isa, false, xm, flat, 0, 1), simd) << CpuIsaName(isa);
   }
 }
 

@@ -12,6 +12,9 @@ deltaserve_test(NAME matmul_test LABEL unit SOURCES ${CMAKE_CURRENT_LIST_DIR}/ma
                 LIBS deltaserve_kernels_cpu)
 deltaserve_test(NAME matmul_int8_test LABEL unit
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_test.cc LIBS deltaserve_kernels_cpu)
+deltaserve_test(NAME matmul_int8_codec_test LABEL unit
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/matmul_int8_codec_test.cc
+                LIBS deltaserve_kernels_cpu)
 deltaserve_test(NAME matmul_group_test LABEL unit
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/matmul_group_test.cc LIBS deltaserve_kernels_cpu)
 # llama.cpp's quantized golden files decoded against the f32 model they came from.
