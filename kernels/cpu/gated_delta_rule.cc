@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/vec_math.h"
@@ -11,6 +10,8 @@
 namespace deltaserve::kernels {
 namespace {
 
+using internal::LoadVec;
+using internal::StoreVec;
 using internal::VecF;
 
 // Below this many multiply-adds (about 4 d^2 per token and head) the op stays on one thread.
@@ -167,7 +168,7 @@ DELTASERVE_ALWAYS_INLINE void GemmImpl(int64_t m, int64_t n, int64_t k, const fl
         for (int r = 0; r < kRows; ++r) {
           for (int x = 0; x < 2; ++x) {
             if (c_scale != 0.0f) {
-              std::memcpy(&acc[r][x], c + (i0 + r) * ldc + x0 + x * kLanes, sizeof(V));
+              LoadVec<kLanes>(acc[r][x], c + (i0 + r) * ldc + x0 + x * kLanes);
               acc[r][x] *= c_scale;
             } else {
               acc[r][x] = V{};
@@ -176,8 +177,8 @@ DELTASERVE_ALWAYS_INLINE void GemmImpl(int64_t m, int64_t n, int64_t k, const fl
         }
         for (int64_t j = 0; j < k_end; ++j) {
           V bj[2];
-          std::memcpy(&bj[0], b + j * ldb + x0, sizeof(V));
-          std::memcpy(&bj[1], b + j * ldb + x0 + kLanes, sizeof(V));
+          LoadVec<kLanes>(bj[0], b + j * ldb + x0);
+          LoadVec<kLanes>(bj[1], b + j * ldb + x0 + kLanes);
           for (int r = 0; r < kRows; ++r) {
             const float arj = a[(i0 + r) * lda + j];
             acc[r][0] += arj * bj[0];
@@ -186,7 +187,7 @@ DELTASERVE_ALWAYS_INLINE void GemmImpl(int64_t m, int64_t n, int64_t k, const fl
         }
         for (int r = 0; r < kRows; ++r) {
           for (int x = 0; x < 2; ++x) {
-            std::memcpy(c + (i0 + r) * ldc + x0 + x * kLanes, &acc[r][x], sizeof(V));
+            StoreVec<kLanes>(c + (i0 + r) * ldc + x0 + x * kLanes, acc[r][x]);
           }
         }
       }

@@ -173,7 +173,7 @@ struct DecodedRows {
   static constexpr bool kDecodes = true;
   template <class V>  // VecF<N> of any N
   DELTASERVE_ALWAYS_INLINE static void Load(V& out, const float* src) {
-    std::memcpy(&out, src, sizeof(V));
+    internal::LoadVec<sizeof(V) / sizeof(float)>(out, src);
   }
   DELTASERVE_ALWAYS_INLINE static void Decode(const AttentionProblem& p, const KvPool& pool,
                                               int64_t kvh, int64_t kb, int64_t nk, float* dst) {

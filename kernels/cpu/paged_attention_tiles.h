@@ -112,7 +112,7 @@ struct F32Rows {
   static constexpr bool kDecodes = false;
   template <class V>  // VecF<N> of any N
   DELTASERVE_ALWAYS_INLINE static void Load(V& out, const float* src) {
-    std::memcpy(&out, src, sizeof(V));
+    LoadVec<sizeof(V) / sizeof(float)>(out, src);
   }
 };
 
@@ -157,13 +157,13 @@ DELTASERVE_ALWAYS_INLINE void ScoreTile(const float* __restrict q,
     for (int j = 0; j < kKeys; ++j) Src::Load(kv[j], k[j] + d);
     for (int r = 0; r < kRows; ++r) {
       VecF<L> qr;
-      std::memcpy(&qr, q + r * hdp + d, sizeof(qr));
+      LoadVec<L>(qr, q + r * hdp + d);
       for (int j = 0; j < kKeys; ++j) a[r * kKeys + j] += qr * kv[j];
     }
   }
   TreeSum<L>(a);  // lane r * kKeys + j of a[0]: q[r]·k[j]
   float out[L];
-  std::memcpy(out, &a[0], sizeof(out));
+  StoreVec<L>(out, a[0]);
   for (int r = 0; r < kRows; ++r) std::memcpy(s + r * ss, out + kKeys * r, kKeys * sizeof(float));
 }
 
@@ -176,7 +176,7 @@ DELTASERVE_ALWAYS_INLINE void AccumulateTile(const float* __restrict p,
                                              int64_t nk, int64_t hdp, float* __restrict acc) {
   VecF<L> o[4][NV];
   for (int r = 0; r < 4; ++r) {
-    for (int c = 0; c < NV; ++c) std::memcpy(&o[r][c], acc + r * hdp + L * c, sizeof(VecF<L>));
+    for (int c = 0; c < NV; ++c) LoadVec<L>(o[r][c], acc + r * hdp + L * c);
   }
   for (int64_t j = 0; j < nk; ++j) {
     VecF<L> vj[NV];
@@ -187,7 +187,7 @@ DELTASERVE_ALWAYS_INLINE void AccumulateTile(const float* __restrict p,
     }
   }
   for (int r = 0; r < 4; ++r) {
-    for (int c = 0; c < NV; ++c) std::memcpy(acc + r * hdp + L * c, &o[r][c], sizeof(VecF<L>));
+    for (int c = 0; c < NV; ++c) StoreVec<L>(acc + r * hdp + L * c, o[r][c]);
   }
 }
 
@@ -213,10 +213,10 @@ template <int L>
 DELTASERVE_ALWAYS_INLINE float MaskedRowMax(float* __restrict sr, int64_t visible, int64_t n) {
   for (int64_t j = visible; j < n; ++j) sr[j] = kNegInf;
   VecF<L> mx;
-  std::memcpy(&mx, sr, sizeof(mx));
+  LoadVec<L>(mx, sr);
   for (int64_t j = L; j < n; j += L) {
     VecF<L> x;
-    std::memcpy(&x, sr + j, sizeof(x));
+    LoadVec<L>(x, sr + j);
     mx = mx > x ? mx : x;
   }
   float out = mx[0];
@@ -231,7 +231,7 @@ DELTASERVE_ALWAYS_INLINE float ExpRowSum(float* __restrict sr, int64_t n, float 
   VecF<L> sum = {};
   for (int64_t j = 0; j < n; j += L) {
     VecF<L> x;
-    std::memcpy(&x, sr + j, sizeof(x));
+    LoadVec<L>(x, sr + j);
     sum += x;
   }
   float out = 0.0f;

@@ -90,6 +90,23 @@ namespace deltaserve::kernels::internal {
 template <int N>
 using VecF __attribute__((vector_size(4 * N))) = float;
 
+// VecF<N> loaded from / stored to floats at any alignment, through a vector type that may alias
+// them. Not memcpy: in a function whose wider target comes from an attribute (the V4 and V3
+// copies), g++ 12 expands a memcpy into a vector kept in an array in 16-byte pieces (the move
+// sizes follow the command line's baseline target), and the 32-byte load that follows two
+// 16-byte stores stalls store forwarding: the AVX2 attention over f32 or decoded K/V tiles
+// spent most of its time there.
+template <int N>
+using VecFUnaligned __attribute__((vector_size(4 * N), aligned(4), may_alias)) = float;
+template <int N>
+DELTASERVE_ALWAYS_INLINE void LoadVec(VecF<N>& out, const float* src) {
+  out = *reinterpret_cast<const VecFUnaligned<N>*>(src);
+}
+template <int N>
+DELTASERVE_ALWAYS_INLINE void StoreVec(float* dst, const VecF<N>& v) {
+  *reinterpret_cast<VecFUnaligned<N>*>(dst) = v;
+}
+
 // e^x with relative error below 1e-7 (measured 8.1e-8 over [-87, 88]), after Cephes expf:
 // x = n ln2 + r, |r| <= ln2/2 (ln2 split in two so n ln2 is exact), e^r = 1 + r + r^2 p(r) with
 // p of degree 5, 2^n written into the exponent bits. e^0 is exactly 1; x < -87 gives 0 (e^-87
