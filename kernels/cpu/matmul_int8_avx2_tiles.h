@@ -170,6 +170,9 @@ __attribute__((noinline)) void TileAvx2(const Tile256Args& t) {
           for (int h = 0; h < H; ++h) {
             const __m256i p = _mm256_maddubs_epi16(wu, kSign ? _mm256_sign_epi8(xs[h], wb) : xs[h]);
             acc16[i][h] = d == s0 ? p : _mm256_add_epi16(acc16[i][h], p);
+            // Keeps the sums a chain: g++ otherwise reassociates the span's additions into a
+            // tree, keeping all its products live, and spills a dozen registers a block.
+            asm("" : "+x"(acc16[i][h]));
           }
         }
       }
@@ -179,6 +182,7 @@ __attribute__((noinline)) void TileAvx2(const Tile256Args& t) {
         for (int h = 0; h < H; ++h) {
           const __m256i wide = _mm256_madd_epi16(acc16[i][h], ones);
           acc[i][h] = s0 == 0 ? wide : _mm256_add_epi32(acc[i][h], wide);
+          asm("" : "+x"(acc[i][h]));  // a chain too
         }
       }
     }
