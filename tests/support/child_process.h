@@ -25,6 +25,8 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool started() const { return pid_ > 0; }
+  // The child's process id (e.g. for a command the test hands to another program to signal it).
+  pid_t pid() const { return pid_; }
   // The first stderr line containing `needle`, waiting up to `timeout`; nullopt on timeout or
   // when the child closed stderr (exited) first.
   std::optional<std::string> WaitForLine(const std::string& needle,
