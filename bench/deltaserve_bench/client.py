@@ -214,6 +214,24 @@ class Endpoint:
         res.ok = True
         return res
 
+    async def usage_whole(self, messages: list[dict], max_tokens: int) -> tuple[int, int] | None:
+        """(prompt_tokens, completion_tokens) of a non-streamed request, for servers that put
+        no usage in their streams; None when the server reports none there either."""
+        body = self._body(messages, max_tokens, 0.0, None, None, None)
+        body["stream"] = False
+        body.pop("stream_options", None)
+        path = "/v1/messages" if self.api == "anthropic" else "/v1/chat/completions"
+        try:
+            resp = await self.client.post(self.base + path, json=body)
+            usage = resp.json().get("usage") or {}
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        if prompt is None or completion is None:
+            return None
+        return prompt, completion
+
     @staticmethod
     def _openai_event(event: dict, res: Result) -> str:
         if "error" in event and event["error"]:

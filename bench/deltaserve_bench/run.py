@@ -63,6 +63,7 @@ class Run:
         self.bar: tqdm | None = None
         self.scale = textgen.TokenScale()
         self.command = ""
+        self.usage_fallback = False
         # The probe requests' usage, kept apart from the results so that a server's token
         # counters can be reconciled with results.jsonl exactly.
         self.probe_usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0,
@@ -87,6 +88,11 @@ class Run:
         kwargs.setdefault("temperature", self.args.temperature)
         res = await ep.send(messages, **kwargs)
         extra = check(res) if check is not None else {}
+        if res.ok and res.prompt_tokens is None and self.usage_fallback:
+            # The server streams no usage: tokens counted by the client (see probe()).
+            res.completion_tokens = res.chunks
+            res.prompt_tokens = self.scale.estimate(messages, kwargs.get("tools"))
+            extra["usage_reported"] = False
         rec = self.record(res, url=ep.base, **(tags or {}), **extra)
         return res, rec
 
@@ -135,8 +141,19 @@ class Run:
                     raise FatalError(f"{ep.base} refused the probe request "
                                      f"(model {ep.model!r}, {ep.api} API): {res.error}")
                 if res.prompt_tokens is None:
-                    raise FatalError(f"{ep.base} reported no usage (prompt_tokens); "
-                                     "deltaserve-bench needs the server's token counts")
+                    # No usage in the stream (llama-cpp-python's server): calibrate with
+                    # non-streamed requests, then count chunks as tokens and estimate prompts.
+                    whole = await ep.usage_whole(
+                        [{"role": "user", "content": textgen.words(rng, n)}], 2)
+                    if whole is None:
+                        raise FatalError(f"{ep.base} reported no usage, streamed or not; "
+                                         "deltaserve-bench needs the server's token counts")
+                    if not self.usage_fallback:
+                        print(f"deltaserve-bench: {ep.base} streams no usage: completion "
+                              "tokens are counted as chunks and prompt tokens estimated "
+                              "(usage_reported false in results.jsonl)", file=sys.stderr)
+                    self.usage_fallback = True
+                    res.prompt_tokens, res.completion_tokens = whole
                 points.append((n, res.prompt_tokens))
             if len(points) == 2:
                 self.scale = textgen.TokenScale.fit(points[0], points[1])

@@ -65,6 +65,19 @@ class TokenScale:
     def words_for(self, tokens: int) -> int:
         return max(1, int((tokens - self.fixed) / self.per_word))
 
+    def estimate(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        """Prompt tokens of a conversation, for servers that report none: the words of every
+        message, tool call and tool definition at the measured rate, the fixed cost once and a
+        few tokens of role markup per further message."""
+        words = 0
+        for m in messages:
+            words += len((m.get("content") or "").split())
+            for call in m.get("tool_calls") or []:
+                words += len(json.dumps(call["function"]).split())
+        if tools:
+            words += len(json.dumps(tools).split())
+        return int(round(self.fixed + self.per_word * words + 5 * (len(messages) - 1)))
+
     @classmethod
     def fit(cls, small: tuple[int, int], large: tuple[int, int]) -> "TokenScale":
         """From two (words, prompt_tokens) probes."""

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The deltaserve-bench runs behind docs/benchmarks.md ("deltaserve-bench: DeltaServe and
+# llama-cpp-python's server"), each holding the benchmark lock (bench/lock.sh: one benchmark at a
+# time, in the cgroup of the highest CPU weight).
+#
+#   bench/deltaserve_bench/docs_runs.sh soak  [--minutes 30]    # router + 2 workers + Redis, faults
+#   bench/deltaserve_bench/docs_runs.sh versus                   # DeltaServe, then llama-cpp-python
+#
+# Environment: BUILD (default build/release: deltaserve-worker, -router, -synth), MODEL (default
+# build/bench/synth-0.8b-q4_k_m.gguf, made with deltaserve-synth when missing), LLAMA_VENV (a
+# venv with llama-cpp-python[server]==0.3.36, for `versus`), OUT (default build/bench/dsbench).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "${repo}"
+build=${BUILD:-build/release}
+model=${MODEL:-build/bench/synth-0.8b-q4_k_m.gguf}
+out=${OUT:-build/bench/dsbench}
+llama_venv=${LLAMA_VENV:-build/bench-venv}
+bench=bench/deltaserve-bench
+fleet=bench/deltaserve_bench/fleet.sh
+what=${1:-}
+shift || true
+minutes=30
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --minutes) minutes=$2; shift 2 ;;
+    *) echo "docs_runs.sh: unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+[[ "${what}" == soak || "${what}" == versus ]] ||
+  { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+# shellcheck source=bench/lock.sh
+source bench/lock.sh
+bench_lock "${repo}"
+mkdir -p "${out}"
+if [[ ! -f "${model}" ]]; then
+  "${build}/worker/deltaserve-synth" --preset 0.8b --type q4_k_m \
+    --vocab-from ../shared/golden/qwen3-vocab-qwen35pre.gguf -o "${model}"
+fi
+"${bench}" --setup >/dev/null 2>&1 || true
+{ date -u; grep -m1 'model name' /proc/cpuinfo; nproc; cat /proc/loadavg; } >"${out}/${what}-machine.txt"
+
+if [[ "${what}" == soak ]]; then
+  state="${out}/fleet"
+  rm -rf "${state}" "${out}/soak"
+  trap '"${fleet}" "${state}" stop' EXIT
+  url=$("${fleet}" "${state}" start --model "${model}" --build "${build}" --workers 2 \
+    --threads 1 --ctx 8192 --parallel 4 --snapshot-ram 2GiB)
+  half=$(python3 -c "print(${minutes} / 2)")
+  "${bench}" soak --url "${url}" --model bench --label "DeltaServe fleet" --minutes "${minutes}" \
+    --concurrency 4 --turns 4 --system-tokens 1000 --user-tokens 100 --max-tokens 32 \
+    --think-time 1 --fault-window 60 \
+    --fault "$(python3 -c "print(${half} - ${minutes} / 6)")m:${fleet} ${state} kill-worker 2" \
+    --fault "${half}m:${fleet} ${state} restart-redis" \
+    --fault "$(python3 -c "print(${half} + ${minutes} / 6)")m:${fleet} ${state} start-worker 2" \
+    --out "${out}/soak" --no-progress
+  cat /proc/loadavg >>"${out}/${what}-machine.txt"
+  exit 0
+fi
+
+# versus: the same three workloads against DeltaServe (one worker, 2 threads, 4 sequences) and
+# llama-cpp-python's OpenAI server (2 threads), on the same model file and context.
+ctx=16384
+run_all() {  # label url model
+  local label=$1 url=$2 name=$3 tag
+  tag=$(echo "${label}" | tr 'A-Z ' 'a-z-')
+  "${bench}" context-sweep --url "${url}" --model "${name}" --label "${label}" --start 512 \
+    --max-context "${ctx}" --max-tokens 32 --bisect 0 --out "${out}/ctx-${tag}" --no-progress
+  "${bench}" multi-turn --url "${url}" --model "${name}" --label "${label}" --sessions 4 \
+    --turns 6 --system-tokens 2000 --user-tokens 100 --tool-result-tokens 300 --max-tokens 32 \
+    --think-time 1 --resume-every 3 --resume-gap 30 --out "${out}/mt-${tag}" --no-progress
+  "${bench}" concurrency-sweep --url "${url}" --model "${name}" --label "${label}" \
+    --concurrency 1-16 --prompt-tokens 256 --max-tokens 32 --out "${out}/conc-${tag}" \
+    --no-progress
+}
+state="${out}/versus-fleet"
+rm -rf "${state}"
+url=$("${fleet}" "${state}" start --model "${model}" --build "${build}" --workers 1 \
+  --threads 2 --ctx "${ctx}" --parallel 16 --snapshot-ram 4GiB)
+run_all DeltaServe "${url}" bench
+"${fleet}" "${state}" stop
+sleep 2
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# --logits_all false: a chat completion needs the last row only (bench/snapshot_bench.sh says why);
+# numpy's OpenBLAS would otherwise spin threads beside llama.cpp's. No --chat_format: the model's
+# own template (the one DeltaServe renders; chatml would drop the tools and tool results).
+# --interrupt_requests false: by default a new request cuts the stream in progress; this way they
+# queue (the server runs one sequence at a time).
+OPENBLAS_NUM_THREADS=1 "${llama_venv}/bin/python" -m llama_cpp.server --model "${model}" \
+  --model_alias bench --host 127.0.0.1 --port "${port}" --n_threads 2 --n_threads_batch 2 \
+  --n_ctx "${ctx}" --logits_all false --cache true --cache_type ram --interrupt_requests false \
+  --cache_size $((2 << 30)) >"${out}/llama-server.log" 2>&1 &
+llama_pid=$!
+trap 'kill ${llama_pid} 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do
+  curl -sf "http://127.0.0.1:${port}/v1/models" >/dev/null && break
+  sleep 0.2
+done
+run_all "llama-cpp-python" "http://127.0.0.1:${port}" bench
+for w in ctx mt conc; do
+  "${bench}" compare "${out}/${w}-deltaserve" "${out}/${w}-llama-cpp-python" \
+    --out "${out}/compare-${w}"
+done
+cat /proc/loadavg >>"${out}/${what}-machine.txt"
