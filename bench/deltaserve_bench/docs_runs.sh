@@ -8,7 +8,8 @@
 #
 # Environment: BUILD (default build/release: deltaserve-worker, -router, -synth), MODEL (default
 # build/bench/synth-0.8b-q4_k_m.gguf, made with deltaserve-synth when missing), LLAMA_VENV (a
-# venv with llama-cpp-python[server]==0.3.36, for `versus`), OUT (default build/bench/dsbench).
+# venv with llama-cpp-python[server]==0.3.36, for `versus`), OUT (default build/bench/dsbench),
+# WORKLOADS (for `versus`, default "ctx mt conc").
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -32,7 +33,7 @@ done
   { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # shellcheck source=bench/lock.sh
-source bench/lock.sh
+source "${repo}/bench/lock.sh"
 bench_lock "${repo}"
 mkdir -p "${out}"
 if [[ ! -f "${model}" ]]; then
@@ -63,15 +64,37 @@ fi
 # versus: the same three workloads against DeltaServe (one worker, 2 threads, 4 sequences) and
 # llama-cpp-python's OpenAI server (2 threads), on the same model file and context.
 ctx=16384
+workloads=${WORKLOADS:-ctx mt conc}
+wants() { [[ " ${workloads} " == *" $1 "* ]]; }
+# shellcheck disable=SC2317  # (called below; shellcheck loses track after the soak's exit)
 run_all() {  # label url model
   local label=$1 url=$2 name=$3 tag
   tag=$(echo "${label}" | tr 'A-Z ' 'a-z-')
-  "${bench}" context-sweep --url "${url}" --model "${name}" --label "${label}" --start 512 \
+  local common=(--url "${url}" --model "${name}" --label "${label}" --no-progress)
+  if wants ctx; then
+    "${bench}" context-sweep "${common[@]}" --start 512 --max-context "${ctx}" --max-tokens 32 \
+      --bisect 0 --out "${out}/ctx-${tag}"
+  fi
+  if wants mt; then
+    "${bench}" multi-turn "${common[@]}" --sessions 4 --turns 6 --system-tokens 2000 \
+      --user-tokens 100 --tool-result-tokens 300 --max-tokens 32 --think-time 1 \
+      --resume-every 3 --resume-gap 30 --out "${out}/mt-${tag}"
+  fi
+  if wants conc; then
+    "${bench}" concurrency-sweep "${common[@]}" --concurrency 1-16 --prompt-tokens 256 \
+      --max-tokens 32 --out "${out}/conc-${tag}"
+  fi
+}
+run_all() {  # label url model
+  local label=$1 url=$2 name=$3 tag
+  tag=$(echo "${label}" | tr 'A-Z ' 'a-z-')
+  [[ " ${workloads} " == *" ctx "* ]] && "${bench}" context-sweep --url "${url}" --model "${name}" --label "${label}" --start 512 \
     --max-context "${ctx}" --max-tokens 32 --bisect 0 --out "${out}/ctx-${tag}" --no-progress
-  "${bench}" multi-turn --url "${url}" --model "${name}" --label "${label}" --sessions 4 \
+  [[ " ${workloads} " == *" mt "* ]] && "${bench}" multi-turn --url "${url}" --model "${name}" --label "${label}" --sessions 4 \
     --turns 6 --system-tokens 2000 --user-tokens 100 --tool-result-tokens 300 --max-tokens 32 \
     --think-time 1 --resume-every 3 --resume-gap 30 --out "${out}/mt-${tag}" --no-progress
-  "${bench}" concurrency-sweep --url "${url}" --model "${name}" --label "${label}" \
+  [[ " ${workloads} " == *" conc "* ]] && "${bench}" concurrency-sweep --url "${url}" \
+    --model "${name}" --label "${label}" \
     --concurrency 1-16 --prompt-tokens 256 --max-tokens 32 --out "${out}/conc-${tag}" \
     --no-progress
 }
@@ -99,7 +122,7 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 run_all "llama-cpp-python" "http://127.0.0.1:${port}" bench
-for w in ctx mt conc; do
+for w in ${workloads}; do
   "${bench}" compare "${out}/${w}-deltaserve" "${out}/${w}-llama-cpp-python" \
     --out "${out}/compare-${w}"
 done

@@ -35,7 +35,10 @@ def _system_prompt(run: Run, session: int) -> str:
 
 async def _session(run: Run, session: int, script: list[dict] | None) -> None:
     a = run.args
-    rng = random.Random(a.seed * 7919 + session)
+    rng = random.Random(a.seed * 7919 + session)  # the text
+    # The turn kinds and tool calls from their own generator: the text's length depends on the
+    # server's tokens, and every server must see the same sequence of user and tool turns.
+    shape_rng = random.Random(a.seed * 7919 + session + 1_000_003)
     endpoint = session
     if script is not None:
         history = [m for m in script[:1] if m["role"] == "system"]
@@ -60,9 +63,9 @@ async def _session(run: Run, session: int, script: list[dict] | None) -> None:
             if turn > 0:
                 history.append({"role": "assistant", "content": last_reply})
             history.append({"role": "user", "content": user_turns[turn]})
-        elif turn > 0 and rng.random() < a.tool_ratio:
+        elif turn > 0 and shape_rng.random() < a.tool_ratio:
             kind = "tool"
-            call = textgen.tool_call(rng, session, turn)
+            call = textgen.tool_call(shape_rng, session, turn)
             history.append({"role": "assistant", "content": last_reply or None,
                             "tool_calls": [call]})
             history.append({"role": "tool", "tool_call_id": call["id"],
