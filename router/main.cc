@@ -39,6 +39,7 @@
 #include "router/config/router_config.h"
 #include "router/config/router_config_validation.h"
 #include "router/config/router_config_yaml.h"
+#include "router/config/upstream_config.h"
 #include "router/http/http_server.h"
 #include "router/placement/placement_admin.h"
 #include "router/placement/placement_controller.h"
@@ -46,6 +47,7 @@
 #include "router/routing/router_tokenizer.h"
 #include "router/routing/routing_state.h"
 #include "router/routing/tokenizer_provider.h"
+#include "router/routing/upstream_pool.h"
 #include "router/routing/worker_discovery.h"
 #include "router/routing/worker_pool.h"
 
@@ -132,9 +134,9 @@ absl::StatusOr<RouterConfig> LoadConfig(const Flags& f) {
     if (!e.channel) e.channel = c.worker_channel;
   }
   if (absl::Status s = ValidateRouterConfig(c); !s.ok()) return s;
-  if (c.workers.empty()) {
+  if (c.workers.empty() && c.upstreams.empty()) {
     return absl::InvalidArgumentError(
-        "no workers: give --worker HOST:PORT or workers: in --config");
+        "no workers: give --worker HOST:PORT or workers: (or upstreams:) in --config");
   }
   // Without API keys the router is open: it must not listen beyond this machine.
   const std::string host = c.listen.substr(0, c.listen.rfind(':'));
@@ -199,7 +201,11 @@ int Run(const Flags& f) {
     default_template = std::move(*source);
   }
   chat::ChatPromptRenderer renderer(std::move(default_template));
+  // Upstream models (docs/upstreams.md): breakers, concurrency and metrics by upstream name.
+  // Declared before the backend, whose destructor waits for upstream calls that report here.
+  UpstreamPool upstreams(config->routing);
   RouterBackend routing(source, &pool, &tokenizers, &renderer);
+  routing.SetUpstreams(&upstreams);
   api::ApiMetrics metrics;
   auth::AuthorizingBackend backend(
       routing, [&authority] { return std::atomic_load(&authority); }, &metrics);
@@ -209,6 +215,9 @@ int Run(const Flags& f) {
   PlacementController placement(&pool, config->placement);
   placement.Start();
   state.AddMetrics([&placement](api::PrometheusText& out) { placement.WriteMetrics(out); });
+  state.AddMetrics([&upstreams, &config](api::PrometheusText& out) {
+    upstreams.Write(out, std::atomic_load(&config)->upstreams);
+  });
 
   http::HttpServerOptions opts;
   const std::string& listen = config->listen;
@@ -275,6 +284,15 @@ int Run(const Flags& f) {
                       : "")
               << "\n";
   }
+  for (const UpstreamConfig& u : config->upstreams) {
+    // Never the key: where it comes from.
+    std::cerr << "deltaserve-router: upstream " << u.name << ": " << UpstreamKindName(u.kind)
+              << " at " << u.base_url << ", model " << u.model << ", key "
+              << (u.api_key.empty()         ? std::string("none")
+                  : !u.api_key_file.empty() ? "from file " + u.api_key_file
+                                            : "from $" + u.api_key_env)
+              << "\n";
+  }
   std::cerr << "deltaserve-router: expert placement "
             << (config->placement.enabled
                     ? absl::StrCat("every ", config->placement.interval_seconds, " s, ",
@@ -308,12 +326,14 @@ int Run(const Flags& f) {
       auto fresh = std::make_shared<const RouterConfig>(std::move(*next));
       auto fresh_auth = std::make_shared<auth::ApiKeyAuthority>(*fresh, authority.get());
       pool.SetSettings(fresh->routing);
+      upstreams.SetSettings(fresh->routing);
       placement.SetSettings(fresh->placement);
       discovery.SetEndpoints(fresh->workers, absl::Milliseconds(fresh->routing.dns_interval_ms));
       std::atomic_store(&authority, fresh_auth);
       std::atomic_store(&config, std::shared_ptr<const RouterConfig>(fresh));
       std::cerr << "deltaserve-router: config reloaded (" << fresh->workers.size() << " worker(s), "
-                << fresh->models.size() << " model(s), " << fresh->aliases.size() << " alias(es), "
+                << fresh->models.size() << " model(s), " << fresh->upstreams.size()
+                << " upstream(s), " << fresh->aliases.size() << " alias(es), "
                 << fresh->api_keys.size() << " key(s))\n";
     }
   }

@@ -199,6 +199,8 @@ void HandleAnthropicMessages(std::shared_ptr<http::HttpExchange> exchange,
   }
   CountIgnoredTools(notes.ignored_tool_types);
   parsed->request_id = http_request.request_id;
+  // Shares the exchange's body (no copy); the exchange lives while the request does.
+  parsed->raw_body = std::shared_ptr<const std::string>(exchange, &http_request.body);
   parsed->authorization = AnthropicAuthorization(http_request);
   auto session = std::make_shared<MessagesSession>(
       exchange, *parsed, metrics, IgnoredToolsWarning(notes.ignored_tool_types),

@@ -211,6 +211,8 @@ void HandleCompletion(Endpoint endpoint, std::shared_ptr<http::HttpExchange> exc
     return;
   }
   parsed->request_id = http_request.request_id;
+  // Shares the exchange's body (no copy); the exchange lives while the request does.
+  parsed->raw_body = std::shared_ptr<const std::string>(exchange, &http_request.body);
   parsed->authorization = std::string(http_request.Header("Authorization"));
   auto session = std::make_shared<CompletionSession>(exchange, *parsed, metrics);
   std::weak_ptr<CompletionSession> weak = session;

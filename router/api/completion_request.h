@@ -5,6 +5,7 @@
 // per-model defaults (config) can fill them in later.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -117,6 +118,10 @@ struct CompletionRequest {
 
   std::string request_id;  // the HTTP request's id (X-Request-Id), for logs and the worker
   std::string authorization;  // the Authorization header as sent (API keys); never logged
+  // The body as the client sent it (chat completions, completions, Messages), shared by the
+  // copies routing makes: an upstream that speaks the client's API gets it passed through
+  // (router/upstream/upstream_request.h). Null for requests made otherwise (Responses).
+  std::shared_ptr<const std::string> raw_body;
 };
 
 }  // namespace deltaserve::router::api

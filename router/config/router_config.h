@@ -155,6 +155,37 @@ struct PlacementSettings {
   bool operator==(const PlacementSettings&) const = default;
 };
 
+// A model served by an external HTTP endpoint instead of workers (docs/upstreams.md): an
+// OpenAI-compatible server (a hosted API, vLLM, llama-server, another DeltaServe) or one that
+// speaks Anthropic's Messages API. Its `name` is what clients and alias chains name; the router
+// sends the upstream's own `model`. The API key comes from an environment variable or a file
+// (never the config itself), read at start and on every SIGHUP reload.
+enum class UpstreamKind { kOpenAi, kAnthropic };
+
+struct UpstreamConfig {
+  std::string name;
+  UpstreamKind kind = UpstreamKind::kOpenAi;
+  // http:// or https://HOST[:PORT][/PATH]; requests go to PATH/chat/completions,
+  // PATH/completions (openai) or PATH/messages (anthropic), PATH typically ending in /v1.
+  std::string base_url;
+  std::string model;          // the upstream's own model name
+  std::string api_key_env;    // the name of an environment variable holding the key, or
+  std::string api_key_file;   // a file holding it (relative to the config file's folder)
+  std::string tls_ca_file;    // PEM CA bundle for https; "": the system's CAs
+  int64_t connect_timeout_ms = 5000;  // TCP connect + TLS handshake
+  // From the request sent until the first byte of the answer's body (headers included); a
+  // stream that goes quiet longer than `idle_timeout_ms` between bytes is cut.
+  int64_t first_byte_timeout_ms = 60000;
+  int64_t idle_timeout_ms = 60000;
+  int64_t max_concurrent_requests = 0;  // 0: unlimited; more: the upstream counts as saturated
+  int64_t context_window = 0;  // tokens; 0: unknown (never skipped for size)
+  // Loaded by LoadRouterConfigFile (never written back, logged or exported):
+  std::string api_key;
+  std::string ca_pem;
+
+  bool operator==(const UpstreamConfig&) const = default;
+};
+
 // See the file comment.
 struct RouterConfig {
   std::string listen = "127.0.0.1:8080";
@@ -162,6 +193,7 @@ struct RouterConfig {
   WorkerChannelConfig worker_channel;  // every worker's, unless it has its own
   std::vector<ModelConfig> models;     // empty: every model the workers report, under its name
   std::vector<AliasConfig> aliases;
+  std::vector<UpstreamConfig> upstreams;  // external models (docs/upstreams.md)
   std::vector<ApiKeyConfig> api_keys;  // empty: no authentication (bind 127.0.0.1 then)
   std::string api_keys_file;           // optional extra keys, one "name sha256hex [models]" per line
   RoutingSettings routing;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/redis_url.h"
 #include "common/str_util.h"
+#include "router/config/upstream_config.h"
 
 namespace deltaserve::router {
 namespace internal {
@@ -182,6 +183,19 @@ absl::Status ValidateRouterConfig(const RouterConfig& config, const Locate& loca
                      absl::StrCat("duplicate model name '", m.name, "' (also ", it->second, ")"));
     }
     if (auto s = CheckDefaults(c, path + ".defaults", m.defaults); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < config.upstreams.size(); ++i) {
+    const UpstreamConfig& u = config.upstreams[i];
+    const std::string path = absl::StrCat("upstreams[", i, "]");
+    if (auto s = c.Name(path + ".name", u.name); !s.ok()) return s;
+    if (auto [it, added] = names.try_emplace(u.name, path); !added) {
+      return c.Error(path + ".name",
+                     absl::StrCat("duplicate name '", u.name, "' (also ", it->second, ")"));
+    }
+    if (std::string e = UpstreamError(u); !e.empty()) {
+      const size_t colon = e.find(':');
+      return c.Error(absl::StrCat(path, ".", e.substr(0, colon)), e.substr(colon + 2));
+    }
   }
   absl::flat_hash_map<std::string_view, const AliasConfig*> aliases;
   for (const AliasConfig& a : config.aliases) {

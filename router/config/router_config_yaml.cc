@@ -27,6 +27,7 @@
 #include "common/key_material.h"
 #include "router/config/api_keys_file.h"
 #include "router/config/router_config_validation.h"
+#include "router/config/upstream_config.h"
 
 namespace deltaserve::router {
 namespace {
@@ -227,6 +228,7 @@ class ConfigReader {
     return absl::OkStatus();
   }
   absl::Status ApiKey(const YAML::Node& node, const std::string& path, ApiKeyConfig& k);
+  absl::Status Upstream(const YAML::Node& node, const std::string& path, UpstreamConfig& u);
   // `clamp_max_tokens`: true / false for every API, or a mapping of the APIs.
   absl::Status Clamp(const YAML::Node& node, const std::string& path, ClampMaxTokens& c) {
     if (node.IsScalar()) {
@@ -353,11 +355,62 @@ absl::Status ConfigReader::ApiKey(const YAML::Node& node, const std::string& pat
   return absl::OkStatus();
 }
 
+absl::Status ConfigReader::Upstream(const YAML::Node& node, const std::string& path,
+                                    UpstreamConfig& u) {
+  if (!node.IsMap()) return Error(path, node, "must be a mapping with name, kind, base_url, model");
+  bool has_name = false, has_url = false, has_model = false;
+  absl::Status s = ForEachField(
+      node, path,
+      {"name", "kind", "base_url", "model", "api_key_env", "api_key_file", "tls_ca_file",
+       "connect_timeout_ms", "first_byte_timeout_ms", "idle_timeout_ms",
+       "max_concurrent_requests", "context_window"},
+      [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
+        if (key == "name") {
+          has_name = true;
+          return String(v, p, u.name);
+        }
+        if (key == "kind") {
+          std::string kind;
+          if (auto st = String(v, p, kind); !st.ok()) return st;
+          if (kind == "openai") {
+            u.kind = UpstreamKind::kOpenAi;
+          } else if (kind == "anthropic") {
+            u.kind = UpstreamKind::kAnthropic;
+          } else {
+            return Error(p, v, absl::StrCat("must be openai or anthropic, got '",
+                                            absl::CHexEscape(kind), "'"));
+          }
+          return absl::OkStatus();
+        }
+        if (key == "base_url") {
+          has_url = true;
+          return String(v, p, u.base_url);
+        }
+        if (key == "model") {
+          has_model = true;
+          return String(v, p, u.model);
+        }
+        if (key == "api_key_env") return String(v, p, u.api_key_env);
+        if (key == "api_key_file") return String(v, p, u.api_key_file);
+        if (key == "tls_ca_file") return String(v, p, u.tls_ca_file);
+        if (key == "connect_timeout_ms") return Integer(v, p, u.connect_timeout_ms);
+        if (key == "first_byte_timeout_ms") return Integer(v, p, u.first_byte_timeout_ms);
+        if (key == "idle_timeout_ms") return Integer(v, p, u.idle_timeout_ms);
+        if (key == "max_concurrent_requests") return Integer(v, p, u.max_concurrent_requests);
+        return Integer(v, p, u.context_window);
+      });
+  if (!s.ok()) return s;
+  if (!has_name) return Error(path + ".name", node, "is missing (every upstream needs a name)");
+  if (!has_url) return Error(path + ".base_url", node, "is missing (e.g. https://HOST/v1)");
+  if (!has_model) return Error(path + ".model", node, "is missing (the upstream's model name)");
+  return absl::OkStatus();
+}
+
 absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
   return ForEachField(
       root, "",
-      {"listen", "workers", "worker_channel", "models", "aliases", "api_keys", "api_keys_file",
-       "routing", "placement", "max_body_bytes", "clamp_max_tokens"},
+      {"listen", "workers", "worker_channel", "models", "upstreams", "aliases", "api_keys",
+       "api_keys_file", "routing", "placement", "max_body_bytes", "clamp_max_tokens"},
       [&](std::string_view key, const YAML::Node& v, const std::string& p) -> absl::Status {
         if (key == "listen") return String(v, p, out.listen);
         if (key == "workers") {
@@ -374,6 +427,14 @@ absl::Status ConfigReader::Read(const YAML::Node& root, RouterConfig& out) {
             ModelConfig m;
             if (auto s = Model(item, ip, m); !s.ok()) return s;
             out.models.push_back(std::move(m));
+            return absl::OkStatus();
+          });
+        }
+        if (key == "upstreams") {
+          return ForEachItem(v, p, [&](size_t, const YAML::Node& item, const std::string& ip) {
+            UpstreamConfig u;
+            if (auto s = Upstream(item, ip, u); !s.ok()) return s;
+            out.upstreams.push_back(std::move(u));
             return absl::OkStatus();
           });
         }
@@ -573,6 +634,12 @@ absl::StatusOr<RouterConfig> LoadRouterConfigFile(const std::string& path) {
     const std::string key = absl::StrCat("workers[", i, "].channel");
     if (auto s = LoadChannelFiles(dir, key, reader, *config.workers[i].channel); !s.ok()) {
       return Prefixed(s, path);
+    }
+  }
+  for (size_t i = 0; i < config.upstreams.size(); ++i) {
+    const std::string key = absl::StrCat("upstreams[", i, "]");
+    if (auto s = LoadUpstreamKeyMaterial(dir, config.upstreams[i]); !s.ok()) {
+      return Prefixed(absl::Status(s.code(), absl::StrCat(key, ".", s.message())), path);
     }
   }
   if (!config.api_keys_file.empty()) {

@@ -26,6 +26,19 @@ const ModelConfig* FindModel(std::string_view name, const RouterConfig& config) 
   return nullptr;
 }
 
+const UpstreamConfig* FindUpstream(std::string_view name, const RouterConfig& config) {
+  for (const UpstreamConfig& u : config.upstreams) {
+    if (u.name == name) return &u;
+  }
+  return nullptr;
+}
+
+Candidate FromUpstream(const UpstreamConfig& u) {
+  Candidate c{u.name, u.model, {}};
+  c.upstream = &u;
+  return c;
+}
+
 Candidate FromModel(const ModelConfig& m) {
   return Candidate{m.name, m.served_name.empty() ? m.name : m.served_name, m.defaults};
 }
@@ -51,6 +64,8 @@ absl::StatusOr<std::vector<Candidate>> ResolveCandidates(std::string_view model_
     for (const std::string& entry : alias.chain) {
       if (const ModelConfig* m = FindModel(entry, config)) {
         add(FromModel(*m));
+      } else if (const UpstreamConfig* u = FindUpstream(entry, config)) {
+        add(FromUpstream(*u));
       } else if (const AliasConfig* inner = FindAlias(entry, config)) {
         if (depth < kMaxAliasDepth && inner != &alias) expand(*inner, depth + 1);
       } else if (config.models.empty()) {
@@ -62,6 +77,8 @@ absl::StatusOr<std::vector<Candidate>> ResolveCandidates(std::string_view model_
     expand(*alias, 1);
   } else if (const ModelConfig* m = FindModel(model_or_alias, config)) {
     add(FromModel(*m));
+  } else if (const UpstreamConfig* u = FindUpstream(model_or_alias, config)) {
+    add(FromUpstream(*u));
   } else if (config.models.empty() && !model_or_alias.empty()) {
     add(Candidate{std::string(model_or_alias), std::string(model_or_alias), {}});
   }

@@ -23,12 +23,15 @@ struct Candidate {
   std::string name;         // the name clients see (GenerationStart::model when it answers)
   std::string served_name;  // ModelInfo.name on the workers
   ModelDefaults defaults;
+  // An upstream model (docs/upstreams.md): served by this external endpoint, not by workers.
+  // Points into the RouterConfig snapshot the candidates were resolved from.
+  const UpstreamConfig* upstream = nullptr;
 };
 
 // The candidates for `model_or_alias`, in the order to try them, without duplicates.
 // - An alias: its chain; a chain entry that is itself an alias is expanded in place (depth
 //   at most 8; entries already listed are skipped).
-// - A configured model: that model alone.
+// - A configured model or upstream: that one alone.
 // - With `config.models` empty every non-alias name is a candidate served under the same name
 //   (whether a worker serves it is the caller's question).
 // Unknown names: NotFound with param "model" and code "model_not_found" (HTTP 404). A chain

@@ -32,6 +32,7 @@
 #include "router/routing/internal/delay_queue.h"
 #include "router/routing/prompt_renderer.h"
 #include "router/routing/tokenizer_provider.h"
+#include "router/routing/upstream_pool.h"
 #include "router/routing/worker_choice.h"
 #include "router/routing/worker_pool.h"
 
@@ -67,10 +68,16 @@ class RouterBackend : public api::CompletionBackend {
   // Generations started and not yet finished.
   int64_t active_generations() const;
 
+  // Serves the config's upstream models (docs/upstreams.md) through `upstreams` (must outlive
+  // the backend); without it an upstream candidate counts as having no worker. Before the
+  // first Generate only.
+  void SetUpstreams(UpstreamPool* upstreams) { upstreams_ = upstreams; }
+
  private:
   class Run;
   class Call;
   class Handle;
+  class UpstreamSink;
   friend class Run;
   friend class Call;
 
@@ -81,6 +88,7 @@ class RouterBackend : public api::CompletionBackend {
   WorkerPool* pool_;
   TokenizerProvider* tokenizers_;
   const PromptRenderer* renderer_;
+  UpstreamPool* upstreams_ = nullptr;
   RouterBackendOptions options_;
   internal::DelayQueue timer_;
 

@@ -61,7 +61,9 @@ void RouterBackend::Run::Begin() {
     // Without configured models every name passes resolution; a name no worker has ever
     // reported is unknown (404), one that some worker served and none serves now is 503.
     std::erase_if(*resolved,
-                  [&](const Candidate& c) { return !backend_->pool_->EverServed(c.served_name); });
+                  [&](const Candidate& c) {
+                    return c.upstream == nullptr && !backend_->pool_->EverServed(c.served_name);
+                  });
     if (resolved->empty()) {
       resolved = api::WithErrorDetail(
           absl::NotFoundError(absl::StrCat("The model '", request_.model, "' does not exist")),
@@ -80,13 +82,16 @@ void RouterBackend::Run::Begin() {
 
 void RouterBackend::Run::Cancel() {
   std::shared_ptr<Call> call;
+  std::shared_ptr<upstream::UpstreamCall> upstream_call;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_.exchange(true)) return;
     call = call_;
+    upstream_call = upstream_call_;
   }
   // Outside the lock: gRPC may run the call's callbacks inline.
   if (call) call->TryCancel();
+  if (upstream_call) upstream_call->Cancel();
 }
 
 absl::StatusOr<PreparedPrompt*> RouterBackend::Run::Prepare(const Candidate& candidate,
@@ -146,6 +151,11 @@ void RouterBackend::Run::Step() {
       return;
     }
     const Candidate& candidate = candidates_[candidate_];
+    if (candidate.upstream != nullptr) {
+      if (StartUpstream(candidate)) return;
+      NextCandidate();
+      continue;
+    }
     const std::vector<ServingWorker> serving = pool.ModelsServing(candidate.served_name);
     std::vector<WorkerOption> options(serving.size());
     std::vector<PreparedPrompt*> prompts(serving.size(), nullptr);
@@ -507,15 +517,17 @@ void RouterBackend::Run::OnCallDone(Call& call, const grpc::Status& status) {
   }
 }
 
-void RouterBackend::Run::Retry() {
+void RouterBackend::Run::Retry(int64_t at_least_ms) {
   if (attempts_ >= MaxAttempts()) {
     FinishExhausted();
     return;
   }
   const int64_t base = std::max<int64_t>(0, config_->routing.retry_backoff_ms);
   const int shift = std::min(attempts_ - 1, 16);
-  const double ms = std::min<double>(static_cast<double>(base) * (int64_t{1} << shift) * Jitter(),
-                                     static_cast<double>(backend_->options_.max_backoff_ms));
+  const double ms = std::max<double>(
+      static_cast<double>(at_least_ms),
+      std::min<double>(static_cast<double>(base) * (int64_t{1} << shift) * Jitter(),
+                       static_cast<double>(backend_->options_.max_backoff_ms)));
   std::shared_ptr<Run> self = shared_from_this();
   backend_->timer_.RunAfter(absl::Milliseconds(ms), [self] { self->Step(); });
 }
@@ -554,6 +566,13 @@ void RouterBackend::Run::FinishExhausted() {
   } else {
     metrics.CountRejection(kRejectNoWorker);
     status = absl::UnavailableError(absl::StrCat("No worker is available for model '", model, "'"));
+  }
+  if (absl::IsResourceExhausted(status) && retry_after_seconds_ > 0) {
+    status = api::WithRetryAfter(status, retry_after_seconds_);
+  }
+  if (!untranslatable_.ok() && attempts_ == 0 && !saw_saturated_) {
+    // The only candidates left out were upstreams the request cannot be sent to: say why.
+    status = untranslatable_;
   }
   LogRouting(absl::StrCat("request ", request_.request_id, ": refused: ", status.ToString()));
   Finish(status);

@@ -18,6 +18,9 @@ std::vector<api::ModelCard> RoutingState::Models() const {
   } else {
     for (const ModelConfig& m : config->models) names.push_back(m.name);
   }
+  for (const UpstreamConfig& u : config->upstreams) {
+    if (std::find(names.begin(), names.end(), u.name) == names.end()) names.push_back(u.name);
+  }
   for (const AliasConfig& a : config->aliases) {
     if (std::find(names.begin(), names.end(), a.name) == names.end()) names.push_back(a.name);
   }
@@ -30,7 +33,12 @@ std::vector<api::ModelCard> RoutingState::Models() const {
 api::Readiness RoutingState::Ready() const {
   const int ready = pool_->ReadyWorkers();
   const int total = pool_->WorkerCount();
-  return api::Readiness{ready > 0, absl::StrCat(ready, " of ", total, " workers ready")};
+  // An upstream model can serve without any worker (docs/upstreams.md).
+  const size_t upstreams = config_()->upstreams.size();
+  return api::Readiness{
+      ready > 0 || upstreams > 0,
+      absl::StrCat(ready, " of ", total, " workers ready",
+                   upstreams > 0 ? absl::StrCat(", ", upstreams, " upstream(s)") : "")};
 }
 
 void RoutingState::WriteMetrics(api::PrometheusText& out) const {

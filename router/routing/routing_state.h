@@ -1,7 +1,7 @@
 #pragma once
 // api::RouterState from the routing layer: the models clients may name (configured models and
 // aliases; with no models configured, what the reachable workers serve, plus aliases),
-// readiness (at least one worker available), and the routing metrics with worker gauges.
+// readiness (at least one worker available, or an upstream configured), and the routing metrics with worker gauges.
 
 #include <cstdint>
 #include <functional>

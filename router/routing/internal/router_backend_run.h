@@ -20,6 +20,7 @@
 #include "router/routing/internal/generate_request.h"
 #include "router/routing/router_backend.h"
 #include "router/routing/worker_pool.h"
+#include "router/upstream/upstream_call.h"
 
 namespace deltaserve::router {
 
@@ -97,6 +98,11 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   void Cancel();
   void OnEvent(Call& call, const ::deltaserve::v1::GenerateEvent& event);
   void OnCallDone(Call& call, const grpc::Status& status);
+  // The events of an upstream call (router/upstream/upstream_call.h), for candidate `index`.
+  void OnUpstreamDeltas(size_t index, std::vector<api::GenerationDelta> deltas,
+                        int64_t prompt_tokens);
+  void OnUpstreamEnd(size_t index, const api::GenerationEnd& end, double ttft_seconds);
+  void OnUpstreamFailed(size_t index, const upstream::UpstreamFailure& failure);
 
  private:
   absl::StatusOr<internal::PreparedPrompt*> Prepare(const Candidate& candidate,
@@ -104,8 +110,12 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   void StartCall(const Candidate& candidate, const ServingWorker& worker,
                  std::unique_ptr<WorkerPool::CallTicket> ticket,
                  const internal::PreparedPrompt& prepared);
+  // Starts a call to the upstream `candidate` names; false when it cannot take the request now
+  // (circuit open, saturated, too small a context window, untranslatable), with the reason kept.
+  bool StartUpstream(const Candidate& candidate);
   void NextCandidate();
-  void Retry();
+  // `at_least_ms`: a wait the upstream asked for (Retry-After), beyond the backoff.
+  void Retry(int64_t at_least_ms = 0);
   void FinishExhausted();
   void Finish(const absl::Status& status);
   void FinishEnd(const api::GenerationEnd& end);
@@ -147,10 +157,36 @@ class RouterBackend::Run : public std::enable_shared_from_this<Run> {
   int exhausted_failures_ = 0;  // attempts refused with RESOURCE_EXHAUSTED
   int other_failures_ = 0;      // attempts that failed otherwise
   std::string last_error_;
+  int64_t retry_after_seconds_ = 0;    // the largest Retry-After an upstream sent
+  absl::Status untranslatable_;        // an upstream candidate the request could not be sent to
 
   std::mutex mu_;  // guards call_ and cancelled_ against Cancel()
   std::shared_ptr<Call> call_;
+  std::shared_ptr<upstream::UpstreamCall> upstream_call_;
   std::atomic<bool> cancelled_{false};
+};
+
+// Passes an UpstreamCall's events to its Run (upstream_call.h's sink).
+class RouterBackend::UpstreamSink : public upstream::UpstreamCallSink {
+ public:
+  UpstreamSink(std::shared_ptr<Run> run, size_t candidate)
+      : run_(std::move(run)), candidate_(candidate) {}
+  void SetCall(std::weak_ptr<upstream::UpstreamCall> call) { call_ = std::move(call); }
+  void OnUpstreamDeltas(std::vector<api::GenerationDelta> deltas, int64_t prompt_tokens) override {
+    run_->OnUpstreamDeltas(candidate_, std::move(deltas), prompt_tokens);
+  }
+  void OnUpstreamEnd(const api::GenerationEnd& end) override {
+    std::shared_ptr<upstream::UpstreamCall> call = call_.lock();
+    run_->OnUpstreamEnd(candidate_, end, call ? call->first_output_seconds() : 0);
+  }
+  void OnUpstreamFailed(const upstream::UpstreamFailure& failure) override {
+    run_->OnUpstreamFailed(candidate_, failure);
+  }
+
+ private:
+  std::shared_ptr<Run> run_;
+  size_t candidate_;
+  std::weak_ptr<upstream::UpstreamCall> call_;
 };
 
 class RouterBackend::Handle : public api::GenerationHandle {

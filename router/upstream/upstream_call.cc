@@ -1,0 +1,273 @@
+#include "router/upstream/upstream_call.h"
+
+#include <nlohmann/json.hpp>
+
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "router/api/api_error.h"
+#include "router/config/upstream_config.h"
+#include "router/upstream/http_connection.h"
+#include "router/upstream/http_response_reader.h"
+#include "router/upstream/sse_reader.h"
+#include "router/upstream/upstream_request.h"
+#include "router/upstream/upstream_stream.h"
+
+namespace deltaserve::router::upstream {
+namespace {
+
+constexpr size_t kMaxErrorBodyBytes = 64 << 10;
+constexpr size_t kMaxWholeBodyBytes = 16 << 20;
+
+std::string Redact(std::string text, const std::string& key) {
+  if (key.empty()) return text;
+  return absl::StrReplaceAll(text, {{key, "[redacted]"}});
+}
+
+// The upstream's error message from an OpenAI- or Anthropic-shaped error body, else its start.
+std::string ErrorMessage(std::string_view body) {
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_object()) {
+    auto e = j.find("error");
+    if (e != j.end() && e->is_object()) {
+      auto m = e->find("message");
+      if (m != e->end() && m->is_string()) return m->get<std::string>().substr(0, 512);
+    }
+    if (e != j.end() && e->is_string()) return e->get<std::string>().substr(0, 512);
+  }
+  std::string text(body.substr(0, 256));
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  return text;
+}
+
+}  // namespace
+
+UpstreamFailure ClassifyHttpError(const UpstreamConfig& u, int http_status,
+                                  std::string_view retry_after_header, std::string_view body) {
+  UpstreamFailure f;
+  const std::string where = absl::StrCat("upstream '", u.name, "' answered HTTP ", http_status);
+  if (http_status == 401 || http_status == 403) {
+    // The body may echo part of the key: never quoted.
+    f.kind = kErrorAuth;
+    f.status = absl::UnavailableError(
+        absl::StrCat(where, ": it refused the router's credentials (check its api_key_env / "
+                            "api_key_file)"));
+    return f;
+  }
+  const std::string message = Redact(ErrorMessage(body), u.api_key);
+  if (http_status == 429) {
+    f.kind = kErrorRateLimited;
+    int64_t seconds = 0;
+    std::string text(retry_after_header);
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.pop_back();
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.erase(0, 1);
+    // Seconds only; an HTTP date is treated as no hint.
+    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
+        absl::SimpleAtoi(text, &seconds) && seconds > 0) {
+      f.retry_after_seconds = std::min<int64_t>(seconds, 24 * 3600);
+    }
+    f.status = absl::ResourceExhaustedError(absl::StrCat(where, ": ", message));
+    if (f.retry_after_seconds > 0) {
+      f.status = api::WithRetryAfter(f.status, f.retry_after_seconds);
+    }
+    return f;
+  }
+  if (http_status == 404) {
+    f.kind = kErrorNotFound;
+    f.status = absl::UnavailableError(
+        absl::StrCat(where, " (does it serve model '", u.model, "'?): ", message));
+    return f;
+  }
+  if (http_status == 408 || http_status >= 500) {
+    f.kind = kErrorServer;
+    f.status = absl::UnavailableError(absl::StrCat(where, ": ", message));
+    return f;
+  }
+  if (http_status >= 400) {
+    f.kind = kErrorRefused;
+    f.status = absl::InvalidArgumentError(absl::StrCat(where, ": ", message));
+    return f;
+  }
+  f.kind = kErrorProtocol;
+  f.status = absl::UnavailableError(absl::StrCat(where, ", which the router cannot use"));
+  return f;
+}
+
+UpstreamCall::UpstreamCall(UpstreamConfig upstream, UpstreamHttpRequest request,
+                           api::Endpoint endpoint, int n, std::string request_id,
+                           std::shared_ptr<UpstreamCallSink> sink)
+    : upstream_(std::move(upstream)),
+      request_(std::move(request)),
+      endpoint_(endpoint),
+      n_(n),
+      request_id_(std::move(request_id)),
+      sink_(std::move(sink)),
+      connection_(std::make_unique<HttpConnection>()) {}
+
+UpstreamCall::~UpstreamCall() = default;
+
+void UpstreamCall::Start() {
+  started_ = absl::Now();
+  std::thread([self = shared_from_this()] { self->Main(); }).detach();
+}
+
+void UpstreamCall::Cancel() {
+  cancelled_ = true;
+  connection_->Cancel();
+}
+
+std::string UpstreamCall::Scrub(std::string text) const {
+  return Redact(std::move(text), upstream_.api_key);
+}
+
+void UpstreamCall::Main() {
+  UpstreamFailure failure = Exchange();
+  std::shared_ptr<UpstreamCallSink> sink = std::move(sink_);
+  if (failure.status.ok()) return;  // OnUpstreamEnd was called
+  if (cancelled_) {
+    failure.status = absl::CancelledError("generation cancelled");
+    failure.kind = "";
+  }
+  failure.after_output = output_reported_;
+  failure.status = absl::Status(failure.status.code(), Scrub(std::string(failure.status.message())));
+  if (auto seconds = api::RetryAfterSeconds(failure.status); !seconds && failure.retry_after_seconds) {
+    failure.status = api::WithRetryAfter(failure.status, failure.retry_after_seconds);
+  }
+  sink->OnUpstreamFailed(failure);
+}
+
+UpstreamFailure UpstreamCall::Exchange() {
+  auto fail = [&](absl::Status status, const char* kind) {
+    UpstreamFailure f;
+    f.kind = kind;
+    f.status = std::move(status);
+    return f;
+  };
+  const std::string name = absl::StrCat("upstream '", upstream_.name, "'");
+  absl::StatusOr<UpstreamUrl> url = ParseUpstreamUrl(upstream_.base_url);
+  if (!url.ok()) return fail(url.status(), kErrorConnect);
+
+  if (absl::Status s = connection_->Connect(
+          *url, upstream_.ca_pem, absl::Now() + absl::Milliseconds(upstream_.connect_timeout_ms));
+      !s.ok()) {
+    const bool timeout = s.code() == absl::StatusCode::kDeadlineExceeded;
+    return fail(absl::Status(timeout ? absl::StatusCode::kDeadlineExceeded
+                                     : absl::StatusCode::kUnavailable,
+                             absl::StrCat(name, ": ", s.message())),
+                timeout ? kErrorTimeout : kErrorConnect);
+  }
+  const absl::Time first_byte_deadline =
+      absl::Now() + absl::Milliseconds(upstream_.first_byte_timeout_ms);
+  const std::string bytes =
+      UpstreamHttpRequestBytes(request_, upstream_, *url, request_id_);
+  if (absl::Status s = connection_->Write(bytes, first_byte_deadline); !s.ok()) {
+    const bool timeout = s.code() == absl::StatusCode::kDeadlineExceeded;
+    return fail(absl::Status(timeout ? absl::StatusCode::kDeadlineExceeded
+                                     : absl::StatusCode::kUnavailable,
+                             absl::StrCat(name, ": sending the request: ", s.message())),
+                timeout ? kErrorTimeout : kErrorConnect);
+  }
+
+  HttpResponseReader response;
+  SseReader sse;
+  std::unique_ptr<StreamTranslator> translator =
+      MakeStreamTranslator(upstream_.kind, endpoint_, n_);
+  bool body_started = false;
+  bool streamed = false;
+  std::string body;  // body bytes not yet consumed
+  std::string whole;
+  std::vector<SseEvent> events;
+  std::vector<api::GenerationDelta> deltas;
+  char buffer[16 << 10];
+  for (;;) {
+    const absl::Time deadline =
+        body_started ? absl::Now() + absl::Milliseconds(upstream_.idle_timeout_ms)
+                     : first_byte_deadline;
+    absl::StatusOr<size_t> n = connection_->Read(buffer, sizeof buffer, deadline);
+    if (!n.ok()) {
+      if (n.status().code() == absl::StatusCode::kDeadlineExceeded) {
+        return fail(absl::DeadlineExceededError(absl::StrCat(
+                        name, body_started ? ": the stream stalled (no byte for "
+                                           : ": no answer within ",
+                        body_started ? upstream_.idle_timeout_ms : upstream_.first_byte_timeout_ms,
+                        body_started ? " ms)" : " ms")),
+                    kErrorTimeout);
+      }
+      return fail(absl::UnavailableError(absl::StrCat(name, ": ", n.status().message())),
+                  n.status().code() == absl::StatusCode::kCancelled ? "" : kErrorStream);
+    }
+    absl::Status fed = *n == 0 ? response.FeedEof()
+                               : response.Feed(std::string_view(buffer, *n), &body);
+    if (!fed.ok()) {
+      return fail(absl::UnavailableError(absl::StrCat(name, ": ", fed.message())),
+                  *n == 0 && response.headers_done() ? kErrorStream : kErrorProtocol);
+    }
+    if (!response.headers_done()) continue;
+    if (!body.empty()) body_started = true;
+    if (response.status() < 200 || response.status() > 299) {
+      whole += body;
+      body.clear();
+      if (whole.size() < kMaxErrorBodyBytes && !response.complete()) continue;
+      return ClassifyHttpError(upstream_, response.status(), response.Header("retry-after"),
+                               whole);
+    }
+    if (!streamed &&
+        !absl::StrContains(absl::AsciiStrToLower(std::string(response.Header("content-type"))),
+                           "text/event-stream")) {
+      // An answer in one piece (the server ignored "stream": true).
+      whole += body;
+      body.clear();
+      if (whole.size() > kMaxWholeBodyBytes) {
+        return fail(absl::UnavailableError(absl::StrCat(name, ": the answer is over 16 MiB")),
+                    kErrorProtocol);
+      }
+      if (!response.complete()) continue;
+      deltas.clear();
+      if (absl::Status s = translator->ReadWhole(whole, &deltas); !s.ok()) {
+        return fail(absl::UnavailableError(absl::StrCat(name, ": ", s.message())),
+                    s.code() == absl::StatusCode::kUnavailable ? kErrorServer : kErrorProtocol);
+      }
+    } else {
+      streamed = true;
+      events.clear();
+      if (absl::Status s = sse.Feed(body, &events); !s.ok()) {
+        return fail(absl::UnavailableError(absl::StrCat(name, ": ", s.message())), kErrorProtocol);
+      }
+      body.clear();
+      deltas.clear();
+      for (const SseEvent& e : events) {
+        if (translator->done()) break;
+        if (absl::Status s = translator->OnEvent(e, &deltas); !s.ok()) {
+          return fail(absl::UnavailableError(absl::StrCat(name, ": ", s.message())),
+                      s.code() == absl::StatusCode::kUnavailable ? kErrorServer : kErrorProtocol);
+        }
+      }
+    }
+    if (!deltas.empty()) {
+      if (!output_reported_) {
+        first_output_seconds_ = absl::ToDoubleSeconds(absl::Now() - started_);
+      }
+      output_reported_ = true;
+      sink_->OnUpstreamDeltas(std::move(deltas), translator->early_prompt_tokens());
+      deltas = {};
+    }
+    if (translator->done() || (*n == 0 && translator->CompleteAtEof())) {
+      std::shared_ptr<UpstreamCallSink> sink = std::move(sink_);
+      sink->OnUpstreamEnd(translator->End());
+      return UpstreamFailure{};
+    }
+    if (*n == 0 || response.complete()) {
+      return fail(absl::UnavailableError(
+                      absl::StrCat(name, ": the stream ended before the answer's end")),
+                  kErrorStream);
+    }
+  }
+}
+
+}  // namespace deltaserve::router::upstream

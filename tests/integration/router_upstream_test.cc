@@ -1,0 +1,425 @@
+// Upstream models through real processes on 127.0.0.1 (docs/upstreams.md; label integration):
+//  - an OpenAI upstream that is a second deltaserve-router with its own worker (requiring its own
+//    API key), reached by pass-through (chat completions, streamed and not, with the answer and
+//    usage the upstream gives directly) and by translation (a Messages request);
+//  - an Anthropic upstream that is tests/integration/upstream/fake_anthropic_upstream.py (a test
+//    double: a real HTTP server that records what it receives): chat completions translated to
+//    Messages both ways (system, tools, tool results, streamed tool calls, usage), Messages passed
+//    through untouched, the request id forwarded;
+//  - faults: HTTP 500, 429 with Retry-After (waited out, or passed on), a stalled stream before
+//    and after output, a refused connection, a wrong key — each a fallback or the client's own
+//    error shape, never a hang; per-key model access; the key rotated by SIGHUP; metrics by
+//    upstream; and no key material in any answer, in /metrics or in the router's log;
+//  - the official openai and anthropic SDKs through an alias [local, upstream] with the local
+//    worker killed (tests/integration/upstream/upstream_sdk_check.py; SKIPPED without an
+//    interpreter that imports both, as the other SDK tests).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/router_service.h"
+#include "tests/support/child_process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_paths.h"
+
+namespace deltaserve {
+namespace {
+
+using json = nlohmann::json;
+using ::deltaserve::testing::BinaryPath;
+using ::deltaserve::testing::ChildProcess;
+using ::deltaserve::testing::Http;
+using ::deltaserve::testing::RawHttpReply;
+using ::deltaserve::testing::RouterService;
+using ::deltaserve::testing::RunProcess;
+using ::deltaserve::testing::Sha256HexWithTool;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Key material: none of these may ever leave the router (answers, /metrics, log).
+constexpr const char* kAnthropicKey = "sk-ant-upstream-key-7Q2w9E4r";
+constexpr const char* kDeltaServeKey = "sk-ds-upstream-key-5T8y1U3i";
+constexpr const char* kWrongKey = "sk-wrong-key-material-0Z9x8C7v";
+constexpr const char* kClientKey = "sk-client-all-models-123456";
+constexpr const char* kLimitedKey = "sk-client-local-only-654321";
+
+std::string Temp(const std::string& name) {
+  return ::testing::TempDir() + "/upstream_" + std::to_string(::getpid()) + "_" + name;
+}
+
+int PortFrom(const std::string& line) { return std::atoi(line.substr(line.rfind(' ') + 1).c_str()); }
+
+// The fake Anthropic upstream, started and its port read.
+struct FakeAnthropic {
+  FakeAnthropic()
+      : process({"/usr/bin/python3", DELTASERVE_FAKE_ANTHROPIC_SCRIPT, "--key", kAnthropicKey,
+                 "--stall-seconds", "30"}) {
+    auto line = process.WaitForLine("listening on ", std::chrono::seconds(30));
+    EXPECT_TRUE(line.has_value()) << process.err();
+    if (line) port = std::atoi(line->substr(line->rfind(' ') + 1).c_str());
+  }
+  json Recorded() { return json::parse(Http(port, "GET", "/recorded").body); }
+  void Forget() { Http(port, "DELETE", "/recorded"); }
+  ChildProcess process;
+  int port = 0;
+};
+
+// A port nothing listens on: bound, then closed.
+int ClosedPort() {
+  ChildProcess probe({"/usr/bin/python3", "-c",
+                      "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1',0)); "
+                      "print('port', s.getsockname()[1], file=sys.stderr, flush=True)"});
+  auto line = probe.WaitForLine("port ", std::chrono::seconds(10));
+  probe.Wait(std::chrono::seconds(10));
+  return line ? PortFrom(*line) : 1;
+}
+
+std::string Auth(const std::string& key) { return "Authorization: Bearer " + key + "\r\n"; }
+
+std::string UpstreamConfigText(int anthropic_port, int deltaserve_port, int closed_port,
+                               const std::string& key_dir) {
+  const std::string a = "http://127.0.0.1:" + std::to_string(anthropic_port) + "/v1";
+  const std::string d = "http://127.0.0.1:" + std::to_string(deltaserve_port) + "/v1";
+  auto anthropic = [&](const std::string& name, const std::string& model,
+                       const std::string& extra = "") {
+    return "  - {name: " + name + ", kind: anthropic, base_url: \"" + a + "\", model: " + model +
+           ", api_key_env: UPSTREAM_TEST_ANTHROPIC_KEY" + extra + "}\n";
+  };
+  std::string c = "upstreams:\n";
+  c += "  - {name: remote, kind: openai, base_url: \"" + d +
+       "\", model: tiny, api_key_file: " + key_dir + "/deltaserve.key}\n";
+  c += "  - {name: remote-badkey, kind: openai, base_url: \"" + d +
+       "\", model: tiny, api_key_file: " + key_dir + "/wrong.key}\n";
+  c += anthropic("claude", "claude");
+  c += anthropic("fault500", "fault-500");
+  c += anthropic("fault429", "fault-429");
+  c += anthropic("flaky429", "flaky-429");
+  c += anthropic("stall", "stall", ", idle_timeout_ms: 300, first_byte_timeout_ms: 2000");
+  c += anthropic("stallmid", "stall-mid", ", idle_timeout_ms: 300");
+  c += "  - {name: refused, kind: anthropic, base_url: \"http://127.0.0.1:" +
+       std::to_string(closed_port) + "/v1\", model: claude, api_key_env: "
+       "UPSTREAM_TEST_ANTHROPIC_KEY}\n";
+  c += "  - {name: wrongkey, kind: anthropic, base_url: \"" + a +
+       "\", model: claude, api_key_file: " + key_dir + "/rotating.key}\n";
+  c += "aliases:\n  a500: [fault500, claude]\n  arefused: [refused, claude]\n"
+       "  astall: [stall, claude]\n  astallmid: [stallmid, claude]\n";
+  c += "routing: {max_attempts: 3, retry_backoff_ms: 10, circuit_failures: 1000}\n";
+  c += "api_keys:\n  - {name: all, sha256: " + Sha256HexWithTool(kClientKey) + "}\n";
+  c += "  - {name: local-only, sha256: " + Sha256HexWithTool(kLimitedKey) + ", models: [tiny]}\n";
+  return c;
+}
+
+// Every SSE `data:` payload of a streamed answer, in order.
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find('\n', at);
+    out.push_back(body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  return out;
+}
+
+class UpstreamTest : public ::testing::Test {
+ protected:
+  // Every answer's bytes are kept, to check that no key material was in any.
+  RawHttpReply Post(const std::string& path, const json& body, const std::string& extra = "") {
+    RawHttpReply r = Http(port_, "POST", path, body.dump(), Auth(kClientKey) + extra);
+    seen_ += r.headers + "\n" + r.body + "\n";
+    return r;
+  }
+  int port_ = 0;
+  std::string seen_;
+};
+
+TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
+  FakeAnthropic fake;
+  ASSERT_GT(fake.port, 0);
+  // The OpenAI upstream: a deltaserve-router with its own worker and its own key.
+  RouterService remote("api_keys:\n  - {name: r1, sha256: " + Sha256HexWithTool(kDeltaServeKey) +
+                       "}\n");
+  ASSERT_GT(remote.port(), 0);
+  const std::string key_dir = Temp("keys");
+  ASSERT_EQ(::system(("mkdir -p " + key_dir).c_str()), 0);
+  std::ofstream(key_dir + "/deltaserve.key") << kDeltaServeKey << "\n";
+  std::ofstream(key_dir + "/wrong.key") << kWrongKey << "\n";
+  std::ofstream(key_dir + "/rotating.key") << kWrongKey << "\n";
+  ::setenv("UPSTREAM_TEST_ANTHROPIC_KEY", kAnthropicKey, 1);
+  const std::string config_path = Temp("router.yaml");
+  std::ofstream(config_path) << UpstreamConfigText(fake.port, remote.port(), ClosedPort(), key_dir);
+  // No worker: upstreams alone make a router that serves.
+  ChildProcess router({BinaryPath("router/deltaserve-router"), "--listen", "127.0.0.1:0",
+                       "--config", config_path, "--log-format", "json"});
+  auto line = router.WaitForLine("listening on ", std::chrono::seconds(30));
+  ASSERT_TRUE(line.has_value()) << router.err();
+  port_ = std::atoi(line->substr(line->rfind(':') + 1).c_str());
+  ASSERT_EQ(Http(port_, "GET", "/ready").status, 200) << router.err();
+
+  // --- OpenAI upstream, passed through: the same greedy answer and usage as asking it directly.
+  const json chat = {{"model", "remote"}, {"max_tokens", 8}, {"temperature", 0},
+                     {"messages", {{{"role", "user"}, {"content", "Hello there"}}}}};
+  json direct_body = chat;
+  direct_body["model"] = "tiny";
+  RawHttpReply direct = Http(remote.port(), "POST", "/v1/chat/completions", direct_body.dump(),
+                             Auth(kDeltaServeKey));
+  ASSERT_EQ(direct.status, 200) << direct.body;
+  const json want = json::parse(direct.body);
+  RawHttpReply r = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(r.status, 200) << r.body << router.err();
+  json got = json::parse(r.body);
+  EXPECT_EQ(got["model"], "remote");
+  EXPECT_EQ(got["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]);
+  EXPECT_EQ(got["choices"][0]["finish_reason"], want["choices"][0]["finish_reason"]);
+  EXPECT_EQ(got["usage"]["prompt_tokens"], want["usage"]["prompt_tokens"]);
+  EXPECT_EQ(got["usage"]["completion_tokens"], want["usage"]["completion_tokens"]);
+
+  json streamed = chat;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  r = Post("/v1/chat/completions", streamed);
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string text;
+  json usage;
+  for (const std::string& d : SseData(r.body)) {
+    if (d == "[DONE]") break;
+    json chunk = json::parse(d);
+    if (!chunk["usage"].is_null()) usage = chunk["usage"];
+    if (!chunk["choices"].empty()) text += chunk["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(text, want["choices"][0]["message"]["content"]);
+  EXPECT_EQ(usage["completion_tokens"], want["usage"]["completion_tokens"]);
+
+  // --- A Messages request to the OpenAI upstream: translated to chat completions.
+  r = Post("/v1/messages", {{"model", "remote"}, {"max_tokens", 8}, {"temperature", 0},
+                            {"messages", {{{"role", "user"}, {"content", "Hello there"}}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  got = json::parse(r.body);
+  EXPECT_EQ(got["model"], "remote");
+  EXPECT_EQ(got["content"][0]["text"], want["choices"][0]["message"]["content"]);
+  EXPECT_EQ(got["usage"]["output_tokens"], want["usage"]["completion_tokens"]);
+
+  // --- Chat completions to the Anthropic upstream: translated both ways.
+  fake.Forget();
+  const json tools = {{{"type", "function"},
+                       {"function",
+                        {{"name", "get_weather"},
+                         {"parameters", {{"type", "object"},
+                                         {"properties", {{"city", {{"type", "string"}}}}}}}}}}};
+  r = Post("/v1/chat/completions",
+           {{"model", "claude"}, {"max_tokens", 50}, {"tools", tools},
+            {"messages", {{{"role", "system"}, {"content", "Be brief."}},
+                          {{"role", "user"}, {"content", "Weather in Paris?"}}}}},
+           "X-Request-Id: up28-rid-1\r\n");
+  ASSERT_EQ(r.status, 200) << r.body;
+  got = json::parse(r.body);
+  EXPECT_EQ(got["model"], "claude");
+  EXPECT_EQ(got["choices"][0]["finish_reason"], "tool_calls");
+  const json& call = got["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["id"], "toolu_01");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(got["usage"]["prompt_tokens"], 14);  // 11 + 3 read from the cache
+  EXPECT_EQ(got["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  EXPECT_EQ(got["usage"]["completion_tokens"], 7);
+  json rec = fake.Recorded();
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0]["path"], "/v1/messages");
+  EXPECT_EQ(rec[0]["headers"]["x-request-id"], "up28-rid-1");
+  EXPECT_EQ(rec[0]["headers"]["anthropic-version"], "2023-06-01");
+  EXPECT_EQ(rec[0]["body"], json::parse(R"({"model": "claude", "system": "Be brief.",
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}],
+      "max_tokens": 50, "tools": [{"name": "get_weather", "input_schema": {"type": "object",
+      "properties": {"city": {"type": "string"}}}}], "tool_choice": {"type": "auto"},
+      "stream": true})"));
+
+  // The tool's result goes back as a tool_result block; streamed, the answer's text arrives in
+  // the upstream's pieces.
+  fake.Forget();
+  json round = {{"model", "claude"}, {"stream", true}, {"tools", tools},
+                {"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}},
+                              {{"role", "assistant"}, {"content", nullptr},
+                               {"tool_calls", {{{"id", "toolu_01"}, {"type", "function"},
+                                                {"function", {{"name", "get_weather"},
+                                                              {"arguments", "{\"city\":\"Paris\"}"}}}}}}},
+                              {{"role", "tool"}, {"tool_call_id", "toolu_01"}, {"content", "22 C"}}}}};
+  r = Post("/v1/chat/completions", round);
+  ASSERT_EQ(r.status, 200) << r.body;
+  text.clear();
+  int pieces = 0;
+  for (const std::string& d : SseData(r.body)) {
+    if (d == "[DONE]") break;
+    const std::string piece = json::parse(d)["choices"][0]["delta"].value("content", "");
+    pieces += !piece.empty();
+    text += piece;
+  }
+  EXPECT_EQ(text, "Hello from the Anthropic upstream.");
+  EXPECT_EQ(pieces, 5);
+  rec = fake.Recorded();
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0]["body"]["messages"][1]["content"][0],
+            json::parse(R"({"type": "tool_use", "id": "toolu_01", "name": "get_weather",
+                            "input": {"city": "Paris"}})"));
+  EXPECT_EQ(rec[0]["body"]["messages"][2]["content"][0],
+            json::parse(R"({"type": "tool_result", "tool_use_id": "toolu_01", "content": "22 C"})"));
+
+  // --- Messages to the Anthropic upstream: passed through as sent (model and stream aside).
+  fake.Forget();
+  const json messages = json::parse(R"({"model": "claude", "max_tokens": 2000,
+      "metadata": {"user_id": "u-1"}, "thinking": {"type": "enabled", "budget_tokens": 1024},
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi",
+                    "cache_control": {"type": "ephemeral"}}]}]})");
+  r = Http(port_, "POST", "/v1/messages", messages.dump(),
+           std::string("x-api-key: ") + kClientKey + "\r\n");
+  seen_ += r.body;
+  ASSERT_EQ(r.status, 200) << r.body;
+  got = json::parse(r.body);
+  EXPECT_EQ(got["content"][0]["type"], "thinking");
+  EXPECT_EQ(got["content"][1]["text"], "Hello from the Anthropic upstream.");
+  EXPECT_EQ(got["usage"]["input_tokens"], 11);
+  EXPECT_EQ(got["usage"]["cache_read_input_tokens"], 3);
+  rec = fake.Recorded();
+  ASSERT_EQ(rec.size(), 1u);
+  json sent = messages;
+  sent["stream"] = true;
+  EXPECT_EQ(rec[0]["body"], sent);
+  EXPECT_EQ(rec[0]["headers"]["x-api-key"], kAnthropicKey);
+
+  // --- Faults.
+  const json hi = {{"model", "a500"}, {"max_tokens", 5},
+                   {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  auto ask = [&](const std::string& model, bool stream = false) {
+    json b = hi;
+    b["model"] = model;
+    if (stream) b["stream"] = true;
+    return Post("/v1/chat/completions", b);
+  };
+  for (const char* alias : {"a500", "arefused", "astall", "astallmid"}) {
+    r = ask(alias);
+    EXPECT_EQ(r.status, 200) << alias << ": " << r.body;
+    if (r.status == 200) {
+      EXPECT_EQ(json::parse(r.body)["model"], "claude") << alias;
+    }
+  }
+  r = ask("fault500");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("upstream exploded"));
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "server_error");
+  r = Post("/v1/messages", {{"model", "fault500"}, {"max_tokens", 5},
+                            {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body)["type"], "error");  // Anthropic's shape for a Messages client
+  r = ask("fault429");
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_THAT(r.headers, HasSubstr("Retry-After: 30"));
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "rate_limit_error");
+  // A 429 asking for one second: waited out, then answered (the same request id both times).
+  fake.Forget();
+  r = Post("/v1/chat/completions", {{"model", "flaky429"}, {"max_tokens", 5},
+                                    {"messages", {{{"role", "user"}, {"content", "Hi"}}}}},
+           "X-Request-Id: up28-flaky\r\n");
+  EXPECT_EQ(r.status, 200) << r.body;
+  rec = fake.Recorded();
+  ASSERT_EQ(rec.size(), 2u);
+  EXPECT_GE(rec[1]["time"].get<double>() - rec[0]["time"].get<double>(), 1.0);
+  // A stream that stalls after its first piece: the client's stream ends with an error event.
+  r = ask("stallmid", /*stream=*/true);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_THAT(r.body, HasSubstr("\"error\""));
+  EXPECT_THAT(r.body, HasSubstr("stalled"));
+  r = ask("refused");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("cannot connect"));
+  // Wrong keys: the upstream's 401 (whose message quotes the key) becomes a 503 that does not.
+  r = ask("wrongkey");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("refused the router's credentials"));
+  r = ask("remote-badkey");
+  EXPECT_EQ(r.status, 503);
+  // Per-key model access covers upstreams.
+  json for_claude = hi;
+  for_claude["model"] = "claude";
+  r = Http(port_, "POST", "/v1/chat/completions", for_claude.dump(), Auth(kLimitedKey));
+  EXPECT_EQ(r.status, 403) << r.body;
+
+  // The key file rewritten and SIGHUP: the next request uses the new key.
+  std::ofstream(key_dir + "/rotating.key") << kAnthropicKey << "\n";
+  router.Signal(SIGHUP);
+  ASSERT_TRUE(router.WaitForLine("config reloaded", std::chrono::seconds(30)).has_value())
+      << router.err();
+  r = ask("wrongkey");
+  EXPECT_EQ(r.status, 200) << r.body;
+
+  // --- Metrics by upstream.
+  const std::string metrics = Http(port_, "GET", "/metrics").body;
+  seen_ += metrics;
+  for (const char* needle :
+       {"deltaserve_router_upstream_requests_total{upstream=\"remote\",outcome=\"ok\"} 3",
+        "deltaserve_router_upstream_errors_total{upstream=\"fault500\",kind=\"server\"} ",
+        "deltaserve_router_upstream_errors_total{upstream=\"fault429\",kind=\"rate_limited\"} ",
+        "deltaserve_router_upstream_errors_total{upstream=\"refused\",kind=\"connect\"} ",
+        "deltaserve_router_upstream_errors_total{upstream=\"stall\",kind=\"timeout\"} ",
+        "deltaserve_router_upstream_errors_total{upstream=\"wrongkey\",kind=\"auth\"} ",
+        "deltaserve_router_upstream_tokens_total{upstream=\"claude\",type=\"completion\"} ",
+        "deltaserve_router_upstream_ttft_seconds_count{upstream=\"claude\"} "}) {
+    EXPECT_THAT(metrics, HasSubstr(needle));
+  }
+  EXPECT_THAT(metrics, Not(HasSubstr("upstream=\"fault500\",kind=\"server\"} 0\n")));
+
+  // --- No key material anywhere the router writes.
+  router.Signal(SIGTERM);
+  router.Wait(std::chrono::seconds(30));
+  const std::string log = router.err();
+  EXPECT_THAT(log, HasSubstr("up28-rid-1"));  // the request id is in the log lines
+  for (const char* key : {kAnthropicKey, kDeltaServeKey, kWrongKey, kClientKey, kLimitedKey}) {
+    EXPECT_THAT(seen_, Not(HasSubstr(key))) << "answers or /metrics hold " << key;
+    EXPECT_THAT(log, Not(HasSubstr(key))) << "the log holds " << key;
+    // Not even a recognisable part of one (OpenAI-style "sk-...abcd" masking).
+    EXPECT_THAT(seen_ + log, Not(HasSubstr(std::string(key).substr(std::string(key).size() - 8))));
+  }
+  ::unsetenv("UPSTREAM_TEST_ANTHROPIC_KEY");
+}
+
+std::string SdkPython() {
+  const char* env = std::getenv("DELTASERVE_OPENAI_PYTHON");
+  return env != nullptr && *env != '\0' ? env : DELTASERVE_UPSTREAM_SDK_DEFAULT_PYTHON;
+}
+
+TEST(UpstreamSdkTest, OfficialClientsFallBackToTheUpstreamWhenTheLocalWorkerIsDown) {
+  const std::string python = SdkPython();
+  if (::access(python.c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "no Python for the SDKs at " << python
+                 << " (set DELTASERVE_OPENAI_PYTHON, or run tests/run_all.sh, which makes it)";
+  }
+  const auto probe = RunProcess({python, "-c", "import openai, anthropic"});
+  if (probe.exit_code != 0) {
+    GTEST_SKIP() << python << " cannot import openai and anthropic: " << probe.err;
+  }
+  RouterService remote;  // the upstream: another deltaserve-router with its worker
+  ASSERT_GT(remote.port(), 0);
+  RouterService local("models: [{name: tiny}]\nupstreams:\n  - {name: remote, kind: openai, base_url: "
+                      "\"http://127.0.0.1:" + std::to_string(remote.port()) +
+                      "/v1\", model: tiny}\naliases:\n  smart: [tiny, remote]\n");
+  ASSERT_GT(local.port(), 0);
+  local.worker().Signal(SIGKILL);
+  local.worker().Wait(std::chrono::seconds(30));
+  const auto run = RunProcess({python, DELTASERVE_UPSTREAM_SDK_SCRIPT, "--base-url",
+                               "http://127.0.0.1:" + std::to_string(local.port())},
+                              std::chrono::seconds(200));  // the script's alarm(180) first
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\n--- router stderr ---\n"
+                              << local.router().err();
+}
+
+}  // namespace
+}  // namespace deltaserve
