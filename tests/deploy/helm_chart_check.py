@@ -202,6 +202,8 @@ def check_refs(docs, values):
                 values.get("redis", {}).get("external", {}).get("existingSecret"),
                 wc.get("mtls", {}).get("workerSecret"), wc.get("mtls", {}).get("routerSecret"),
                 wc.get("sharedSecret", {}).get("existingSecret")} - {None, ""}
+    for u in values.get("upstreams") or []:
+        external |= {(u.get(k) or {}).get("name") for k in ("apiKeySecret", "caSecret")} - {None, ""}
     rendered_secrets = by_kind.get("Secret", {})
     configmaps = by_kind.get("ConfigMap", {})
 
@@ -223,6 +225,10 @@ def check_refs(docs, values):
                 need(name in rendered_secrets or name in external, f"unknown Secret {name}")
                 for item in v["secret"].get("items", []):
                     need(secret_key_ok(name, item["key"]), f"Secret {name} has no key {item['key']}")
+            for source in (v.get("projected") or {}).get("sources", []):
+                if "secret" in source:
+                    name = source["secret"]["name"]
+                    need(name in rendered_secrets or name in external, f"unknown Secret {name}")
         for c in containers(w):
             for m in c.get("volumeMounts", []):
                 need(m["name"] in vols or m["name"] in claim_templates,
@@ -431,6 +437,19 @@ def cmd_router_config(values_path, router_bin):
                            check=True, capture_output=True, timeout=60)
             shutil.copy(tls / "tls.crt", tls / "ca.crt")
             text = text.replace("/etc/deltaserve/tls/", f"{tmp}/tls/")
+        if "/etc/deltaserve/upstreams/" in text:
+            # Upstream keys (and CAs) come from Secrets: stand-ins in the same places.
+            for u in yaml.safe_load(text).get("upstreams", []):
+                folder = pathlib.Path(tmp, "upstreams", u["name"])
+                folder.mkdir(parents=True)
+                (folder / "api_key").write_text("sk-stand-in-0123456789abcdef\n")
+                if "tls_ca_file" in u:
+                    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                                    str(folder / "ca.key"), "-out", str(folder / "ca.crt"),
+                                    "-days", "1", "-subj", "/CN=test-ca"],
+                                   check=True, capture_output=True, timeout=60)
+            text = text.replace("/etc/deltaserve/upstreams/", f"{tmp}/upstreams/")
         config = pathlib.Path(tmp, "router.yaml")
         config.write_text(text)
         env = dict(os.environ, DELTASERVE_WORKER_SECRET="0123456789abcdef0123456789abcdef")

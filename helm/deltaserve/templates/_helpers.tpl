@@ -88,6 +88,16 @@ deltaserve.io/pool: {{ index . 2 }}
 {{- $_ := set $channel "secret_env" "DELTASERVE_WORKER_SECRET" -}}
 {{- end -}}
 {{- if $channel }}{{ $_ := set $cfg "worker_channel" $channel }}{{ end -}}
+{{- if .Values.upstreams -}}
+{{- $upstreams := list -}}
+{{- range .Values.upstreams -}}
+{{- $u := dict "name" .name "kind" (.kind | default "openai") "base_url" .baseUrl "model" .model -}}
+{{- if .apiKeySecret }}{{ $_ := set $u "api_key_file" (printf "/etc/deltaserve/upstreams/%s/api_key" .name) }}{{ end -}}
+{{- if and .caSecret .caSecret.name }}{{ $_ := set $u "tls_ca_file" (printf "/etc/deltaserve/upstreams/%s/ca.crt" .name) }}{{ end -}}
+{{- $upstreams = append $upstreams (merge $u (.extra | default dict)) -}}
+{{- end -}}
+{{- $_ := set $cfg "upstreams" $upstreams -}}
+{{- end -}}
 {{- toYaml (merge $cfg .Values.config.extra) -}}
 {{- end -}}
 
