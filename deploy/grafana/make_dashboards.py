@@ -97,7 +97,9 @@ def overview():
               "Requests, latency, tokens, load and caches of a DeltaServe deployment: the router's "
               "view of every request and the workers' load (docs/metrics.md).",
               [datasource_var(),
-               query_var("model", "Model", "label_values(deltaserve_model_running_sequences, model)")])
+               query_var("model", "Model", "label_values(deltaserve_model_running_sequences, model)"),
+               query_var("upstream", "Upstream",
+                         "label_values(deltaserve_router_upstream_requests_total, upstream)")])
     b.row("Traffic")
     b.panel("Requests per second", "Generation requests by model (router).",
             [("{{model}}", f"sum by (model) (rate(deltaserve_router_requests_total{{{M}}}[{RI}]))")],
@@ -159,6 +161,23 @@ def overview():
             "succeeded; circuit state 0 closed, 1 open, 2 half-open.",
             [("up {{worker}}", "max by (worker) (deltaserve_router_worker_up)"),
              ("circuit {{worker}}", "max by (worker) (deltaserve_router_worker_circuit_open)")])
+    b.row("Upstreams")
+    U = 'upstream=~"$upstream"'
+    b.panel("Upstream requests and errors", "Requests the router sent to upstream models "
+            "(docs/upstreams.md) by how they ended, and their failures by kind (connect, timeout, "
+            "rate_limited, server, auth, ...): each failure before the first byte was retried or "
+            "fell back.",
+            [("{{outcome}} {{upstream}}", f"sum by (upstream, outcome) (rate(deltaserve_router_upstream_requests_total{{{U}}}[{RI}]))"),
+             ("{{kind}} {{upstream}}", f"sum by (upstream, kind) (rate(deltaserve_router_upstream_errors_total{{{U}}}[{RI}]))")],
+            unit="reqps")
+    b.panel("Upstream time to first output", "p50 / p90 / p99 from sending a request to an "
+            "upstream to its first output.",
+            quantiles("deltaserve_router_upstream_ttft_seconds", U, by="upstream"), unit="s")
+    b.panel("Upstream tokens, in flight and circuits", "Prompt and completion tokens the "
+            "upstreams reported, requests in flight to each, and 1 while its circuit is open.",
+            [("{{type}} tokens/s {{upstream}}", f"sum by (upstream, type) (rate(deltaserve_router_upstream_tokens_total{{{U}}}[{RI}]))"),
+             ("in flight {{upstream}}", f"sum by (upstream) (deltaserve_router_upstream_in_flight{{{U}}})"),
+             ("circuit open {{upstream}}", f"max by (upstream) (deltaserve_router_upstream_circuit_open{{{U}}})")])
     return b
 
 

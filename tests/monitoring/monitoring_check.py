@@ -39,7 +39,7 @@ GRAFANA = os.path.join(ROOT, "deploy", "grafana")
 PROMETHEUS_DIR = os.path.join(ROOT, "deploy", "prometheus")
 # What the template variables become outside Grafana: every instance and model, and a window
 # long enough to hold the scrapes before and after the test's traffic.
-SUBSTITUTIONS = {"$__rate_interval": "5m", "$instance": ".*", "$model": ".*"}
+SUBSTITUTIONS = {"$__rate_interval": "5m", "$instance": ".*", "$model": ".*", "$upstream": ".*"}
 
 
 def fail(msg):
@@ -219,8 +219,16 @@ class Stack:
                                   "--log-format", "json"])
         self.worker_port = int(w.wait_line(r"listening on 127\.0\.0\.1:(\d+)").group(1))
         self.worker_metrics = int(w.wait_line(r"metrics on 127\.0\.0\.1:(\d+)").group(1))
-        rt = self.start("router", [router_bin, "--listen", "127.0.0.1:0", "--worker",
-                                   f"127.0.0.1:{self.worker_port}", "--log-format", "json"])
+        # The router is also its own upstream model (docs/upstreams.md): "tiny-upstream" is
+        # "tiny" asked again over HTTP, so the upstream panels have data.
+        port = free_port()
+        config = os.path.join(self.tmp_dir, "router.yaml")
+        with open(config, "w") as f:
+            json.dump({"upstreams": [{"name": "tiny-upstream", "kind": "openai", "model": "tiny",
+                                      "base_url": f"http://127.0.0.1:{port}/v1"}]}, f)
+        rt = self.start("router", [router_bin, "--listen", f"127.0.0.1:{port}", "--worker",
+                                   f"127.0.0.1:{self.worker_port}", "--config", config,
+                                   "--log-format", "json"])
         self.router_port = int(rt.wait_line(r"listening on 127\.0\.0\.1:(\d+)").group(1))
         wait_for("the router to be ready",
                  lambda: http(self.router_port, "GET", "/ready")[0] == 200)
@@ -263,7 +271,10 @@ class Stack:
         status, _, body = self.chat("hi", model="no-such-model")
         if status != 404:
             fail(f"unknown model: expected 404, got {status} {body[:300]}")
-        return 5  # generation requests sent
+        status, _, body = self.chat("Through the upstream.", model="tiny-upstream")
+        if status != 200:
+            fail(f"chat through the upstream: {status} {body[:300]}")
+        return 6  # generation requests sent (the upstream's second pass through the router aside)
 
 
 def start_stack(router_bin, worker_bin, golden_dir, tmp):
