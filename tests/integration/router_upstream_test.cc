@@ -58,14 +58,19 @@ std::string Temp(const std::string& name) {
 
 int PortFrom(const std::string& line) { return std::atoi(line.substr(line.rfind(' ') + 1).c_str()); }
 
-// The fake Anthropic upstream, started and its port read.
+// The fake Anthropic upstream, started and its port read; `tls_args` make it serve HTTPS.
 struct FakeAnthropic {
-  FakeAnthropic()
-      : process({"/usr/bin/python3", DELTASERVE_FAKE_ANTHROPIC_SCRIPT, "--key", kAnthropicKey,
-                 "--stall-seconds", "30"}) {
+  explicit FakeAnthropic(const std::vector<std::string>& tls_args = {})
+      : process(Argv(tls_args)) {
     auto line = process.WaitForLine("listening on ", std::chrono::seconds(30));
     EXPECT_TRUE(line.has_value()) << process.err();
     if (line) port = std::atoi(line->substr(line->rfind(' ') + 1).c_str());
+  }
+  static std::vector<std::string> Argv(const std::vector<std::string>& tls_args) {
+    std::vector<std::string> argv = {"/usr/bin/python3", DELTASERVE_FAKE_ANTHROPIC_SCRIPT, "--key",
+                                      kAnthropicKey, "--stall-seconds", "30"};
+    argv.insert(argv.end(), tls_args.begin(), tls_args.end());
+    return argv;
   }
   json Recorded() { return json::parse(Http(port, "GET", "/recorded").body); }
   void Forget() { Http(port, "DELETE", "/recorded"); }
@@ -83,10 +88,27 @@ int ClosedPort() {
   return line ? PortFrom(*line) : 1;
 }
 
+// A CA and a certificate for 127.0.0.1 it signed, made with openssl in `dir`: ca.crt, srv.crt,
+// srv.key. False (with the output in `why`) when openssl failed.
+bool MakeCertificates(const std::string& dir, std::string* why) {
+  const std::string script =
+      "set -e; cd '" + dir + "'; "
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key "
+      "-out ca.crt -days 1 -subj /CN=upstream-test-ca; "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout srv.key "
+      "-out srv.csr -subj /CN=127.0.0.1; "
+      "printf 'subjectAltName=IP:127.0.0.1\n' > san.ext; "
+      "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out srv.crt "
+      "-days 1 -extfile san.ext";
+  const auto r = RunProcess({"/bin/sh", "-c", script}, std::chrono::seconds(60));
+  *why = r.out + r.err;
+  return r.exit_code == 0;
+}
+
 std::string Auth(const std::string& key) { return "Authorization: Bearer " + key + "\r\n"; }
 
 std::string UpstreamConfigText(int anthropic_port, int deltaserve_port, int closed_port,
-                               const std::string& key_dir) {
+                               const std::string& key_dir, int tls_port) {
   const std::string a = "http://127.0.0.1:" + std::to_string(anthropic_port) + "/v1";
   const std::string d = "http://127.0.0.1:" + std::to_string(deltaserve_port) + "/v1";
   auto anthropic = [&](const std::string& name, const std::string& model,
@@ -110,6 +132,11 @@ std::string UpstreamConfigText(int anthropic_port, int deltaserve_port, int clos
        "UPSTREAM_TEST_ANTHROPIC_KEY}\n";
   c += "  - {name: wrongkey, kind: anthropic, base_url: \"" + a +
        "\", model: claude, api_key_file: " + key_dir + "/rotating.key}\n";
+  const std::string t = "https://127.0.0.1:" + std::to_string(tls_port) + "/v1";
+  c += "  - {name: claude-tls, kind: anthropic, base_url: \"" + t + "\", model: claude, "
+       "api_key_env: UPSTREAM_TEST_ANTHROPIC_KEY, tls_ca_file: " + key_dir + "/ca.crt}\n";
+  c += "  - {name: claude-tls-untrusted, kind: anthropic, base_url: \"" + t + "\", model: "
+       "claude, api_key_env: UPSTREAM_TEST_ANTHROPIC_KEY}\n";
   c += "aliases:\n  a500: [fault500, claude]\n  arefused: [refused, claude]\n"
        "  astall: [stall, claude]\n  astallmid: [stallmid, claude]\n";
   c += "routing: {max_attempts: 3, retry_backoff_ms: 10, circuit_failures: 1000}\n";
@@ -151,12 +178,18 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   ASSERT_GT(remote.port(), 0);
   const std::string key_dir = Temp("keys");
   ASSERT_EQ(::system(("mkdir -p " + key_dir).c_str()), 0);
+  // The same fake over HTTPS, its certificate signed by a CA of the test's own.
+  std::string openssl_output;
+  ASSERT_TRUE(MakeCertificates(key_dir, &openssl_output)) << openssl_output;
+  FakeAnthropic tls_fake({"--tls-cert", key_dir + "/srv.crt", "--tls-key", key_dir + "/srv.key"});
+  ASSERT_GT(tls_fake.port, 0);
   std::ofstream(key_dir + "/deltaserve.key") << kDeltaServeKey << "\n";
   std::ofstream(key_dir + "/wrong.key") << kWrongKey << "\n";
   std::ofstream(key_dir + "/rotating.key") << kWrongKey << "\n";
   ::setenv("UPSTREAM_TEST_ANTHROPIC_KEY", kAnthropicKey, 1);
   const std::string config_path = Temp("router.yaml");
-  std::ofstream(config_path) << UpstreamConfigText(fake.port, remote.port(), ClosedPort(), key_dir);
+  std::ofstream(config_path) << UpstreamConfigText(fake.port, remote.port(), ClosedPort(), key_dir,
+                                                   tls_fake.port);
   // No worker: upstreams alone make a router that serves.
   ChildProcess router({BinaryPath("router/deltaserve-router"), "--listen", "127.0.0.1:0",
                        "--config", config_path, "--log-format", "json"});
@@ -338,6 +371,13 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   EXPECT_FALSE(r.timed_out);
   EXPECT_THAT(r.body, HasSubstr("\"error\""));
   EXPECT_THAT(r.body, HasSubstr("stalled"));
+  // HTTPS: the upstream's certificate checked against tls_ca_file; without it (the system's CAs)
+  // the same server is not trusted, which is a connect failure, not an answer.
+  r = ask("claude-tls");
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = ask("claude-tls-untrusted");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("is not trusted"));
   r = ask("refused");
   EXPECT_EQ(r.status, 503);
   EXPECT_THAT(r.body, HasSubstr("cannot connect"));

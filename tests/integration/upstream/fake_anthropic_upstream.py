@@ -16,6 +16,7 @@ What it answers is chosen by the request's "model", so one server plays every up
                 next one the answer of "claude"
   stall         headers and message_start, then nothing (the connection is held open)
   stall-mid     a first text delta, then nothing
+With --tls-cert and --tls-key it serves HTTPS instead (for the router's certificate checks).
 Every request must carry x-api-key equal to --key; otherwise 401 whose message quotes the key
 it was given (as some APIs do), so the test can check that the router never passes it on.
 """
@@ -195,11 +196,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--key", required=True)
     ap.add_argument("--stall-seconds", type=float, default=60)
+    ap.add_argument("--tls-cert")
+    ap.add_argument("--tls-key")
     args = ap.parse_args()
     EXPECTED_KEY = args.key
     STALL_SECONDS = args.stall_seconds
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if args.tls_cert:
+        import ssl
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print(f"listening on {server.server_address[1]}", file=sys.stderr, flush=True)
     server.serve_forever()
 
