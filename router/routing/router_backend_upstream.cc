@@ -65,6 +65,7 @@ bool RouterBackend::Run::StartUpstream(const Candidate& candidate) {
       url.ok() ? upstream::BuildUpstreamRequest(request_, u, *url)
                : absl::StatusOr<upstream::UpstreamHttpRequest>(url.status());
   if (!built.ok()) {
+    upstreams->CountSkipped(u.name, upstream::kErrorUntranslatable);
     if (untranslatable_.ok()) untranslatable_ = built.status();
     LogRouting(absl::StrCat("request ", request_.request_id, ": upstream '", u.name,
                             "' skipped: ", built.status().message()));

@@ -77,6 +77,11 @@ void UpstreamPool::EndNeutral(std::string_view name) {
   s.breaker.RecordNeutral(absl::Now());
 }
 
+void UpstreamPool::CountSkipped(std::string_view name, std::string_view kind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++Get(name).counters.errors[std::string(kind)];
+}
+
 UpstreamPool::Counters UpstreamPool::counters(std::string_view name) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = states_.find(name);

@@ -36,6 +36,9 @@ class UpstreamPool {
   void EndFailure(std::string_view name, std::string_view kind, bool health);
   // Cancelled by the client.
   void EndNeutral(std::string_view name);
+  // A request never sent (it cannot be said in the upstream's API): counted under `kind`, no
+  // place taken, the breaker untouched.
+  void CountSkipped(std::string_view name, std::string_view kind);
 
   // deltaserve_router_upstream_requests_total{upstream,outcome},
   // deltaserve_router_upstream_errors_total{upstream,kind},

@@ -371,6 +371,13 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   EXPECT_FALSE(r.timed_out);
   EXPECT_THAT(r.body, HasSubstr("\"error\""));
   EXPECT_THAT(r.body, HasSubstr("stalled"));
+  // A raw completions prompt has no Messages form: a 400 naming it, nothing sent.
+  fake.Forget();
+  r = Post("/v1/completions", {{"model", "claude"}, {"prompt", "Once"}, {"max_tokens", 5}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("cannot be translated"));
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "prompt");
+  EXPECT_TRUE(fake.Recorded().empty());
   // HTTPS: the upstream's certificate checked against tls_ca_file; without it (the system's CAs)
   // the same server is not trusted, which is a connect failure, not an answer.
   r = ask("claude-tls");
@@ -411,6 +418,7 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
         "deltaserve_router_upstream_errors_total{upstream=\"refused\",kind=\"connect\"} ",
         "deltaserve_router_upstream_errors_total{upstream=\"stall\",kind=\"timeout\"} ",
         "deltaserve_router_upstream_errors_total{upstream=\"wrongkey\",kind=\"auth\"} ",
+        "deltaserve_router_upstream_errors_total{upstream=\"claude\",kind=\"untranslatable\"} 1\n",
         "deltaserve_router_upstream_tokens_total{upstream=\"claude\",type=\"completion\"} ",
         "deltaserve_router_upstream_ttft_seconds_count{upstream=\"claude\"} "}) {
     EXPECT_THAT(metrics, HasSubstr(needle));
