@@ -15,8 +15,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
 namespace deltaserve::router::upstream {
@@ -38,6 +41,47 @@ int MsUntil(absl::Time deadline) {
   if (left <= absl::ZeroDuration()) return 0;
   const int64_t ms = absl::ToInt64Milliseconds(left) + 1;
   return ms > 1 << 30 ? 1 << 30 : static_cast<int>(ms);
+}
+
+// One client context per CA bundle ("" = the system's), made once and kept for the process:
+// loading the system's CA file takes milliseconds, too much for every request. Contexts are
+// reference-counted by OpenSSL; each connection takes its own reference.
+absl::StatusOr<SSL_CTX*> ClientContext(const std::string& ca_pem) {
+  static std::mutex mu;
+  static std::map<std::string, SSL_CTX*>* contexts = new std::map<std::string, SSL_CTX*>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = contexts->find(ca_pem); it != contexts->end()) {
+    SSL_CTX_up_ref(it->second);
+    return it->second;
+  }
+  ERR_clear_error();
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (ctx == nullptr) return absl::InternalError("TLS: " + OpenSslErrors());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  if (ca_pem.empty()) {
+    if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+      SSL_CTX_free(ctx);
+      return absl::InternalError("TLS: cannot load the system's CAs: " + OpenSslErrors());
+    }
+  } else {
+    BIO* bio = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
+    X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+    int added = 0;
+    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      added += X509_STORE_add_cert(store, cert) == 1;
+      X509_free(cert);
+    }
+    BIO_free(bio);
+    ERR_clear_error();  // the end of the bundle reads as an error
+    if (added == 0) {
+      SSL_CTX_free(ctx);
+      return absl::InvalidArgumentError("TLS: tls_ca_file holds no certificate");
+    }
+  }
+  (*contexts)[ca_pem] = ctx;
+  SSL_CTX_up_ref(ctx);
+  return ctx;
 }
 
 bool IsIpLiteral(const std::string& host) {
@@ -138,27 +182,9 @@ absl::Status HttpConnection::Connect(const UpstreamUrl& url, const std::string& 
 
 absl::Status HttpConnection::Handshake(const UpstreamUrl& url, const std::string& ca_pem,
                                        absl::Time deadline) {
-  ERR_clear_error();
-  ctx_ = SSL_CTX_new(TLS_client_method());
-  if (ctx_ == nullptr) return absl::InternalError("TLS: " + OpenSslErrors());
-  SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION);
-  SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
-  if (ca_pem.empty()) {
-    if (SSL_CTX_set_default_verify_paths(ctx_) != 1) {
-      return absl::InternalError("TLS: cannot load the system's CAs: " + OpenSslErrors());
-    }
-  } else {
-    BIO* bio = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
-    X509_STORE* store = SSL_CTX_get_cert_store(ctx_);
-    int added = 0;
-    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-      added += X509_STORE_add_cert(store, cert) == 1;
-      X509_free(cert);
-    }
-    BIO_free(bio);
-    ERR_clear_error();  // the end of the bundle reads as an error
-    if (added == 0) return absl::InvalidArgumentError("TLS: tls_ca_file holds no certificate");
-  }
+  absl::StatusOr<SSL_CTX*> ctx = ClientContext(ca_pem);
+  if (!ctx.ok()) return ctx.status();
+  ctx_ = *ctx;
   ssl_ = SSL_new(ctx_);
   if (ssl_ == nullptr) return absl::InternalError("TLS: " + OpenSslErrors());
   SSL_set_fd(ssl_, fd_);

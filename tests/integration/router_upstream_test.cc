@@ -241,6 +241,18 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   EXPECT_EQ(got["content"][0]["text"], want["choices"][0]["message"]["content"]);
   EXPECT_EQ(got["usage"]["output_tokens"], want["usage"]["completion_tokens"]);
 
+  // --- A Responses request: translated to chat completions too.
+  r = Post("/v1/responses", {{"model", "remote"}, {"max_output_tokens", 8}, {"temperature", 0},
+                             {"input", "Hello there"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  got = json::parse(r.body);
+  std::string output_text;
+  for (const json& item : got["output"]) {
+    if (item["type"] != "message") continue;
+    for (const json& part : item["content"]) output_text += part.value("text", "");
+  }
+  EXPECT_EQ(output_text, want["choices"][0]["message"]["content"]);
+
   // --- Chat completions to the Anthropic upstream: translated both ways.
   fake.Forget();
   const json tools = {{{"type", "function"},
@@ -412,7 +424,7 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   const std::string metrics = Http(port_, "GET", "/metrics").body;
   seen_ += metrics;
   for (const char* needle :
-       {"deltaserve_router_upstream_requests_total{upstream=\"remote\",outcome=\"ok\"} 3",
+       {"deltaserve_router_upstream_requests_total{upstream=\"remote\",outcome=\"ok\"} 4\n",
         "deltaserve_router_upstream_errors_total{upstream=\"fault500\",kind=\"server\"} ",
         "deltaserve_router_upstream_errors_total{upstream=\"fault429\",kind=\"rate_limited\"} ",
         "deltaserve_router_upstream_errors_total{upstream=\"refused\",kind=\"connect\"} ",
@@ -421,9 +433,9 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
         "deltaserve_router_upstream_errors_total{upstream=\"claude\",kind=\"untranslatable\"} 1\n",
         "deltaserve_router_upstream_tokens_total{upstream=\"claude\",type=\"completion\"} ",
         "deltaserve_router_upstream_ttft_seconds_count{upstream=\"claude\"} "}) {
-    EXPECT_THAT(metrics, HasSubstr(needle));
+    EXPECT_NE(metrics.find(needle), std::string::npos) << "/metrics lacks " << needle;
   }
-  EXPECT_THAT(metrics, Not(HasSubstr("upstream=\"fault500\",kind=\"server\"} 0\n")));
+  EXPECT_EQ(metrics.find("upstream=\"fault500\",kind=\"server\"} 0\n"), std::string::npos);
 
   // --- No key material anywhere the router writes.
   router.Signal(SIGTERM);
