@@ -85,19 +85,6 @@ run_all() {  # label url model
       --max-tokens 32 --out "${out}/conc-${tag}"
   fi
 }
-run_all() {  # label url model
-  local label=$1 url=$2 name=$3 tag
-  tag=$(echo "${label}" | tr 'A-Z ' 'a-z-')
-  [[ " ${workloads} " == *" ctx "* ]] && "${bench}" context-sweep --url "${url}" --model "${name}" --label "${label}" --start 512 \
-    --max-context "${ctx}" --max-tokens 32 --bisect 0 --out "${out}/ctx-${tag}" --no-progress
-  [[ " ${workloads} " == *" mt "* ]] && "${bench}" multi-turn --url "${url}" --model "${name}" --label "${label}" --sessions 4 \
-    --turns 6 --system-tokens 2000 --user-tokens 100 --tool-result-tokens 300 --max-tokens 32 \
-    --think-time 1 --resume-every 3 --resume-gap 30 --out "${out}/mt-${tag}" --no-progress
-  [[ " ${workloads} " == *" conc "* ]] && "${bench}" concurrency-sweep --url "${url}" \
-    --model "${name}" --label "${label}" \
-    --concurrency 1-16 --prompt-tokens 256 --max-tokens 32 --out "${out}/conc-${tag}" \
-    --no-progress
-}
 state="${out}/versus-fleet"
 rm -rf "${state}"
 url=$("${fleet}" "${state}" start --model "${model}" --build "${build}" --workers 1 \

@@ -11,7 +11,8 @@
 #   fleet.sh STATE_DIR restart-redis       # SIGKILL redis-server, start it again (empty)
 #   fleet.sh STATE_DIR stop                # everything down
 #
-# The model is served as "bench". Example soak (docs/bench_tool.md):
+# The model is served as "bench". The servers do not inherit fd 9 (bench/lock.sh's lock), so a
+# fleet left running never holds the benchmark lock. Example soak (docs/bench_tool.md):
 #   F=build/fleet; bench/deltaserve_bench/fleet.sh $F start --model M.gguf
 #   bench/deltaserve-bench soak --url "$(bench/deltaserve_bench/fleet.sh $F url)" --model bench \
 #     --minutes 30 --fault "10m:bench/deltaserve_bench/fleet.sh $F kill-worker 2" \
@@ -43,7 +44,7 @@ start_redis() {
   local port
   port=$(cat "${state}/redis.port")
   redis-server --port "${port}" --bind 127.0.0.1 --save "" --appendonly no \
-    --maxmemory 4gb --maxmemory-policy allkeys-lru >>"${state}/redis.log" 2>&1 &
+    --maxmemory 4gb --maxmemory-policy allkeys-lru >>"${state}/redis.log" 2>&1 9>&- &
   echo $! >"${state}/redis.pid"
   wait_for redis-server redis-cli -p "${port}" ping
 }
@@ -56,7 +57,7 @@ start_worker() {  # index
     --listen "127.0.0.1:$(cat "${state}/worker${i}.port")" --threads "${threads}" --ctx "${ctx}" \
     --parallel "${parallel}" --snapshot-ram "${snapshot_ram}" \
     --redis "redis://127.0.0.1:$(cat "${state}/redis.port")" \
-    --metrics-port "$(cat "${state}/worker${i}.metrics")" >>"${state}/worker${i}.log" 2>&1 &
+    --metrics-port "$(cat "${state}/worker${i}.metrics")" >>"${state}/worker${i}.log" 2>&1 9>&- &
   echo $! >"${state}/worker${i}.pid"
   wait_for "worker ${i}" grep -q "listening on" "${state}/worker${i}.log"
 }
@@ -93,7 +94,7 @@ case "${cmd}" in
     done
     free_port >"${state}/router.port"
     "${build}/router/deltaserve-router" --listen "127.0.0.1:$(cat "${state}/router.port")" \
-      "${worker_flags[@]}" >>"${state}/router.log" 2>&1 &
+      "${worker_flags[@]}" >>"${state}/router.log" 2>&1 9>&- &
     echo $! >"${state}/router.pid"
     wait_for router curl -sf "http://127.0.0.1:$(cat "${state}/router.port")/ready"
     echo "http://127.0.0.1:$(cat "${state}/router.port")"

@@ -40,7 +40,7 @@ def _log2_x(ax) -> None:
 def _log_y(ax) -> None:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(PLAIN)
-    ax.yaxis.set_minor_formatter(PLAIN)
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _save(fig, path: Path) -> Path:
