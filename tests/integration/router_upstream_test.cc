@@ -51,6 +51,7 @@ constexpr const char* kDeltaServeKey = "sk-ds-upstream-key-5T8y1U3i";
 constexpr const char* kWrongKey = "sk-wrong-key-material-0Z9x8C7v";
 constexpr const char* kClientKey = "sk-client-all-models-123456";
 constexpr const char* kLimitedKey = "sk-client-local-only-654321";
+constexpr const char* kOncePerMinuteKey = "sk-client-once-a-minute-987";
 
 std::string Temp(const std::string& name) {
   return ::testing::TempDir() + "/upstream_" + std::to_string(::getpid()) + "_" + name;
@@ -142,6 +143,8 @@ std::string UpstreamConfigText(int anthropic_port, int deltaserve_port, int clos
   c += "routing: {max_attempts: 3, retry_backoff_ms: 10, circuit_failures: 1000}\n";
   c += "api_keys:\n  - {name: all, sha256: " + Sha256HexWithTool(kClientKey) + "}\n";
   c += "  - {name: local-only, sha256: " + Sha256HexWithTool(kLimitedKey) + ", models: [tiny]}\n";
+  c += "  - {name: once, sha256: " + Sha256HexWithTool(kOncePerMinuteKey) +
+       ", requests_per_minute: 1}\n";
   return c;
 }
 
@@ -411,6 +414,12 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   for_claude["model"] = "claude";
   r = Http(port_, "POST", "/v1/chat/completions", for_claude.dump(), Auth(kLimitedKey));
   EXPECT_EQ(r.status, 403) << r.body;
+  // Rate limits count upstream requests: a key allowed one request a minute gets a 429 next.
+  r = Http(port_, "POST", "/v1/chat/completions", for_claude.dump(), Auth(kOncePerMinuteKey));
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = Http(port_, "POST", "/v1/chat/completions", for_claude.dump(), Auth(kOncePerMinuteKey));
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_THAT(r.headers, HasSubstr("Retry-After: "));
 
   // The key file rewritten and SIGHUP: the next request uses the new key.
   std::ofstream(key_dir + "/rotating.key") << kAnthropicKey << "\n";
@@ -442,7 +451,8 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   router.Wait(std::chrono::seconds(30));
   const std::string log = router.err();
   EXPECT_THAT(log, HasSubstr("up28-rid-1"));  // the request id is in the log lines
-  for (const char* key : {kAnthropicKey, kDeltaServeKey, kWrongKey, kClientKey, kLimitedKey}) {
+  for (const char* key :
+       {kAnthropicKey, kDeltaServeKey, kWrongKey, kClientKey, kLimitedKey, kOncePerMinuteKey}) {
     EXPECT_THAT(seen_, Not(HasSubstr(key))) << "answers or /metrics hold " << key;
     EXPECT_THAT(log, Not(HasSubstr(key))) << "the log holds " << key;
     // Not even a recognisable part of one (OpenAI-style "sk-...abcd" masking).
