@@ -16,6 +16,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// Most tool calls one answer may hold (an index beyond is a broken upstream).
+constexpr int64_t kMaxToolCalls = 1024;
+
 absl::StatusOr<json> ParseObject(std::string_view text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -147,6 +150,10 @@ class OpenAiTranslator : public StreamTranslator {
             if (!call.is_object()) continue;
             const int64_t call_index = call.contains("index") ? Int(call, "index") : position;
             ++position;
+            if (call_index < 0 || call_index >= kMaxToolCalls) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("the upstream sent tool call index ", call_index));
+            }
             const json* fn = Obj(call, "function");
             const std::string id = Str(call, "id");
             const std::string name = fn != nullptr ? Str(*fn, "name") : std::string();

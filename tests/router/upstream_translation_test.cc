@@ -315,6 +315,8 @@ TEST(UpstreamStreamTest, OpenAiChunksBecomeDeltas) {
   std::vector<api::GenerationDelta> out;
   EXPECT_FALSE(t->OnEvent({"", R"({"choices":[{"index":2,"delta":{"content":"x"}}]})"}, &out)
                    .ok());
+  EXPECT_FALSE(t->OnEvent({"", R"({"choices":[{"index":0,"delta":{"tool_calls":[
+      {"index":-1,"function":{"arguments":"x"}}]}}]})"}, &out).ok());
 }
 
 TEST(UpstreamStreamTest, WholeAnswersToo) {
