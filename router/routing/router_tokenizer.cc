@@ -31,7 +31,11 @@ absl::StatusOr<RouterTokenizer::Resolved> RouterTokenizer::Resolve(std::string_v
   absl::StatusOr<std::vector<Candidate>> candidates = ResolveCandidates(name, *config);
   if (!candidates.ok()) return candidates.status();
   bool known = !config->models.empty();
+  bool only_upstreams = true;
   for (Candidate& c : *candidates) {
+    // An upstream model's tokenizer is the upstream's own: the router has none for it.
+    if (c.upstream != nullptr) continue;
+    only_upstreams = false;
     known = known || pool_->EverServed(c.served_name);
     for (const ServingWorker& s : pool_->ModelsServing(c.served_name)) {
       if (s.model == nullptr || s.model->tokenizer == nullptr) continue;
@@ -44,6 +48,13 @@ absl::StatusOr<RouterTokenizer::Resolved> RouterTokenizer::Resolve(std::string_v
       }
       return Resolved{std::move(c), s.model, *tok};
     }
+  }
+  if (only_upstreams) {
+    return api::InvalidRequestError(
+        "model", "unsupported_value",
+        absl::StrCat("'", name,
+                     "' is served by an upstream endpoint, whose tokenizer the router does not "
+                     "have: token counting and /tokenize need a local model"));
   }
   if (!known) {
     return api::WithErrorDetail(

@@ -393,6 +393,13 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   EXPECT_THAT(r.body, HasSubstr("cannot be translated"));
   EXPECT_EQ(json::parse(r.body)["error"]["param"], "prompt");
   EXPECT_TRUE(fake.Recorded().empty());
+  // Token counting needs the model's tokenizer, which the router lacks for an upstream: a 400
+  // that says so, in the client's shape (not a 404 for a model that exists).
+  r = Post("/v1/messages/count_tokens",
+           {{"model", "claude"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("served by an upstream"));
+  EXPECT_EQ(json::parse(r.body)["type"], "error");
   // HTTPS: the upstream's certificate checked against tls_ca_file; without it (the system's CAs)
   // the same server is not trusted, which is a connect failure, not an answer.
   r = ask("claude-tls");
