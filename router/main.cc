@@ -50,6 +50,7 @@
 #include "router/routing/upstream_pool.h"
 #include "router/routing/worker_discovery.h"
 #include "router/routing/worker_pool.h"
+#include "router/upstream/upstream_call.h"
 
 namespace deltaserve::router {
 namespace {
@@ -352,5 +353,9 @@ int main(int argc, char** argv) {
   using namespace deltaserve::router;
   Flags f;
   if (std::string why = Parse(argc, argv, f); !why.empty()) return Usage(why);
-  return Run(f);
+  const int status = Run(f);
+  // Run's backend cancelled every generation; an upstream call's thread may still be closing
+  // its connection, which must not race the process's exit (OpenSSL's cleanup).
+  deltaserve::router::upstream::WaitForUpstreamCalls(absl::Seconds(5));
+  return status;
 }

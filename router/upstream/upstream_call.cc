@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -19,6 +21,11 @@
 
 namespace deltaserve::router::upstream {
 namespace {
+
+// UpstreamCall threads still running (WaitForUpstreamCalls).
+std::mutex g_threads_mu;
+std::condition_variable g_threads_cv;
+int g_threads = 0;
 
 constexpr size_t kMaxErrorBodyBytes = 64 << 10;
 constexpr size_t kMaxWholeBodyBytes = 16 << 20;
@@ -114,7 +121,23 @@ UpstreamCall::~UpstreamCall() = default;
 
 void UpstreamCall::Start() {
   started_ = absl::Now();
-  std::thread([self = shared_from_this()] { self->Main(); }).detach();
+  {
+    std::lock_guard<std::mutex> lock(g_threads_mu);
+    ++g_threads;
+  }
+  std::thread([self = shared_from_this()]() mutable {
+    self->Main();
+    self.reset();  // the connection closes here, before the thread counts as ended
+    std::lock_guard<std::mutex> lock(g_threads_mu);
+    --g_threads;
+    g_threads_cv.notify_all();
+  }).detach();
+}
+
+bool WaitForUpstreamCalls(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(g_threads_mu);
+  return g_threads_cv.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                               [] { return g_threads == 0; });
 }
 
 void UpstreamCall::Cancel() {

@@ -93,6 +93,11 @@ class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
   absl::Time started_;
 };
 
+// Waits until the threads of every UpstreamCall started have ended (at most `timeout`); true when
+// none is left. For the end of the process, after the backend cancelled its generations: a
+// thread past its last report may still be closing its connection.
+bool WaitForUpstreamCalls(absl::Duration timeout);
+
 // The status, kind and Retry-After of an upstream's non-2xx answer (`body`: its start), with
 // `key` never quoted. Exposed for tests.
 UpstreamFailure ClassifyHttpError(const UpstreamConfig& upstream, int http_status,

@@ -455,7 +455,7 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
 
   // --- No key material anywhere the router writes.
   router.Signal(SIGTERM);
-  router.Wait(std::chrono::seconds(30));
+  EXPECT_EQ(router.Wait(std::chrono::seconds(30)), 0);
   const std::string log = router.err();
   EXPECT_THAT(log, HasSubstr("up28-rid-1"));  // the request id is in the log lines
   for (const char* key :
