@@ -96,6 +96,19 @@ using VecF __attribute__((vector_size(4 * N))) = float;
 // sizes follow the command line's baseline target), and the 32-byte load that follows two
 // 16-byte stores stalls store forwarding: the AVX2 attention over f32 or decoded K/V tiles
 // spent most of its time there.
+// clang drops the aligned(4) of an alias template (the type keeps its natural alignment, so the
+// access would assume it: UBSan reports a misaligned load), and lowers memcpy to one unaligned
+// move anyway: it takes the memcpy.
+#if defined(__clang__)
+template <int N>
+DELTASERVE_ALWAYS_INLINE void LoadVec(VecF<N>& out, const float* src) {
+  __builtin_memcpy(&out, src, sizeof(out));
+}
+template <int N>
+DELTASERVE_ALWAYS_INLINE void StoreVec(float* dst, const VecF<N>& v) {
+  __builtin_memcpy(dst, &v, sizeof(v));
+}
+#else
 template <int N>
 using VecFUnaligned __attribute__((vector_size(4 * N), aligned(4), may_alias)) = float;
 template <int N>
@@ -106,6 +119,7 @@ template <int N>
 DELTASERVE_ALWAYS_INLINE void StoreVec(float* dst, const VecF<N>& v) {
   *reinterpret_cast<VecFUnaligned<N>*>(dst) = v;
 }
+#endif
 
 // e^x with relative error below 1e-7 (measured 8.1e-8 over [-87, 88]), after Cephes expf:
 // x = n ln2 + r, |r| <= ln2/2 (ln2 split in two so n ln2 is exact), e^r = 1 + r + r^2 p(r) with
