@@ -160,14 +160,17 @@ def soak(docs: list[dict], out: Path, name: str = "soak.png",
             if bad:
                 ax.scatter([r["t_start"] - t0 for r in bad], [1.0] * len(bad), marker="x",
                            color="black", label=f"{d['label']} lost ({len(bad)})")
-        for f in d["aggregates"]["fault_windows"]:
+        for k, f in enumerate(d["aggregates"]["fault_windows"]):
             ax.axvline(f["at_s"], color=c, linestyle="--", linewidth=1)
-            ax.text(f["at_s"], 1.02, f["command"][:40], transform=ax.get_xaxis_transform(),
-                    fontsize=7, rotation=0)
+            # The command's last words (the fault itself, not the path of the script), staggered.
+            words = [w for w in f["command"].split() if "/" not in w] or [f["command"]]
+            label = " ".join(words[-3:])
+            ax.text(f["at_s"], 1.01 + 0.05 * (k % 2), f"{f['fault']}: {label[:32]}",
+                    transform=ax.get_xaxis_transform(), fontsize=7)
     _log_y(ax)
     ax.set_xlabel("seconds")
     ax.set_ylabel("TTFT (ms)")
-    ax.set_title("soak: TTFT of every request, faults dashed, lost requests x", pad=18)
+    ax.set_title("soak: TTFT of every request, faults dashed, lost requests x", pad=26)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return [_save(fig, out / name)]
