@@ -206,6 +206,12 @@ def _check(parser, args) -> None:
     if args.command == "context-sweep" and args.max_context is not None \
             and args.max_context < args.start:
         parser.error(f"--max-context {args.max_context} is below --start {args.start}")
+    if args.command == "soak":
+        for fault in args.fault or []:
+            at, _ = parse_fault(fault)
+            if at >= args.minutes * 60:
+                parser.error(f"--fault {fault!r}: at {at:g} s, after the end of the run "
+                             f"(--minutes {args.minutes:g})")
     if args.command == "multi-turn" and args.conversations and \
             not Path(args.conversations).is_file():
         parser.error(f"--conversations {args.conversations}: no such file")

@@ -193,8 +193,9 @@ class Endpoint:
                         res.chunks += 1
                     elif kind == "stop":
                         done = True
-                if not done and self.api == "openai" and res.finish_reason is None:
-                    res.error_kind, res.error = "stream_error", "stream ended before [DONE]"
+                if not done and (self.api == "anthropic" or res.finish_reason is None):
+                    end = "message_stop" if self.api == "anthropic" else "[DONE]"
+                    res.error_kind, res.error = "stream_error", f"stream ended before {end}"
                     return res
         except httpx.ConnectError as e:
             res.error_kind, res.error = "connect", f"connect: {e}"
