@@ -35,6 +35,15 @@ std::string Redact(std::string text, const std::string& key) {
   return absl::StrReplaceAll(text, {{key, "[redacted]"}});
 }
 
+// `text` on one line: control bytes (newlines included) become spaces, so an upstream's words
+// cannot start a forged line in the router's text log.
+std::string OneLine(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  return text;
+}
+
 // The upstream's error message from an OpenAI- or Anthropic-shaped error body, else its start.
 std::string ErrorMessage(std::string_view body) {
   nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
@@ -42,15 +51,11 @@ std::string ErrorMessage(std::string_view body) {
     auto e = j.find("error");
     if (e != j.end() && e->is_object()) {
       auto m = e->find("message");
-      if (m != e->end() && m->is_string()) return m->get<std::string>().substr(0, 512);
+      if (m != e->end() && m->is_string()) return OneLine(m->get<std::string>().substr(0, 512));
     }
-    if (e != j.end() && e->is_string()) return e->get<std::string>().substr(0, 512);
+    if (e != j.end() && e->is_string()) return OneLine(e->get<std::string>().substr(0, 512));
   }
-  std::string text(body.substr(0, 256));
-  for (char& c : text) {
-    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-  }
-  return text;
+  return OneLine(std::string(body.substr(0, 256)));
 }
 
 }  // namespace
@@ -158,7 +163,8 @@ void UpstreamCall::Main() {
     failure.kind = "";
   }
   failure.after_output = output_reported_;
-  failure.status = absl::Status(failure.status.code(), Scrub(std::string(failure.status.message())));
+  failure.status =
+      absl::Status(failure.status.code(), OneLine(Scrub(std::string(failure.status.message()))));
   if (auto seconds = api::RetryAfterSeconds(failure.status); !seconds && failure.retry_after_seconds) {
     failure.status = api::WithRetryAfter(failure.status, failure.retry_after_seconds);
   }

@@ -358,6 +358,10 @@ TEST(UpstreamErrorTest, HttpStatusesBecomeStatusesThatNeverQuoteTheKey) {
   EXPECT_EQ(f.kind, kErrorServer);
   EXPECT_EQ(f.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(f.status.message(), HasSubstr("boom with [redacted]"));
+  // An upstream's message stays on one line (no forged log lines).
+  f = ClassifyHttpError(u, 500, "", R"({"error":{"message":"a\nrequest id=forged code=200"}})");
+  EXPECT_THAT(f.status.message(), HasSubstr("a request id=forged"));
+  EXPECT_EQ(f.status.message().find('\n'), absl::string_view::npos);
   EXPECT_EQ(ClassifyHttpError(u, 529, "", "").kind, kErrorServer);
   EXPECT_EQ(ClassifyHttpError(u, 404, "", "").kind, kErrorNotFound);
 
