@@ -64,6 +64,9 @@ std::string SchemaCompiler::Name(std::string_view what) const {
 Symbol SchemaCompiler::Never() { return builder_.Bytes(ByteClass()); }
 
 Symbol SchemaCompiler::Ws() {
+  if (!ws_ && options_.whitespace == JsonWhitespace::kGeneration) {
+    ws_ = Symbol::Rule(builder_.Optional(Name("ws"), {builder_.Bytes(ByteClass::Of(' '))}));
+  }
   if (!ws_) {
     ByteClass ws;
     for (char c : {' ', '\t', '\n', '\r'}) ws.Add(static_cast<uint8_t>(c));

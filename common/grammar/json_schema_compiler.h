@@ -9,8 +9,9 @@
 //
 // The documents a grammar accepts: the JSON text of an instance, with object properties in the
 // schema's `properties` order (then any additional ones), whitespace between JSON tokens bounded
-// by JsonGrammarOptions (so `json.dumps` with its `, ` / `: ` separators, compact text and
-// indented text all pass, and a model cannot loop on whitespace), strings as valid UTF-8 with
+// by JsonGrammarOptions (checking: `json.dumps` with its `, ` / `: ` separators, compact text
+// and indented text all pass; generation: at most one space, so a model cannot spend its tokens
+// on whitespace), strings as valid UTF-8 with
 // JSON escapes, and numbers in JSON's syntax.
 #pragma once
 
@@ -22,8 +23,21 @@
 
 namespace deltaserve::common::grammar {
 
+// What may stand between two JSON tokens.
+enum class JsonWhitespace {
+  // Checking text written by anyone: 0..max_whitespace of space, tab, newline, carriage return
+  // (compact, `json.dumps` and indented documents all pass).
+  kChecking,
+  // Generating: nothing or one space (Outlines' default whitespace pattern; compact JSON and
+  // `json.dumps`' `, ` / `: ` separators). Whitespace costs a sampled token per byte on a small
+  // vocabulary and a model with flat logits would otherwise spend its budget on it; the
+  // documents are the same values, only their spelling is narrowed.
+  kGeneration,
+};
+
 struct JsonGrammarOptions {
-  // Most whitespace bytes between two JSON tokens (spaces, tabs, newlines, carriage returns).
+  JsonWhitespace whitespace = JsonWhitespace::kChecking;
+  // kChecking: most whitespace bytes between two JSON tokens.
   int max_whitespace = 32;
   // Where the schema lists no `additionalProperties`, whether other keys are allowed (the JSON
   // Schema default: true). OpenAI's strict mode and forced tool calls set false.

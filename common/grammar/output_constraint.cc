@@ -357,7 +357,8 @@ absl::StatusOr<RuleId> AddRawTextValue(GrammarBuilder& b, RawText& raw, const js
 }
 
 // One value in the XML format: raw text where the parser reads a string, else JSON (rule 6).
-absl::StatusOr<RuleId> AddXmlValue(GrammarBuilder& b, RawText& raw, const json& schema,
+absl::StatusOr<RuleId> AddXmlValue(GrammarBuilder& b, RawText& raw, JsonWhitespace whitespace,
+                                   const json& schema,
                                    const json& root, const std::string& where,
                                    const std::string& name, int depth = 0) {
   if (depth > 16) {
@@ -409,7 +410,7 @@ absl::StatusOr<RuleId> AddXmlValue(GrammarBuilder& b, RawText& raw, const json& 
                        "a parameter given by $ref is read back as a string: it must resolve "
                        "(locally) to a string schema");
       }
-      return AddXmlValue(b, raw, *target, root, where, name, depth + 1);
+      return AddXmlValue(b, raw, whitespace, *target, root, where, name, depth + 1);
     }
     if (combinator != nullptr && OnlyBeside(schema, combinator_name)) {
       // Optional[Enum] as pydantic writes it: one member that is not {"type": "null"} (a $ref,
@@ -423,7 +424,9 @@ absl::StatusOr<RuleId> AddXmlValue(GrammarBuilder& b, RawText& raw, const json& 
           ++others;
         }
       }
-      if (others == 1) return AddXmlValue(b, raw, *only, root, where, name, depth + 1);
+      if (others == 1) {
+        return AddXmlValue(b, raw, whitespace, *only, root, where, name, depth + 1);
+      }
     }
     return AddRawTextValue(b, raw, schema, where, name);
   }
@@ -447,6 +450,7 @@ absl::StatusOr<RuleId> AddXmlValue(GrammarBuilder& b, RawText& raw, const json& 
     }
   }
   JsonGrammarOptions options;
+  options.whitespace = whitespace;
   options.additional_properties_default = false;
   absl::StatusOr<RuleId> r =
       AddJsonSchemaRules(b, WithRootDefinitions(schema, root), name, options);
@@ -459,7 +463,8 @@ absl::StatusOr<RuleId> AddXmlValue(GrammarBuilder& b, RawText& raw, const json& 
 // The parameters of one function in the XML format: "<parameter=P>\nVALUE\n</parameter>\n" per
 // property, in `properties` order, optional ones skippable; `required` names missing from
 // `properties` follow as free text.
-absl::StatusOr<Alternative> AddXmlParameters(GrammarBuilder& b, RawText& raw, const json& root,
+absl::StatusOr<Alternative> AddXmlParameters(GrammarBuilder& b, RawText& raw,
+                                             JsonWhitespace whitespace, const json& root,
                                              const std::string& fn) {
   Alternative seq;
   if (root.is_boolean() || root.is_null()) return seq;
@@ -515,7 +520,8 @@ absl::StatusOr<Alternative> AddXmlParameters(GrammarBuilder& b, RawText& raw, co
                        "newline)"));
     }
     const std::string rule_name = absl::StrCat(fn, "_p", index++);
-    absl::StatusOr<RuleId> value = AddXmlValue(b, raw, schema, root, where, rule_name);
+    absl::StatusOr<RuleId> value =
+        AddXmlValue(b, raw, whitespace, schema, root, where, rule_name);
     if (!value.ok()) return value.status();
     Alternative body = b.Literal(absl::StrCat("<parameter=", p, ">\n"));
     body.push_back(Symbol::Rule(*value));
@@ -541,7 +547,8 @@ absl::StatusOr<Alternative> AddXmlParameters(GrammarBuilder& b, RawText& raw, co
 }
 
 absl::StatusOr<RuleId> AddToolCall(GrammarBuilder& b, RawText& raw, const ToolFunctionSpec& f,
-                                   ToolCallFormat format, size_t index) {
+                                   ToolCallFormat format, JsonWhitespace whitespace,
+                                   size_t index) {
   if (!IsValidFunctionName(f.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tool name '", f.name, "' does not match ^[a-zA-Z0-9_-]{1,64}$"));
@@ -550,6 +557,7 @@ absl::StatusOr<RuleId> AddToolCall(GrammarBuilder& b, RawText& raw, const ToolFu
   const RuleId call = b.AddRule(fn);
   if (format == ToolCallFormat::kJson) {
     JsonGrammarOptions options;
+    options.whitespace = whitespace;
     options.additional_properties_default = false;
     const std::string schema = f.parameters_json.empty()
                                    ? std::string(R"({"type":"object","properties":{}})")
@@ -573,7 +581,7 @@ absl::StatusOr<RuleId> AddToolCall(GrammarBuilder& b, RawText& raw, const ToolFu
     }
     root = std::move(*parsed);
   }
-  absl::StatusOr<Alternative> params = AddXmlParameters(b, raw, root, fn);
+  absl::StatusOr<Alternative> params = AddXmlParameters(b, raw, whitespace, root, fn);
   if (!params.ok()) return params.status();
   Alternative alt = b.Literal(absl::StrCat("<tool_call>\n<function=", f.name, ">\n"));
   alt.insert(alt.end(), params->begin(), params->end());
@@ -600,14 +608,15 @@ void HashField(Sha256Hasher& h, std::string_view s) {
 
 // One call of any of spec.functions, or with spec.parallel one or more, each after a newline
 // (as the templates separate them).
-absl::StatusOr<RuleId> AddCalls(GrammarBuilder& b, const OutputConstraintSpec& spec) {
+absl::StatusOr<RuleId> AddCalls(GrammarBuilder& b, const OutputConstraintSpec& spec,
+                                JsonWhitespace whitespace) {
   if (spec.functions.empty()) {
     return absl::InvalidArgumentError("a tool call constraint needs at least one function");
   }
   RawText raw(b);
   std::vector<Alternative> calls;
   for (size_t i = 0; i < spec.functions.size(); ++i) {
-    absl::StatusOr<RuleId> call = AddToolCall(b, raw, spec.functions[i], spec.format, i);
+    absl::StatusOr<RuleId> call = AddToolCall(b, raw, spec.functions[i], spec.format, whitespace, i);
     if (!call.ok()) {
       return absl::Status(call.status().code(), absl::StrCat("tool '", spec.functions[i].name,
                                                              "': ", call.status().message()));
@@ -645,7 +654,8 @@ std::array<uint8_t, 32> OutputConstraintSpec::CacheKey() const {
   return h.Finish();
 }
 
-absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec) {
+absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec,
+                                                JsonWhitespace whitespace) {
   using Kind = OutputConstraintSpec::Kind;
   if (spec.kind == Kind::kRegex) return CompileRegex(spec.regex);
   GrammarBuilder b;
@@ -655,6 +665,7 @@ absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec
     case Kind::kJsonSchema:
     case Kind::kJsonObject: {
       JsonGrammarOptions options;
+      options.whitespace = whitespace;
       options.additional_properties_default = !spec.strict;
       const std::string_view schema = spec.kind == Kind::kJsonSchema
                                           ? std::string_view(spec.schema_json)
@@ -663,13 +674,13 @@ absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec
       b.AddAlternative(root, {ws, Symbol::Rule(value)});
       if (spec.or_calls) {
         // The document, or instead the calls: they start with '<', which no JSON text does.
-        DS_ASSIGN_OR_RETURN(const RuleId calls, AddCalls(b, spec));
+        DS_ASSIGN_OR_RETURN(const RuleId calls, AddCalls(b, spec, whitespace));
         b.AddAlternative(root, {ws, Symbol::Rule(calls)});
       }
       break;
     }
     case Kind::kToolCall: {
-      DS_ASSIGN_OR_RETURN(const RuleId calls, AddCalls(b, spec));
+      DS_ASSIGN_OR_RETURN(const RuleId calls, AddCalls(b, spec, whitespace));
       b.AddAlternative(root, {ws, Symbol::Rule(calls)});
       break;
     }

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/grammar/grammar.h"
+#include "common/grammar/json_schema_compiler.h"
 
 namespace deltaserve::common::grammar {
 
@@ -72,7 +73,11 @@ struct OutputConstraintSpec {
 // name outside ^[a-zA-Z0-9_-]{1,64}$, no functions, and XML parameters the raw-text form cannot
 // express (`format` or an applicator on a string value, a non-local or non-string `$ref`, string
 // and non-string members mixed where the parser would read a JSON string back with its quotes).
-absl::StatusOr<Grammar> CompileOutputConstraint(const OutputConstraintSpec& spec);
+// `whitespace`: what the JSON parts allow between tokens. kChecking (the router's validation,
+// deltaserve-grammar check) accepts any bounded whitespace; the worker generates with
+// kGeneration (nothing or one space), which admits the same values and refuses the same schemas.
+absl::StatusOr<Grammar> CompileOutputConstraint(
+    const OutputConstraintSpec& spec, JsonWhitespace whitespace = JsonWhitespace::kChecking);
 
 // OpenAI's rule for function and response-format names: 1-64 of [a-zA-Z0-9_-]. The call markup a
 // grammar writes embeds the name, so this is also what keeps it from closing a tag.

@@ -1,6 +1,11 @@
 #include "router/chat/chat_output_shaper.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "router/chat/cut_tool_call.h"
+#include "router/chat/internal/markup_scan.h"
+#include "router/chat/tool_call_types.h"
 
 namespace deltaserve::router::chat {
 
@@ -23,7 +28,26 @@ void ChatOutputShaper::Finish(std::vector<api::GenerationDelta>& out) {
   if (finished_) return;
   finished_ = true;
   if (stream_) {
+    const size_t first = out.size();
     Convert(stream_->Finish(), out);
+    if (!cut_by_length_) return;
+    // What the stream parser held to the end comes now; an unfinished call is in the last
+    // content delta.
+    for (size_t i = out.size(); i-- > first;) {
+      if (!out[i].text.empty()) {
+        std::vector<api::ToolCallDelta> calls;
+        TakeCutCall(out[i].text, calls_sent_, calls);
+        if (!calls.empty()) {
+          api::GenerationDelta delta;
+          delta.tool_calls = std::move(calls);
+          out.push_back(std::move(delta));
+        }
+        if (out[i].text.empty() && out[i].reasoning_text.empty() && out[i].tool_calls.empty()) {
+          out.erase(out.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        break;
+      }
+    }
     return;
   }
   ParsedOutput parsed = ParseModelOutput(text_, options_);
@@ -36,8 +60,32 @@ void ChatOutputShaper::Finish(std::vector<api::GenerationDelta>& out) {
     delta.tool_calls.push_back({static_cast<int>(i), std::move(call.id), std::move(call.name),
                                 SerializeArguments(call.arguments)});
   }
+  if (cut_by_length_ && !delta.text.empty()) {
+    TakeCutCall(delta.text, static_cast<int>(delta.tool_calls.size()), delta.tool_calls);
+  }
   called_tools_ = !delta.tool_calls.empty();
   out.push_back(std::move(delta));
+}
+
+void ChatOutputShaper::TakeCutCall(std::string& content, int next_index,
+                                   std::vector<api::ToolCallDelta>& calls) {
+  if (!options_.parse_tool_calls) return;
+  const std::optional<size_t> at = FindCutCallOpener(content);
+  if (!at) return;
+  const ToolCatalog catalog(options_.tools);
+  CutCall cut = ReadCutCall(std::string_view(content).substr(*at), catalog);
+  if (cut.verdict == CutCall::Verdict::kKeep) return;
+  // The text before the call, without the whitespace that separated them (rule 9); nothing
+  // if that is only whitespace (no delta is whitespace only).
+  size_t keep = *at;
+  while (keep > 0 && internal::IsSpace(content[keep - 1])) --keep;
+  content.resize(keep);
+  ToolCallIdSource ids(options_.call_id_seed == 0 ? 0 : options_.call_id_seed + 1);
+  for (CutCall::Call& call : cut.calls) {
+    if (!parallel_tool_calls_ && next_index > 0) break;
+    calls.push_back({next_index++, ids.Next(), std::move(call.name), std::move(call.arguments)});
+    called_tools_ = true;
+  }
 }
 
 void ChatOutputShaper::Convert(std::vector<OutputDelta> deltas,
@@ -58,6 +106,7 @@ void ChatOutputShaper::Convert(std::vector<OutputDelta> deltas,
         break;
       case OutputDelta::Kind::kToolCallStart:
         called_tools_ = true;
+        calls_sent_ = std::max(calls_sent_, d.index + 1);
         g.tool_calls.push_back({d.index, std::move(d.id), std::move(d.name), ""});
         break;
       case OutputDelta::Kind::kToolCallArguments:

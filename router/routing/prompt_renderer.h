@@ -32,6 +32,9 @@ class OutputShaper {
   virtual void Feed(std::string_view text, std::vector<api::GenerationDelta>& out) = 0;
   // The output ended (the worker's final event): appends what is still held.
   virtual void Finish(std::vector<api::GenerationDelta>& out) = 0;
+  // The output was cut by the token limit (called before Finish): a call it ended inside is
+  // delivered with the arguments written so far rather than as markup.
+  virtual void SetCutByLength() {}
   // A tool call was delivered (finish_reason "tool_calls" unless the output hit max_tokens).
   virtual bool called_tools() const = 0;
 };

@@ -353,6 +353,7 @@ void RouterBackend::Run::OnEvent(Call& call, const v1::GenerateEvent& event) {
         ce.finish_reason = f.finish_reason() == v1::FINISH_REASON_STOP ? api::FinishReason::kStop
                                                                        : api::FinishReason::kLength;
         if (shaper != nullptr) {
+          if (ce.finish_reason == api::FinishReason::kLength) shaper->SetCutByLength();
           std::vector<api::GenerationDelta> tail;
           shaper->Finish(tail);
           for (api::GenerationDelta& d : tail) d.choice = choice;

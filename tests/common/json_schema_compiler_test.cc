@@ -72,6 +72,48 @@ TEST(JsonSchemaCompilerTest, WhitespaceIsBounded) {
   EXPECT_FALSE(Accepts(g, " {\"a\": 1}"));      // none before the document
 }
 
+TEST(JsonSchemaCompilerTest, GenerationWhitespaceIsCompactOrOneSpace) {
+  // Generation allows nothing or one space between tokens, in objects, arrays and any-value
+  // parts alike; newlines, tabs and runs of spaces are refused. Checking keeps its bound.
+  const std::string_view schema = R"({"type": "object", "properties": {
+      "a": {"type": "array", "items": {"type": "integer"}}, "b": {}}})";
+  JsonGrammarOptions generation;
+  generation.whitespace = JsonWhitespace::kGeneration;
+  auto g = MustCompile(schema, generation);
+  EXPECT_TRUE(Accepts(g, R"({"a":[1,2],"b":{"x":[true]}})"));
+  EXPECT_TRUE(Accepts(g, R"({"a": [1, 2], "b": {"x": [true]}})"));
+  EXPECT_TRUE(Accepts(g, R"({ "a" : [ 1 , 2 ] , "b" : { "x" : [ true ] } })"));
+  EXPECT_FALSE(Accepts(g, R"({"a":  [1]})"));          // two spaces
+  EXPECT_FALSE(Accepts(g, "{\"a\":\n[1]}"));            // a newline
+  EXPECT_FALSE(Accepts(g, "{\"a\":[1],\"b\":{\t}}"));  // a tab inside the any-value part
+  EXPECT_FALSE(Accepts(g, "{\"a\":[1]} "));             // nothing after the document
+  const std::string indented = "{\n  \"a\": [\n    1\n  ],\n\t\"b\": {}\n}";
+  EXPECT_TRUE(Accepts(MustCompile(schema), indented));
+  EXPECT_FALSE(Accepts(g, indented));
+}
+
+TEST(JsonSchemaCompilerTest, GenerationWhitespaceKeepsTheValuesAndRefusals) {
+  // The same documents (compact spelling) pass either way, and a refused keyword stays refused.
+  JsonGrammarOptions generation;
+  generation.whitespace = JsonWhitespace::kGeneration;
+  std::map<int, std::shared_ptr<CompiledGrammar>> grammars;
+  int compact_checked = 0;
+  for (const SchemaCase& c : kCases) {
+    const nlohmann::json instance = nlohmann::json::parse(c.instance, nullptr, false);
+    if (instance.is_discarded()) continue;
+    const std::string compact = instance.dump();
+    if (compact != c.instance) continue;  // a case about spelling, not about the value
+    auto& g = grammars[c.index];
+    if (!g) g = MustCompile(c.schema, generation);
+    ASSERT_TRUE(g) << c.schema;
+    EXPECT_EQ(Accepts(g, compact), c.valid)
+        << "case " << c.index << " schema " << c.schema << "\ninstance " << compact;
+    ++compact_checked;
+  }
+  EXPECT_GT(compact_checked, 50);
+  EXPECT_FALSE(CompileJsonSchema(R"({"type": "array", "maxItems": 1e300})", generation).ok());
+}
+
 TEST(JsonSchemaCompilerTest, PropertiesComeInSchemaOrder) {
   // jsonschema accepts any order; the grammar fixes the schema's, which keeps it small.
   auto g = MustCompile(R"({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},

@@ -22,7 +22,10 @@ absl::StatusOr<std::shared_ptr<CompiledGrammar>> GrammarCache::Get(
     ++misses_;
   }
   // Compiled outside the lock: a large schema must not hold up requests whose grammar is cached.
-  absl::StatusOr<common::grammar::Grammar> grammar = common::grammar::CompileOutputConstraint(spec);
+  // Generation's whitespace (at most one space between JSON tokens): a model with flat logits
+  // could otherwise spend max_tokens on the whitespace a checking grammar allows.
+  absl::StatusOr<common::grammar::Grammar> grammar = common::grammar::CompileOutputConstraint(
+      spec, common::grammar::JsonWhitespace::kGeneration);
   if (!grammar.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     ++refused_;

@@ -74,7 +74,7 @@ class SchemaCompiler {
   absl::StatusOr<MaybeSymbols> Compile(const Json& schema, const std::string& path, int depth);
 
   // Shared pieces, built once on first use.
-  Symbol Ws();        // 0..max_whitespace JSON whitespace bytes
+  Symbol Ws();        // what options.whitespace allows between two JSON tokens
   Symbol AnyValue();  // any JSON value, containers nested at most max_schema_depth deep
   Symbol AnyObject();
   Symbol AnyString();  // a whole JSON string, quotes included
