@@ -89,6 +89,9 @@ python_tools() {
   # The JSON Schema corpus test generates instances with hypothesis-jsonschema, whose last
   # release (0.23.1) fails on hypothesis newer than ~6.108 while schemathesis needs >= 6.130.
   venv grammar hypothesis==6.108.5 hypothesis-jsonschema==0.23.1 jsonschema==4.26.0 || return 1
+  # bench/deltaserve-bench (deltaserve_bench_test): its pins, as bench/deltaserve_bench/
+  # requirements.txt lists them.
+  venv deltaserve-bench httpx==0.28.1 matplotlib==3.11.2 numpy==2.4.6 tqdm==4.70.1 || return 1
   # The deploy checks (tests/deploy): Helm v4's Go SDK as a library (helm-python-sdk), the
   # Kubernetes schemas (kubernetes-validate), check-jsonschema with the prometheus-operator
   # ServiceMonitor models (cloudcoil), hadolint.
