@@ -55,6 +55,7 @@
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
 #include "worker/cache/redis_snapshot_tier.h"
+#include "worker/sched/parallel_auto.h"
 #include "worker/sched/served_model.h"
 #include "worker/service/expert_service.h"
 #include "worker/service/expert_startup.h"
@@ -114,7 +115,10 @@ int OpenCudaDevice(WorkerFlags& f, std::unique_ptr<kernels::Backend>& backend, s
   const DeviceScratchFunctions functions{
       &kernels::cuda::MatMulScratchBytes, &kernels::cuda::MoeFfnScratchBytes,
       &kernels::cuda::PagedAttentionScratchBytes, &kernels::cuda::GatedDeltaRuleScratchBytes};
-  const ServingBatchShape shape = BatchShapeFor(f.serving);
+  // --parallel auto is resolved per model below: the scratch area is sized for its cap.
+  ServingOptions widest = f.serving;
+  if (widest.n_parallel == kParallelAuto) widest.n_parallel = widest.parallel_auto_cap;
+  const ServingBatchShape shape = BatchShapeFor(widest);
   uint64_t scratch = 0;
   for (const auto& [name, path] : f.models) {
     absl::StatusOr<std::unique_ptr<common::GgufFile>> file = common::GgufFile::Open(path);
@@ -141,6 +145,12 @@ int OpenCudaDevice(WorkerFlags& f, std::unique_ptr<kernels::Backend>& backend, s
     ServingOptions o = f.serving;
     if (i > 0) o.device_context_bytes = o.device_scratch_bytes = 0;
     o.budget_bytes = budget > used ? budget - used : 0;
+    if (o.n_parallel == kParallelAuto) {
+      absl::StatusOr<ParallelChoice> c =
+          ResolveAutoParallel(f.models[i].second, o, /*host_memory=*/false);
+      if (!c.ok()) return fail(absl::StrCat("model ", f.models[i].first, ": ", c.status().message()));
+      o.n_parallel = c->n_parallel;
+    }
     absl::StatusOr<PlannedServing> planned =
         ServedModel::Plan(f.models[i].second, o, /*host_memory=*/false);
     if (!planned.ok()) {
@@ -306,6 +316,9 @@ int Run(WorkerFlags& f, uint64_t baseline) {
     f.serving.budget_bytes = f.vram.empty() ? PhysicalMemory() : f.vram_bytes;
     f.serving.budget_name = "VRAM";
   }
+  f.serving.parallel_auto_cap = f.device_spec.kind == DeviceSpec::Kind::kCpu
+                                    ? kParallelAutoCapCpu
+                                    : kParallelAutoCapDevice;
   if (int rc = CheckExpertVramApplies(f); rc != 0) return rc;
   common::SetRequestLogFormat(f.log_format);
   // /metrics from before the first model loads (deltaserve_worker_model_load_progress); the
@@ -365,6 +378,17 @@ int Run(WorkerFlags& f, uint64_t baseline) {
     o.load_progress = [progress, name = f.models[i].first](double fraction) {
       progress->Set(name, fraction);
     };
+    if (o.n_parallel == kParallelAuto) {
+      absl::StatusOr<ParallelChoice> c =
+          ResolveAutoParallel(f.models[i].second, o, backend->host_memory());
+      if (!c.ok()) {
+        std::cerr << "deltaserve-worker: model " << f.models[i].first << ": "
+                  << c.status().message() << "\n";
+        return 1;
+      }
+      o.n_parallel = c->n_parallel;
+      std::cerr << "deltaserve-worker: " << f.models[i].first << ": " << c->Describe(o) << "\n";
+    }
     std::cerr << "deltaserve-worker: loading " << f.models[i].first << " from "
               << f.models[i].second << "\n";
     absl::StatusOr<std::unique_ptr<ServedModel>> m =

@@ -11,6 +11,7 @@
 #include "common/str_util.h"
 #include "worker/cache/memory_plan.h"
 #include "worker/cache/paged_kv_cache.h"
+#include "worker/sched/parallel_auto.h"
 
 namespace deltaserve::worker {
 namespace {
@@ -72,10 +73,24 @@ std::vector<common::Flag> FlagTable(WorkerFlags& f) {
           .Alias("-c")
           .Error("--ctx needs a token count >= 1")
           .Help("N", "positions per sequence, prompt + generated (default 4096)"),
-      IntegerFlag("--parallel", &s.n_parallel, 1)
+      CustomFlag("--parallel",
+                 [&s](std::string_view v) -> std::string {
+                   int n = 0;
+                   if (v == "auto") {
+                     s.n_parallel = kParallelAuto;
+                     return "";
+                   }
+                   if (!absl::SimpleAtoi(common::Sv(v), &n) || n < 1 || n > 4096) {
+                     return "--parallel needs a count >= 1 (at most 4096) or auto";
+                   }
+                   s.n_parallel = n;
+                   return "";
+                 })
           .Alias("-np")
-          .Error("--parallel needs a count >= 1")
-          .Help("N", "sequences running at once per model (default 1)"),
+          .MissingMessage("--parallel needs a count >= 1 (at most 4096) or auto")
+          .Help("N|auto",
+                "sequences running at once per model (default auto: as many as the memory budget "
+                "fits at --ctx, at most 4 on a CPU and 16 on a device)"),
       StringFlag("--ram", &f.ram)
           .MissingMessage("--ram needs a size (8GiB)")
           .Help("SIZE", "memory budget of the CPU worker (default: physical memory)"),
@@ -243,6 +258,7 @@ int WorkerUsage(const std::string& why) {
 }
 
 std::string ParseWorkerFlags(int argc, char** argv, WorkerFlags& f) {
+  f.serving.n_parallel = kParallelAuto;  // --parallel's default
   if (std::string why = common::ParseFlags(FlagTable(f), argc, argv); !why.empty()) return why;
   if (f.list_cpu_isas) return "";
   if (f.models.empty()) return "at least one --model is required";

@@ -125,7 +125,7 @@ TEST(DeltaserveWorkerDevice, CheckArgsChecksTheCommandLineOnly) {
       {{"--snapshot-ram", "lots"}, "deltaserve-worker: --snapshot-ram: size 'lots'"},
       {{"--redis", "http://r:6379"}, "deltaserve-worker: --redis: "},
       {{"--metrics-port", "70000"}, "deltaserve-worker: --metrics-port needs a port"},
-      {{"--parallel", "0"}, "deltaserve-worker: --parallel needs a count >= 1"},
+      {{"--parallel", "0"}, "deltaserve-worker: --parallel needs a count >= 1 (at most 4096) or auto"},
   };
   for (const auto& [more, message] : refused) {
     r = with(more);

@@ -57,7 +57,8 @@ struct Worker {
   std::unique_ptr<pb::Worker::Stub> stub;
 };
 
-Worker StartWorker(std::vector<std::string> extra = {}) {
+// `default_parallel`: without the --parallel 2 below (the worker's own default, auto).
+Worker StartWorker(std::vector<std::string> extra = {}, bool default_parallel = false) {
   Worker w;
   std::vector<std::string> argv = {BinaryPath("worker/deltaserve-worker"),
                                    "--model",
@@ -80,6 +81,10 @@ Worker StartWorker(std::vector<std::string> extra = {}) {
                                    "16",
                                    "--metrics-port",
                                    "0"};
+  if (default_parallel) {
+    auto at = std::find(argv.begin(), argv.end(), "--parallel");
+    argv.erase(at, at + 2);
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   w.proc = std::make_unique<ChildProcess>(argv);
   EXPECT_TRUE(w.proc->started());
@@ -373,6 +378,54 @@ Choices RunChoices(pb::Worker::Stub& stub, const pb::GenerateRequest& req, int n
   }
   out.status = reader->Finish();
   return out;
+}
+
+// A worker started without --parallel: auto, which on a CPU with memory to spare is the cap
+// of 4, printed at start; four requests at once run together (the engine steps of the four
+// are about those of one, not four times as many) and n = 4 is served, not refused.
+TEST(DeltaserveWorkerTest, DefaultParallelIsAutoAndServesFourAtOnce) {
+  Worker w = StartWorker({}, /*default_parallel=*/true);
+  ASSERT_NE(w.stub, nullptr);
+  ASSERT_GE(w.metrics_port, 0);
+  EXPECT_NE(w.proc->err().find("tiny: --parallel auto: 4 sequences at once"), std::string::npos)
+      << w.proc->err();
+  {
+    grpc::ClientContext ctx;
+    pb::WorkerInfo info;
+    ASSERT_TRUE(w.stub->GetWorkerInfo(&ctx, pb::WorkerInfoRequest(), &info).ok());
+    ASSERT_EQ(info.models_size(), 1);
+    EXPECT_EQ(info.models(0).max_parallel_sequences(), 4);
+  }
+  constexpr int kTokens = 64;
+  const char* steps = "deltaserve_model_steps_total";
+  const double before = MetricValue(HttpGet(w.metrics_port, "/metrics"), steps, "tiny");
+  std::vector<Streamed> out(4);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+      threads.emplace_back([&, i] { out[i] = RunGenerate(*w.stub, Greedy(Prompt(20 + i), kTokens)); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  const double after = MetricValue(HttpGet(w.metrics_port, "/metrics"), steps, "tiny");
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status.error_message();
+    EXPECT_EQ(out[i].tokens.size(), static_cast<size_t>(kTokens)) << i;
+  }
+  // One at a time they would take at least 4 x kTokens steps.
+  EXPECT_LT(after - before, 2.0 * kTokens + 8) << "the four requests did not run together";
+  pb::GenerateRequest with_n = Greedy(Prompt(30), 8);
+  with_n.mutable_sampling()->set_temperature(1.0f);
+  with_n.set_n(4);
+  const Choices c = RunChoices(*w.stub, with_n, 4);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.finals_seen, 4);
+  // Beyond what the worker could ever run at once: refused with the number.
+  pb::GenerateRequest too_many = with_n;
+  too_many.set_n(5);
+  const Streamed s = RunGenerate(*w.stub, too_many);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.status.error_message().find("4"), std::string::npos) << s.status.error_message();
 }
 
 TEST(DeltaserveWorkerTest, ChoicesForkAfterOnePrefill) {

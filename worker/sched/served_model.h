@@ -41,7 +41,8 @@ namespace deltaserve::worker {
 // How a model is served (the worker's command-line flags).
 struct ServingOptions {
   int64_t ctx = 4096;  // positions per sequence, prompt + generated (--ctx)
-  int n_parallel = 1;  // sequences running at once (--parallel)
+  int n_parallel = 1;  // sequences running at once (--parallel; 0: auto, parallel_auto.h)
+  int parallel_auto_cap = 4;  // --parallel auto's cap (the worker sets it by device kind)
   kernels::WeightType k_type = kernels::WeightType::kF16;  // --cache-type-k
   kernels::WeightType v_type = kernels::WeightType::kF16;  // --cache-type-v
   int64_t page_tokens = 256;                               // --page-tokens
