@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/sched/parallel_auto.h"
 
 namespace deltaserve::worker {
 namespace {
@@ -198,7 +199,11 @@ TEST(WorkerFlagsTest, RefusalsAndChecksAcrossFlags) {
       {{"--model", "a=x", "--cuda-graphs", "maybe"}, "--cuda-graphs needs on or off"},
       {{"--model", "a=x", "-ctv"}, "-ctv needs a type"},
       {{"--model", "a=x", "--metrics-port", "65536"}, "--metrics-port needs a port"},
-      {{"--model", "a=x", "--parallel", "2147483648"}, "--parallel needs a count >= 1"},
+      {{"--model", "a=x", "--parallel", "2147483648"},
+       "--parallel needs a count >= 1 (at most 4096) or auto"},
+      {{"--model", "a=x", "--parallel", "0"}, "--parallel needs a count >= 1 (at most 4096) or auto"},
+      {{"--model", "a=x", "--parallel", "Auto"},
+       "--parallel needs a count >= 1 (at most 4096) or auto"},
       {{"--model", "a=x", "--auth-secret", "s3cret"},
        "--auth-secret is not accepted: a secret on the command line is visible to every user "
        "(ps); use --auth-secret-file FILE or $DELTASERVE_WORKER_SECRET"},
@@ -209,6 +214,18 @@ TEST(WorkerFlagsTest, RefusalsAndChecksAcrossFlags) {
     WorkerFlags f;
     EXPECT_EQ(Parse(args, f), message) << (args.empty() ? "" : args.back());
   }
+}
+
+TEST(WorkerFlagsTest, ParallelDefaultsToAuto) {
+  WorkerFlags plain;
+  ASSERT_EQ(Parse({"--model", "a=x"}, plain), "");
+  EXPECT_EQ(plain.serving.n_parallel, kParallelAuto);
+  WorkerFlags named;
+  ASSERT_EQ(Parse({"--model", "a=x", "--parallel", "auto"}, named), "");
+  EXPECT_EQ(named.serving.n_parallel, kParallelAuto);
+  WorkerFlags most;
+  ASSERT_EQ(Parse({"--model", "a=x", "-np", "4096"}, most), "");
+  EXPECT_EQ(most.serving.n_parallel, 4096);
 }
 
 TEST(WorkerFlagsTest, SizesAreReadWithTheFlags) {
