@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/api/api_error.h"
 #include "router/routing/router_backend.h"
@@ -63,6 +64,10 @@ TEST_F(RouterBackendTest, ChoicesBeyondEveryWorkersParallelAreA400NamingN) {
   ASSERT_TRUE(o->error.has_value());
   EXPECT_EQ(o->error->code(), absl::StatusCode::kInvalidArgument) << o->error->ToString();
   EXPECT_EQ(api::ErrorParam(*o->error), "n");
+  // The numbers: what was asked and what a worker of the model can ever run at once.
+  EXPECT_THAT(std::string(o->error->message()),
+              ::testing::AllOf(::testing::HasSubstr("n=5"), ::testing::HasSubstr("the 4 sequences")))
+      << o->error->ToString();
   EXPECT_EQ(w.generate_calls(), 0);
 }
 
