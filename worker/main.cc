@@ -35,6 +35,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,7 +85,10 @@ uint64_t PhysicalMemory() {
 // memory; by default all of it), sizes the shared scratch area from the launchers' own figures
 // for every model's batch shape and context, checks every model's VRAM plan (refusing with its
 // table), and only then makes the backend. No CPU fallback: any failure ends the worker.
-int OpenCudaDevice(WorkerFlags& f, std::unique_ptr<kernels::Backend>& backend, std::string& label) {
+// `parallel` receives each model's --parallel auto choice (resolved once, on the VRAM budget
+// each model will get; the loading loop uses it).
+int OpenCudaDevice(WorkerFlags& f, std::unique_ptr<kernels::Backend>& backend, std::string& label,
+                   std::vector<std::optional<ParallelChoice>>& parallel) {
   const std::string dev = f.device_spec.Name();
   auto fail = [&dev](std::string_view why) {
     std::cerr << "deltaserve-worker: --device " << dev << ": " << why << "\n";
@@ -150,6 +154,7 @@ int OpenCudaDevice(WorkerFlags& f, std::unique_ptr<kernels::Backend>& backend, s
           ResolveAutoParallel(f.models[i].second, o, /*host_memory=*/false);
       if (!c.ok()) return fail(absl::StrCat("model ", f.models[i].first, ": ", c.status().message()));
       o.n_parallel = c->n_parallel;
+      parallel[i] = *c;
     }
     absl::StatusOr<PlannedServing> planned =
         ServedModel::Plan(f.models[i].second, o, /*host_memory=*/false);
@@ -348,6 +353,7 @@ int Run(WorkerFlags& f, uint64_t baseline) {
   }
   std::unique_ptr<kernels::Backend> backend;
   std::string device_label = f.device_spec.Name();  // GetWorkerInfo's device
+  std::vector<std::optional<ParallelChoice>> parallel(f.models.size());  // --parallel auto
   if (f.device_spec.kind == DeviceSpec::Kind::kCpu) {
     backend = kernels::MakeCpuBackend(f.serving.n_threads);
   } else if (f.device_spec.kind == DeviceSpec::Kind::kSim) {
@@ -363,7 +369,7 @@ int Run(WorkerFlags& f, uint64_t baseline) {
               << (f.vram.empty() ? " (physical memory; --vram sets it)" : " (--vram)") << "\n";
   } else {
 #if defined(DELTASERVE_HAVE_CUDA)
-    if (int rc = OpenCudaDevice(f, backend, device_label); rc != 0) return rc;
+    if (int rc = OpenCudaDevice(f, backend, device_label, parallel); rc != 0) return rc;
 #endif
   }
   std::vector<std::unique_ptr<ServedModel>> served;
@@ -379,15 +385,19 @@ int Run(WorkerFlags& f, uint64_t baseline) {
       progress->Set(name, fraction);
     };
     if (o.n_parallel == kParallelAuto) {
-      absl::StatusOr<ParallelChoice> c =
-          ResolveAutoParallel(f.models[i].second, o, backend->host_memory());
-      if (!c.ok()) {
-        std::cerr << "deltaserve-worker: model " << f.models[i].first << ": "
-                  << c.status().message() << "\n";
-        return 1;
+      if (!parallel[i]) {  // a CUDA device resolved it already, on this same budget
+        absl::StatusOr<ParallelChoice> c =
+            ResolveAutoParallel(f.models[i].second, o, backend->host_memory());
+        if (!c.ok()) {
+          std::cerr << "deltaserve-worker: model " << f.models[i].first << ": "
+                    << c.status().message() << "\n";
+          return 1;
+        }
+        parallel[i] = *c;
       }
-      o.n_parallel = c->n_parallel;
-      std::cerr << "deltaserve-worker: " << f.models[i].first << ": " << c->Describe(o) << "\n";
+      o.n_parallel = parallel[i]->n_parallel;
+      std::cerr << "deltaserve-worker: " << f.models[i].first << ": " << parallel[i]->Describe(o)
+                << "\n";
     }
     std::cerr << "deltaserve-worker: loading " << f.models[i].first << " from "
               << f.models[i].second << "\n";

@@ -42,6 +42,35 @@ std::vector<CpuIsa> SimdLevels() {
   return levels;
 }
 
+// The activation shapes both quantizer tests cover: blocks of 32 (legacy, n not a multiple of
+// 256) and super-blocks of 256 with G = 32 and 16.
+struct QuantCase {
+  bool k_quant;
+  int group;
+  int64_t n;
+};
+constexpr QuantCase kQuantCases[] = {
+    {false, 32, 160}, {false, 32, 1312}, {true, 32, 1280}, {true, 16, 768}};
+
+// rows x c.n activations with the edge cases: an all-zero block (row 0, block 1) and a block
+// whose largest magnitude occurs twice with both signs (row 1, block 0: -50 first, then +50).
+std::vector<float> EdgeActivations(const QuantCase& c, int64_t rows, std::mt19937& rng) {
+  std::vector<float> x = Activations(rows * c.n, rng);
+  const int super = c.k_quant ? kQkK : kQk;
+  std::fill(x.begin() + super, x.begin() + 2 * super, 0.0f);
+  if (rows > 1) {
+    x[c.n + 3] = -50.0f;
+    x[c.n + 9] = 50.0f;
+  }
+  return x;
+}
+
+std::string Describe(CpuIsa isa, const QuantCase& c, int64_t rows) {
+  return std::string(CpuIsaName(isa)) + (c.k_quant ? " K" : " legacy") +
+         " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
+         " rows=" + std::to_string(rows);
+}
+
 // The SIMD activation quantizers write the bytes and floats of the plain one, bit for bit:
 // partial last panels (zero rows), blocks of 32 (legacy, n not a multiple of 256) and
 // super-blocks of 256 with G = 32 and 16, an all-zero block, and a block whose largest
@@ -49,21 +78,9 @@ std::vector<CpuIsa> SimdLevels() {
 TEST(MatMulInt8QuantizeTest, SimdEqualsScalarBitForBit) {
   if (SimdLevels().empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(27);
-  struct Case {
-    bool k_quant;
-    int group;
-    int64_t n;
-  };
-  for (const Case c :
-       {Case{false, 32, 160}, Case{false, 32, 1312}, Case{true, 32, 1280}, Case{true, 16, 768}}) {
+  for (const QuantCase& c : kQuantCases) {
     for (int64_t rows : {1, 5, 16, 17, 35}) {
-      std::vector<float> x = Activations(rows * c.n, rng);
-      const int super = c.k_quant ? kQkK : kQk;
-      std::fill(x.begin() + super, x.begin() + 2 * super, 0.0f);  // row 0, block 1
-      if (rows > 1) {
-        x[c.n + 3] = -50.0f;  // row 1, block 0: -50 first, then +50
-        x[c.n + 9] = 50.0f;
-      }
+      std::vector<float> x = EdgeActivations(c, rows, rng);
       const Mat xm{x.data(), rows, c.n, c.n};
       const int64_t panels = (rows + internal::kActPanel - 1) / internal::kActPanel;
       const auto blocks = static_cast<size_t>(panels * (c.n / c.group) * internal::kActPanel);
@@ -83,9 +100,7 @@ TEST(MatMulInt8QuantizeTest, SimdEqualsScalarBitForBit) {
             ASSERT_TRUE(internal::QuantizeInt8PanelsSimd(isa, c.k_quant, xm, out, 0, panels));
           }
         }
-        const std::string what = std::string(CpuIsaName(isa)) + (c.k_quant ? " K" : " legacy") +
-                                 " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
-                                 " rows=" + std::to_string(rows);
+        const std::string what = Describe(isa, c, rows);
         EXPECT_EQ(q[0], q[1]) << what;
         EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
         EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;
@@ -98,21 +113,9 @@ TEST(MatMulInt8QuantizeTest, SimdEqualsScalarBitForBit) {
 TEST(MatMulInt8QuantizeTest, FlatSimdEqualsScalarBitForBit) {
   if (SimdLevels().empty()) GTEST_SKIP() << "no SIMD level on this CPU";
   std::mt19937 rng(29);
-  struct Case {
-    bool k_quant;
-    int group;
-    int64_t n;
-  };
-  for (const Case c :
-       {Case{false, 32, 160}, Case{false, 32, 1312}, Case{true, 32, 1280}, Case{true, 16, 768}}) {
+  for (const QuantCase& c : kQuantCases) {
     for (int64_t rows : {1, 5, 17}) {
-      std::vector<float> x = Activations(rows * c.n, rng);
-      const int super = c.k_quant ? kQkK : kQk;
-      std::fill(x.begin() + super, x.begin() + 2 * super, 0.0f);  // row 0, block 1
-      if (rows > 1) {
-        x[c.n + 3] = -50.0f;  // row 1, block 0: -50 first, then +50
-        x[c.n + 9] = 50.0f;
-      }
+      std::vector<float> x = EdgeActivations(c, rows, rng);
       const Mat xm{x.data(), rows, c.n, c.n};
       const auto blocks = static_cast<size_t>(rows * (c.n / c.group));
       for (CpuIsa isa : SimdLevels()) {
@@ -135,9 +138,7 @@ TEST(MatMulInt8QuantizeTest, FlatSimdEqualsScalarBitForBit) {
             internal::QuantizeInt8FlatSimd(isa, c.k_quant, xm, out, 1, rows);
           }
         }
-        const std::string what = std::string(CpuIsaName(isa)) + (c.k_quant ? " K" : " legacy") +
-                                 " G=" + std::to_string(c.group) + " n=" + std::to_string(c.n) +
-                                 " rows=" + std::to_string(rows);
+        const std::string what = Describe(isa, c, rows);
         EXPECT_EQ(q[0], q[1]) << what;
         EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), blocks * sizeof(float)), 0) << what;
         EXPECT_EQ(std::memcmp(dsum[0].data(), dsum[1].data(), blocks * sizeof(float)), 0) << what;

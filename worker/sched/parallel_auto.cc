@@ -26,7 +26,7 @@ absl::StatusOr<ParallelChoice> ResolveAutoParallel(const std::string& path,
                                                    bool host_memory) {
   ParallelChoice choice;
   choice.cap = std::max(1, options.parallel_auto_cap);
-  int fallback = 0;  // the largest count that fits when none keeps half the experts
+  bool any_fits = false;  // some count fits, though none keeps half the experts
   for (int n = choice.cap; n >= 1; --n) {
     ServingOptions o = options;
     o.n_parallel = n;
@@ -37,7 +37,7 @@ absl::StatusOr<ParallelChoice> ResolveAutoParallel(const std::string& path,
     }
     const ExpertSplit& e = planned->plan.inputs.experts;
     if (e.applies && !e.all_on_device && e.n_slots * 2 < e.n_experts()) {
-      if (fallback == 0) fallback = n;
+      any_fits = true;
       continue;
     }
     choice.n_parallel = n;
@@ -48,7 +48,7 @@ absl::StatusOr<ParallelChoice> ResolveAutoParallel(const std::string& path,
   // the device. None fits: one, and Create refuses with the plan.
   choice.n_parallel = 1;
   choice.memory_bound = true;
-  choice.fits = fallback != 0;
+  choice.fits = any_fits;
   return choice;
 }
 
