@@ -215,9 +215,12 @@ TEST_P(SnapshotSchedulerTest, TenTurnConversationEqualsColdRunsAndRestoresThePre
       // message, which is a message boundary of this prompt.
       EXPECT_EQ(sink->result->cached_prompt_tokens, previous_end) << what;
       EXPECT_EQ(sink->result->cached_from, SnapshotSource::kRam) << what;
+      // Restoring took time and is a part of the prefill the log line reports.
+      EXPECT_GT(sink->result->restore_ms, 0.0) << what;
     } else {
       EXPECT_EQ(sink->result->cached_prompt_tokens, 0) << what;
     }
+    EXPECT_LE(sink->result->restore_ms, sink->result->prefill_ms) << what;
     conv.AddReply(sink->tokens);
     previous_end = static_cast<int64_t>(conv.history.size());
   }

@@ -384,6 +384,7 @@ void Scheduler::Admit() {
     // The prefix to restore is chosen first: the pages it shares are not needed anew (and the
     // reference held here keeps them while other snapshots give theirs back).
     RestorePoint point;
+    const Clock::time_point restore_began = Clock::now();
     if (snapshots_ != nullptr) point = ChooseRestore(seq);
     const int64_t need_new = need - SharedPages(point);
     if (cache_->free_pages() - reserved < need_new && snapshots_ != nullptr) {
@@ -400,7 +401,10 @@ void Scheduler::Admit() {
       seq.was_admitted = true;
       seq.admitted = Clock::now();
     }
-    if (snapshots_ != nullptr) RestoreAtAdmission(seq, point, first_admission);
+    if (snapshots_ != nullptr) {
+      RestoreAtAdmission(seq, point, first_admission);
+      if (first_admission) seq.result.restore_ms = Ms(restore_began, Clock::now());
+    }
     reserved += need_new;
     reserved_slots += forks;
     ++live;

@@ -154,6 +154,8 @@ struct GenerationResult {
   int snapshots_taken = 0;
   int64_t completion_tokens = 0;     // generated, the stop token included
   double queue_ms = 0, prefill_ms = 0, decode_ms = 0, first_token_ms = 0;  // from submission
+  // Of prefill_ms: choosing the snapshot to resume from and restoring it (0 with no snapshots).
+  double restore_ms = 0;
   int preemptions = 0;
   int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculation
 };

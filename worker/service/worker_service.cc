@@ -279,6 +279,8 @@ class StreamSink : public GenerationSink {
         .Int("reasoning", reasoning_.count())
         .Num("queue_ms", r.queue_ms)
         .Num("ttft_ms", r.first_token_ms)
+        .Num("restore_ms", r.restore_ms)
+        .Num("prefill_ms", r.prefill_ms)
         .Num("decode_ms", r.decode_ms)
         .Int("preemptions", r.preemptions);
     if (n_choices_ > 1) line.Int("choice", choice_);
