@@ -10,7 +10,8 @@
 // hash so the script can check).
 //   prefill: a fresh sequence per repetition; the prompt is fed in chunks of --batch tokens, each
 //            chunk one Forward call that computes only the logits of its last token (what a
-//            server does); tok/s = N / time of those calls.
+//            server does); tok/s = N / time of those calls. With --depth D, D tokens go in first,
+//            untimed: the rate of a turn's new tokens on top of a resumed conversation.
 //   decode:  every repetition prefills the prompt ("depth", may be 0) into a fresh sequence,
 //            untimed, then times --decode single-token Forward calls, each token the greedy
 //            argmax of the previous logits (at depth 0 the first one is the first id the seed
@@ -71,6 +72,7 @@ constexpr char kUsage[] =
     "  --prompt N         prompt tokens (pseudo-random ids below min(2000, n_vocab))\n"
     "  --decode N         decode steps per repetition (default 64)\n"
     "  --batch N          prefill chunk size in tokens (default 512)\n"
+    "  --depth D          prefill: D tokens before the prompt, untimed (default 0)\n"
     "  --reps R           timed repetitions (default 5); the summary gives the median\n"
     "  --seed S           seed of the prompt ids (default 1)\n"
     "  --warmup N         untimed warm-up passes before the first repetition (default 1)\n"
@@ -86,6 +88,7 @@ struct Options {
   int64_t prompt = -1;
   int64_t decode = 64;
   int64_t batch = 512;
+  int64_t depth = 0;  // prefill: tokens already in the sequence, untimed
   int reps = 5;
   uint64_t seed = 1;
   int warmup = 1;
@@ -118,6 +121,8 @@ std::string Parse(int argc, char** argv, Options& o) {
       if (!number(o.decode) || o.decode < 1) return "--decode needs a count >= 1";
     } else if (a == "--batch") {
       if (!number(o.batch) || o.batch < 1) return "--batch needs a count >= 1";
+    } else if (a == "--depth") {
+      if (!number(o.depth) || o.depth < 0) return "--depth needs a token count >= 0";
     } else if (a == "--reps") {
       if (!number(o.reps) || o.reps < 1) return "--reps needs a count >= 1";
     } else if (a == "--seed") {
@@ -142,6 +147,7 @@ std::string Parse(int argc, char** argv, Options& o) {
   }
   if (o.prompt < 0) return "--prompt N is required";
   if (o.scenario == "prefill" && o.prompt == 0) return "prefill needs --prompt >= 1";
+  if (o.scenario != "prefill" && o.depth > 0) return "--depth is for --scenario prefill";
   return "";
 }
 
@@ -220,7 +226,10 @@ int Run(const Options& o) {
   if (!loaded.ok()) return Fail(loaded.status());
   Qwen35Model& model = **loaded;
   const int64_t n_vocab = model.n_vocab();
-  const std::vector<int32_t> ids = PromptIds(o.prompt, o.seed, n_vocab);
+  // With --depth the first `depth` ids are the untimed history, the rest the timed prompt.
+  const std::vector<int32_t> all_ids = PromptIds(o.depth + o.prompt, o.seed, n_vocab);
+  const std::vector<int32_t> history(all_ids.begin(), all_ids.begin() + o.depth);
+  const std::vector<int32_t> ids(all_ids.begin() + o.depth, all_ids.end());
   worker::KvCacheOptions kv;
   absl::StatusOr<kernels::WeightType> k_type = worker::ParseKvCacheType(o.cache_type_k);
   if (!k_type.ok()) return Fail(k_type.status());
@@ -229,7 +238,7 @@ int Run(const Options& o) {
   kv.k_type = *k_type;
   kv.v_type = *v_type;
   const bool prefill = o.scenario == "prefill";
-  const int64_t capacity = o.prompt + (prefill ? 0 : o.decode);
+  const int64_t capacity = o.depth + o.prompt + (prefill ? 0 : o.decode);
   std::fprintf(stderr, "deltaserve-bench-engine: %s, %s prompt=%lld%s, %d threads, %d reps\n",
                o.model.c_str(), o.scenario.c_str(), static_cast<long long>(o.prompt),
                prefill ? "" : absl::StrCat(" decode=", o.decode).c_str(), o.threads, o.reps);
@@ -260,6 +269,11 @@ int Run(const Options& o) {
     double seconds = 0;
     int64_t tokens = 0;
     if (prefill) {
+      if (o.depth > 0) {
+        absl::StatusOr<double> h = Prefill(model, seq, history, o.batch, logits);
+        if (!h.ok()) return Fail(h.status());
+        depth_seconds = *h;
+      }
       absl::StatusOr<double> s = Prefill(model, seq, ids, o.batch, logits);
       if (!s.ok()) return Fail(s.status());
       seconds = *s;
@@ -302,12 +316,12 @@ int Run(const Options& o) {
   if (o.json) {
     std::printf(
         "{\"summary\":true,\"engine\":\"deltaserve\",\"scenario\":\"%s\",\"prompt\":%lld,"
-        "\"decode\":%lld,\"batch\":%lld,\"threads\":%d,\"reps\":%d,\"median_tok_s\":%.3f,"
+        "\"depth\":%lld,\"decode\":%lld,\"batch\":%lld,\"threads\":%d,\"reps\":%d,\"median_tok_s\":%.3f,"
         "\"min_tok_s\":%.3f,\"max_tok_s\":%.3f,\"depth_prefill_seconds\":%.3f,"
         "\"peak_rss_mb\":%.1f,\"weight_bytes\":%llu,\"decode_weight_bytes_per_token\":%.0f,"
         "\"kv_bytes_per_token\":%llu,\"kv_type\":\"%s/%s\",\"cpu_seconds\":%.2f,"
         "\"ids_fnv1a\":\"%016llx\"}\n",
-        o.scenario.c_str(), static_cast<long long>(o.prompt),
+        o.scenario.c_str(), static_cast<long long>(o.prompt), static_cast<long long>(o.depth),
         static_cast<long long>(prefill ? 0 : o.decode), static_cast<long long>(o.batch), o.threads,
         o.reps, median, min, max, depth_seconds, PeakRssMb(),
         static_cast<unsigned long long>(mem.weight_bytes), weight_bytes,

@@ -5,11 +5,13 @@
 #
 #   bench/deltaserve_bench/docs_runs.sh soak  [--minutes 30]    # router + 2 workers + Redis, faults
 #   bench/deltaserve_bench/docs_runs.sh versus                   # DeltaServe, then llama-cpp-python
+#   bench/deltaserve_bench/docs_runs.sh ttft [--rounds 3]        # chat TTFT vs C++ llama-server
 #
 # Environment: BUILD (default build/release: deltaserve-worker, -router, -synth), MODEL (default
 # build/bench/synth-0.8b-q4_k_m.gguf, made with deltaserve-synth when missing), LLAMA_VENV (a
-# venv with llama-cpp-python[server]==0.3.36, for `versus`), OUT (default build/bench/dsbench),
-# WORKLOADS (for `versus`, default "ctx mt conc").
+# venv with llama-cpp-python[server]==0.3.36, for `versus`), LLAMA_SERVER (llama.cpp's
+# llama-server binary, for `ttft`), OUT (default build/bench/dsbench), WORKLOADS (for `versus`,
+# default "ctx mt conc").
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,14 +25,20 @@ fleet=bench/deltaserve_bench/fleet.sh
 what=${1:-}
 shift || true
 minutes=30
+rounds=3
 while [[ $# -gt 0 ]]; do
   case $1 in
     --minutes) minutes=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     *) echo "docs_runs.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
-[[ "${what}" == soak || "${what}" == versus ]] ||
-  { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[[ "${what}" == soak || "${what}" == versus || "${what}" == ttft ]] ||
+  { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+if [[ "${what}" == ttft ]]; then
+  [[ -x "${LLAMA_SERVER:-}" ]] ||
+    { echo "docs_runs.sh ttft: set LLAMA_SERVER to llama.cpp's llama-server binary" >&2; exit 2; }
+fi
 
 # shellcheck source=bench/lock.sh
 source "${repo}/bench/lock.sh"
@@ -57,6 +65,53 @@ if [[ "${what}" == soak ]]; then
     --fault "${half}m:${fleet} ${state} restart-redis" \
     --fault "$(python3 -c "print(${half} + ${minutes} / 6)")m:${fleet} ${state} start-worker 2" \
     --out "${out}/soak" --no-progress
+  cat /proc/loadavg >>"${out}/${what}-machine.txt"
+  exit 0
+fi
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+if [[ "${what}" == ttft ]]; then
+  # Chat TTFT through the API, one conversation at a time: a 3,000-token system prompt and
+  # 110-token user turns (the first turn ~3.3K tokens, cold), 6 turns, 16 tokens out, no tool
+  # turns. Each round starts both servers afresh (DeltaServe with an empty Redis and RAM tier,
+  # llama-server with an empty prompt cache) and uses its own seed, so every first turn is
+  # cold; the servers alternate within a round. Both: 2 threads, one sequence, context 8,192.
+  # llama-server runs with its defaults for reuse: `cache_prompt` on (the slot keeps the last
+  # prompt's KV and recurrent state, with context checkpoints for hybrid models) and a RAM
+  # prompt cache (--cache-ram, 8 GiB); it renders the model's own template (--jinja).
+  ctx=8192
+  turns=(--sessions 1 --turns 6 --system-tokens 3000 --user-tokens 110 --tool-ratio 0
+         --max-tokens 16 --think-time 0.5)
+  for round in $(seq 1 "${rounds}"); do
+    seed=$((100 + round))
+    state="${out}/ttft-fleet"
+    rm -rf "${state}" "${out}/ttft-r${round}-deltaserve" "${out}/ttft-r${round}-llama-server"
+    url=$("${fleet}" "${state}" start --model "${model}" --build "${build}" --workers 1 \
+      --threads 2 --ctx "${ctx}" --parallel 1 --snapshot-ram 2GiB)
+    "${bench}" multi-turn --url "${url}" --model bench --label DeltaServe --no-progress \
+      --seed "${seed}" "${turns[@]}" --out "${out}/ttft-r${round}-deltaserve"
+    cp "${state}/worker1.log" "${out}/ttft-r${round}-deltaserve/worker.log"
+    "${fleet}" "${state}" stop
+    sleep 2
+    port=$(free_port)
+    "${LLAMA_SERVER}" -m "${model}" --alias bench --host 127.0.0.1 --port "${port}" -t 2 -tb 2 \
+      -c "${ctx}" -np 1 --jinja --no-webui \
+      >"${out}/ttft-r${round}-llama-server.log" 2>&1 &
+    llama_pid=$!
+    trap 'kill ${llama_pid} 2>/dev/null || true' EXIT
+    for _ in $(seq 1 600); do
+      curl -sf "http://127.0.0.1:${port}/health" >/dev/null && break
+      sleep 0.2
+    done
+    "${bench}" multi-turn --url "http://127.0.0.1:${port}" --model bench --label llama-server \
+      --no-progress --seed "${seed}" "${turns[@]}" --out "${out}/ttft-r${round}-llama-server"
+    kill "${llama_pid}"; wait "${llama_pid}" 2>/dev/null || true
+    sleep 2
+  done
+  python3 bench/deltaserve_bench/ttft_table.py "${out}" "${rounds}" | tee "${out}/ttft-table.md"
   cat /proc/loadavg >>"${out}/${what}-machine.txt"
   exit 0
 fi
@@ -92,7 +147,7 @@ url=$("${fleet}" "${state}" start --model "${model}" --build "${build}" --worker
 run_all DeltaServe "${url}" bench
 "${fleet}" "${state}" stop
 sleep 2
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 # --logits_all false: a chat completion needs the last row only (bench/snapshot_bench.sh says why);
 # numpy's OpenBLAS would otherwise spin threads beside llama.cpp's. No --chat_format: the model's
 # own template (the one DeltaServe renders; chatml would drop the tools and tool results).
