@@ -1,8 +1,9 @@
 // AVX-512 VNNI one-activation-row products of the int8 path (Int8FusedAvx512Vnni,
-// matmul_int8.h): the decode step's matrix-vector products. Q4_K and Q6_K run four weight rows
-// at a time (shared activation loads, integer sums per super-block, software prefetch), Q8_0
-// (in groups of 16 blocks, matmul_int8_avx512_q8_0.h) and Q5_K one row at a time. Built with the
-// AVX-512 flags of quants.cmake; called only when the CPU has AVX-512 F/BW/VL and VNNI.
+// matmul_int8.h): the decode step's matrix-vector products, every type one weight row at a time
+// (one contiguous stream with a software prefetch); Q4_K and Q6_K through kernels that can also
+// take up to four rows side by side (DotQ4KRows / DotQ6KRows: integer sums per super-block),
+// Q8_0 in groups of 16 blocks (matmul_int8_avx512_q8_0.h). Built with the AVX-512 flags of
+// quants.cmake; called only when the CPU has AVX-512 F/BW/VL and VNNI.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -258,25 +259,16 @@ void DotQ6KRows(const uint8_t* w, size_t row_bytes, int64_t nsb, const Int8FlatR
   StoreRows<R>(ReduceRows4(acc), y);
 }
 
-// Rows in blocks of four through Kernel<4>::Run, the 1 .. 3 left through Kernel<left>::Run.
+// Rows one at a time through Kernel<1>::Run. Four rows side by side (Kernel<4>, sharing the
+// activation loads) read four streams at once, which the hardware prefetchers follow worse than
+// one: decode of synth-0.8b-q4_k_m at depth 0 (Zen 4 guest, 2 threads, deltaserve-bench-engine,
+// 3 alternating rounds of 5 x 64 tokens) gave 66-79 tok/s four rows at a time, 67-80 two at a
+// time and 87-95 one at a time. Each row's sums do not depend on the rows beside it, so the
+// outputs are the same either way (and equal the batch kernel's, matmul_int8_avx512_batch.cc).
 template <template <int> class Kernel>
-void RowsByFour(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t nsb, const Int8FlatRow& x,
-                float* y) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) Kernel<4>::Run(w + r * row_bytes, row_bytes, nsb, x, y + r);
-  switch (rows - r) {
-    case 3:
-      Kernel<3>::Run(w + r * row_bytes, row_bytes, nsb, x, y + r);
-      break;
-    case 2:
-      Kernel<2>::Run(w + r * row_bytes, row_bytes, nsb, x, y + r);
-      break;
-    case 1:
-      Kernel<1>::Run(w + r * row_bytes, row_bytes, nsb, x, y + r);
-      break;
-    default:
-      break;
-  }
+void RowsOneByOne(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t nsb,
+                  const Int8FlatRow& x, float* y) {
+  for (int64_t r = 0; r < rows; ++r) Kernel<1>::Run(w + r * row_bytes, row_bytes, nsb, x, y + r);
 }
 
 template <int R>
@@ -308,7 +300,7 @@ bool Int8FusedAvx512Vnni(WeightType type, const uint8_t* w, size_t row_bytes, in
       }
       return true;
     case WeightType::kQ4_K:
-      RowsByFour<Q4KRows>(w, row_bytes, rows, x.n / kQkK, x, y);
+      RowsOneByOne<Q4KRows>(w, row_bytes, rows, x.n / kQkK, x, y);
       return true;
     case WeightType::kQ5_K:
       for (int64_t r = 0; r < rows; ++r) {
@@ -316,7 +308,7 @@ bool Int8FusedAvx512Vnni(WeightType type, const uint8_t* w, size_t row_bytes, in
       }
       return true;
     case WeightType::kQ6_K:
-      RowsByFour<Q6KRows>(w, row_bytes, rows, x.n / kQkK, x, y);
+      RowsOneByOne<Q6KRows>(w, row_bytes, rows, x.n / kQkK, x, y);
       return true;
     default:
       return false;
