@@ -12,8 +12,9 @@
 # Traces: synthetic (--synthetic-trace, seed 1) uniform, Zipf 0.5 (the skew that reproduces the
 # published Qwen3.5-122B-A10B hot-expert measurement), Zipf 1.0, and Zipf 1.0 drifting over 8
 # topics of 10,000 tokens each; --recorded adds a trace recorded from a skewed synthetic model
-# (bench/moe_routing_trace.cc). The simulator is deterministic: the same build gives the same
-# numbers.
+# (bench/moe_routing_trace.cc). A what-if: the same models with every expert at the mean size
+# ("<model>-even"), i.e. what expert slots of exact bytes would give. The simulator is
+# deterministic: the same build gives the same numbers.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -66,19 +67,37 @@ all_expert_bytes() {  # model
     "${python}" -c 'import json, sys; print(json.load(sys.stdin)["model"]["all_expert_bytes"])'
 }
 
-run() {  # model profile trace fraction
-  local model="$1" profile="$2" trace="$3" fraction="$4" total vram
+# The what-if shape: the built-in model with every layer's expert at the mean expert size (same
+# total bytes, so a slot holds exactly one expert of any layer).
+even_model() {  # model -> path of its JSON
+  local file="${trace_dir}/$1-even.json"
+  if [[ ! -f "${file}" ]]; then
+    "${sim}" --synthetic-trace --steps 10 --profile rtx4090 --model "$1" --expert-vram 0 |
+      "${python}" -c 'import json, sys
+m = json.load(sys.stdin)["model"]
+print(json.dumps({"base": sys.argv[1], "name": sys.argv[1] + "-even",
+                  "expert_bytes": m["all_expert_bytes"] // (m["n_layer"] * m["n_expert"])}))' \
+      "$1" > "${file}"
+  fi
+  echo "${file}"
+}
+
+run() {  # model profile trace fraction [shape: a model JSON replacing the built-in one]
+  local model="$1" profile="$2" trace="$3" fraction="$4" shape="${5:-$1}" name="$1" total vram
+  if [[ -n "${5:-}" ]]; then name="$1-even"; fi
   total="$(all_expert_bytes "${model}")"
   vram="$("${python}" -c "print(int(${total} * ${fraction}))")"
   # A recorded trace from bench/moe_routing_trace.cc has one token per decode step; its prompts
   # (64 tokens by default) are prefill.
   local decode=64
   if [[ "${trace}" == recorded ]]; then decode=1; fi
-  "${sim}" --trace "$(trace_file "${model}" "${trace}")" --profile "${profile}" --model "${model}" \
+  "${sim}" --trace "$(trace_file "${model}" "${trace}")" --profile "${profile}" --model "${shape}" \
     --expert-vram "${vram}" --max-decode-tokens "${decode}" --sweep \
-    > "${out}/${model}_${profile}_${trace}_${fraction}.json"
-  echo "${model} ${profile} ${trace} ${fraction}" >&2
+    > "${out}/${name}_${profile}_${trace}_${fraction}.json"
+  made["${name}_${profile}_${trace}_${fraction}"]=1
+  echo "${name} ${profile} ${trace} ${fraction}" >&2
 }
+declare -A made=()  # the runs of this invocation
 
 for model in 35b-a3b 122b-a10b; do
   for profile in rtx4090 h100; do
@@ -93,6 +112,19 @@ for case in "122b-a10b rtx4090" "35b-a3b h100"; do
   for trace in uniform zipf0.5 zipf1.0-drift; do
     for fraction in 0.1 0.2 0.3 0.4 0.6 0.75 0.9; do
       run "${model}" "${profile}" "${trace}" "${fraction}"
+    done
+  done
+done
+# The what-if of exact-byte slots: equal expert sizes.
+for model in 35b-a3b 122b-a10b; do
+  for profile in rtx4090 h100; do
+    for trace in uniform zipf0.5; do
+      for fraction in 0.25 0.5 0.9; do
+        run "${model}" "${profile}" "${trace}" "${fraction}" "$(even_model "${model}")"
+        # ... beside the real sizes at the same budget (0.9: not every case is in the sweep).
+        [[ -n "${made[${model}_${profile}_${trace}_${fraction}]:-}" ]] ||
+          run "${model}" "${profile}" "${trace}" "${fraction}"
+      done
     done
   done
 done

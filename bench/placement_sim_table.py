@@ -2,8 +2,9 @@
 """Markdown table and plot of deltaserve-placement-sim results (bench/placement_sim_bench.sh).
 
     placement_sim_table.py DIR      reads DIR/<model>_<profile>_<trace>_<fraction>.json, prints
-                                    the table of docs/benchmarks.md and, when matplotlib is
-                                    importable, writes DIR/placement_sim.png
+                                    the tables of docs/benchmarks.md (the policies; the
+                                    what-if of equal expert sizes, <model>-even) and, when
+                                    matplotlib is importable, writes DIR/placement_sim.png
 """
 import glob
 import json
@@ -27,9 +28,10 @@ def load(directory):
 
 def table(runs):
     print("| model | machine | trace | expert VRAM | all_cpu | n_cpu_moe (N) | static | dynamic "
-          "| dynamic / n_cpu_moe | hit share static / dynamic | dynamic_layers / n_cpu_moe |")
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    keys = sorted((k for k in runs if k[3] in (0.25, 0.5)),
+          "| dynamic / n_cpu_moe | hit share static / dynamic | whole layers | "
+          "per-expert / n_cpu_moe |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    keys = sorted((k for k in runs if k[3] in (0.25, 0.5) and not k[0].endswith("-even")),
                   key=lambda k: (k[0], k[1], TRACE_ORDER.index(k[2]) if k[2] in TRACE_ORDER
                                  else 99, k[3]))
     for model, profile, trace, fraction in keys:
@@ -40,7 +42,30 @@ def table(runs):
               f"{r['n_cpu_moe']:.1f} ({p['n_cpu_moe']['n']}) | {r['static']:.1f} | "
               f"{r['dynamic']:.1f} | **{r['dynamic_vs_n_cpu_moe']:.2f}** | "
               f"{p['static']['device_hit_share']:.2f} / {p['dynamic']['device_hit_share']:.2f} | "
-              f"{p['dynamic_layers']['tok_s'] / r['n_cpu_moe']:.2f} |")
+              f"{p['dynamic']['whole_layers']} | "
+              f"{p['dynamic_per_expert']['tok_s'] / r['n_cpu_moe']:.2f} |")
+
+
+def what_if_table(runs):
+    """dynamic / n_cpu_moe with the real (mixed) expert sizes and with equal ones (<model>-even):
+    what expert slots of exact bytes would change."""
+    keys = sorted((k for k in runs if k[0].endswith("-even")),
+                  key=lambda k: (k[0], k[1], TRACE_ORDER.index(k[2]) if k[2] in TRACE_ORDER
+                                 else 99, k[3]))
+    if not keys:
+        return
+    print()
+    print("| model | machine | trace | expert VRAM | slots (mixed / even) | "
+          "dynamic / n_cpu_moe, mixed sizes | dynamic / n_cpu_moe, equal sizes |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: |")
+    for even_model, profile, trace, fraction in keys:
+        model = even_model[:-len("-even")]
+        even = runs[(even_model, profile, trace, fraction)]
+        mixed = runs.get((model, profile, trace, fraction))
+        mixed_slots = mixed["slots"] if mixed else "-"
+        mixed_ratio = f"{mixed['dynamic_vs_n_cpu_moe']:.2f}" if mixed else "-"
+        print(f"| {model} | {profile} | {trace} | {fraction:.0%} | {mixed_slots} / "
+              f"{even['slots']} | {mixed_ratio} | {even['dynamic_vs_n_cpu_moe']:.2f} |")
 
 
 def plot(runs, directory):
@@ -51,10 +76,13 @@ def plot(runs, directory):
     except ImportError:
         print("(matplotlib not available: no plot)", file=sys.stderr)
         return
-    panels = sorted({(k[0], k[1]) for k in runs
-                     if len([1 for j in runs if j[:2] == k[:2] and j[2] == k[2]]) > 3})
+    panels = sorted({(k[0], k[1]) for k in runs if not k[0].endswith("-even")
+                     and len([1 for j in runs if j[:2] == k[:2] and j[2] == k[2]]) > 3})
     traces = [t for t in ["uniform", "zipf0.5", "zipf1.0-drift"]
               if any(k[2] == t for k in runs)]
+    if not panels or not traces:
+        print("(too few budgets per case for a plot)", file=sys.stderr)
+        return
     fig, axes = plt.subplots(len(panels), len(traces), figsize=(4.2 * len(traces),
                                                                  3.4 * len(panels)),
                              squeeze=False)
@@ -68,8 +96,8 @@ def plot(runs, directory):
             for policy, style in [("all_cpu", ":"), ("n_cpu_moe", "-s"), ("static", "--^"),
                                   ("dynamic", "-o")]:
                 ax.plot(gib, [r[policy] for _, r in pts], style, label=policy, markersize=3)
-            ax.plot(gib, [r["policies"]["dynamic_layers"]["tok_s"] for _, r in pts], "-.",
-                    color="grey", linewidth=1, label="dynamic_layers (proposal)")
+            ax.plot(gib, [r["policies"]["dynamic_per_expert"]["tok_s"] for _, r in pts], "-.",
+                    color="grey", linewidth=1, label="hottest experts first (no cost model)")
             ax.set_title(f"{model}, {profile}, {trace}", fontsize=9)
             ax.set_xlabel("expert VRAM (GiB)")
             ax.set_ylabel("modelled decode tok/s")
@@ -91,6 +119,7 @@ def main():
         print(f"no results in {sys.argv[1]}", file=sys.stderr)
         return 1
     table(runs)
+    what_if_table(runs)
     plot(runs, sys.argv[1])
     return 0
 

@@ -146,6 +146,14 @@ struct PlacementSettings {
   // (decayed routed tokens): placements do not flap between near-equal experts.
   double hysteresis = 0.25;
   double min_gain = 1.0;
+  // The machine the workers run on, as the cost-aware planner weighs it (expert_planner.h,
+  // PlanCostsFor with each worker's slot size): the bandwidth at which the GPU and the host
+  // threads read expert weights, and what a layer that has experts on the host pays per step to
+  // synchronise. Only the ratios matter. Defaults: an RTX 4090 beside a Ryzen 9 7950X with
+  // DDR5-6000 (deltaserve-placement-sim's rtx4090 profile).
+  double device_bandwidth_gbs = 1008;
+  double host_bandwidth_gbs = 37.4;
+  double layer_sync_us = 18;
   // redis:// or rediss:// URL (common/redis_url.h); empty: placements are not stored.
   std::string redis_url;
   // Deadline of one GetExpertStats / SetExpertPlacement call, and of one Redis call.

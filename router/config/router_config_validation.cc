@@ -340,6 +340,20 @@ absl::Status ValidateRouterConfig(const RouterConfig& config, const Locate& loca
   if (auto s = c.Range("placement.min_gain", pl.min_gain, 0, false, 1e12, false); !s.ok()) {
     return s;
   }
+  if (auto s = c.Range("placement.device_bandwidth_gbs", pl.device_bandwidth_gbs, 0, true, 1e6,
+                       false);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s =
+          c.Range("placement.host_bandwidth_gbs", pl.host_bandwidth_gbs, 0, true, 1e6, false);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = c.Range("placement.layer_sync_us", pl.layer_sync_us, 0, false, 1e6, false);
+      !s.ok()) {
+    return s;
+  }
   if (auto s = c.IntRange("placement.rpc_timeout_ms", pl.rpc_timeout_ms, 1, 10 * 60 * 1000);
       !s.ok()) {
     return s;

@@ -250,8 +250,8 @@ class ConfigReader {
   absl::Status Placement(const YAML::Node& node, const std::string& path, PlacementSettings& s) {
     return ForEachField(
         node, path,
-        {"enabled", "interval_seconds", "hysteresis", "min_gain", "redis", "rpc_timeout_ms",
-         "redis_timeout_ms"},
+        {"enabled", "interval_seconds", "hysteresis", "min_gain", "device_bandwidth_gbs",
+         "host_bandwidth_gbs", "layer_sync_us", "redis", "rpc_timeout_ms", "redis_timeout_ms"},
         [&](std::string_view k, const YAML::Node& v, const std::string& p) -> absl::Status {
           if (k == "enabled") {
             std::optional<bool> on;
@@ -259,10 +259,16 @@ class ConfigReader {
             s.enabled = *on;
             return absl::OkStatus();
           }
-          if (k == "hysteresis" || k == "min_gain") {
+          double* number = k == "hysteresis"             ? &s.hysteresis
+                           : k == "min_gain"             ? &s.min_gain
+                           : k == "device_bandwidth_gbs" ? &s.device_bandwidth_gbs
+                           : k == "host_bandwidth_gbs"   ? &s.host_bandwidth_gbs
+                           : k == "layer_sync_us"        ? &s.layer_sync_us
+                                                         : nullptr;
+          if (number != nullptr) {
             std::optional<double> x;
             if (auto st = Number(v, p, x); !st.ok()) return st;
-            (k == "hysteresis" ? s.hysteresis : s.min_gain) = *x;
+            *number = *x;
             return absl::OkStatus();
           }
           if (k == "redis") return String(v, p, s.redis_url);

@@ -4,8 +4,17 @@
 // them the fleet's statistics and pushes the result; deltaserve-placement-sim replays routing
 // traces through the same code, so the simulator measures the policy the router runs.
 //
-//   PlannerOptions o{.hysteresis = 0.25};
-//   ExpertPlan plan = PlanDeviceExperts(heat, current, /*n_slots=*/1024, o);
+// Two planners:
+//   PlanDeviceExpertsByCost: what the router runs. Chooses per layer how many of its hottest
+//     experts to keep on the device (0 .. n_expert; all of them means the layer never waits for
+//     the host) so that the expected decode step is shortest under the budget, weighing a host
+//     expert's read against a device expert's and the synchronisation a layer pays in a step
+//     where any of its routed experts is on the host.
+//   PlanDeviceExperts: hottest experts first, whatever their layer (no cost model). The
+//     simulator keeps it as a baseline ("dynamic_per_expert").
+//
+//   PlanCosts costs = PlanCostsFor(slot_bytes, 1008e9, 37.4e9, 18e-6, /*k=*/8);
+//   ExpertPlan plan = PlanDeviceExpertsByCost(heat, current, /*n_slots=*/1024, costs, options);
 //   if (plan.changed) PushToWorker(plan.placement);
 #pragma once
 
@@ -22,6 +31,10 @@ struct PlannerOptions {
   // near-equal experts, and each move (a copy over PCIe) has to pay for itself.
   double hysteresis = 0.25;
   double min_gain = 1.0;
+  // PlanDeviceExpertsByCost: the plan made without hysteresis replaces the plan made with it
+  // when its expected step is shorter by more than this fraction (2 %): a reorganisation whose
+  // gain is structural (fewer layers waiting for the host) rather than a few hotter experts.
+  double replan_gain = 0.02;
 };
 
 // One planning decision.
@@ -30,6 +43,13 @@ struct ExpertPlan {
   int64_t moves_in = 0;               // experts entering device memory vs `current`
   int64_t moves_out = 0;
   bool changed = false;               // placement != current
+  // PlanDeviceExpertsByCost only (0 otherwise): layers the plan keeps wholly on the device, and
+  // the expected MoE seconds of one single-token step (ExpectedStepSeconds, no hysteresis) of
+  // the plan and of `current`.
+  int64_t whole_layers = 0;
+  double expected_step_s = 0;
+  double current_step_s = 0;
+  bool reorganised = false;  // the reorganisation candidate was taken (replan_gain)
 };
 
 // `heat` is [n_layer][n_expert] (decayed routed tokens, summed over the fleet's workers of the
@@ -41,5 +61,75 @@ struct ExpertPlan {
 ExpertPlan PlanDeviceExperts(const std::vector<std::vector<double>>& heat,
                              const common::ExpertPlacement& current, int64_t n_slots,
                              const PlannerOptions& options);
+
+// What a single-token decode step's MoE layers cost, as the cost-aware planner models them
+// (seconds; only their ratios matter). Per layer, with S the share of the layer's routes that
+// go to device-resident experts (its heat shares) and P the chance that all k experts a token
+// picks are on the device:
+//
+//   layer = P * k * device_expert_s                  every expert on the device: the device's
+//         + k * (1 - S) * host_expert_s              experts read by host threads
+//         + (1 - P) * layer_sync_s                   any on the host: one synchronisation
+//
+// When some of a layer's experts are on the host, the host's part is the longer one (a host
+// expert read is ~27x a device one on the machines we model) and the device's runs beside it,
+// unseen; a layer wholly on the device pays its device reads and nothing else.
+struct PlanCosts {
+  double device_expert_s = 0;  // one routed expert computed from device memory
+  double host_expert_s = 1;    // one routed expert computed by host threads
+  double layer_sync_s = 0;     // a layer with host experts in a step: waits and copies
+  int64_t k = 1;               // experts each token chooses per layer
+};
+
+// The costs of experts of `expert_bytes` on a machine whose device reads experts at
+// `device_bytes_per_s`, host threads at `host_bytes_per_s`, with `layer_sync_s` per split layer.
+// expert_bytes 0 (unknown): a synchronisation cannot be weighed against a read, so it counts as
+// 0 and the reads are per byte (the planner then weighs only reads: each layer's heat shares).
+PlanCosts PlanCostsFor(uint64_t expert_bytes, double device_bytes_per_s, double host_bytes_per_s,
+                       double layer_sync_s, int64_t k);
+
+// The chance that a token's k distinct experts of a layer are all device-resident, when the m
+// device-resident experts hold `share` of the layer's routes. Tokens choose k distinct experts,
+// each next one among those not yet chosen in proportion to its share (what a softmax router's
+// top-k of noisy logits does); each expert already chosen from the device set is taken to
+// remove the device set's mean share r = share / m:
+//
+//   P = prod_{i < k} (share - i r) / (1 - i r)
+//
+// This is exactly the hypergeometric C(m, k) / C(n, k) when the n experts are equally used, 1
+// when the device set holds every used expert, and 0 when it holds fewer than k equally used
+// ones. On Zipf-distributed routes (exponents 0.5 to 1.5, 256 experts, k = 8, device sets of
+// 16 to 250 hottest experts) it was within 0.006 of a Monte Carlo count of Gumbel top-k draws,
+// and within 5 % wherever the chance exceeded 0.05; share^k was up to 1.7x too high there.
+double AllOnDeviceProbability(double share, int64_t m, int64_t k);
+
+// The expected MoE seconds of one single-token step with `placement` when each layer routes in
+// proportion to its `heat` row (a layer without heat: uniformly), under `costs`.
+double ExpectedStepSeconds(const std::vector<std::vector<double>>& heat,
+                           const common::ExpertPlacement& placement, const PlanCosts& costs);
+
+// The cost-aware plan. Per layer the candidates are its experts in order of heat, each layer
+// keeping a prefix of that order; a dynamic programme over the layers chooses the prefix
+// lengths that minimise the expected step (PlanCosts) within n_slots, which includes keeping a
+// layer whole (no synchronisation) or leaving it entirely on the host.
+//
+// Hysteresis against `current`, as in PlanDeviceExperts: an expert not resident is ranked and
+// credited for the host reads it saves at (heat - min_gain) / (1 + hysteresis), so a newcomer
+// replaces a resident only when it is clearly hotter (a resident first on ties, then the lower
+// id). That discount also blocks reorganisations whose gain is structural rather than in heat
+// (completing a layer on near-uniform traffic moves many experts that are each no hotter than
+// the ones they displace), so a second plan is made in the same order with the newcomers
+// credited in full, and taken instead when its expected step is shorter by more than
+// options.replan_gain. Slots the programme leaves unused (experts that save nothing) take the
+// hottest remaining experts, residents first. Deterministic: ties (within rounding) give the
+// lower layers more experts.
+//
+// Heat is cleaned as in PlanDeviceExperts; heat that is all zero (nothing routed yet) plans as
+// PlanDeviceExperts does (the current set kept, free slots filled). The programme costs
+// n_layer * n_slots * n_expert steps; beyond 2e8 it plans in units of several experts (the
+// slots left over are then filled by heat), so a huge model still plans in well under a second.
+ExpertPlan PlanDeviceExpertsByCost(const std::vector<std::vector<double>>& heat,
+                                   const common::ExpertPlacement& current, int64_t n_slots,
+                                   const PlanCosts& costs, const PlannerOptions& options);
 
 }  // namespace deltaserve::router

@@ -31,6 +31,12 @@ json WorkerJson(const PlacementWorkerView& w) {
           {"routed_device", w.routed_device},
           {"moves", {{"in", w.moves_in}, {"out", w.moves_out}, {"pending", w.moves_pending}}},
           {"planned_moves", {{"in", w.planned_moves_in}, {"out", w.planned_moves_out}}},
+          {"planned_whole_layers", w.planned_whole_layers >= 0 ? json(w.planned_whole_layers)
+                                                                : json(nullptr)},
+          {"moe_step_us",
+           {{"planned", w.planned_moe_step_us >= 0 ? json(w.planned_moe_step_us) : json(nullptr)},
+            {"current",
+             w.current_moe_step_us >= 0 ? json(w.current_moe_step_us) : json(nullptr)}}},
           {"generation", w.generation},
           {"startup_source", w.startup_source},
           {"layers", std::move(layers)}};
@@ -73,6 +79,9 @@ json PlacementAdminJson(const PlacementController& controller, std::string_view 
           {"interval_seconds", s.interval_seconds},
           {"hysteresis", s.hysteresis},
           {"min_gain", s.min_gain},
+          {"device_bandwidth_gbs", s.device_bandwidth_gbs},
+          {"host_bandwidth_gbs", s.host_bandwidth_gbs},
+          {"layer_sync_us", s.layer_sync_us},
           {"redis", controller.StoreDescription()},
           {"models", std::move(models)}};
 }

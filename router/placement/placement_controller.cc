@@ -437,10 +437,20 @@ void PlacementController::PlanGroup(const std::string& model, Group& g,
       wv.outcome = "moves pending";
       continue;
     }
-    const ExpertPlan plan = PlanDeviceExperts(heat, p->current, p->stats.device_slots(), options);
+    // The planner's costs from the configured machine and this worker's slot size (all of its
+    // experts are planned as slot-sized: that is what the arena holds).
+    const PlanCosts costs = PlanCostsFor(
+        p->stats.slot_bytes(), settings.device_bandwidth_gbs * 1e9,
+        settings.host_bandwidth_gbs * 1e9, settings.layer_sync_us * 1e-6,
+        p->stats.n_expert_used() > 0 ? p->stats.n_expert_used() : 1);
+    const ExpertPlan plan =
+        PlanDeviceExpertsByCost(heat, p->current, p->stats.device_slots(), costs, options);
     ++result.plans;
     wv.planned_moves_in = plan.moves_in;
     wv.planned_moves_out = plan.moves_out;
+    wv.planned_whole_layers = plan.whole_layers;
+    wv.planned_moe_step_us = plan.expected_step_s * 1e6;
+    wv.current_moe_step_us = plan.current_step_s * 1e6;
     if (p->stats.device_slots() > largest_slots) {
       largest_slots = p->stats.device_slots();
       largest_plan = plan.placement;

@@ -6,7 +6,8 @@
 //      (workers with another file never mix), and take per expert the larger of that sum and
 //      the stored record's heat decayed to now, so a restarted fleet starts from what was learned;
 //   3. plan each tiered worker's device set under its own slot budget with hysteresis against
-//      its current set (PlanDeviceExperts), skipping a worker that is still moving experts;
+//      its current set (PlanDeviceExpertsByCost, with costs from the settings' machine figures
+//      and the worker's slot size), skipping a worker that is still moving experts;
 //   4. push SetExpertPlacement where the plan changed, with a generation counter the worker
 //      echoes;
 //   5. store the model's record (heat, the plan for the largest budget) in Redis, when
@@ -71,6 +72,12 @@ struct PlacementWorkerView {
   std::string outcome;
   int64_t planned_moves_in = 0;  // of the plan (pushed or not)
   int64_t planned_moves_out = 0;
+  // Of the plan: layers wholly on the device, and the MoE part of a single-token step as the
+  // planner models it (ExpectedStepSeconds, microseconds) with the plan and with the worker's
+  // current set; -1 before a plan.
+  int64_t planned_whole_layers = -1;
+  double planned_moe_step_us = -1;
+  double current_moe_step_us = -1;
   std::vector<PlacementLayerView> layers;
 };
 

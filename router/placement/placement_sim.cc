@@ -106,80 +106,13 @@ PolicyResult RunFixed(const ModelTrace& t, size_t first, const MoeModelShape& s,
   return r;
 }
 
-// The expected cost of one single-token decode step with `device` when each layer's routes
-// follow `heat` (an expert's chance of being among a token's k: k * its share of the layer's
-// heat, at most 1; a layer without heat routes uniformly): the cost model of CostOfStep in
-// expectation, host experts' choices taken as independent.
-double ExpectedStepSeconds(const std::vector<std::vector<double>>& heat,
-                           const std::vector<uint8_t>& device, const MoeModelShape& s,
-                           const MachineProfile& p, int64_t k) {
-  double seconds = static_cast<double>(s.head_bytes) / p.gpu_bytes_per_s;
-  const double activations_s = 2.0 * static_cast<double>(s.n_embd) * 4.0 / p.pcie_bytes_per_s;
-  for (int64_t l = 0; l < s.n_layer; ++l) {
-    double total = 0;
-    for (double h : heat[l]) total += std::max(h, 0.0);
-    double on_device = 0, on_host = 0, log_none = 0;
-    for (int64_t e = 0; e < s.n_expert; ++e) {
-      const double q =
-          total > 0 ? std::min(1.0, static_cast<double>(k) * std::max(heat[l][e], 0.0) / total)
-                    : static_cast<double>(k) / static_cast<double>(s.n_expert);
-      if (device[Cell(s, l, e)] != 0) {
-        on_device += q;
-      } else {
-        on_host += q;
-        log_none += q < 1 ? std::log1p(-q) : -1e9;
-      }
-    }
-    const double any_host = 1 - std::exp(log_none);
-    const double eb = static_cast<double>(s.expert_bytes[l]);
-    const double gpu_moe =
-        (static_cast<double>(s.shared_bytes[l]) + on_device * eb) / p.gpu_bytes_per_s;
-    const double host = any_host * activations_s + on_host * eb / p.cpu_bytes_per_s +
-                        on_host * 2.0 * static_cast<double>(s.expert_params) / p.cpu_flops;
-    seconds += static_cast<double>(s.dense_bytes[l]) / p.gpu_bytes_per_s + std::max(gpu_moe, host) +
-               any_host * p.layer_sync_s;
-  }
-  return seconds;
-}
-
-// Whole layers first: the layers of most heat keep every expert on the device while whole
-// layers fit, the slots left go to the hottest experts of the other layers.
-common::ExpertPlacement LayeredPlacement(const std::vector<std::vector<double>>& heat,
-                                         const MoeModelShape& s, int64_t n_slots) {
-  std::vector<std::pair<double, int64_t>> layers;
-  for (int64_t l = 0; l < s.n_layer; ++l) {
-    double total = 0;
-    for (double h : heat[l]) total += std::isfinite(h) ? std::max(h, 0.0) : 0.0;
-    layers.push_back({-total, l});
-  }
-  std::sort(layers.begin(), layers.end());
-  common::ExpertPlacement out = common::ExpertPlacement::Empty(s.n_layer, s.n_expert);
-  std::vector<std::vector<double>> rest = heat;
-  int64_t left = n_slots;
-  for (const auto& [neg_total, l] : layers) {
-    if (left < s.n_expert) break;
-    for (int32_t e = 0; e < s.n_expert; ++e) out.device[l].push_back(e);
-    rest[l].assign(static_cast<size_t>(s.n_expert), 0);
-    left -= s.n_expert;
-  }
-  // The leftover slots: HottestExpertPlacement over the layers not taken whole.
-  for (const auto& [neg_total, l] : layers) {
-    if (!out.device[l].empty()) rest[l].assign(static_cast<size_t>(s.n_expert), -1);
-  }
-  const common::ExpertPlacement extra = common::HottestExpertPlacement(rest, left);
-  for (int64_t l = 0; l < s.n_layer; ++l) {
-    if (out.device[l].empty()) out.device[l] = extra.device[l];
-  }
-  return out;
-}
-
-// The router's controller over modelled time (see SimulationOptions). With `layer_candidate`
-// (the proposal SimulationResult::dynamic_layers), each plan is also compared with
-// LayeredPlacement by expected step time, and the cheaper is pushed.
+// The router's controller over modelled time (see SimulationOptions): PlanDeviceExpertsByCost
+// with the costs the router derives from its settings (`costs`), or without them
+// (`per_expert`: PlanDeviceExperts, SimulationResult::dynamic_per_expert).
 PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& s,
                         const MachineProfile& p, int64_t n_slots,
                         std::vector<std::vector<double>> heat, const common::ExpertPlacement& start,
-                        const SimulationOptions& o, bool layer_candidate) {
+                        const SimulationOptions& o, const PlanCosts& costs, bool per_expert) {
   PolicyResult r;
   Tally tally;
   std::vector<uint8_t> device = FlagsOf(start, s);
@@ -187,7 +120,7 @@ PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& 
   std::deque<std::pair<int64_t, int32_t>> pending;  // copies still to make, in plan order
   const double decay_per_s = std::log(2.0) / std::max(o.half_life_s, 1e-9);
   double now = 0;
-  double next_plan = o.interval_s;
+  double next_plan = 0;  // first plan on the first timed step, from the warm-up counts
   double last_decay = 0;
   uint64_t bytes_moved = 0;
 
@@ -209,15 +142,12 @@ PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& 
     }
     if (now >= next_plan) {
       decay_to(now);
-      ExpertPlan plan = PlanDeviceExperts(heat, target, n_slots, o.planner);
-      if (layer_candidate) {
-        common::ExpertPlacement layered = LayeredPlacement(heat, s, n_slots);
-        if (ExpectedStepSeconds(heat, FlagsOf(layered, s), s, p, t.k) <
-            ExpectedStepSeconds(heat, FlagsOf(plan.placement, s), s, p, t.k)) {
-          ++r.plans_layered;
-          plan.changed = !(layered == target);
-          plan.placement = std::move(layered);
-        }
+      const ExpertPlan plan =
+          per_expert ? PlanDeviceExperts(heat, target, n_slots, o.planner)
+                     : PlanDeviceExpertsByCost(heat, target, n_slots, costs, o.planner);
+      r.whole_layers = 0;
+      for (const auto& l : plan.placement.device) {
+        r.whole_layers += static_cast<int64_t>(l.size()) == s.n_expert;
       }
       ++r.plans;
       next_plan = now + o.interval_s;
@@ -268,7 +198,7 @@ PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& 
   PolicyResult out = tally.Result();
   out.plans = r.plans;
   out.plans_changed = r.plans_changed;
-  out.plans_layered = r.plans_layered;
+  out.whole_layers = r.whole_layers;
   out.moves_in = r.moves_in;
   out.moves_out = r.moves_out;
   out.bytes_moved = bytes_moved;
@@ -459,6 +389,9 @@ absl::StatusOr<SimulationResult> SimulatePolicies(const ModelTrace& t, const Moe
                                                   const MachineProfile& p,
                                                   const SimulationOptions& o) {
   if (absl::Status st = ValidateProfile(p); !st.ok()) return st;
+  if (o.plan_profile) {
+    if (absl::Status st = ValidateProfile(*o.plan_profile); !st.ok()) return st;
+  }
   if (absl::Status st = ValidateShape(s); !st.ok()) return st;
   if (t.n_layer != s.n_layer || t.n_expert != s.n_expert) {
     return Bad("the trace is not mapped onto this model's shape");
@@ -492,8 +425,12 @@ absl::StatusOr<SimulationResult> SimulatePolicies(const ModelTrace& t, const Moe
   }
   const common::ExpertPlacement start = common::HottestExpertPlacement(warm, r.n_slots);
   r.static_hot = RunFixed(t, first, s, p, FlagsOf(start, s));
-  r.dynamic = RunDynamic(t, first, s, p, r.n_slots, warm, start, o, /*layer_candidate=*/false);
-  r.dynamic_layers = RunDynamic(t, first, s, p, r.n_slots, warm, start, o, true);
+  const MachineProfile& router_machine = o.plan_profile ? *o.plan_profile : p;
+  const PlanCosts costs =
+      PlanCostsFor(s.slot_bytes(), router_machine.gpu_bytes_per_s, router_machine.cpu_bytes_per_s,
+                   router_machine.layer_sync_s, t.k);
+  r.dynamic = RunDynamic(t, first, s, p, r.n_slots, warm, start, o, costs, /*per_expert=*/false);
+  r.dynamic_per_expert = RunDynamic(t, first, s, p, r.n_slots, warm, start, o, costs, true);
   r.all_gpu = RunFixed(t, first, s, p, NCpuMoePlacement(s, 0));
   return r;
 }

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,10 @@ struct SimulationOptions {
   double half_life_s = 60;
   PlannerOptions planner;
   uint64_t move_bytes_per_step = uint64_t{64} << 20;
+  // The machine the router's placement settings describe (its device and host bandwidths and
+  // per-layer synchronisation, from which PlanCostsFor makes the planner's costs with the slot
+  // size); none: the simulated machine itself, i.e. a router configured for this machine.
+  std::optional<MachineProfile> plan_profile;
 };
 
 struct PolicyResult {
@@ -144,7 +149,7 @@ struct PolicyResult {
   // dynamic only:
   int64_t plans = 0;          // planner runs
   int64_t plans_changed = 0;  // of those, placements that changed
-  int64_t plans_layered = 0;  // dynamic_layers: plans that chose the whole-layer candidate
+  int64_t whole_layers = 0;   // layers wholly on the device in the last plan
   int64_t moves_in = 0;
   int64_t moves_out = 0;
   uint64_t bytes_moved = 0;
@@ -155,14 +160,13 @@ struct SimulationResult {
   int64_t n_slots = 0;  // experts the budget holds in device slots
   int64_t warmup_steps = 0;
   int64_t timed_steps = 0;
+  // dynamic is what the router runs (PlanDeviceExpertsByCost with the plan profile's costs).
   PolicyResult all_cpu, n_cpu_moe, static_hot, dynamic;
   // Every expert in device memory, whatever the budget: the bound the others approach.
   PolicyResult all_gpu;
-  // A proposal, not what the router runs: dynamic, except that each plan is compared with a
-  // whole-layers-first placement (the hottest layers complete, the rest by heat) by the step
-  // time this cost model expects from the decayed counts, and the cheaper is pushed. A layer
-  // wholly on the device needs no synchronisation, which per-expert planning cannot see.
-  PolicyResult dynamic_layers;
+  // The same loop planning hottest experts first without a cost model (PlanDeviceExperts):
+  // what a per-expert cache does, for comparison.
+  PolicyResult dynamic_per_expert;
   // n_cpu_moe for every N that fits the budget: (N, tok/s).
   std::vector<std::pair<int64_t, double>> n_cpu_moe_sweep;
 };

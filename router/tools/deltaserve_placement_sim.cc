@@ -36,6 +36,7 @@ struct Options {
   bool synthetic = false;
   SyntheticTraceOptions synth;
   std::string profile;
+  std::string plan_profile;  // the machine the router's placement settings describe
   std::string model = "35b-a3b";
   uint64_t expert_vram = 0;
   bool expert_vram_given = false;
@@ -96,6 +97,7 @@ std::vector<common::Flag> FlagTable(Options& o, bool& help) {
                  })
           .NonEmpty(),
       common::StringFlag("--profile", &o.profile).NonEmpty(),
+      common::StringFlag("--plan-profile", &o.plan_profile).NonEmpty(),
       common::StringFlag("--model", &o.model).NonEmpty(),
       CustomFlag("--expert-vram",
                  [&o, size](std::string_view v) {
@@ -169,6 +171,8 @@ int Main(int argc, char** argv) {
                  "(2000 decode steps per conversation), --steps N (20000), --seed N;\n"
                  "--warmup-steps N (a tenth of the decode steps), --interval SECONDS (30),\n"
                  "--half-life SECONDS (60), --hysteresis H (0.25), --min-gain TOKENS (1),\n"
+                 "--plan-profile NAME|FILE.json (the machine the router's placement costs\n"
+                 "describe; default: --profile),\n"
                  "--move-bytes SIZE (64MiB copied between steps), --max-decode-tokens N (64:\n"
                  "longer passes are prefill, counted as heat, not timed), --allow-truncated (a\n"
                  "trace whose last record is cut short), --sweep (tok/s of every --n-cpu-moe N),\n"
@@ -183,6 +187,11 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<MachineProfile> profile = LoadProfile(o.profile);
   if (!profile.ok()) return Fail(profile.status());
+  if (!o.plan_profile.empty()) {
+    absl::StatusOr<MachineProfile> planned = LoadProfile(o.plan_profile);
+    if (!planned.ok()) return Fail(planned.status());
+    o.sim.plan_profile = *std::move(planned);
+  }
   absl::StatusOr<MoeModelShape> shape = LoadModelShape(o.model);
   if (!shape.ok()) return Fail(shape.status());
 
@@ -279,13 +288,15 @@ int Main(int argc, char** argv) {
   d["interval_s"] = o.sim.interval_s;
   d["half_life_s"] = o.sim.half_life_s;
   d["hysteresis"] = o.sim.planner.hysteresis;
+  d["whole_layers"] = r->dynamic.whole_layers;
+  const MachineProfile& planned = o.sim.plan_profile ? *o.sim.plan_profile : *profile;
+  d["plan_profile"] = planned.name;
   pol["all_gpu"] = PolicyJson(r->all_gpu);
-  pol["dynamic_layers"] = PolicyJson(r->dynamic_layers);
-  pol["dynamic_layers"]["note"] =
-      "proposal, not what the router runs: each plan also weighs a whole-layers-first placement";
-  pol["dynamic_layers"]["plans"] = r->dynamic_layers.plans;
-  pol["dynamic_layers"]["plans_layered"] = r->dynamic_layers.plans_layered;
-  pol["dynamic_layers"]["moves_in"] = r->dynamic_layers.moves_in;
+  ordered_json& pe = pol["dynamic_per_expert"];
+  pe = PolicyJson(r->dynamic_per_expert);
+  pe["note"] = "the same loop planning hottest experts first, without the cost model";
+  pe["plans_changed"] = r->dynamic_per_expert.plans_changed;
+  pe["moves_in"] = r->dynamic_per_expert.moves_in;
   if (o.sweep) {
     ordered_json& s = out["n_cpu_moe_sweep"];
     s = ordered_json::array();

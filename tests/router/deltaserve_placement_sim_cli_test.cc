@@ -83,6 +83,15 @@ TEST_F(PlacementSimCli, ARecordedTracePrintsEveryPolicy) {
   EXPECT_EQ(j["profile"]["name"], "rtx4090");
   EXPECT_LE(j["policies"]["n_cpu_moe"]["device_expert_bytes"].get<uint64_t>(), 4ull << 30);
   EXPECT_FALSE(j["n_cpu_moe_sweep"].empty());
+  // The router's plan is costed for the simulated machine unless told otherwise; the
+  // per-expert loop runs beside it.
+  EXPECT_EQ(j["policies"]["dynamic"]["plan_profile"], "rtx4090");
+  EXPECT_GE(j["policies"]["dynamic"]["whole_layers"].get<int>(), 0);
+  EXPECT_GT(j["policies"]["dynamic_per_expert"]["tok_s"].get<double>(), 0);
+  ProcessResult h = Sim({"--trace", WriteTrace(), "--profile", "rtx4090", "--expert-vram", "4GiB",
+                         "--plan-profile", "h100"});
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_EQ(nlohmann::json::parse(h.out)["policies"]["dynamic"]["plan_profile"], "h100");
 }
 
 TEST_F(PlacementSimCli, ASyntheticTraceNeedsNoFileAndReplaysTheSameFromOne) {
@@ -152,6 +161,7 @@ TEST_F(PlacementSimCli, UnreadableInputsExit1NamingThem) {
       {{"--trace", full, "--profile", Path("bad-profile.json")}, "\"cpu_bandwidth_gbs\""},
       {{"--trace", full, "--profile", Path("absent.json")}, "cannot open profile file"},
       {{"--trace", full, "--model", "27b"}, "unknown model '27b'"},
+      {{"--trace", full, "--plan-profile", "a100"}, "unknown profile 'a100'"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;

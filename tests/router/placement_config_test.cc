@@ -27,6 +27,10 @@ TEST(PlacementConfigTest, DefaultsAreOnEveryThirtySecondsWithoutRedis) {
   EXPECT_EQ(c->placement.interval_seconds, 30);
   EXPECT_EQ(c->placement.hysteresis, 0.25);
   EXPECT_EQ(c->placement.min_gain, 1.0);
+  // The cost-aware planner's machine: the rtx4090 profile of deltaserve-placement-sim.
+  EXPECT_EQ(c->placement.device_bandwidth_gbs, 1008);
+  EXPECT_EQ(c->placement.host_bandwidth_gbs, 37.4);
+  EXPECT_EQ(c->placement.layer_sync_us, 18);
   EXPECT_EQ(c->placement.redis_url, "");
   EXPECT_EQ(c->placement.rpc_timeout_ms, 5000);
   EXPECT_EQ(c->placement.redis_timeout_ms, 1000);
@@ -39,6 +43,9 @@ placement:
   interval_seconds: 120
   hysteresis: 0.5
   min_gain: 8
+  device_bandwidth_gbs: 3350
+  host_bandwidth_gbs: 120
+  layer_sync_us: 0
   redis: redis://:pw@10.0.0.5:6380/2
   rpc_timeout_ms: 250
   redis_timeout_ms: 40
@@ -48,6 +55,9 @@ placement:
   EXPECT_EQ(c->placement.interval_seconds, 120);
   EXPECT_EQ(c->placement.hysteresis, 0.5);
   EXPECT_EQ(c->placement.min_gain, 8.0);
+  EXPECT_EQ(c->placement.device_bandwidth_gbs, 3350);
+  EXPECT_EQ(c->placement.host_bandwidth_gbs, 120);
+  EXPECT_EQ(c->placement.layer_sync_us, 0);
   EXPECT_EQ(c->placement.redis_url, "redis://:pw@10.0.0.5:6380/2");
   EXPECT_EQ(c->placement.rpc_timeout_ms, 250);
   EXPECT_EQ(c->placement.redis_timeout_ms, 40);
@@ -60,6 +70,14 @@ TEST(PlacementConfigTest, MistakesAreNamed) {
   EXPECT_THAT(ErrorMessage("placement: {hysteresis: -0.1}\n"),
               HasSubstr("placement.hysteresis (line 1, column 25): must be in [0, 100]"));
   EXPECT_THAT(ErrorMessage("placement: {min_gain: -1}\n"), HasSubstr("placement.min_gain"));
+  EXPECT_THAT(ErrorMessage("placement: {device_bandwidth_gbs: 0}\n"),
+              HasSubstr("placement.device_bandwidth_gbs (line 1, column 35): must be in (0, "));
+  EXPECT_THAT(ErrorMessage("placement: {host_bandwidth_gbs: -3}\n"),
+              HasSubstr("placement.host_bandwidth_gbs"));
+  EXPECT_THAT(ErrorMessage("placement: {host_bandwidth_gbs: fast}\n"),
+              HasSubstr("placement.host_bandwidth_gbs"));
+  EXPECT_THAT(ErrorMessage("placement: {layer_sync_us: -1}\n"),
+              HasSubstr("placement.layer_sync_us"));
   EXPECT_THAT(ErrorMessage("placement: {enabled: maybe}\n"),
               HasSubstr("placement.enabled (line 1, column 22): must be true or false"));
   EXPECT_THAT(ErrorMessage("placement: {interval: 5}\n"),

@@ -1,7 +1,7 @@
 // The router's placement loop (router/placement/placement_controller.h) over real gRPC against
 // ScriptedWorker test doubles (scripted_worker.h), without Redis: a worker that vanishes before
 // or during a cycle, moves pending, untiered and malformed workers, the off switch,
-// GET /admin/placement and its keys, the metrics. The clock is fixed. (With a real Redis:
+// GET /admin/placement and its keys, the metrics, the planner's machine settings. The clock is fixed. (With a real Redis:
 // placement_controller_redis_test.cc.)
 #include "router/placement/placement_controller.h"
 
@@ -183,6 +183,41 @@ TEST(PlacementControllerTest, AdminViewNeedsAnAdminKeyWhereKeysAreConfigured) {
   EXPECT_EQ(nlohmann::json::parse(PlacementAdminResponse(request, controller, keyed).body)["models"]
                 .size(),
             0u);
+}
+
+TEST(PlacementControllerTest, TheSettingsMachineDecidesBetweenWholeLayersAndHotExperts) {
+  // Both layers route evenly over their 8 experts (k = 2); the worker holds 8 slots of 2 MB.
+  // With the default machine (1008 and 37.4 GB/s, 18 us per synchronisation) a whole layer 0
+  // costs 4.0 + 125.0 us per step and 4 experts in each layer 2 x 68.5 us: one whole layer.
+  std::vector<std::tuple<int, int, double>> even;
+  for (int l = 0; l < 2; ++l) {
+    for (int e = 0; e < 8; ++e) even.emplace_back(l, e, 10.0);
+  }
+  v1::ExpertStats stats = Stats(kFp, even);
+  stats.set_device_slots(8);
+  stats.set_slot_bytes(2'000'000);
+  Fleet fleet(1);
+  fleet[0].SetExpertStats(kModel, stats);
+  PlacementController controller(&fleet.StartPool(), Settings(), [] { return kNowMs; });
+  EXPECT_EQ(controller.RunOnce().pushes, 1);
+  ASSERT_EQ(fleet[0].placement_requests().size(), 1u);
+  EXPECT_EQ(Pushed(fleet[0].placement_requests()[0]), (Rows{{0, 1, 2, 3, 4, 5, 6, 7}, {}}));
+  const PlacementWorkerView view = WorkerView(controller, fleet[0].address());
+  EXPECT_EQ(view.planned_whole_layers, 1);
+  EXPECT_NEAR(view.planned_moe_step_us, 4.0 + 125.0, 0.1);
+  const auto body = PlacementAdminJson(controller, "");
+  EXPECT_EQ(body["layer_sync_us"], 18.0);
+  EXPECT_EQ(body["models"][0]["workers"][0]["planned_whole_layers"], 1);
+
+  // Without a synchronisation cost the hidden device reads tip it the other way: four experts
+  // per layer (the residents 0 and 1 first, then the lower ids).
+  PlacementSettings no_sync = Settings();
+  no_sync.layer_sync_us = 0;
+  controller.SetSettings(no_sync);
+  EXPECT_EQ(controller.RunOnce().pushes, 1);
+  ASSERT_EQ(fleet[0].placement_requests().size(), 2u);
+  EXPECT_EQ(Pushed(fleet[0].placement_requests()[1]), (Rows{{0, 1, 2, 3}, {0, 1, 2, 3}}));
+  EXPECT_EQ(WorkerView(controller, fleet[0].address()).planned_whole_layers, 0);
 }
 
 }  // namespace

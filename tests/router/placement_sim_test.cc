@@ -221,12 +221,53 @@ TEST(PlacementPoliciesTest, OnAUniformTraceNoPolicyBeatsAllOnTheDevice) {
   }
   EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
   // Per-expert plans leave host experts (and a sync) in every layer; whole layers do not. The
-  // proposal that weighs a whole-layer placement matches --n-cpu-moe here (equal expert sizes).
-  EXPECT_LT(r->dynamic.tok_s, r->n_cpu_moe.tok_s);
-  EXPECT_GT(r->dynamic_layers.plans_layered, 0);
-  EXPECT_GT(r->dynamic_layers.tok_s, r->dynamic.tok_s);
-  // Its first step still runs on the warm-up's per-expert placement (one of 360).
-  EXPECT_GT(r->dynamic_layers.tok_s, 0.97 * r->n_cpu_moe.tok_s);
+  // router's cost-aware plan keeps whole layers here and matches --n-cpu-moe (equal expert
+  // sizes); its first step still runs on the warm-up's per-expert placement (one of 360).
+  EXPECT_LT(r->dynamic_per_expert.tok_s, r->n_cpu_moe.tok_s);
+  EXPECT_EQ(r->dynamic.whole_layers, 2);
+  EXPECT_GT(r->dynamic.tok_s, r->dynamic_per_expert.tok_s);
+  EXPECT_GT(r->dynamic.tok_s, 0.97 * r->n_cpu_moe.tok_s);
+}
+
+TEST(PlacementPoliciesTest, OnAUniformTraceTheRoutersPlanIsNeverBelowNCpuMoe) {
+  // 4 layers of 8 equally sized experts, uniform routing; a synchronisation (4 s) costs more
+  // than a whole layer's device reads (0.2 s), so whole layers are worth keeping. The counts
+  // are learnt over 1,000 steps (about 1,000 routes per expert): a short warm-up's noise looks
+  // like skew to any planner.
+  const MoeModelShape s = HandShape(4, 8, 2);
+  absl::StatusOr<common::RoutingTrace> rec = SyntheticRoutingTrace(
+      {.n_layer = 4, .n_expert = 8, .k = 2, .skew = 0, .topics = 1, .steps = 2000});
+  ASSERT_TRUE(rec.ok());
+  absl::StatusOr<ModelTrace> t = MapTrace(*rec, s, {});
+  ASSERT_TRUE(t.ok());
+  MachineProfile p = HandProfile();
+  p.layer_sync_s = 4;
+  p.pcie_bytes_per_s = 8e6;  // copies nearly free: this is about placements
+  SimulationOptions o;
+  o.warmup_steps = 1000;
+  o.interval_s = 100;
+  o.half_life_s = 1e6;
+  // Two layers' worth: the plan keeps two whole layers, as --n-cpu-moe 2 does: the same cost
+  // per step but for the copies of its first plan (at most 16 experts, 0.2 ms in all).
+  o.expert_vram_bytes = 1600;
+  absl::StatusOr<SimulationResult> r = SimulatePolicies(*t, s, p, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
+  EXPECT_EQ(r->dynamic.whole_layers, 2);
+  EXPECT_DOUBLE_EQ(r->dynamic.host_layer_share, 0.5);
+  EXPECT_GE(r->dynamic.seconds, r->n_cpu_moe.seconds);
+  EXPECT_LE(r->dynamic.seconds, r->n_cpu_moe.seconds + r->dynamic.copy_seconds + 1e-9);
+  // Hottest experts first, whatever their layer, leaves host experts in every layer.
+  EXPECT_LT(r->dynamic_per_expert.tok_s, r->n_cpu_moe.tok_s);
+  // Two and a half layers' worth: --n-cpu-moe still holds two layers; the plan adds four
+  // experts to a third, which then reads 1 host expert per step on average instead of 2.
+  o.expert_vram_bytes = 2000;
+  r = SimulatePolicies(*t, s, p, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
+  EXPECT_EQ(r->dynamic.whole_layers, 2);
+  EXPECT_GT(r->dynamic.tok_s, r->n_cpu_moe.tok_s);
+  EXPECT_LE(r->dynamic.tok_s, r->all_gpu.tok_s);
 }
 
 TEST(PlacementPoliciesTest, BadInputsAreRefused) {
