@@ -98,6 +98,16 @@ def plot(runs, directory):
                 ax.plot(gib, [r[policy] for _, r in pts], style, label=policy, markersize=3)
             ax.plot(gib, [r["policies"]["dynamic_per_expert"]["tok_s"] for _, r in pts], "-.",
                     color="grey", linewidth=1, label="hottest experts first (no cost model)")
+            # The what-if of equal expert sizes, as its dynamic / n_cpu_moe ratio times this
+            # panel's n_cpu_moe (equal sizes shift n_cpu_moe itself by a few per cent).
+            even = [(runs[k], runs[(model, profile, trace, k[3])]) for k in sorted(runs)
+                    if k[:3] == (model + "-even", profile, trace)
+                    and (model, profile, trace, k[3]) in runs]
+            if even:
+                ax.plot([r["expert_vram"] / 2**30 for r, _ in even],
+                        [r["dynamic_vs_n_cpu_moe"] * m["n_cpu_moe"] for r, m in even],
+                        "x", color="black", markersize=6,
+                        label="dynamic, what-if: slots of exact bytes")
             ax.set_title(f"{model}, {profile}, {trace}", fontsize=9)
             ax.set_xlabel("expert VRAM (GiB)")
             ax.set_ylabel("modelled decode tok/s")
