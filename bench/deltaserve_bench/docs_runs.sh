@@ -73,6 +73,18 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# peer_up PATH: the peer server started last (pid in llama_pid) answers PATH on ${port}, up to
+# two minutes; it is killed when this script exits.
+peer_up() {
+  trap 'kill ${llama_pid} 2>/dev/null || true' EXIT
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:${port}$1" >/dev/null && return 0
+    sleep 0.2
+  done
+  echo "docs_runs.sh: the peer server did not answer $1 on port ${port}" >&2
+  return 1
+}
+
 if [[ "${what}" == ttft ]]; then
   # Chat TTFT through the API, one conversation at a time: a 3,000-token system prompt and
   # 110-token user turns (the first turn ~3.3K tokens, cold), 6 turns, 16 tokens out, no tool
@@ -101,11 +113,7 @@ if [[ "${what}" == ttft ]]; then
       -c "${ctx}" -np 1 --jinja --no-webui \
       >"${out}/ttft-r${round}-llama-server.log" 2>&1 &
     llama_pid=$!
-    trap 'kill ${llama_pid} 2>/dev/null || true' EXIT
-    for _ in $(seq 1 600); do
-      curl -sf "http://127.0.0.1:${port}/health" >/dev/null && break
-      sleep 0.2
-    done
+    peer_up /health
     "${bench}" multi-turn --url "http://127.0.0.1:${port}" --model bench --label llama-server \
       --no-progress --seed "${seed}" "${turns[@]}" --out "${out}/ttft-r${round}-llama-server"
     kill "${llama_pid}"; wait "${llama_pid}" 2>/dev/null || true
@@ -158,11 +166,7 @@ OPENBLAS_NUM_THREADS=1 "${llama_venv}/bin/python" -m llama_cpp.server --model "$
   --n_ctx "${ctx}" --logits_all false --cache true --cache_type ram --interrupt_requests false \
   --cache_size $((2 << 30)) >"${out}/llama-server.log" 2>&1 &
 llama_pid=$!
-trap 'kill ${llama_pid} 2>/dev/null || true' EXIT
-for _ in $(seq 1 600); do
-  curl -sf "http://127.0.0.1:${port}/v1/models" >/dev/null && break
-  sleep 0.2
-done
+peer_up /v1/models
 run_all "llama-cpp-python" "http://127.0.0.1:${port}" bench
 for w in ${workloads}; do
   "${bench}" compare "${out}/${w}-deltaserve" "${out}/${w}-llama-cpp-python" \
