@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "router/upstream/connection_pool.h"
+
 namespace deltaserve::router {
 namespace {
 
@@ -139,6 +141,16 @@ void UpstreamPool::Write(api::PrometheusText& out,
                 "Tokens an upstream reported in its usage.",
                 {{"upstream", n}, {"type", "completion"}},
                 static_cast<double>(c.completion_tokens));
+  }
+  for (const std::string& n : names) {
+    const upstream::ConnectionPool::Counts c = upstream::ConnectionPool::Global().counts(n);
+    const std::pair<const char*, int64_t> kinds[] = {{"new", c.opened}, {"reused", c.reused}};
+    for (const auto& [kind, value] : kinds) {
+      out.Counter("deltaserve_router_upstream_connections_total",
+                  "Connections a request to an upstream used: newly opened, or kept from an "
+                  "earlier request.",
+                  {{"upstream", n}, {"kind", kind}}, static_cast<double>(value));
+    }
   }
   for (const std::string& n : names) {
     out.Gauge("deltaserve_router_upstream_in_flight", "Requests in flight to an upstream.",

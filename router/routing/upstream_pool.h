@@ -43,9 +43,10 @@ class UpstreamPool {
   // deltaserve_router_upstream_requests_total{upstream,outcome},
   // deltaserve_router_upstream_errors_total{upstream,kind},
   // deltaserve_router_upstream_ttft_seconds{upstream} (histogram),
-  // deltaserve_router_upstream_tokens_total{upstream,type}, deltaserve_router_upstream_in_flight
-  // and deltaserve_router_upstream_circuit_open{upstream}; `upstreams`: the ones configured now
-  // (listed even before their first request).
+  // deltaserve_router_upstream_tokens_total{upstream,type}, deltaserve_router_upstream_in_flight,
+  // deltaserve_router_upstream_circuit_open{upstream} and, from the connection pool,
+  // deltaserve_router_upstream_connections_total{upstream,kind}; `upstreams`: the ones
+  // configured now (listed even before their first request).
   void Write(api::PrometheusText& out, const std::vector<UpstreamConfig>& upstreams) const;
 
   struct Counters {

@@ -106,6 +106,24 @@ void HttpConnection::Cancel() {
   if (cancel_fd_ >= 0) (void)!write(cancel_fd_, &one, sizeof one);
 }
 
+bool HttpConnection::IdleUsable() {
+  if (fd_ < 0 || cancel_fd_ < 0) return false;
+  pollfd fds[2] = {{fd_, POLLIN, 0}, {cancel_fd_, POLLIN, 0}};
+  if (poll(fds, 2, 0) < 0) return false;
+  if (fds[1].revents != 0) return false;
+  if (fds[0].revents == 0) return true;  // nothing arrived: still open as far as we can tell
+  if (ssl_ == nullptr) return false;     // EOF, an error or stray bytes
+  // TLS: the readable bytes may be a record that carries no data (a TLS 1.3 session ticket);
+  // peeking processes it. Data or the peer's close_notify / EOF make the connection unusable.
+  ERR_clear_error();
+  char byte;
+  const int r = SSL_peek(ssl_, &byte, 1);
+  if (r > 0) return false;
+  const bool alive = SSL_get_error(ssl_, r) == SSL_ERROR_WANT_READ;
+  ERR_clear_error();
+  return alive;
+}
+
 absl::Status HttpConnection::Wait(bool read, absl::Time deadline) {
   for (;;) {
     pollfd fds[2] = {{fd_, static_cast<short>(read ? POLLIN : POLLOUT), 0},

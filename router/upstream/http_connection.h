@@ -44,6 +44,11 @@ class HttpConnection {
   // Thread-safe, never blocks; later and blocked calls return Cancelled.
   void Cancel();
 
+  // For a connection kept idle between requests (connection_pool.h): false when the peer has
+  // closed it, reset it or sent bytes nobody asked for (any of which makes it unusable), or it
+  // was cancelled. Never blocks. True is no promise: the peer may close it a moment later.
+  bool IdleUsable();
+
  private:
   // Waits until the socket is readable (`read`) or writable, the deadline or a Cancel().
   absl::Status Wait(bool read, absl::Time deadline);

@@ -50,6 +50,19 @@ std::string_view HttpResponseReader::Header(std::string_view name) const {
   return "";
 }
 
+bool HttpResponseReader::reusable() const {
+  if (state_ != State::kDone || until_close_ || trailing_bytes_ || !http11_) return false;
+  // Connection: a comma-separated list of options; "close" anywhere in it ends the connection.
+  std::string_view options = Header("connection");
+  while (!options.empty()) {
+    const size_t comma = options.find(',');
+    if (EqualsIgnoreCase(Trim(options.substr(0, comma)), "close")) return false;
+    if (comma == std::string_view::npos) break;
+    options.remove_prefix(comma + 1);
+  }
+  return true;
+}
+
 absl::Status HttpResponseReader::ParseHead(std::string_view head) {
   headers_.clear();
   std::vector<std::string_view> lines;
@@ -69,6 +82,7 @@ absl::Status HttpResponseReader::ParseHead(std::string_view head) {
       (status_line.size() > 12 && status_line[12] != ' ')) {
     return Fail("the upstream's status line has no valid status code");
   }
+  http11_ = status_line.starts_with("HTTP/1.1 ");
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::string_view line = lines[i];
     const size_t colon = line.find(':');
@@ -109,7 +123,10 @@ absl::Status HttpResponseReader::Feed(std::string_view bytes, std::string* body)
       case State::kFailed:
         return absl::InvalidArgumentError("the upstream's answer was already malformed");
       case State::kDone:
-        return absl::OkStatus();  // bytes after the response (keep-alive): ignored
+        // Bytes after the response: not the answer's, and the next request's answer could not
+        // be told from them, so they are dropped and the connection is not reused.
+        trailing_bytes_ = true;
+        return absl::OkStatus();
       case State::kHeaders: {
         // Search from a little before the new bytes: "\r\n\r\n" may straddle two pieces.
         const size_t old_size = pending_.size();
@@ -189,6 +206,7 @@ absl::Status HttpResponseReader::FeedEof() {
       return absl::OkStatus();
     case State::kBodyUntilClose:
       state_ = State::kDone;
+      until_close_ = true;
       return absl::OkStatus();
     case State::kHeaders:
       return Fail(pending_.empty() && status_ == 0

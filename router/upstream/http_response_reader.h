@@ -4,6 +4,9 @@
 // they arrive, so a streamed (SSE) answer is passed on without waiting for its end. Interim 1xx
 // responses are skipped. Malformed input is an InvalidArgument naming what is wrong; the reader
 // never reads outside what it was given (tests/fuzz/upstream_stream_fuzz.cc).
+//
+// The response is delimited exactly: bytes after its end belong to no request, so they are
+// remembered (trailing_bytes) and the connection is not kept for another request (reusable).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,12 @@ class HttpResponseReader {
   bool headers_done() const { return state_ > State::kHeaders; }
   bool complete() const { return state_ == State::kDone; }
   int status() const { return status_; }
+  // Bytes came after the end of the response.
+  bool trailing_bytes() const { return trailing_bytes_; }
+  // The connection may carry another request: the response ended by its own framing
+  // (Content-Length, the chunked terminator, or none for 204/304), nothing followed it, it is
+  // HTTP/1.1 and its Connection header has no "close".
+  bool reusable() const;
   // The first header named `name` (case-insensitive), or "".
   std::string_view Header(std::string_view name) const;
 
@@ -38,6 +47,9 @@ class HttpResponseReader {
   absl::Status Fail(std::string message);
 
   State state_ = State::kHeaders;
+  bool until_close_ = false;    // the body ran to the connection's end
+  bool trailing_bytes_ = false;
+  bool http11_ = false;
   std::string pending_;  // header bytes, or a partial chunk-size / trailer line
   int status_ = 0;
   std::vector<std::pair<std::string, std::string>> headers_;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "router/api/api_error.h"
 #include "router/config/upstream_config.h"
+#include "router/upstream/connection_pool.h"
 #include "router/upstream/http_connection.h"
 #include "router/upstream/http_response_reader.h"
 #include "router/upstream/sse_reader.h"
@@ -28,6 +29,9 @@ std::condition_variable g_threads_cv;
 int g_threads = 0;
 
 constexpr size_t kMaxErrorBodyBytes = 64 << 10;
+// After the answer's last event, how long to wait for the rest of its framing (the chunked
+// terminator, normally in the same packet) so that the connection can be kept.
+constexpr absl::Duration kDrainTimeout = absl::Seconds(1);
 constexpr size_t kMaxWholeBodyBytes = 16 << 20;
 
 std::string Redact(std::string text, const std::string& key) {
@@ -147,7 +151,29 @@ bool WaitForUpstreamCalls(absl::Duration timeout) {
 
 void UpstreamCall::Cancel() {
   cancelled_ = true;
-  connection_->Cancel();
+  std::lock_guard<std::mutex> lock(connection_mu_);
+  if (connection_ != nullptr) connection_->Cancel();
+}
+
+bool UpstreamCall::Adopt(std::unique_ptr<HttpConnection> connection) {
+  std::unique_ptr<HttpConnection> old;  // closed outside the lock
+  std::lock_guard<std::mutex> lock(connection_mu_);
+  // Cancel() sets cancelled_ before it takes the lock: either it sees the new connection, or
+  // this sees cancelled_.
+  if (cancelled_) return false;
+  old = std::move(connection_);
+  connection_ = std::move(connection);
+  return true;
+}
+
+void UpstreamCall::Keep(const std::string& key) {
+  std::unique_ptr<HttpConnection> kept;
+  {
+    std::lock_guard<std::mutex> lock(connection_mu_);
+    if (cancelled_) return;  // its cancel flag is set: of no use to anyone
+    kept = std::move(connection_);
+  }
+  if (kept != nullptr) ConnectionPool::Global().Put(key, std::move(kept), absl::Now());
 }
 
 std::string UpstreamCall::Scrub(std::string text) const {
@@ -182,20 +208,74 @@ UpstreamFailure UpstreamCall::Exchange() {
   absl::StatusOr<UpstreamUrl> url = ParseUpstreamUrl(upstream_.base_url);
   if (!url.ok()) return fail(url.status(), kErrorConnect);
 
-  if (absl::Status s = connection_->Connect(
-          *url, upstream_.ca_pem, absl::Now() + absl::Milliseconds(upstream_.connect_timeout_ms));
-      !s.ok()) {
-    const bool timeout = s.code() == absl::StatusCode::kDeadlineExceeded;
-    return fail(absl::Status(timeout ? absl::StatusCode::kDeadlineExceeded
-                                     : absl::StatusCode::kUnavailable,
-                             absl::StrCat(name, ": ", s.message())),
-                timeout ? kErrorTimeout : kErrorConnect);
+  const std::string key = ConnectionKey(*url, upstream_.ca_pem);
+  for (int attempt = 0;; ++attempt) {
+    // The first attempt takes a kept connection if there is one; a retry never does (the kept
+    // ones are as old as the one that failed).
+    std::unique_ptr<HttpConnection> idle =
+        attempt == 0 ? ConnectionPool::Global().Take(key, absl::Now()) : nullptr;
+    const bool reused = idle != nullptr;
+    if (!Adopt(reused ? std::move(idle) : std::make_unique<HttpConnection>())) {
+      return fail(absl::CancelledError("cancelled"), "");
+    }
+    if (reused) {
+      ConnectionPool::Global().CountReused(upstream_.name);
+    } else {
+      if (absl::Status s = connection_->Connect(
+              *url, upstream_.ca_pem,
+              absl::Now() + absl::Milliseconds(upstream_.connect_timeout_ms));
+          !s.ok()) {
+        const bool timeout = s.code() == absl::StatusCode::kDeadlineExceeded;
+        return fail(absl::Status(timeout ? absl::StatusCode::kDeadlineExceeded
+                                         : absl::StatusCode::kUnavailable,
+                                 absl::StrCat(name, ": ", s.message())),
+                    timeout ? kErrorTimeout : kErrorConnect);
+      }
+      ConnectionPool::Global().CountNew(upstream_.name);
+    }
+    bool stale = false;
+    UpstreamFailure f = Converse(*url, key, reused, &stale);
+    if (!stale) return f;
   }
+}
+
+void UpstreamCall::Drain(HttpResponseReader& response, const std::string& key) {
+  const absl::Time deadline = absl::Now() + kDrainTimeout;
+  std::string rest;  // body bytes after the answer's end: read past, not used
+  char buffer[4096];
+  while (!response.complete()) {
+    absl::StatusOr<size_t> n = connection_->Read(buffer, sizeof buffer, deadline);
+    if (!n.ok() || *n == 0) return;
+    if (!response.Feed(std::string_view(buffer, *n), &rest).ok()) return;
+    if (rest.size() > kMaxErrorBodyBytes) return;  // not just framing: not worth the wait
+    rest.clear();
+  }
+  if (response.reusable()) Keep(key);
+}
+
+UpstreamFailure UpstreamCall::Converse(const UpstreamUrl& url, const std::string& key,
+                                       bool reused, bool* stale) {
+  auto fail = [&](absl::Status status, const char* kind) {
+    UpstreamFailure f;
+    f.kind = kind;
+    f.status = std::move(status);
+    return f;
+  };
+  // A kept connection the server closed while it was idle: the write fails, or the read ends
+  // or is reset before the first byte. Timeouts and cancels are not that.
+  auto closed_by_server = [&](const absl::Status& s) {
+    return reused && !cancelled_ && s.code() == absl::StatusCode::kUnavailable;
+  };
+  const std::string name = absl::StrCat("upstream '", upstream_.name, "'");
   const absl::Time first_byte_deadline =
       absl::Now() + absl::Milliseconds(upstream_.first_byte_timeout_ms);
   const std::string bytes =
-      UpstreamHttpRequestBytes(request_, upstream_, *url, request_id_);
+      UpstreamHttpRequestBytes(request_, upstream_, url, request_id_);
   if (absl::Status s = connection_->Write(bytes, first_byte_deadline); !s.ok()) {
+    if (closed_by_server(s)) {
+      *stale = true;
+      return {};
+    }
     const bool timeout = s.code() == absl::StatusCode::kDeadlineExceeded;
     return fail(absl::Status(timeout ? absl::StatusCode::kDeadlineExceeded
                                      : absl::StatusCode::kUnavailable,
@@ -214,11 +294,18 @@ UpstreamFailure UpstreamCall::Exchange() {
   std::vector<SseEvent> events;
   std::vector<api::GenerationDelta> deltas;
   char buffer[16 << 10];
+  bool any_byte = false;  // of the answer
   for (;;) {
     const absl::Time deadline =
         body_started ? absl::Now() + absl::Milliseconds(upstream_.idle_timeout_ms)
                      : first_byte_deadline;
     absl::StatusOr<size_t> n = connection_->Read(buffer, sizeof buffer, deadline);
+    const bool closed = n.ok() ? *n == 0 && reused && !cancelled_ : closed_by_server(n.status());
+    if (closed && !any_byte) {
+      *stale = true;
+      return {};
+    }
+    if (n.ok() && *n > 0) any_byte = true;
     if (!n.ok()) {
       if (n.status().code() == absl::StatusCode::kDeadlineExceeded) {
         return fail(absl::DeadlineExceededError(absl::StrCat(
@@ -243,6 +330,7 @@ UpstreamFailure UpstreamCall::Exchange() {
       whole += body;
       body.clear();
       if (whole.size() < kMaxErrorBodyBytes && !response.complete()) continue;
+      if (response.reusable()) Keep(key);
       return ClassifyHttpError(upstream_, response.status(), response.Header("retry-after"),
                                whole);
     }
@@ -287,8 +375,11 @@ UpstreamFailure UpstreamCall::Exchange() {
       deltas = {};
     }
     if (translator->done() || (*n == 0 && translator->CompleteAtEof())) {
+      // Kept before the end is reported, so that the client's next request finds it.
+      if (*n != 0 && response.reusable()) Keep(key);
       std::shared_ptr<UpstreamCallSink> sink = std::move(sink_);
       sink->OnUpstreamEnd(translator->End());
+      if (*n != 0 && !response.complete()) Drain(response, key);
       return UpstreamFailure{};
     }
     if (*n == 0 || response.complete()) {

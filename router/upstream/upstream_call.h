@@ -9,6 +9,12 @@
 // OnUpstreamFailed, all from the call's thread. A failure says whether output had already been
 // reported and what kind it was (the `kind` label of the upstream error metric).
 //
+// Connections are kept for the next request (connection_pool.h): the call takes an idle one when
+// there is one and gives it back only when the answer was read exactly to its end and the server
+// keeps it open. A kept connection the server closed meanwhile (the request cannot be written,
+// or the connection ends or is reset before any byte of the answer) is retried once on a new
+// connection: the server answered nothing, so it acted on nothing.
+//
 // Key material: the key goes into the request's header only; every message that may hold text
 // from the upstream has the key replaced by "[redacted]", and a 401/403's body is not quoted.
 #pragma once
@@ -16,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +36,7 @@
 namespace deltaserve::router::upstream {
 
 class HttpConnection;
+class HttpResponseReader;
 
 // Values of the `kind` label (deltaserve_router_upstream_errors_total).
 inline constexpr const char* kErrorConnect = "connect";          // refused, reset, DNS, TLS
@@ -78,6 +86,17 @@ class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
  private:
   void Main();
   UpstreamFailure Exchange();  // the failure, or a status OK after OnUpstreamEnd
+  // One request on connection_ (`reused`: taken from the pool). `stale`: a reused connection
+  // failed before any byte of the answer, and the request may be sent again on a new one.
+  UpstreamFailure Converse(const UpstreamUrl& url, const std::string& key, bool reused,
+                           bool* stale);
+  // Makes `connection` the call's; false (and it is closed) once the call is cancelled.
+  bool Adopt(std::unique_ptr<HttpConnection> connection);
+  // Gives connection_ back to the pool unless the call was cancelled.
+  void Keep(const std::string& key);
+  // After the end was reported: reads the rest of the answer's framing (briefly) and keeps the
+  // connection when the answer then ends exactly.
+  void Drain(HttpResponseReader& response, const std::string& key);
   std::string Scrub(std::string text) const;
 
   const UpstreamConfig upstream_;
@@ -86,6 +105,7 @@ class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
   const int n_;
   const std::string request_id_;
   std::shared_ptr<UpstreamCallSink> sink_;
+  std::mutex connection_mu_;  // connection_ changes vs Cancel()
   std::unique_ptr<HttpConnection> connection_;
   std::atomic<bool> cancelled_{false};
   std::atomic<double> first_output_seconds_{0};

@@ -272,7 +272,7 @@ std::string UpstreamHttpRequestBytes(const UpstreamHttpRequest& request,
                                  "\r\nUser-Agent: deltaserve-router\r\n"
                                  "Content-Type: application/json\r\n"
                                  "Accept: text/event-stream\r\nAccept-Encoding: identity\r\n"
-                                 "Connection: close\r\nContent-Length: ",
+                                 "Connection: keep-alive\r\nContent-Length: ",
                                  request.body.size(), "\r\n");
   if (!request_id.empty()) absl::StrAppend(&out, "X-Request-Id: ", request_id, "\r\n");
   if (upstream.kind == UpstreamKind::kAnthropic) {

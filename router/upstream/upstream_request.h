@@ -36,7 +36,7 @@ absl::StatusOr<UpstreamHttpRequest> BuildUpstreamRequest(const api::CompletionRe
 
 // The HTTP/1.1 request's bytes: request line, Host, the key (Authorization: Bearer, or x-api-key
 // and anthropic-version), X-Request-Id, Content-Type / Length, Accept: text/event-stream,
-// Connection: close.
+// Connection: keep-alive (the connection may go back to the pool, connection_pool.h).
 std::string UpstreamHttpRequestBytes(const UpstreamHttpRequest& request,
                                      const UpstreamConfig& upstream, const UpstreamUrl& url,
                                      const std::string& request_id);

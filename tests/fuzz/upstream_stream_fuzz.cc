@@ -29,6 +29,7 @@ struct Outcome {
   std::string body;
   std::vector<std::string> deltas;  // each delta flattened, for comparison
   bool done = false;
+  bool reusable = false;  // the connection could carry another request (keep-alive)
 };
 
 Outcome Run(std::string_view answer, UpstreamKind kind, int n, std::string_view piece_sizes) {
@@ -73,6 +74,11 @@ Outcome Run(std::string_view answer, UpstreamKind kind, int n, std::string_view 
       }
     }
   }
+  out.reusable = response.reusable();
+  if (out.reusable) {
+    fuzz::Check(response.complete() && !response.trailing_bytes(), kTarget,
+                "a reusable connection's answer ended exactly");
+  }
   out.done = translator->done();
   if (out.done) {
     const api::GenerationEnd end = translator->End();
@@ -102,6 +108,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     deltaserve::fuzz::Check(whole.deltas == pieces.deltas, kTarget,
                             "pieces give the same deltas");
     deltaserve::fuzz::Check(whole.done == pieces.done, kTarget, "pieces give the same end");
+    deltaserve::fuzz::Check(whole.reusable == pieces.reusable, kTarget,
+                            "pieces give the same keep-alive decision");
   }
   return 0;
 }

@@ -62,6 +62,48 @@ TEST(HttpResponseReaderTest, BodiesByEveryFraming) {
   }
 }
 
+// Keep-alive: a connection carries another request only after an answer that ended by its own
+// framing with nothing after it, in HTTP/1.1, without "Connection: close".
+TEST(HttpResponseReaderTest, ReusableOnlyAfterAnExactlyDelimitedAnswer) {
+  const struct {
+    std::string bytes;
+    bool eof;
+    bool reusable;
+    bool trailing;
+  } cases[] = {
+      {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false, true, false},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloX", false, false, true},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhell", false, false, false},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+       false, true, false},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nH",
+       false, false, true},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n", false,
+       false, false},
+      {"HTTP/1.1 200 OK\r\nConnection: Keep-Alive, CLOSE\r\nContent-Length: 0\r\n\r\n", false,
+       false, false},
+      {"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", false,
+       true, false},
+      {"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello", false, false, false},
+      {"HTTP/1.1 200 OK\r\n\r\nuntil close", true, false, false},
+      {"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", false, true, false},
+  };
+  for (const auto& c : cases) {
+    for (size_t piece : {c.bytes.size(), size_t{1}}) {
+      HttpResponseReader r;
+      std::string body;
+      for (size_t i = 0; i < c.bytes.size(); i += piece) {
+        ASSERT_TRUE(r.Feed(std::string_view(c.bytes).substr(i, piece), &body).ok()) << c.bytes;
+      }
+      if (c.eof) {
+        ASSERT_TRUE(r.FeedEof().ok());
+      }
+      EXPECT_EQ(r.reusable(), c.reusable) << c.bytes << " piece " << piece;
+      EXPECT_EQ(r.trailing_bytes(), c.trailing) << c.bytes << " piece " << piece;
+    }
+  }
+}
+
 TEST(HttpResponseReaderTest, MalformedAnswersAreRefused) {
   const struct {
     std::string bytes;
