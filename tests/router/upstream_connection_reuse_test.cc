@@ -180,9 +180,12 @@ class Sink : public UpstreamCallSink {
   std::function<void()> on_deltas_;
 };
 
+// Each upstream a name of its own, so that the process-wide counters start at 0 for it (also
+// under --gtest_repeat).
 UpstreamConfig Upstream(const std::string& name, int port) {
+  static std::atomic<int> serial{0};
   UpstreamConfig u;
-  u.name = name;
+  u.name = name + "-" + std::to_string(serial++);
   u.base_url = "http://127.0.0.1:" + std::to_string(port) + "/v1";
   u.model = "m";
   // Bounds so that a wrong client fails instead of hanging; no test waits on them.
@@ -223,8 +226,8 @@ TEST(UpstreamConnectionReuseTest, SequentialWholeAnswersShareOneConnection) {
   for (int i = 0; i < 3; ++i) ExpectOk(Call(u));
   EXPECT_EQ(server.accepted(), 1);
   EXPECT_EQ(server.requests(), 3);
-  EXPECT_EQ(ConnectionPool::Global().counts("whole").opened, 1);
-  EXPECT_EQ(ConnectionPool::Global().counts("whole").reused, 2);
+  EXPECT_EQ(ConnectionPool::Global().counts(u.name).opened, 1);
+  EXPECT_EQ(ConnectionPool::Global().counts(u.name).reused, 2);
 }
 
 TEST(UpstreamConnectionReuseTest, SequentialStreamsShareOneConnection) {
@@ -232,8 +235,8 @@ TEST(UpstreamConnectionReuseTest, SequentialStreamsShareOneConnection) {
   const UpstreamConfig u = Upstream("stream", server.port());
   for (int i = 0; i < 3; ++i) ExpectOk(Call(u));
   EXPECT_EQ(server.accepted(), 1);
-  EXPECT_EQ(ConnectionPool::Global().counts("stream").opened, 1);
-  EXPECT_EQ(ConnectionPool::Global().counts("stream").reused, 2);
+  EXPECT_EQ(ConnectionPool::Global().counts(u.name).opened, 1);
+  EXPECT_EQ(ConnectionPool::Global().counts(u.name).reused, 2);
 }
 
 TEST(UpstreamConnectionReuseTest, ErrorAnswersKeepTheConnectionToo) {
@@ -255,7 +258,7 @@ TEST(UpstreamConnectionReuseTest, ConnectionCloseGetsANewConnection) {
   const UpstreamConfig u = Upstream("close", server.port());
   for (int i = 0; i < 3; ++i) ExpectOk(Call(u));
   EXPECT_EQ(server.accepted(), 3);
-  EXPECT_EQ(ConnectionPool::Global().counts("close").reused, 0);
+  EXPECT_EQ(ConnectionPool::Global().counts(u.name).reused, 0);
 }
 
 TEST(UpstreamConnectionReuseTest, AnswerUntilCloseIsNotReused) {
@@ -280,8 +283,8 @@ TEST(UpstreamConnectionReuseTest, ServerThatClosedAKeptConnectionIsRetriedOnce) 
   ExpectOk(Call(u));
   EXPECT_EQ(server.accepted(), 2);
   EXPECT_EQ(server.requests(), 3);
-  EXPECT_EQ(ConnectionPool::Global().counts("retry").opened, 2);
-  EXPECT_EQ(ConnectionPool::Global().counts("retry").reused, 1);
+  EXPECT_EQ(ConnectionPool::Global().counts(u.name).opened, 2);
+  EXPECT_EQ(ConnectionPool::Global().counts(u.name).reused, 1);
   ExpectOk(Call(u));  // the retry's connection was kept
   EXPECT_EQ(server.accepted(), 2);
 }
@@ -329,7 +332,7 @@ TEST(UpstreamConnectionReuseTest, CancelMidStreamClosesTheConnection) {
   }
   ExpectOk(Call(u));
   EXPECT_EQ(server.accepted(), 2);
-  EXPECT_EQ(ConnectionPool::Global().counts("cancel").reused, 0);
+  EXPECT_EQ(ConnectionPool::Global().counts(u.name).reused, 0);
 }
 
 TEST(UpstreamConnectionReuseTest, TrailingBytesAreNotReused) {
@@ -350,9 +353,9 @@ TEST(UpstreamConnectionReuseTest, MetricKindsAreCountedPerUpstream) {
   ExpectOk(Call(a));
   ExpectOk(Call(b));  // the same endpoint: a's kept connection serves b
   EXPECT_EQ(server.accepted(), 1);
-  EXPECT_EQ(ConnectionPool::Global().counts("metric-a").opened, 1);
-  EXPECT_EQ(ConnectionPool::Global().counts("metric-b").opened, 0);
-  EXPECT_EQ(ConnectionPool::Global().counts("metric-b").reused, 1);
+  EXPECT_EQ(ConnectionPool::Global().counts(a.name).opened, 1);
+  EXPECT_EQ(ConnectionPool::Global().counts(b.name).opened, 0);
+  EXPECT_EQ(ConnectionPool::Global().counts(b.name).reused, 1);
 }
 
 }  // namespace
