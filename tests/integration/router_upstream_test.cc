@@ -452,6 +452,14 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
     EXPECT_NE(metrics.find(needle), std::string::npos) << "/metrics lacks " << needle;
   }
   EXPECT_EQ(metrics.find("upstream=\"fault500\",kind=\"server\"} 0\n"), std::string::npos);
+  // Keep-alive: the upstream router's answers end by their framing, so its requests shared
+  // connections.
+  for (const char* kind : {"new", "reused"}) {
+    const std::string line = std::string("deltaserve_router_upstream_connections_total{upstream=") +
+                             "\"remote\",kind=\"" + kind + "\"} ";
+    EXPECT_NE(metrics.find(line), std::string::npos) << "/metrics lacks " << line;
+  }
+  EXPECT_EQ(metrics.find("upstream=\"remote\",kind=\"reused\"} 0\n"), std::string::npos);
 
   // --- No key material anywhere the router writes.
   router.Signal(SIGTERM);
