@@ -136,6 +136,8 @@ std::string UpstreamConfigText(int anthropic_port, int deltaserve_port, int clos
   const std::string t = "https://127.0.0.1:" + std::to_string(tls_port) + "/v1";
   c += "  - {name: claude-tls, kind: anthropic, base_url: \"" + t + "\", model: claude, "
        "api_key_env: UPSTREAM_TEST_ANTHROPIC_KEY, tls_ca_file: " + key_dir + "/ca.crt}\n";
+  c += "  - {name: claude-tls-keep, kind: anthropic, base_url: \"" + t + "\", model: whole, "
+       "api_key_env: UPSTREAM_TEST_ANTHROPIC_KEY, tls_ca_file: " + key_dir + "/ca.crt}\n";
   c += "  - {name: claude-tls-untrusted, kind: anthropic, base_url: \"" + t + "\", model: "
        "claude, api_key_env: UPSTREAM_TEST_ANTHROPIC_KEY}\n";
   c += "aliases:\n  a500: [fault500, claude]\n  arefused: [refused, claude]\n"
@@ -404,6 +406,12 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   // the same server is not trusted, which is a connect failure, not an answer.
   r = ask("claude-tls");
   EXPECT_EQ(r.status, 200) << r.body;
+  // Keep-alive over TLS: the second request reuses the first one's connection (metrics below).
+  for (int i = 0; i < 2; ++i) {
+    r = ask("claude-tls-keep");
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_THAT(r.body, HasSubstr("Hello from the Anthropic upstream."));
+  }
   r = ask("claude-tls-untrusted");
   EXPECT_EQ(r.status, 503);
   EXPECT_THAT(r.body, HasSubstr("is not trusted"));
@@ -460,6 +468,11 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
     EXPECT_NE(metrics.find(line), std::string::npos) << "/metrics lacks " << line;
   }
   EXPECT_EQ(metrics.find("upstream=\"remote\",kind=\"reused\"} 0\n"), std::string::npos);
+  for (const char* kind : {"new", "reused"}) {
+    const std::string line = std::string("deltaserve_router_upstream_connections_total{upstream=") +
+                             "\"claude-tls-keep\",kind=\"" + kind + "\"} 1\n";
+    EXPECT_NE(metrics.find(line), std::string::npos) << "/metrics lacks " << line;
+  }
 
   // --- No key material anywhere the router writes.
   router.Signal(SIGTERM);

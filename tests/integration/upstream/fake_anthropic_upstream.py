@@ -125,7 +125,9 @@ class Handler(BaseHTTPRequestHandler):
         stop = "tool_use" if blocks[-1]["type"] == "tool_use" else "end_turn"
         usage = {"input_tokens": 11, "cache_read_input_tokens": 3,
                  "cache_creation_input_tokens": 0, "output_tokens": 7}
-        if not body.get("stream"):
+        # "whole": answered in one piece even when asked to stream (a server that ignores
+        # "stream": true), with Content-Length on a kept-alive connection.
+        if not body.get("stream") or model == "whole":
             return self.send_json(200, {"id": "msg_up", "type": "message", "role": "assistant",
                                         "model": model, "content": blocks, "stop_reason": stop,
                                         "stop_sequence": None, "usage": usage})
