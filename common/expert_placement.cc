@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,6 +76,156 @@ ExpertPlacement HottestExpertPlacement(const std::vector<std::vector<double>>& h
   }
   for (auto& l : p.device) std::sort(l.begin(), l.end());
   return p;
+}
+
+ExpertSlotClasses ExpertSlotClasses::Single(int64_t n_layer, int64_t n_slots, uint64_t slot_bytes) {
+  ExpertSlotClasses c;
+  c.layer_class.assign(static_cast<size_t>(std::max<int64_t>(n_layer, 0)), 0);
+  c.slot_bytes = {slot_bytes};
+  c.slots = {std::max<int64_t>(n_slots, 0)};
+  return c;
+}
+
+int64_t ExpertSlotClasses::total_slots() const {
+  int64_t n = 0;
+  for (int64_t s : slots) n += s;
+  return n;
+}
+
+uint64_t ExpertSlotClasses::device_bytes() const {
+  uint64_t b = 0;
+  for (size_t c = 0; c < slots.size() && c < slot_bytes.size(); ++c) {
+    b += static_cast<uint64_t>(slots[c]) * slot_bytes[c];
+  }
+  return b;
+}
+
+std::vector<int64_t> ExpertSlotClasses::LayersOf(int32_t c) const {
+  std::vector<int64_t> layers;
+  for (size_t l = 0; l < layer_class.size(); ++l) {
+    if (layer_class[l] == c) layers.push_back(static_cast<int64_t>(l));
+  }
+  return layers;
+}
+
+absl::Status ExpertSlotClasses::Check(int64_t n_layer) const {
+  if (static_cast<int64_t>(layer_class.size()) != n_layer || slots.size() != slot_bytes.size() ||
+      slots.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the expert slot classes name ", layer_class.size(), " layers and ", slots.size(),
+        " classes (", slot_bytes.size(), " sizes); the model has ", n_layer, " layers"));
+  }
+  for (size_t l = 0; l < layer_class.size(); ++l) {
+    if (layer_class[l] < 0 || layer_class[l] >= n_class()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", l, ": expert slot class ", layer_class[l], " is not in [0, ", n_class(), ")"));
+    }
+  }
+  for (int64_t s : slots) {
+    if (s < 0) return absl::InvalidArgumentError("an expert slot class has negative slots");
+  }
+  return absl::OkStatus();
+}
+
+ExpertSlotClasses SplitExpertBudget(std::vector<int32_t> layer_class,
+                                    std::vector<uint64_t> slot_bytes, int64_t n_expert,
+                                    uint64_t device_bytes) {
+  ExpertSlotClasses c;
+  c.layer_class = std::move(layer_class);
+  c.slot_bytes = std::move(slot_bytes);
+  c.slots.assign(c.slot_bytes.size(), 0);
+  std::vector<int64_t> experts(c.slot_bytes.size(), 0);  // the class's experts
+  for (int32_t k : c.layer_class) {
+    if (k >= 0 && k < c.n_class())
+      experts[static_cast<size_t>(k)] += std::max<int64_t>(n_expert, 0);
+  }
+  long double all = 0;
+  for (size_t k = 0; k < experts.size(); ++k) {
+    all += static_cast<long double>(experts[k]) * static_cast<long double>(c.slot_bytes[k]);
+  }
+  if (all <= 0) return c;
+  uint64_t left = device_bytes;
+  for (size_t k = 0; k < experts.size(); ++k) {
+    if (c.slot_bytes[k] == 0) continue;
+    const long double weight = static_cast<long double>(experts[k]) * c.slot_bytes[k];
+    const auto share = static_cast<uint64_t>(static_cast<long double>(device_bytes) * weight / all);
+    c.slots[k] = std::min<int64_t>(static_cast<int64_t>(share / c.slot_bytes[k]), experts[k]);
+    left -= static_cast<uint64_t>(c.slots[k]) * c.slot_bytes[k];
+  }
+  // What the shares' rounding left: one slot at a time, largest experts first.
+  while (true) {
+    int64_t best = -1;
+    for (size_t k = 0; k < experts.size(); ++k) {
+      if (c.slot_bytes[k] == 0 || c.slots[k] >= experts[k] || c.slot_bytes[k] > left) continue;
+      if (best < 0 || c.slot_bytes[k] > c.slot_bytes[static_cast<size_t>(best)]) {
+        best = static_cast<int64_t>(k);
+      }
+    }
+    if (best < 0) break;
+    ++c.slots[static_cast<size_t>(best)];
+    left -= c.slot_bytes[static_cast<size_t>(best)];
+  }
+  return c;
+}
+
+absl::Status ValidateExpertPlacement(const ExpertPlacement& p, const ExpertSlotClasses& classes) {
+  if (absl::Status s = ValidateExpertPlacement(p, classes.total_slots()); !s.ok()) return s;
+  if (absl::Status s = classes.Check(p.n_layer); !s.ok()) return s;
+  for (int32_t k = 0; k < classes.n_class(); ++k) {
+    const std::vector<int64_t> layers = classes.LayersOf(k);
+    int64_t n = 0;
+    for (int64_t l : layers) n += static_cast<int64_t>(p.device[static_cast<size_t>(l)].size());
+    const int64_t slots = classes.slots[static_cast<size_t>(k)];
+    if (n > slots) {
+      const size_t shown = std::min<size_t>(layers.size(), 6);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "layer", layers.size() == 1 ? " " : "s ",
+          absl::StrJoin(layers.begin(), layers.begin() + static_cast<ptrdiff_t>(shown), ", "),
+          layers.size() > shown ? ", ..." : "", ": ", n,
+          " experts in device memory, their slots of ", classes.slot_bytes[static_cast<size_t>(k)],
+          " B hold ", slots));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// `f` applied to each class's layers as a model of their own, the results put back in place.
+template <typename F>
+ExpertPlacement PerClass(int64_t n_layer, int64_t n_expert, const ExpertSlotClasses& classes, F f) {
+  ExpertPlacement p = ExpertPlacement::Empty(n_layer, n_expert);
+  if (!classes.Check(n_layer).ok()) return p;
+  for (int32_t k = 0; k < classes.n_class(); ++k) {
+    const std::vector<int64_t> layers = classes.LayersOf(k);
+    const ExpertPlacement sub = f(layers, classes.slots[static_cast<size_t>(k)]);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      p.device[static_cast<size_t>(layers[i])] = sub.device[i];
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+ExpertPlacement EvenExpertPlacement(int64_t n_layer, int64_t n_expert,
+                                    const ExpertSlotClasses& classes) {
+  return PerClass(n_layer, n_expert, classes, [&](const std::vector<int64_t>& layers, int64_t s) {
+    return EvenExpertPlacement(static_cast<int64_t>(layers.size()), n_expert, s);
+  });
+}
+
+ExpertPlacement HottestExpertPlacement(const std::vector<std::vector<double>>& heat,
+                                       const ExpertSlotClasses& classes) {
+  const auto n_layer = static_cast<int64_t>(heat.size());
+  const int64_t n_expert = heat.empty() ? 0 : static_cast<int64_t>(heat[0].size());
+  return PerClass(n_layer, n_expert, classes, [&](const std::vector<int64_t>& layers, int64_t s) {
+    std::vector<std::vector<double>> sub;
+    for (int64_t l : layers) sub.push_back(heat[static_cast<size_t>(l)]);
+    ExpertPlacement q = HottestExpertPlacement(sub, s);
+    q.device.resize(layers.size());
+    return q;
+  });
 }
 
 std::string DescribeExpertPlacement(const ExpertPlacement& p, int max_layers) {

@@ -56,6 +56,53 @@ ExpertPlacement EvenExpertPlacement(int64_t n_layer, int64_t n_expert, int64_t m
 ExpertPlacement HottestExpertPlacement(const std::vector<std::vector<double>>& heat,
                                        int64_t max_slots);
 
+// Device expert slots by expert size. Quantisations such as Q4_K_M store some layers' experts
+// in more bytes than others (a Q6_K down projection), so a worker keeps one device arena per
+// distinct expert size (a "class"), each with slots of exactly that size and holding only its
+// layers' experts: the same bytes hold as many experts as their sizes allow, not as many as the
+// largest layer's would. A placement is then within budget when each class holds at most its
+// slots. One class for every layer is the plain budget of `n` slots (Single).
+//
+//   ExpertSlotClasses c = SplitExpertBudget({0, 0, 1, 1}, {6912, 7680}, 256, device_bytes);
+//   RETURN_IF_ERROR(ValidateExpertPlacement(p, c));
+struct ExpertSlotClasses {
+  std::vector<int32_t> layer_class;  // [n_layer]: the class of the layer's experts
+  std::vector<uint64_t> slot_bytes;  // [n_class]: one slot (0 where unknown)
+  std::vector<int64_t> slots;        // [n_class]: device slots of the class
+
+  static ExpertSlotClasses Single(int64_t n_layer, int64_t n_slots, uint64_t slot_bytes = 0);
+  int64_t n_class() const { return static_cast<int64_t>(slots.size()); }
+  int64_t total_slots() const;
+  uint64_t device_bytes() const;  // sum of slots x slot_bytes
+  std::vector<int64_t> LayersOf(int32_t c) const;
+  // InvalidArgument unless layer_class has n_layer entries in [0, n_class), the three lists
+  // agree in length and no class has negative slots.
+  absl::Status Check(int64_t n_layer) const;
+  bool operator==(const ExpertSlotClasses&) const = default;
+};
+
+// Slots for `device_bytes` split over the classes of `layer_class` (class sizes `slot_bytes`):
+// each class first gets the share of the budget its experts take of all routed expert bytes
+// (class c: its layers x n_expert x slot_bytes[c]) and floor(share / slot_bytes[c]) slots, never
+// more than its experts; the bytes left over then go one slot at a time to the class whose
+// experts are largest that still has experts off the device and fits in what is left. So no
+// class can take one more slot within the budget, and a budget of all the routed bytes holds
+// every expert.
+ExpertSlotClasses SplitExpertBudget(std::vector<int32_t> layer_class,
+                                    std::vector<uint64_t> slot_bytes, int64_t n_expert,
+                                    uint64_t device_bytes);
+
+// ValidateExpertPlacement(p, classes.total_slots()), and then ResourceExhausted when a class
+// holds more experts than its slots ("layers 0, 1, ...: 300 experts in device memory, their
+// slots of 7,680 B hold 256").
+absl::Status ValidateExpertPlacement(const ExpertPlacement& p, const ExpertSlotClasses& classes);
+
+// EvenExpertPlacement and HottestExpertPlacement within each class, over its layers.
+ExpertPlacement EvenExpertPlacement(int64_t n_layer, int64_t n_expert,
+                                    const ExpertSlotClasses& classes);
+ExpertPlacement HottestExpertPlacement(const std::vector<std::vector<double>>& heat,
+                                       const ExpertSlotClasses& classes);
+
 // "layer 0: 3 experts (1, 5, 9); layer 1: ..." for logs and errors; at most `max_layers` layers.
 std::string DescribeExpertPlacement(const ExpertPlacement& p, int max_layers = 4);
 

@@ -414,4 +414,78 @@ ExpertPlan PlanDeviceExperts(const std::vector<std::vector<double>>& heat,
   return plan;
 }
 
+namespace {
+
+// `plan_class(sub_heat, sub_current, c)` for each class's layers as a model of their own (see
+// the per-class PlanDeviceExpertsByCost in the header), put back together.
+template <typename F>
+ExpertPlan PlanPerClass(const std::vector<std::vector<double>>& heat,
+                        const common::ExpertPlacement& current,
+                        const common::ExpertSlotClasses& classes, bool classes_ok, F plan_class) {
+  const auto n_layer = static_cast<int64_t>(heat.size());
+  const int64_t n_expert = heat.empty() ? 0 : static_cast<int64_t>(heat[0].size());
+  const bool current_fits = current.n_layer == n_layer && current.n_expert == n_expert &&
+                            static_cast<int64_t>(current.device.size()) == n_layer;
+  ExpertPlan plan;
+  plan.placement = common::ExpertPlacement::Empty(n_layer, n_expert);
+  if (!classes_ok || !classes.Check(n_layer).ok()) {
+    if (current_fits && common::ValidateExpertPlacement(current, classes).ok()) {
+      plan.placement = current;
+    }
+    plan.changed = !(current_fits && plan.placement == current);
+    return plan;
+  }
+  for (int32_t c = 0; c < classes.n_class(); ++c) {
+    const std::vector<int64_t> layers = classes.LayersOf(c);
+    if (layers.empty()) continue;
+    std::vector<std::vector<double>> sub_heat;
+    common::ExpertPlacement sub_current =
+        common::ExpertPlacement::Empty(static_cast<int64_t>(layers.size()), n_expert);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      sub_heat.push_back(heat[static_cast<size_t>(layers[i])]);
+      if (current_fits) sub_current.device[i] = current.device[static_cast<size_t>(layers[i])];
+    }
+    const ExpertPlan sub = plan_class(sub_heat, sub_current, c);
+    for (size_t i = 0; i < layers.size() && i < sub.placement.device.size(); ++i) {
+      plan.placement.device[static_cast<size_t>(layers[i])] = sub.placement.device[i];
+    }
+    plan.moves_in += sub.moves_in;
+    plan.moves_out += sub.moves_out;
+    plan.whole_layers += sub.whole_layers;
+    plan.expected_step_s += sub.expected_step_s;
+    plan.current_step_s += sub.current_step_s;
+    plan.reorganised = plan.reorganised || sub.reorganised;
+  }
+  plan.changed = !(current_fits && plan.placement == current);
+  return plan;
+}
+
+}  // namespace
+
+ExpertPlan PlanDeviceExpertsByCost(const std::vector<std::vector<double>>& heat,
+                                   const common::ExpertPlacement& current,
+                                   const common::ExpertSlotClasses& classes,
+                                   const std::vector<PlanCosts>& costs,
+                                   const PlannerOptions& options) {
+  return PlanPerClass(
+      heat, current, classes, static_cast<int64_t>(costs.size()) == classes.n_class(),
+      [&](const std::vector<std::vector<double>>& h, const common::ExpertPlacement& cur,
+          int32_t c) {
+        return PlanDeviceExpertsByCost(h, cur, classes.slots[static_cast<size_t>(c)],
+                                       costs[static_cast<size_t>(c)], options);
+      });
+}
+
+ExpertPlan PlanDeviceExperts(const std::vector<std::vector<double>>& heat,
+                             const common::ExpertPlacement& current,
+                             const common::ExpertSlotClasses& classes,
+                             const PlannerOptions& options) {
+  return PlanPerClass(heat, current, classes, true,
+                      [&](const std::vector<std::vector<double>>& h,
+                          const common::ExpertPlacement& cur, int32_t c) {
+                        return PlanDeviceExperts(h, cur, classes.slots[static_cast<size_t>(c)],
+                                                 options);
+                      });
+}
+
 }  // namespace deltaserve::router

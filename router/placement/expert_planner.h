@@ -132,4 +132,24 @@ ExpertPlan PlanDeviceExpertsByCost(const std::vector<std::vector<double>>& heat,
                                    const common::ExpertPlacement& current, int64_t n_slots,
                                    const PlanCosts& costs, const PlannerOptions& options);
 
+// The cost-aware plan for a worker whose device slots come per expert size (common::
+// ExpertSlotClasses: one arena per size, a layer's experts only in its size's slots). A step's
+// cost is a sum over layers and each layer draws on one class's slots, so the plan of the whole
+// model is PlanDeviceExpertsByCost of each class's layers on their own, within that class's
+// slots and with `costs[c]` (the costs of experts of class c's size: PlanCostsFor its
+// slot_bytes), put back together; the ExpertPlan's counts and step times are the classes' sums
+// and `reorganised` says whether any class took its reorganisation. `classes` that do not fit
+// `heat` (Check fails) or `costs` of another length plan nothing: the current set is kept when
+// it fits the classes, else an empty placement.
+ExpertPlan PlanDeviceExpertsByCost(const std::vector<std::vector<double>>& heat,
+                                   const common::ExpertPlacement& current,
+                                   const common::ExpertSlotClasses& classes,
+                                   const std::vector<PlanCosts>& costs,
+                                   const PlannerOptions& options);
+// PlanDeviceExperts within each slot class likewise.
+ExpertPlan PlanDeviceExperts(const std::vector<std::vector<double>>& heat,
+                             const common::ExpertPlacement& current,
+                             const common::ExpertSlotClasses& classes,
+                             const PlannerOptions& options);
+
 }  // namespace deltaserve::router

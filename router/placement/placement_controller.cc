@@ -437,14 +437,16 @@ void PlacementController::PlanGroup(const std::string& model, Group& g,
       wv.outcome = "moves pending";
       continue;
     }
-    // The planner's costs from the configured machine and this worker's slot size (all of its
-    // experts are planned as slot-sized: that is what the arena holds).
-    const PlanCosts costs = PlanCostsFor(
-        p->stats.slot_bytes(), settings.device_bandwidth_gbs * 1e9,
-        settings.host_bandwidth_gbs * 1e9, settings.layer_sync_us * 1e-6,
-        p->stats.n_expert_used() > 0 ? p->stats.n_expert_used() : 1);
-    const ExpertPlan plan =
-        PlanDeviceExpertsByCost(heat, p->current, p->stats.device_slots(), costs, options);
+    // The worker's slots per expert size (one class of device_slots from a worker that does
+    // not report them), and per size the planner's costs from the configured machine.
+    const common::ExpertSlotClasses classes = SlotClassesOf(p->stats);
+    std::vector<PlanCosts> costs;
+    for (uint64_t bytes : classes.slot_bytes) {
+      costs.push_back(PlanCostsFor(bytes, settings.device_bandwidth_gbs * 1e9,
+                                   settings.host_bandwidth_gbs * 1e9, settings.layer_sync_us * 1e-6,
+                                   p->stats.n_expert_used() > 0 ? p->stats.n_expert_used() : 1));
+    }
+    const ExpertPlan plan = PlanDeviceExpertsByCost(heat, p->current, classes, costs, options);
     ++result.plans;
     wv.planned_moves_in = plan.moves_in;
     wv.planned_moves_out = plan.moves_out;

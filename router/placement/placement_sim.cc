@@ -110,9 +110,10 @@ PolicyResult RunFixed(const ModelTrace& t, size_t first, const MoeModelShape& s,
 // with the costs the router derives from its settings (`costs`), or without them
 // (`per_expert`: PlanDeviceExperts, SimulationResult::dynamic_per_expert).
 PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& s,
-                        const MachineProfile& p, int64_t n_slots,
+                        const MachineProfile& p, const common::ExpertSlotClasses& classes,
                         std::vector<std::vector<double>> heat, const common::ExpertPlacement& start,
-                        const SimulationOptions& o, const PlanCosts& costs, bool per_expert) {
+                        const SimulationOptions& o, const std::vector<PlanCosts>& costs,
+                        bool per_expert) {
   PolicyResult r;
   Tally tally;
   std::vector<uint8_t> device = FlagsOf(start, s);
@@ -143,8 +144,8 @@ PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& 
     if (now >= next_plan) {
       decay_to(now);
       const ExpertPlan plan =
-          per_expert ? PlanDeviceExperts(heat, target, n_slots, o.planner)
-                     : PlanDeviceExpertsByCost(heat, target, n_slots, costs, o.planner);
+          per_expert ? PlanDeviceExperts(heat, target, classes, o.planner)
+                     : PlanDeviceExpertsByCost(heat, target, classes, costs, o.planner);
       r.whole_layers = 0;
       for (const auto& l : plan.placement.device) {
         r.whole_layers += static_cast<int64_t>(l.size()) == s.n_expert;
@@ -203,11 +204,23 @@ PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& 
   out.moves_out = r.moves_out;
   out.bytes_moved = bytes_moved;
   out.copy_seconds = r.copy_seconds;
-  out.device_expert_bytes = static_cast<uint64_t>(n_slots) * s.slot_bytes();
+  out.device_expert_bytes = classes.device_bytes();
   return out;
 }
 
 }  // namespace
+
+common::ExpertSlotClasses SlotClassesFor(const MoeModelShape& s, uint64_t expert_vram_bytes) {
+  std::vector<int32_t> layer_class;
+  std::vector<uint64_t> sizes;
+  for (uint64_t b : s.expert_bytes) {
+    const auto it = std::find(sizes.begin(), sizes.end(), b);
+    layer_class.push_back(static_cast<int32_t>(it - sizes.begin()));
+    if (it == sizes.end()) sizes.push_back(b);
+  }
+  return common::SplitExpertBudget(std::move(layer_class), std::move(sizes), s.n_expert,
+                                   expert_vram_bytes);
+}
 
 uint64_t MoeModelShape::slot_bytes() const {
   uint64_t m = 0;
@@ -400,8 +413,9 @@ absl::StatusOr<SimulationResult> SimulatePolicies(const ModelTrace& t, const Moe
     return Bad("interval and half-life must be > 0 seconds");
   }
   SimulationResult r;
-  r.n_slots = static_cast<int64_t>(std::min<uint64_t>(
-      o.expert_vram_bytes / s.slot_bytes(), static_cast<uint64_t>(s.n_layer * s.n_expert)));
+  const common::ExpertSlotClasses classes = SlotClassesFor(s, o.expert_vram_bytes);
+  r.n_slots = classes.total_slots();
+  r.slot_classes = classes.n_class();
   r.warmup_steps =
       o.warmup_steps > 0 ? std::min(o.warmup_steps, t.decode_steps - 1) : t.decode_steps / 10;
   const size_t first = FirstTimedStep(t, r.warmup_steps);
@@ -423,14 +437,16 @@ absl::StatusOr<SimulationResult> SimulatePolicies(const ModelTrace& t, const Moe
     r.n_cpu_moe_sweep.push_back({n, pr.tok_s});
     if (pr.tok_s > r.n_cpu_moe.tok_s) r.n_cpu_moe = pr;
   }
-  const common::ExpertPlacement start = common::HottestExpertPlacement(warm, r.n_slots);
+  const common::ExpertPlacement start = common::HottestExpertPlacement(warm, classes);
   r.static_hot = RunFixed(t, first, s, p, FlagsOf(start, s));
   const MachineProfile& router_machine = o.plan_profile ? *o.plan_profile : p;
-  const PlanCosts costs =
-      PlanCostsFor(s.slot_bytes(), router_machine.gpu_bytes_per_s, router_machine.cpu_bytes_per_s,
-                   router_machine.layer_sync_s, t.k);
-  r.dynamic = RunDynamic(t, first, s, p, r.n_slots, warm, start, o, costs, /*per_expert=*/false);
-  r.dynamic_per_expert = RunDynamic(t, first, s, p, r.n_slots, warm, start, o, costs, true);
+  std::vector<PlanCosts> costs;  // per slot class: experts of its size
+  for (uint64_t bytes : classes.slot_bytes) {
+    costs.push_back(PlanCostsFor(bytes, router_machine.gpu_bytes_per_s,
+                                 router_machine.cpu_bytes_per_s, router_machine.layer_sync_s, t.k));
+  }
+  r.dynamic = RunDynamic(t, first, s, p, classes, warm, start, o, costs, /*per_expert=*/false);
+  r.dynamic_per_expert = RunDynamic(t, first, s, p, classes, warm, start, o, costs, true);
   r.all_gpu = RunFixed(t, first, s, p, NCpuMoePlacement(s, 0));
   return r;
 }

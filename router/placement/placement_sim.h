@@ -59,7 +59,7 @@ struct MoeModelShape {
   std::vector<uint64_t> shared_bytes;  // [n_layer]: the shared expert, beside the routed ones
   uint64_t head_bytes = 0;             // output norm and head, once per step
 
-  // The device slot of the expert arena: the largest layer's expert (expert_tiers.h).
+  // The largest layer's expert (the slot one arena for every size would need).
   uint64_t slot_bytes() const;
   // All routed experts of layer l, and of the model.
   uint64_t layer_expert_bytes(int64_t layer) const;
@@ -157,7 +157,8 @@ struct PolicyResult {
 };
 
 struct SimulationResult {
-  int64_t n_slots = 0;  // experts the budget holds in device slots
+  int64_t n_slots = 0;       // experts the budget holds in device slots (all sizes)
+  int64_t slot_classes = 0;  // distinct expert sizes (one slot arena each)
   int64_t warmup_steps = 0;
   int64_t timed_steps = 0;
   // dynamic is what the router runs (PlanDeviceExpertsByCost with the plan profile's costs).
@@ -177,6 +178,11 @@ absl::StatusOr<SimulationResult> SimulatePolicies(const ModelTrace& trace,
                                                   const MoeModelShape& shape,
                                                   const MachineProfile& profile,
                                                   const SimulationOptions& options);
+
+// The worker's device slots for `shape` (worker/engine/expert_tiers.h): one class per distinct
+// expert size (expert_bytes), the budget split by common::SplitExpertBudget. The static and
+// dynamic policies place experts within these slots.
+common::ExpertSlotClasses SlotClassesFor(const MoeModelShape& shape, uint64_t expert_vram_bytes);
 
 // The same policies' placements, exposed for tests: every expert of layers >= n on the device
 // (llama.cpp --n-cpu-moe n), and its device bytes.

@@ -80,4 +80,24 @@ v1::SetExpertPlacementRequest PushRequest(const std::string& model, const Expert
   return req;
 }
 
+common::ExpertSlotClasses SlotClassesOf(const deltaserve::v1::ExpertStats& stats) {
+  const int64_t n_layer = std::max<int32_t>(stats.n_layer(), 0);
+  const common::ExpertSlotClasses single = common::ExpertSlotClasses::Single(
+      n_layer, std::max<int32_t>(stats.device_slots(), 0), stats.slot_bytes());
+  if (stats.slot_classes().empty()) return single;
+  common::ExpertSlotClasses c;
+  c.layer_class.assign(static_cast<size_t>(n_layer), -1);
+  for (const deltaserve::v1::ExpertSlotClass& k : stats.slot_classes()) {
+    if (k.device_slots() < 0) return single;
+    const auto index = static_cast<int32_t>(c.slots.size());
+    c.slots.push_back(k.device_slots());
+    c.slot_bytes.push_back(k.slot_bytes());
+    for (int32_t l : k.layers()) {
+      if (l < 0 || l >= n_layer || c.layer_class[static_cast<size_t>(l)] != -1) return single;
+      c.layer_class[static_cast<size_t>(l)] = index;
+    }
+  }
+  return c.Check(n_layer).ok() ? c : single;
+}
+
 }  // namespace deltaserve::router

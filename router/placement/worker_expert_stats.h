@@ -22,6 +22,12 @@ absl::Status ReadWorkerExpertStats(const deltaserve::v1::ExpertStats& stats,
                                    common::ExpertPlacement& current,
                                    std::vector<std::vector<double>>& heat);
 
+// The worker's device slots per expert size (stats.slot_classes) when they cover every one of
+// stats.n_layer layers exactly once with non-negative slots; otherwise (a worker that predates
+// them, or a report that does not add up) one class of device_slots slots of slot_bytes for
+// every layer, the budget such a worker enforces.
+common::ExpertSlotClasses SlotClassesOf(const deltaserve::v1::ExpertStats& stats);
+
 // The request that makes `placement` the worker's target: every layer with device experts
 // (a layer not listed keeps none), with `generation`.
 deltaserve::v1::SetExpertPlacementRequest PushRequest(const std::string& model,

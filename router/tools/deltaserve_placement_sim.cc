@@ -235,6 +235,7 @@ int Main(int argc, char** argv) {
   out["dynamic_vs_n_cpu_moe"] = r->n_cpu_moe.tok_s > 0 ? r->dynamic.tok_s / r->n_cpu_moe.tok_s : 0;
   out["expert_vram"] = o.expert_vram;
   out["slots"] = r->n_slots;
+  out["slot_classes"] = r->slot_classes;
   ordered_json& tr = out["trace"];
   tr["source"] = o.synthetic ? "synthetic" : o.trace;
   tr["model_name"] = trace.header.model_name;

@@ -242,6 +242,69 @@ TEST(CostPlannerTest, EvenHeatKeepsWholeLayers) {
   EXPECT_EQ(plan.whole_layers, 0);
 }
 
+TEST(CostPlannerTest, SlotsPerExpertSizeArePlannedClassByClass) {
+  // Four layers of 4 experts used equally; layers 0 and 2 have small experts (class 0, 4 slots),
+  // layers 1 and 3 large ones (class 1, 5 slots, dearer to read on the host). Each class keeps
+  // one layer whole (4.2 by hand above, per class); class 1's fifth slot takes an expert of a
+  // layer on the host, as the plain planner fills free slots.
+  const Heat even(4, std::vector<double>{10, 10, 10, 10});
+  common::ExpertSlotClasses classes;
+  classes.layer_class = {0, 1, 0, 1};
+  classes.slot_bytes = {1000, 2000};
+  classes.slots = {4, 5};
+  PlanCosts large = kCosts;
+  large.host_expert_s *= 2;
+  const ExpertPlan plan =
+      PlanDeviceExpertsByCost(even, ExpertPlacement{}, classes, {kCosts, large}, kNoHysteresis);
+  EXPECT_TRUE(common::ValidateExpertPlacement(plan.placement, classes).ok());
+  // Each class as a model of its own gives the same experts.
+  const ExpertPlan small_alone = PlanDeviceExpertsByCost({even[0], even[2]}, ExpertPlacement{},
+                                                         4, kCosts, kNoHysteresis);
+  const ExpertPlan large_alone = PlanDeviceExpertsByCost({even[1], even[3]}, ExpertPlacement{},
+                                                         5, large, kNoHysteresis);
+  EXPECT_EQ(plan.placement.device[0], small_alone.placement.device[0]);
+  EXPECT_EQ(plan.placement.device[2], small_alone.placement.device[1]);
+  EXPECT_EQ(plan.placement.device[1], large_alone.placement.device[0]);
+  EXPECT_EQ(plan.placement.device[3], large_alone.placement.device[1]);
+  EXPECT_EQ(plan.placement.size(), 9);
+  EXPECT_EQ(plan.placement.device[0], (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(plan.placement.device[1], (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(plan.whole_layers, 2);
+  EXPECT_NEAR(plan.expected_step_s, small_alone.expected_step_s + large_alone.expected_step_s,
+              1e-12);
+  EXPECT_EQ(plan.moves_in, 9);
+  EXPECT_TRUE(plan.changed);
+  // Planned again from its own result: nothing changes.
+  const ExpertPlan again =
+      PlanDeviceExpertsByCost(even, plan.placement, classes, {kCosts, large}, PlannerOptions{});
+  EXPECT_FALSE(again.changed);
+  EXPECT_EQ(again.moves_in, 0);
+  // The hottest-first planner per class respects the classes too: 9 slots, but never 5 of the
+  // small class however hot its layers are.
+  Heat hot_small = even;
+  hot_small[0] = {90, 80, 70, 60};
+  hot_small[2] = {95, 85, 75, 65};
+  const ExpertPlan hottest = PlanDeviceExperts(hot_small, ExpertPlacement{}, classes, kNoHysteresis);
+  EXPECT_TRUE(common::ValidateExpertPlacement(hottest.placement, classes).ok());
+  EXPECT_EQ(hottest.placement.device[0].size() + hottest.placement.device[2].size(), 4u);
+  EXPECT_EQ(hottest.placement.size(), 9);
+  // One class of every layer is the plain planner.
+  const common::ExpertSlotClasses one = common::ExpertSlotClasses::Single(4, 9, 1000);
+  EXPECT_EQ(PlanDeviceExpertsByCost(even, ExpertPlacement{}, one, {kCosts}, kNoHysteresis).placement,
+            PlanDeviceExpertsByCost(even, ExpertPlacement{}, 9, kCosts, kNoHysteresis).placement);
+  // Classes that do not fit the heat, or costs of another length, plan nothing new.
+  const ExpertPlan bad = PlanDeviceExpertsByCost(even, plan.placement, classes, {kCosts},
+                                                 kNoHysteresis);
+  EXPECT_EQ(bad.placement, plan.placement);
+  EXPECT_FALSE(bad.changed);
+  common::ExpertSlotClasses short_classes = classes;
+  short_classes.layer_class.pop_back();
+  EXPECT_EQ(PlanDeviceExpertsByCost(even, ExpertPlacement{}, short_classes, {kCosts, large},
+                                    kNoHysteresis)
+                .placement.size(),
+            0);
+}
+
 TEST(CostPlannerTest, SkewedHeatKeepsEachLayersHotExperts) {
   // 80 % of each layer's routes on two experts. (2, 2): P = 8/15 each, so per layer
   // 8/15 * 0.2 + 2 * 0.2 + 7/15 * 2 = 1.44, 2.88 in all; (4, 0) is still 4.2.

@@ -270,6 +270,41 @@ TEST(PlacementPoliciesTest, OnAUniformTraceTheRoutersPlanIsNeverBelowNCpuMoe) {
   EXPECT_LE(r->dynamic.tok_s, r->all_gpu.tok_s);
 }
 
+TEST(PlacementPoliciesTest, TwoExpertSizesHoldExactlyTheirBytesOnAUniformTrace) {
+  // As above, but layers 1 and 3 have experts of 150 bytes (Q4_K_M's Q6_K down projections):
+  // 2,000 bytes hold layers 2 and 3 whole (800 + 1,200), as --n-cpu-moe 2 does. Slots per size
+  // hold 8 + 8 experts (each class its share: 800 and 1,200 bytes); one slot size for every
+  // layer (150) would hold 13, not two whole layers.
+  MoeModelShape s = HandShape(4, 8, 2);
+  s.expert_bytes = {100, 150, 100, 150};
+  const common::ExpertSlotClasses classes = SlotClassesFor(s, 2000);
+  EXPECT_EQ(classes.layer_class, (std::vector<int32_t>{0, 1, 0, 1}));
+  EXPECT_EQ(classes.slot_bytes, (std::vector<uint64_t>{100, 150}));
+  EXPECT_EQ(classes.slots, (std::vector<int64_t>{8, 8}));
+  absl::StatusOr<common::RoutingTrace> rec = SyntheticRoutingTrace(
+      {.n_layer = 4, .n_expert = 8, .k = 2, .skew = 0, .topics = 1, .steps = 2000});
+  ASSERT_TRUE(rec.ok());
+  absl::StatusOr<ModelTrace> t = MapTrace(*rec, s, {});
+  ASSERT_TRUE(t.ok());
+  MachineProfile p = HandProfile();
+  p.layer_sync_s = 4;
+  p.pcie_bytes_per_s = 8e6;
+  SimulationOptions o;
+  o.warmup_steps = 1000;
+  o.interval_s = 100;
+  o.half_life_s = 1e6;
+  o.expert_vram_bytes = 2000;
+  absl::StatusOr<SimulationResult> r = SimulatePolicies(*t, s, p, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->n_slots, 16);
+  EXPECT_EQ(r->slot_classes, 2);
+  EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
+  EXPECT_EQ(r->dynamic.whole_layers, 2);
+  EXPECT_EQ(r->dynamic.device_expert_bytes, 2000u);
+  EXPECT_DOUBLE_EQ(r->dynamic.host_layer_share, 0.5);
+  EXPECT_LE(r->dynamic.seconds, r->n_cpu_moe.seconds + r->dynamic.copy_seconds + 1e-9);
+}
+
 TEST(PlacementPoliciesTest, BadInputsAreRefused) {
   const MoeModelShape s = HandShape();
   const ModelTrace t = TraceOf(s, 4, [](int64_t) { return std::vector<int32_t>{0, 1}; });

@@ -87,6 +87,41 @@ TEST(WorkerExpertStatsTest, BadStatisticsAreRefusedWithTheirReason) {
   EXPECT_EQ(Refusal(s), "bad statistics: layer 0 lists device expert -1");
 }
 
+TEST(WorkerExpertStatsTest, SlotClassesFromTheStatisticsOrOneClass) {
+  v1::ExpertStats s;
+  s.set_n_layer(3);
+  s.set_slot_bytes(700);
+  s.set_device_slots(10);
+  // A worker that does not report classes: one class of device_slots for every layer.
+  EXPECT_EQ(SlotClassesOf(s), common::ExpertSlotClasses::Single(3, 10, 700));
+  v1::ExpertSlotClass* a = s.add_slot_classes();
+  a->set_slot_bytes(600);
+  a->set_device_slots(6);
+  a->add_layers(0);
+  a->add_layers(2);
+  v1::ExpertSlotClass* b = s.add_slot_classes();
+  b->set_slot_bytes(700);
+  b->set_device_slots(4);
+  b->add_layers(1);
+  const common::ExpertSlotClasses c = SlotClassesOf(s);
+  EXPECT_EQ(c.layer_class, (std::vector<int32_t>{0, 1, 0}));
+  EXPECT_EQ(c.slot_bytes, (std::vector<uint64_t>{600, 700}));
+  EXPECT_EQ(c.slots, (std::vector<int64_t>{6, 4}));
+  // Reports that do not add up fall back to the one class.
+  v1::ExpertStats twice = s;
+  twice.mutable_slot_classes(1)->add_layers(2);
+  EXPECT_EQ(SlotClassesOf(twice), common::ExpertSlotClasses::Single(3, 10, 700));
+  v1::ExpertStats missing = s;
+  missing.mutable_slot_classes(1)->clear_layers();
+  EXPECT_EQ(SlotClassesOf(missing), common::ExpertSlotClasses::Single(3, 10, 700));
+  v1::ExpertStats out_of_range = s;
+  out_of_range.mutable_slot_classes(1)->set_layers(0, 3);
+  EXPECT_EQ(SlotClassesOf(out_of_range), common::ExpertSlotClasses::Single(3, 10, 700));
+  v1::ExpertStats negative = s;
+  negative.mutable_slot_classes(0)->set_device_slots(-1);
+  EXPECT_EQ(SlotClassesOf(negative), common::ExpertSlotClasses::Single(3, 10, 700));
+}
+
 TEST(WorkerExpertStatsTest, PushRequestListsTheLayersWithExperts) {
   common::ExpertPlacement p = common::ExpertPlacement::Empty(3, 4);
   p.device = {{0, 2}, {}, {3}};

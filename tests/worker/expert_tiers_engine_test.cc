@@ -35,6 +35,7 @@
 
 #include "common/expert_placement.h"
 #include "common/gguf_file.h"
+#include "common/qwen35_hparams.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "tests/support/deferred_capture_backend.h"
@@ -68,6 +69,13 @@ class ExpertTiersEngineTest : public ::testing::TestWithParam<WeightMixture> {
     ASSERT_TRUE(file.ok()) << file.status();
     slot_bytes_ = ExpertSlotBytes(**file);
     ASSERT_GT(slot_bytes_, 0u);
+    auto hp = common::ReadQwen35HParams(**file);
+    ASSERT_TRUE(hp.ok()) << hp.status();
+    auto layout = ExpertSlotLayoutOf(**file, *hp);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    layout_ = *layout;
+    // Q4_K_M stores some layers' down projections in Q6_K: two expert sizes, two arenas.
+    ASSERT_EQ(layout_.classes.size(), GetParam() == WeightMixture::kQ4_K_M ? 2u : 1u);
     // The reference: every expert on the device (no tiers).
     device_ = std::make_unique<StrictDeviceBackend>(2);
     reference_model_ = Load(*device_, ExpertTierOptions{});
@@ -101,9 +109,19 @@ class ExpertTiersEngineTest : public ::testing::TestWithParam<WeightMixture> {
     return m.ok() ? std::move(*m) : nullptr;
   }
 
+  // A budget of n and a half slots of the largest expert's size (more experts of smaller sizes).
+  static uint64_t BytesFor(int64_t n, uint64_t slot) {
+    return static_cast<uint64_t>(n) * slot + slot / 2;
+  }
+  common::ExpertSlotClasses Classes(int64_t n) const {
+    return layout_.SlotsFor(BytesFor(n, slot_bytes_));
+  }
   ExpertTierOptions Slots(int64_t n, std::optional<ExpertPlacement> initial = std::nullopt) {
+    return Bytes(BytesFor(n, slot_bytes_), std::move(initial));
+  }
+  ExpertTierOptions Bytes(uint64_t bytes, std::optional<ExpertPlacement> initial = std::nullopt) {
     ExpertTierOptions o;
-    o.device_bytes = static_cast<uint64_t>(n) * slot_bytes_ + slot_bytes_ / 2;
+    o.device_bytes = bytes;
     o.initial = std::move(initial);
     o.host_threads = 2;
     return o;
@@ -122,21 +140,39 @@ class ExpertTiersEngineTest : public ::testing::TestWithParam<WeightMixture> {
     std::printf("%s: largest logit difference %g\n", what.c_str(), worst);
   }
 
-  static ExpertPlacement Random(uint32_t seed, int64_t n) {
-    std::mt19937 rng(seed);
+  // The (layer, expert) pairs in `order` that each class's slots hold, first come first.
+  static ExpertPlacement InOrder(const std::vector<std::pair<int64_t, int32_t>>& order,
+                                 const common::ExpertSlotClasses& classes) {
+    ExpertPlacement p = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+    std::vector<int64_t> left = classes.slots;
+    for (const auto& [l, e] : order) {
+      int64_t& room = left[static_cast<size_t>(classes.layer_class[static_cast<size_t>(l)])];
+      if (room > 0) {
+        p.device[l].push_back(e);
+        --room;
+      }
+    }
+    for (auto& l : p.device) std::sort(l.begin(), l.end());
+    return p;
+  }
+  static std::vector<std::pair<int64_t, int32_t>> LayerMajor() {
     std::vector<std::pair<int64_t, int32_t>> all;
     for (int64_t l = 0; l < kTestMoeLayers; ++l) {
       for (int32_t e = 0; e < kTestMoeExperts; ++e) all.emplace_back(l, e);
     }
+    return all;
+  }
+  // Random experts filling every class's slots.
+  static ExpertPlacement Random(uint32_t seed, const common::ExpertSlotClasses& classes) {
+    std::mt19937 rng(seed);
+    std::vector<std::pair<int64_t, int32_t>> all = LayerMajor();
     std::shuffle(all.begin(), all.end(), rng);
-    ExpertPlacement p = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
-    for (int64_t i = 0; i < n; ++i) p.device[all[i].first].push_back(all[i].second);
-    for (auto& l : p.device) std::sort(l.begin(), l.end());
-    return p;
+    return InOrder(all, classes);
   }
 
   std::string path_;
   uint64_t slot_bytes_ = 0;
+  ExpertSlotLayout layout_;
   std::unique_ptr<StrictDeviceBackend> device_;
   std::unique_ptr<Qwen35Model> reference_model_;
   Outcome reference_;
@@ -144,42 +180,46 @@ class ExpertTiersEngineTest : public ::testing::TestWithParam<WeightMixture> {
 };
 
 TEST_P(ExpertTiersEngineTest, EveryStaticPlacementGeneratesTheSameTokens) {
-  ExpertPlacement whole_layers = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
-  whole_layers.device[0] = {0, 1, 2, 3, 4, 5, 6, 7};
-  whole_layers.device[2] = {1, 3, 5, 7};
-  ExpertPlacement all_but_one = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+  const common::ExpertSlotClasses classes = Classes(kSlots);
+  // Every routed expert's exact slot bytes but one: all experts but one on the device.
+  uint64_t all_bytes = 0;
   for (int64_t l = 0; l < kTestMoeLayers; ++l) {
-    for (int32_t e = 0; e < kTestMoeExperts; ++e) {
-      if (l != 3 || e != 6) all_but_one.device[l].push_back(e);
-    }
+    all_bytes += kTestMoeExperts * layout_.ClassOf(l).slot_bytes;
   }
+  const common::ExpertSlotClasses all_but_one_classes = layout_.SlotsFor(all_bytes - 1);
+  ASSERT_EQ(all_but_one_classes.total_slots(), kTestMoeLayers * kTestMoeExperts - 1);
   struct Case {
     std::string name;
-    int64_t slots;
+    uint64_t bytes;
     std::optional<ExpertPlacement> initial;
+    common::ExpertSlotClasses classes;
   };
+  const uint64_t bytes = BytesFor(kSlots, slot_bytes_);
   const std::vector<Case> cases = {
-      {"none on the device", kSlots, ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts)},
-      {"no slots", 0, std::nullopt},
-      {"even (the default)", kSlots, std::nullopt},
-      {"hottest", kSlots, common::HottestExpertPlacement(heat_, kSlots)},
-      {"random", kSlots, Random(5, kSlots)},
-      {"whole layers", kSlots, whole_layers},
-      {"all but one", 31, all_but_one},
+      {"none on the device", bytes, ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts),
+       classes},
+      {"no slots", 0, std::nullopt, layout_.SlotsFor(0)},
+      {"even (the default)", bytes, std::nullopt, classes},
+      {"hottest", bytes, common::HottestExpertPlacement(heat_, classes), classes},
+      {"random", bytes, Random(5, classes), classes},
+      {"whole layers", bytes, InOrder(LayerMajor(), classes), classes},
+      {"all but one", all_bytes - 1, InOrder(LayerMajor(), all_but_one_classes),
+       all_but_one_classes},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     StrictDeviceBackend device(2);
-    std::unique_ptr<Qwen35Model> model = Load(device, Slots(c.slots, c.initial));
+    std::unique_ptr<Qwen35Model> model = Load(device, Bytes(c.bytes, c.initial));
     ASSERT_NE(model, nullptr);
     ExpertTiers* tiers = model->expert_tiers();
     ASSERT_NE(tiers, nullptr);
-    EXPECT_EQ(tiers->n_slots(), c.slots);
+    EXPECT_EQ(tiers->n_slots(), c.classes.total_slots());
+    EXPECT_EQ(tiers->slot_classes(), c.classes);
     const ExpertPlacement placed = tiers->Current();
     if (c.initial.has_value()) {
       EXPECT_EQ(placed, *c.initial);
     } else {
-      EXPECT_EQ(placed, common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, c.slots));
+      EXPECT_EQ(placed, common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, c.classes));
     }
     // The routing observer sees every layer's ids; the device share counts the placed ones.
     uint64_t observed_pairs = 0, observed_on_device = 0;
@@ -214,9 +254,11 @@ TEST_P(ExpertTiersEngineTest, RoutedStacksStayInHostMemory) {
   std::unique_ptr<Qwen35Model> model = Load(device, Slots(kSlots));
   ASSERT_NE(model, nullptr);
   const ModelMemory tiered = model->Memory();
+  const common::ExpertSlotClasses classes = Classes(kSlots);
   EXPECT_EQ(all.expert_slots, 0);
   EXPECT_EQ(all.host_expert_bytes, 0u);
-  EXPECT_EQ(tiered.expert_slots, kSlots);
+  EXPECT_EQ(tiered.expert_slots, classes.total_slots());
+  EXPECT_GE(classes.total_slots(), kSlots);
   EXPECT_EQ(tiered.expert_slot_bytes, slot_bytes_);
   EXPECT_EQ(all.expert_slot_bytes, slot_bytes_);
   EXPECT_EQ(tiered.routed_expert_bytes, all.routed_expert_bytes);
@@ -225,14 +267,15 @@ TEST_P(ExpertTiersEngineTest, RoutedStacksStayInHostMemory) {
   uint64_t per_layer_total = 0;
   for (uint64_t b : tiered.expert_bytes_per_layer) per_layer_total += b * kTestMoeExperts;
   EXPECT_EQ(per_layer_total, all.routed_expert_bytes);
-  EXPECT_EQ(tiered.weight_bytes, all.weight_bytes - all.routed_expert_bytes + kSlots * slot_bytes_);
+  EXPECT_EQ(tiered.weight_bytes,
+            all.weight_bytes - all.routed_expert_bytes + classes.device_bytes());
   // What the device really holds after loading (weights, the arena; nothing per sequence yet):
   // the routed stacks were not copied in.
   StrictDeviceBackend plain(2);
   std::unique_ptr<Qwen35Model> untiered = Load(plain, ExpertTierOptions{});
   ASSERT_NE(untiered, nullptr);
   EXPECT_EQ(plain.allocated_bytes() - device.allocated_bytes(),
-            all.routed_expert_bytes - kSlots * slot_bytes_);
+            all.routed_expert_bytes - classes.device_bytes());
 }
 
 TEST_P(ExpertTiersEngineTest, PlacementsChangedDuringTheGenerationMoveOverSeveralSteps) {
@@ -241,8 +284,9 @@ TEST_P(ExpertTiersEngineTest, PlacementsChangedDuringTheGenerationMoveOverSevera
   ASSERT_NE(model, nullptr);
   ExpertTiers* tiers = model->expert_tiers();
   ASSERT_NE(tiers, nullptr);
-  const ExpertPlacement hottest = common::HottestExpertPlacement(heat_, kSlots);
-  const ExpertPlacement random = Random(9, kSlots);
+  const common::ExpertSlotClasses classes = Classes(kSlots);
+  const ExpertPlacement hottest = common::HottestExpertPlacement(heat_, classes);
+  const ExpertPlacement random = Random(9, classes);
   ASSERT_NE(hottest, tiers->Current());
   // One expert per Advance: max_bytes 1 (at least one expert per call).
   std::vector<int64_t> pending_seen;
@@ -267,7 +311,7 @@ TEST_P(ExpertTiersEngineTest, PlacementsChangedDuringTheGenerationMoveOverSevera
   EXPECT_GT(*std::max_element(pending_seen.begin(), pending_seen.end()), 2);
   const ExpertTierStats s = tiers->stats();
   EXPECT_EQ(s.generation, 2u);
-  EXPECT_GE(s.moves_in, static_cast<uint64_t>(kSlots) + 8);
+  EXPECT_GE(s.moves_in, static_cast<uint64_t>(kSlots) + 8);  // at least kSlots slots
   EXPECT_GT(s.moves_out, 0u);
   // The rest of the moves, then a generation on the final placement.
   while (tiers->stats().moves_pending > 0) ASSERT_TRUE(tiers->Advance(1 << 20).ok());
@@ -277,7 +321,8 @@ TEST_P(ExpertTiersEngineTest, PlacementsChangedDuringTheGenerationMoveOverSevera
 
 TEST_P(ExpertTiersEngineTest, RefusedPlacementsChangeNothing) {
   StrictDeviceBackend device(2);
-  std::unique_ptr<Qwen35Model> model = Load(device, Slots(kSlots, Random(3, kSlots)));
+  const common::ExpertSlotClasses classes = Classes(kSlots);
+  std::unique_ptr<Qwen35Model> model = Load(device, Slots(kSlots, Random(3, classes)));
   ASSERT_NE(model, nullptr);
   ExpertTiers* tiers = model->expert_tiers();
   ASSERT_NE(tiers, nullptr);
@@ -287,7 +332,20 @@ TEST_P(ExpertTiersEngineTest, RefusedPlacementsChangeNothing) {
     ExpertPlacement unknown_layer = ExpertPlacement::Empty(kTestMoeLayers + 1, kTestMoeExperts);
     ExpertPlacement unknown_expert = placed;
     unknown_expert.device[1].push_back(kTestMoeExperts);
-    ExpertPlacement over = common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, kSlots + 1);
+    ExpertPlacement over =
+        common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, classes.total_slots() + 1);
+    // As many experts as the slots, one class's too many: refused as well.
+    ExpertPlacement lopsided = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+    int64_t n = 0;
+    for (int64_t l : classes.LayersOf(0)) {
+      for (int32_t e = 0; e < kTestMoeExperts && n < classes.total_slots(); ++e, ++n) {
+        lopsided.device[l].push_back(e);
+      }
+    }
+    if (classes.n_class() > 1) {
+      EXPECT_EQ(tiers->SetTarget(lopsided, 7).status().code(),
+                absl::StatusCode::kResourceExhausted);
+    }
     EXPECT_EQ(tiers->SetTarget(unknown_layer, 7).status().code(),
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(tiers->SetTarget(unknown_expert, 7).status().code(),
@@ -341,7 +399,8 @@ TEST_P(ExpertTiersEngineTest, NoTiersOnHostMemoryOrWhenEveryExpertFits) {
   ASSERT_TRUE(file.ok());
   auto refused =
       Qwen35Model::Load(std::move(*file), device,
-                        Slots(2, common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, 3)));
+                        Slots(2, common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts,
+                                                             Classes(2).total_slots() + 1)));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(std::string(refused.status().message()).find("start-up expert placement"),
             std::string::npos)

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -54,6 +55,23 @@ class ExpertTiersTest : public ::testing::Test {
     auto layout = ExpertSlotLayoutOf(*file_, hp_);
     ASSERT_TRUE(layout.ok()) << layout.status();
     layout_ = *layout;
+    // The mechanics tests below use one class for every layer (slots of the largest expert's
+    // size, as one arena for every size would be); SlotsPerSize tests the per-size arenas.
+    single_ = layout_;
+    ExpertSlotClass one;
+    for (const ExpertSlotClass& c : layout_.classes) {
+      one.gate_bytes = std::max(one.gate_bytes, c.gate_bytes);
+      one.up_bytes = std::max(one.up_bytes, c.up_bytes);
+      one.down_bytes = std::max(one.down_bytes, c.down_bytes);
+    }
+    auto round_up = [](uint64_t n) {
+      return (n + kExpertSlotAlign - 1) / kExpertSlotAlign * kExpertSlotAlign;
+    };
+    one.up_at = round_up(one.gate_bytes);
+    one.down_at = one.up_at + round_up(one.up_bytes);
+    one.slot_bytes = one.down_at + round_up(one.down_bytes);
+    single_.classes = {one};
+    single_.layer_class.assign(static_cast<size_t>(kTestMoeLayers), 0);
   }
 
   // The host stacks of every layer, pointing into the file's mapping.
@@ -80,8 +98,11 @@ class ExpertTiersTest : public ::testing::Test {
     return out;
   }
 
+  // Tiers over the one-class layout with `n_slots` slots.
   std::unique_ptr<ArenaExpertTiers> Make(StrictDeviceBackend& device, int64_t n_slots) {
-    auto t = ArenaExpertTiers::Create(device, layout_, HostStacks(), n_slots, 1);
+    auto t = ArenaExpertTiers::Create(
+        device, single_, HostStacks(),
+        common::ExpertSlotClasses::Single(kTestMoeLayers, n_slots, single_.slot_bytes), 1);
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? std::move(*t) : nullptr;
   }
@@ -109,6 +130,7 @@ class ExpertTiersTest : public ::testing::Test {
   std::unique_ptr<common::GgufFile> file_;
   common::Qwen35HParams hp_;
   ExpertSlotLayout layout_;
+  ExpertSlotLayout single_;
 };
 
 std::string* ExpertTiersTest::path_ = nullptr;
@@ -138,16 +160,27 @@ TEST_F(ExpertTiersTest, LayoutComesFromTheTensorTable) {
   EXPECT_NE(*std::min_element(per_layer.begin(), per_layer.end()),
             *std::max_element(per_layer.begin(), per_layer.end()));
   EXPECT_EQ(layout_.routed_bytes, routed);
-  EXPECT_EQ(layout_.gate_at, 0u);
-  EXPECT_GE(layout_.up_at, most[0]);
-  EXPECT_GE(layout_.down_at, layout_.up_at + most[1]);
-  EXPECT_GE(layout_.slot_bytes, layout_.down_at + most[2]);
-  for (uint64_t at : {layout_.up_at, layout_.down_at, layout_.slot_bytes}) {
-    EXPECT_EQ(at % kExpertSlotAlign, 0u);
+  // One class per distinct (gate, up, down) size, each slot exactly its matrices rounded up.
+  ASSERT_EQ(layout_.layer_class.size(), static_cast<size_t>(kTestMoeLayers));
+  ASSERT_EQ(layout_.classes.size(), 2u);
+  uint64_t largest = 0;
+  for (int64_t l = 0; l < kTestMoeLayers; ++l) {
+    const ExpertSlotClass& c = layout_.ClassOf(l);
+    EXPECT_EQ(c.gate_bytes + c.up_bytes + c.down_bytes, per_layer[l]) << l;
+    EXPECT_EQ(c.gate_at, 0u);
+    EXPECT_GE(c.up_at, c.gate_bytes);
+    EXPECT_GE(c.down_at, c.up_at + c.up_bytes);
+    EXPECT_GE(c.slot_bytes, c.down_at + c.down_bytes);
+    EXPECT_LT(c.slot_bytes, per_layer[l] + 3 * kExpertSlotAlign);
+    for (uint64_t at : {c.up_at, c.down_at, c.slot_bytes}) EXPECT_EQ(at % kExpertSlotAlign, 0u);
+    for (int64_t m = 0; m < kTestMoeLayers; ++m) {
+      EXPECT_EQ(layout_.layer_class[l] == layout_.layer_class[m], per_layer[l] == per_layer[m]);
+    }
+    largest = std::max(largest, c.slot_bytes);
   }
-  EXPECT_LT(layout_.slot_bytes, most[0] + most[1] + most[2] + 3 * kExpertSlotAlign);
+  EXPECT_EQ(layout_.slot_bytes, largest);
+  EXPECT_GE(layout_.slot_bytes, most[0] + most[1] + most[2]);
   EXPECT_EQ(ExpertSlotBytes(*file_), layout_.slot_bytes);
-  EXPECT_EQ(layout_.SlotsFor(3 * layout_.slot_bytes - 1), 2);
 
   // A dense model has no layout.
   common::Qwen35HParams dense = hp_;
@@ -155,12 +188,91 @@ TEST_F(ExpertTiersTest, LayoutComesFromTheTensorTable) {
   EXPECT_EQ(ExpertSlotLayoutOf(*file_, dense).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Per expert size: the budget holds as many experts as their exact slot sizes allow, each class
+// in its own arena with its own stride, and a class's layers cannot use another class's slots.
+TEST_F(ExpertTiersTest, SlotsPerSize) {
+  ASSERT_EQ(layout_.classes.size(), 2u);
+  std::vector<int64_t> experts(2, 0);
+  std::vector<uint64_t> sizes;
+  uint64_t all = 0;
+  for (int64_t l = 0; l < kTestMoeLayers; ++l) experts[layout_.layer_class[l]] += kTestMoeExperts;
+  for (size_t c = 0; c < 2; ++c) {
+    sizes.push_back(layout_.classes[c].slot_bytes);
+    all += experts[c] * sizes[c];
+  }
+  const uint64_t small = std::min(sizes[0], sizes[1]), large = std::max(sizes[0], sizes[1]);
+  for (uint64_t budget : {uint64_t{0}, small - 1, small, 3 * large + 1, all / 2, all - 1, all}) {
+    const common::ExpertSlotClasses slots = layout_.SlotsFor(budget);
+    ASSERT_EQ(slots.slots.size(), 2u);
+    EXPECT_EQ(slots.slot_bytes, sizes);
+    EXPECT_LE(slots.device_bytes(), budget) << budget;
+    for (size_t c = 0; c < 2; ++c) {
+      EXPECT_LE(slots.slots[c], experts[c]) << budget;
+      // No class could take one more slot within the budget.
+      if (slots.slots[c] < experts[c]) {
+        EXPECT_LT(budget - slots.device_bytes(), sizes[c]) << budget;
+      }
+      // Each class at least its bytes' share.
+      const double share = static_cast<double>(budget) * experts[c] * sizes[c] / all;
+      EXPECT_GE(slots.slots[c], static_cast<int64_t>(share / sizes[c])) << budget;
+    }
+  }
+  // Exact bytes: the routed experts' slot bytes hold every expert, one byte less all but one;
+  // slots of the largest size would hold fewer.
+  EXPECT_EQ(layout_.SlotsFor(all).total_slots(), kTestMoeLayers * kTestMoeExperts);
+  EXPECT_EQ(layout_.SlotsFor(all - 1).total_slots(), kTestMoeLayers * kTestMoeExperts - 1);
+  EXPECT_LT(static_cast<int64_t>((all - 1) / large), kTestMoeLayers * kTestMoeExperts - 1);
+
+  // Three slots of class 0, two of class 1, each in its own arena.
+  StrictDeviceBackend device(1);
+  common::ExpertSlotClasses slots = layout_.SlotsFor(0);
+  slots.slots = {3, 2};
+  auto made = ArenaExpertTiers::Create(device, layout_, HostStacks(), slots, 1);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ArenaExpertTiers& tiers = **made;
+  EXPECT_EQ(device.live_allocations(), 2u);
+  EXPECT_EQ(tiers.n_slots(), 5);
+  EXPECT_EQ(tiers.arena_bytes(), 3 * sizes[0] + 2 * sizes[1]);
+  EXPECT_EQ(tiers.slot_classes().slots, (std::vector<int64_t>{3, 2}));
+  const std::vector<int64_t> layers0 = slots.LayersOf(0), layers1 = slots.LayersOf(1);
+  ASSERT_FALSE(layers0.empty());
+  ASSERT_FALSE(layers1.empty());
+  ExpertPlacement fits = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+  fits.device[layers0[0]] = {1, 5};
+  fits.device[layers0.back()].push_back(7);
+  if (layers0.size() == 1) fits.device[layers0[0]] = {1, 5, 7};
+  fits.device[layers1[0]] = {0};
+  fits.device[layers1.back()].push_back(6);
+  if (layers1.size() == 1) fits.device[layers1[0]] = {0, 6};
+  ASSERT_TRUE(tiers.SetTarget(fits, 1).ok());
+  ASSERT_TRUE(tiers.Advance(~uint64_t{0}).ok());
+  EXPECT_EQ(tiers.Current(), fits);
+  for (int64_t l = 0; l < kTestMoeLayers; ++l) {
+    const ExpertStacks d = tiers.DeviceStacks(l);
+    const int32_t c = layout_.layer_class[l];
+    EXPECT_EQ(d.down.matrix_stride, sizes[c]) << l;
+    EXPECT_EQ(d.down.count, slots.slots[c]) << l;
+    for (int32_t e : fits.device[l]) ExpectSlotHolds(device, tiers, l, e);
+  }
+  // Five experts, as many as the slots, but four of class 0: refused, nothing changes.
+  ExpertPlacement lopsided = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+  lopsided.device[layers0[0]] = {0, 1, 2, 3};
+  lopsided.device[layers1[0]] = {4};
+  const absl::StatusOr<ExpertMoves> r = tiers.SetTarget(lopsided, 2);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(r.status().message().find("hold 3"), std::string::npos) << r.status();
+  EXPECT_EQ(tiers.Target(), fits);
+  EXPECT_EQ(tiers.Current(), fits);
+  EXPECT_EQ(tiers.stats().generation, 1u);
+  EXPECT_TRUE(device.violations().empty()) << device.Report();
+}
+
 TEST_F(ExpertTiersTest, RefusedPlacementsChangeNothing) {
   StrictDeviceBackend device(1);
   auto tiers = Make(device, 5);
   ASSERT_NE(tiers, nullptr);
   EXPECT_EQ(tiers->n_slots(), 5);
-  EXPECT_EQ(tiers->slot_bytes(), layout_.slot_bytes);
+  EXPECT_EQ(tiers->slot_bytes(), single_.slot_bytes);
   ExpertPlacement good = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
   good.device[0] = {1, 4};
   good.device[3] = {0};

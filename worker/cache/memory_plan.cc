@@ -380,7 +380,7 @@ std::string RenderContextTable(const MemoryPlan& plan) {
 }
 
 uint64_t ExpertSplit::tier_device_bytes() const {
-  return all_on_device ? std::numeric_limits<uint64_t>::max() : device_bytes();
+  return all_on_device ? std::numeric_limits<uint64_t>::max() : split_bytes;
 }
 
 std::string RenderExpertSplit(const MemoryPlan& plan) {

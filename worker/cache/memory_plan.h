@@ -83,7 +83,8 @@ RecurrentBytes RecurrentBytesPerSequence(const common::Qwen35HParams& hp,
 
 // A qwen35moe model's routed experts (every MoE layer's ffn_{gate,up,down}_exps) on a device
 // budget, split between device memory and host memory (worker/engine/expert_tiers.h): the device
-// holds `n_slots` experts in one arena of slots of `slot_bytes`; the others are computed on the
+// holds `n_slots` experts in one arena per expert size (ExpertSlotLayout::SlotsFor of the
+// bytes given to experts, `arena_bytes` in all); the others are computed on the
 // CPU from the model file's mapping (RAM, outside the device budget). --expert-vram sets the
 // slots (auto: what the budget leaves after everything else). docs/memory_plan.md, "MoE experts".
 struct ExpertSplit {
@@ -92,6 +93,8 @@ struct ExpertSplit {
   int64_t n_expert = 0;        // experts per layer
   uint64_t routed_bytes = 0;   // every routed expert stack as the file holds them
   uint64_t slot_bytes = 0;     // one expert's gate + up + down, the largest layer's
+  uint64_t split_bytes = 0;    // the bytes given to the slots (what the split was made of)
+  uint64_t arena_bytes = 0;    // the slots' bytes (<= split_bytes)
   bool all_on_device = true;   // every stack loaded on the device as in the file (no tiers)
   int64_t n_slots = 0;         // experts in device memory when !all_on_device
   bool auto_sized = true;      // --expert-vram auto (or not given)
@@ -101,11 +104,9 @@ struct ExpertSplit {
   // Experts in device memory.
   int64_t device_experts() const { return all_on_device ? n_experts() : n_slots; }
   // Device bytes of the routed experts: every stack, or the slot arena.
-  uint64_t device_bytes() const {
-    return all_on_device ? routed_bytes : static_cast<uint64_t>(n_slots) * slot_bytes;
-  }
+  uint64_t device_bytes() const { return all_on_device ? routed_bytes : arena_bytes; }
   // What Qwen35Model::Load's ExpertTierOptions::device_bytes gets: UINT64_MAX for every expert
-  // on the device (no tiers), else the arena's bytes.
+  // on the device (no tiers), else split_bytes (which Load splits into the same slots).
   uint64_t tier_device_bytes() const;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -23,10 +24,10 @@ absl::StatusOr<ExpertSlotLayout> ExpertSlotLayoutOf(const common::GgufFile& file
   ExpertSlotLayout l;
   l.n_layer = hp.n_layer;
   l.n_expert = hp.n_expert;
-  uint64_t most[3] = {0, 0, 0};  // gate, up, down: one expert's bytes, largest over layers
   const char* const kParts[3] = {"gate", "up", "down"};
   for (int64_t layer = 0; layer < hp.n_layer; ++layer) {
     uint64_t expert = 0;
+    uint64_t one_of[3] = {0, 0, 0};  // gate, up, down of one expert
     for (int part = 0; part < 3; ++part) {
       const std::string name = absl::StrCat("blk.", layer, ".ffn_", kParts[part], "_exps.weight");
       const common::GgufTensorInfo* t = file.FindTensor(name);
@@ -39,17 +40,38 @@ absl::StatusOr<ExpertSlotLayout> ExpertSlotLayoutOf(const common::GgufFile& file
                          ", not a stack of ", hp.n_expert, " experts"));
       }
       const uint64_t one = t->n_bytes / static_cast<uint64_t>(hp.n_expert);
-      most[part] = std::max(most[part], one);
+      one_of[part] = one;
       expert += one;
       l.routed_bytes += t->n_bytes;
     }
     l.expert_bytes.push_back(expert);
+    int32_t c = 0;
+    while (c < static_cast<int32_t>(l.classes.size()) &&
+           (l.classes[c].gate_bytes != one_of[0] || l.classes[c].up_bytes != one_of[1] ||
+            l.classes[c].down_bytes != one_of[2])) {
+      ++c;
+    }
+    if (c == static_cast<int32_t>(l.classes.size())) {
+      ExpertSlotClass k;
+      k.gate_bytes = one_of[0];
+      k.up_bytes = one_of[1];
+      k.down_bytes = one_of[2];
+      k.gate_at = 0;
+      k.up_at = RoundUp(one_of[0]);
+      k.down_at = k.up_at + RoundUp(one_of[1]);
+      k.slot_bytes = k.down_at + RoundUp(one_of[2]);
+      l.slot_bytes = std::max(l.slot_bytes, k.slot_bytes);
+      l.classes.push_back(k);
+    }
+    l.layer_class.push_back(c);
   }
-  l.gate_at = 0;
-  l.up_at = RoundUp(most[0]);
-  l.down_at = l.up_at + RoundUp(most[1]);
-  l.slot_bytes = l.down_at + RoundUp(most[2]);
   return l;
+}
+
+common::ExpertSlotClasses ExpertSlotLayout::SlotsFor(uint64_t device_bytes) const {
+  std::vector<uint64_t> sizes;
+  for (const ExpertSlotClass& c : classes) sizes.push_back(c.slot_bytes);
+  return common::SplitExpertBudget(layer_class, std::move(sizes), n_expert, device_bytes);
 }
 
 uint64_t ExpertSlotBytes(const common::GgufFile& file) {

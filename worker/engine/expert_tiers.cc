@@ -14,32 +14,46 @@ using kernels::KernelStatus;
 
 absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> ArenaExpertTiers::Create(
     kernels::Backend& device, const ExpertSlotLayout& layout, std::vector<ExpertStacks> host,
-    int64_t n_slots, int host_threads) {
-  if (layout.n_layer <= 0 || layout.n_expert <= 0 || layout.slot_bytes == 0 ||
+    const common::ExpertSlotClasses& slots, int host_threads) {
+  if (layout.n_layer <= 0 || layout.n_expert <= 0 || layout.classes.empty() ||
       static_cast<int64_t>(host.size()) != layout.n_layer ||
-      static_cast<int64_t>(layout.expert_bytes.size()) != layout.n_layer || n_slots < 0) {
+      static_cast<int64_t>(layout.expert_bytes.size()) != layout.n_layer ||
+      slots.layer_class != layout.layer_class || slots.slots.size() != layout.classes.size() ||
+      !slots.Check(layout.n_layer).ok()) {
     return absl::InvalidArgumentError("expert tiers: inconsistent expert layout");
   }
-  for (const ExpertStacks& l : host) {
+  for (size_t c = 0; c < layout.classes.size(); ++c) {
+    if (layout.classes[c].slot_bytes == 0 || slots.slot_bytes[c] != layout.classes[c].slot_bytes) {
+      return absl::InvalidArgumentError("expert tiers: inconsistent expert layout");
+    }
+  }
+  for (int64_t layer = 0; layer < layout.n_layer; ++layer) {
+    const ExpertStacks& l = host[static_cast<size_t>(layer)];
     for (const kernels::WeightView* w : {&l.gate, &l.up, &l.down}) {
       if (w->data == nullptr || w->count != layout.n_expert || w->matrix_stride != 0) {
         return absl::InvalidArgumentError("expert tiers: a layer's host expert stacks are missing");
       }
     }
-    if (layout.gate_at + l.gate.out * l.gate.row_bytes > layout.up_at ||
-        layout.up_at + l.up.out * l.up.row_bytes > layout.down_at ||
-        layout.down_at + l.down.out * l.down.row_bytes > layout.slot_bytes) {
+    const ExpertSlotClass& k = layout.ClassOf(layer);
+    if (k.gate_at + l.gate.out * l.gate.row_bytes > k.up_at ||
+        k.up_at + l.up.out * l.up.row_bytes > k.down_at ||
+        k.down_at + l.down.out * l.down.row_bytes > k.slot_bytes) {
       return absl::InvalidArgumentError("expert tiers: an expert does not fit its slot");
     }
   }
-  std::unique_ptr<ArenaExpertTiers> t(
-      new ArenaExpertTiers(device, layout, std::move(host), n_slots));
-  if (n_slots > 0) {
-    t->arena_ = device.Allocate(static_cast<size_t>(t->arena_bytes()));
-    if (t->arena_.data() == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("backend ", common::Sv(device.name()), " has no memory for ", n_slots,
-                       " expert slots (", t->arena_bytes(), " bytes)"));
+  std::unique_ptr<ArenaExpertTiers> t(new ArenaExpertTiers(device, layout, std::move(host), slots));
+  for (size_t c = 0; c < layout.classes.size(); ++c) {
+    const int64_t n = slots.slots[c];
+    if (n == 0) {
+      t->arenas_.emplace_back();
+      continue;
+    }
+    const uint64_t bytes = static_cast<uint64_t>(n) * layout.classes[c].slot_bytes;
+    t->arenas_.push_back(device.Allocate(static_cast<size_t>(bytes)));
+    if (t->arenas_.back().data() == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "backend ", common::Sv(device.name()), " has no memory for ", n, " expert slots of ",
+          layout.classes[c].slot_bytes, " bytes (", bytes, " bytes)"));
     }
   }
   t->host_backend_ = kernels::MakeCpuBackend(host_threads);
@@ -47,15 +61,21 @@ absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> ArenaExpertTiers::Create(
 }
 
 ArenaExpertTiers::ArenaExpertTiers(kernels::Backend& device, const ExpertSlotLayout& layout,
-                                   std::vector<ExpertStacks> host, int64_t n_slots)
+                                   std::vector<ExpertStacks> host,
+                                   const common::ExpertSlotClasses& slots)
     : device_(device),
       layout_(layout),
       host_(std::move(host)),
-      n_slots_(n_slots),
+      slots_(slots),
       slot_of_(static_cast<size_t>(layout.n_layer * layout.n_expert), -1),
       target_(common::ExpertPlacement::Empty(layout.n_layer, layout.n_expert)) {
-  // Slot 0 is handed out first (popped from the back).
-  for (int64_t s = n_slots - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+  // Slot 0 of each class is handed out first (popped from the back).
+  free_slots_.resize(slots.slots.size());
+  for (size_t c = 0; c < slots.slots.size(); ++c) {
+    for (int64_t s = slots.slots[c] - 1; s >= 0; --s) {
+      free_slots_[c].push_back(static_cast<int32_t>(s));
+    }
+  }
 }
 
 ArenaExpertTiers::~ArenaExpertTiers() {
@@ -105,7 +125,7 @@ absl::StatusOr<ExpertMoves> ArenaExpertTiers::SetTarget(const common::ExpertPlac
         "the placement is for ", target.n_layer, " layers of ", target.n_expert,
         " experts; the model has ", layout_.n_layer, " layers of ", layout_.n_expert, " experts"));
   }
-  if (absl::Status s = common::ValidateExpertPlacement(target, n_slots_); !s.ok()) return s;
+  if (absl::Status s = common::ValidateExpertPlacement(target, slots_); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   ExpertMoves moves;
   for (int64_t l = 0; l < layout_.n_layer; ++l) {
@@ -139,7 +159,8 @@ absl::StatusOr<uint64_t> ArenaExpertTiers::Advance(uint64_t max_bytes) {
       for (int32_t e = 0; e < layout_.n_expert; ++e) {
         int32_t& slot = slot_of_[l * layout_.n_expert + e];
         if (slot >= 0 && !target_.Contains(l, e)) {
-          free_slots_.push_back(slot);
+          free_slots_[static_cast<size_t>(layout_.layer_class[static_cast<size_t>(l)])].push_back(
+              slot);
           slot = -1;
           ++moves_out_;
         }
@@ -159,14 +180,18 @@ absl::StatusOr<uint64_t> ArenaExpertTiers::Advance(uint64_t max_bytes) {
   for (const Move& m : ins) {
     const uint64_t bytes = layout_.expert_bytes[static_cast<size_t>(m.layer)];
     if (copied > 0 && copied + bytes > max_bytes) break;
-    if (free_slots_.empty()) {
+    const auto c = static_cast<size_t>(layout_.layer_class[static_cast<size_t>(m.layer)]);
+    std::vector<int32_t>& free = free_slots_[c];
+    if (free.empty()) {
       return absl::InternalError("expert tiers: no free slot for a placement that fits");
     }
-    const int32_t slot = free_slots_.back();
-    auto* base = static_cast<uint8_t*>(arena_.data()) + static_cast<size_t>(slot) * slot_bytes();
+    const int32_t slot = free.back();
+    const ExpertSlotClass& k = layout_.classes[c];
+    auto* base =
+        static_cast<uint8_t*>(arenas_[c].data()) + static_cast<size_t>(slot) * k.slot_bytes;
     const ExpertStacks& h = host_[static_cast<size_t>(m.layer)];
     const std::pair<const kernels::WeightView*, uint64_t> parts[] = {
-        {&h.gate, layout_.gate_at}, {&h.up, layout_.up_at}, {&h.down, layout_.down_at}};
+        {&h.gate, k.gate_at}, {&h.up, k.up_at}, {&h.down, k.down_at}};
     for (const auto& [w, at] : parts) {
       const kernels::WeightView one = w->Matrix(m.expert);
       const KernelStatus s = device_.CopyToDevice(base + at, one.data, one.out * one.row_bytes);
@@ -177,7 +202,7 @@ absl::StatusOr<uint64_t> ArenaExpertTiers::Advance(uint64_t max_bytes) {
       }
     }
     // The copy is complete (queued before any later op on a GPU): the next pass uses the slot.
-    free_slots_.pop_back();
+    free.pop_back();
     std::lock_guard<std::mutex> lock(mu_);
     slot_of_[m.layer * layout_.n_expert + m.expert] = slot;
     ++moves_in_;
@@ -203,14 +228,15 @@ ExpertTierStats ArenaExpertTiers::stats() const {
 
 ExpertStacks ArenaExpertTiers::DeviceStacks(int64_t layer) const {
   const ExpertStacks& h = host_[static_cast<size_t>(layer)];
-  auto over_arena = [this](kernels::WeightView w, uint64_t at) {
-    w.data = static_cast<const uint8_t*>(arena_.data()) + at;
-    w.count = n_slots_;
-    w.matrix_stride = layout_.slot_bytes;
+  const auto c = static_cast<size_t>(layout_.layer_class[static_cast<size_t>(layer)]);
+  const ExpertSlotClass& k = layout_.classes[c];
+  auto over_arena = [&](kernels::WeightView w, uint64_t at) {
+    w.data = static_cast<const uint8_t*>(arenas_[c].data()) + at;
+    w.count = slots_.slots[c];
+    w.matrix_stride = k.slot_bytes;
     return w;
   };
-  return {over_arena(h.gate, layout_.gate_at), over_arena(h.up, layout_.up_at),
-          over_arena(h.down, layout_.down_at)};
+  return {over_arena(h.gate, k.gate_at), over_arena(h.up, k.up_at), over_arena(h.down, k.down_at)};
 }
 
 void ArenaExpertTiers::StartHost(std::function<KernelStatus(kernels::Backend&)> work) {

@@ -6,12 +6,15 @@
 // two partial sums: weights never cross PCIe per token, only the routed tokens' activations and
 // outputs do.
 //
-// Device memory is one arena of `n_slots` slots of `slot_bytes` each (the largest layer's
-// gate + up + down of one expert); any slot may hold any layer's expert, so the budget is one
-// number for the whole model and the planner may give hot layers more experts than cold ones.
-// The backend sees, per layer, expert stacks over the whole arena (WeightView::matrix_stride =
-// slot_bytes) and expert ids remapped to slots; ids of experts not on that side are -1 (MoeFfn
-// skips them).
+// Device memory is one arena per distinct expert size (a slot class of ExpertSlotLayout: layers
+// whose experts take the same bytes), of slots of exactly that size; any slot of a class may hold
+// any of its layers' experts, so within a class the planner may give hot layers more experts
+// than cold ones. The budget (--expert-vram) is split over the classes by SlotsFor (each its
+// share of the bytes in proportion to its experts' bytes), so the same bytes hold as many
+// experts as their sizes allow rather than as many slots of the largest layer's size. The
+// backend sees, per layer, expert stacks over its class's arena (WeightView::matrix_stride =
+// the class's slot_bytes, a base and a stride per layer) and expert ids remapped to slots; ids
+// of experts not on that side are -1 (MoeFfn skips them).
 //
 // Moves: SetTarget records a target placement (any thread); Advance (the engine thread, between
 // steps) copies experts into free slots, a bounded number of bytes per call, and switches an
@@ -49,7 +52,7 @@ namespace deltaserve::worker {
 // backend, a dense model, or a budget that holds every expert, which loads every expert stack
 // onto the device as before).
 struct ExpertTierOptions {
-  // Device bytes for routed experts (--expert-vram): n_slots = device_bytes / slot_bytes.
+  // Device bytes for routed experts (--expert-vram): ExpertSlotLayout::SlotsFor gives the slots.
   // max(): every expert on the device, no tiers.
   uint64_t device_bytes = std::numeric_limits<uint64_t>::max();
   // The start-up placement (saved, or from warm-up counts); none: EvenExpertPlacement. Its
@@ -90,16 +93,20 @@ class ExpertTiers {
 
   virtual int64_t n_layer() const = 0;
   virtual int64_t n_expert() const = 0;
-  // Device bytes of one slot, and slots in the arena (experts the budget holds).
+  // Device bytes of the largest slot, and slots in all arenas (experts the budget holds).
   virtual uint64_t slot_bytes() const = 0;
   virtual int64_t n_slots() const = 0;
+  // The slots per expert size and each layer's size class (what a placement must respect).
+  virtual common::ExpertSlotClasses slot_classes() const {
+    return common::ExpertSlotClasses::Single(n_layer(), n_slots(), slot_bytes());
+  }
 
   // The placement the forward pass uses now (experts whose copy is complete). Any thread.
   virtual common::ExpertPlacement Current() const = 0;
   // The target the moves work towards. Any thread.
   virtual common::ExpertPlacement Target() const = 0;
 
-  // Validates `target` (ValidateExpertPlacement against n_slots(); a shape other than the
+  // Validates `target` (ValidateExpertPlacement against slot_classes(); a shape other than the
   // model's is InvalidArgument) and makes it the target, replacing any earlier one not yet
   // reached; nothing changes on error. Any thread; returns at once.
   virtual absl::StatusOr<ExpertMoves> SetTarget(const common::ExpertPlacement& target,
@@ -127,20 +134,20 @@ struct ExpertStacks {
 // engine thread.
 class ArenaExpertTiers final : public ExpertTiers {
  public:
-  // Allocates `n_slots` slots of layout.slot_bytes on `device` (none when n_slots is 0) and a CPU
-  // backend of `host_threads` threads. Every expert starts on the host (an empty placement).
-  // `host` has one entry per layer, each stack's shape as in the file.
-  static absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> Create(kernels::Backend& device,
-                                                                  const ExpertSlotLayout& layout,
-                                                                  std::vector<ExpertStacks> host,
-                                                                  int64_t n_slots,
-                                                                  int host_threads);
+  // Allocates, per class of `layout`, slots.slots[c] slots of its slot_bytes on `device` (no
+  // arena for a class without slots) and a CPU backend of `host_threads` threads. Every expert
+  // starts on the host (an empty placement). `host` has one entry per layer, each stack's shape
+  // as in the file; `slots` is layout.SlotsFor(bytes) or any split of the same classes.
+  static absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> Create(
+      kernels::Backend& device, const ExpertSlotLayout& layout, std::vector<ExpertStacks> host,
+      const common::ExpertSlotClasses& slots, int host_threads);
   ~ArenaExpertTiers() override;
 
   int64_t n_layer() const override { return layout_.n_layer; }
   int64_t n_expert() const override { return layout_.n_expert; }
   uint64_t slot_bytes() const override { return layout_.slot_bytes; }
-  int64_t n_slots() const override { return n_slots_; }
+  int64_t n_slots() const override { return slots_.total_slots(); }
+  common::ExpertSlotClasses slot_classes() const override { return slots_; }
   common::ExpertPlacement Current() const override;
   common::ExpertPlacement Target() const override;
   absl::StatusOr<ExpertMoves> SetTarget(const common::ExpertPlacement& target,
@@ -149,8 +156,8 @@ class ArenaExpertTiers final : public ExpertTiers {
   ExpertTierStats stats() const override;
 
   // --- the forward pass (engine thread) ---
-  // Layer `layer`'s stacks over the whole arena (count n_slots, matrix_stride slot_bytes), for
-  // ids remapped to slots. Only valid when n_slots() > 0.
+  // Layer `layer`'s stacks over its class's arena (count: the class's slots, matrix_stride: its
+  // slot_bytes), for ids remapped to slots. Only valid when that class has slots.
   ExpertStacks DeviceStacks(int64_t layer) const;
   const ExpertStacks& HostStacks(int64_t layer) const { return host_[static_cast<size_t>(layer)]; }
   // Layer `layer`'s expert -> slot (-1: on the host), as this pass uses it (n_expert entries).
@@ -166,12 +173,12 @@ class ArenaExpertTiers final : public ExpertTiers {
     routed_total_.fetch_add(total, std::memory_order_relaxed);
     routed_device_.fetch_add(device, std::memory_order_relaxed);
   }
-  uint64_t arena_bytes() const { return static_cast<uint64_t>(n_slots_) * layout_.slot_bytes; }
+  uint64_t arena_bytes() const { return slots_.device_bytes(); }
   const ExpertSlotLayout& layout() const { return layout_; }
 
  private:
   ArenaExpertTiers(kernels::Backend& device, const ExpertSlotLayout& layout,
-                   std::vector<ExpertStacks> host, int64_t n_slots);
+                   std::vector<ExpertStacks> host, const common::ExpertSlotClasses& slots);
   // Moves still needed between slot_of_ and target_ (mu_ held).
   void CountPendingLocked();
   common::ExpertPlacement CurrentLocked() const;
@@ -180,15 +187,15 @@ class ArenaExpertTiers final : public ExpertTiers {
   kernels::Backend& device_;
   const ExpertSlotLayout layout_;
   const std::vector<ExpertStacks> host_;
-  const int64_t n_slots_;
-  kernels::DeviceBuffer arena_;
+  const common::ExpertSlotClasses slots_;
+  std::vector<kernels::DeviceBuffer> arenas_;  // per class (empty buffer: no slots)
   std::unique_ptr<kernels::Backend> host_backend_;
 
   mutable std::mutex mu_;
   // [n_layer][n_expert]: slot or -1. Written by the engine thread (Advance) under mu_; the engine
   // thread reads it without the lock, others (Current) with it.
   std::vector<int32_t> slot_of_;
-  std::vector<int32_t> free_slots_;                          // engine thread only
+  std::vector<std::vector<int32_t>> free_slots_;             // per class; engine thread only
   common::ExpertPlacement target_;                           // mu_
   uint64_t generation_ = 0;                                  // mu_
   uint64_t moves_in_ = 0, moves_out_ = 0, bytes_moved_ = 0;  // mu_

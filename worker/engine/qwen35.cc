@@ -49,14 +49,14 @@ absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(
   m->backend_ = &backend;
   // Two tiers only where the experts would otherwise be copied into a device that cannot hold
   // them all: on host memory every expert is already where the CPU computes it.
-  int64_t n_slots = 0;
+  common::ExpertSlotClasses slots;
   bool tiered = false;
   absl::StatusOr<ExpertSlotLayout> layout = absl::NotFoundError("a dense model");
   if (m->hp_.is_moe) {
     layout = ExpertSlotLayoutOf(*m->file_, m->hp_);
     if (layout.ok()) {
-      n_slots = std::min(layout->SlotsFor(tiers.device_bytes), layout->n_experts());
-      tiered = !backend.host_memory() && n_slots < layout->n_experts();
+      slots = layout->SlotsFor(tiers.device_bytes);
+      tiered = !backend.host_memory() && slots.total_slots() < layout->n_experts();
     }
   }
   absl::StatusOr<ModelWeights> w = LoadQwen35Weights(*m->file_, m->hp_, backend, !tiered);
@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<Qwen35Model>> Qwen35Model::Load(
   }
   m->weights_ = std::move(*w);
   if (tiered) {
-    if (absl::Status s = m->MakeExpertTiers(n_slots, tiers); !s.ok()) return s;
+    if (absl::Status s = m->MakeExpertTiers(slots, tiers); !s.ok()) return s;
   }
   int dn = 0, at = 0;
   for (common::LayerKind kind : m->hp_.layers) {

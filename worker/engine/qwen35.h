@@ -44,9 +44,9 @@ struct ModelMemory {
   uint64_t state_bytes_per_sequence = 0;  // conv windows + delta-rule matrices, f32
   uint64_t kv_bytes_per_token = 0;        // K and V of every attention layer, cache types
   // MoE models (zeros for dense ones; expert_layout.h): every routed expert stack as the file
-  // holds them, wherever they live; one expert's gate + up + down per layer; the slot of a
-  // device expert arena (ExpertSlotBytes); with tiers, the slots and the routed bytes left in
-  // host memory (the file's mapping, outside weight_bytes).
+  // holds them, wherever they live; one expert's gate + up + down per layer; the largest slot
+  // of the device expert arenas (ExpertSlotBytes); with tiers, the slots and the routed bytes left
+  // in host memory (the file's mapping, outside weight_bytes).
   uint64_t routed_expert_bytes = 0;
   std::vector<uint64_t> expert_bytes_per_layer;
   uint64_t expert_slot_bytes = 0;
@@ -89,10 +89,11 @@ class Qwen35Model {
   static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(std::unique_ptr<common::GgufFile> file,
                                                            kernels::Backend& backend);
   // The same, placing a qwen35moe model's routed experts as `tiers` says: on a backend whose
-  // memory is not host memory, when tiers.device_bytes holds fewer than all experts
-  // (ExpertSlotBytes each), the routed stacks stay in the mapping, an arena of that many slots
-  // is allocated and tiers.initial (else EvenExpertPlacement) is copied into it before this
-  // returns; expert_tiers() is then the model's ExpertTiers. Otherwise as Load above.
+  // memory is not host memory, when tiers.device_bytes holds fewer than all experts (split
+  // over the expert sizes by ExpertSlotLayout::SlotsFor), the routed stacks stay in the mapping,
+  // an arena per expert size of that many slots is allocated and tiers.initial (else
+  // EvenExpertPlacement) is copied into it before this returns; expert_tiers() is then the model's
+  // ExpertTiers. Otherwise as Load above.
   static absl::StatusOr<std::unique_ptr<Qwen35Model>> Load(std::unique_ptr<common::GgufFile> file,
                                                            kernels::Backend& backend,
                                                            const ExpertTierOptions& tiers);
@@ -167,8 +168,9 @@ class Qwen35Model {
   absl::Status PrepareDeltaNetStep(absl::Span<const BatchEntry> batch);
   absl::Status RunAttention(const LayerWeights& l, int attn_index,
                             absl::Span<const BatchEntry> batch);
-  // Load with tiers: the arena of `n_slots` slots, the host stacks, the start-up placement.
-  absl::Status MakeExpertTiers(int64_t n_slots, const ExpertTierOptions& options);
+  // Load with tiers: an arena per expert size of `slots`, the host stacks, the start-up placement.
+  absl::Status MakeExpertTiers(const common::ExpertSlotClasses& slots,
+                               const ExpertTierOptions& options);
   absl::Status RunFfn(const LayerWeights& l);
   // The routed experts of a MoE layer (qwen35_ffn.cc): into ws_.mix from ws_.xn, after routing
   // into `route_ids` / route_w; on the backend alone, or over the two tiers.

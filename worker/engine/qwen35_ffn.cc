@@ -18,17 +18,18 @@ using engine_internal::CheckKernel;
 using kernels::KernelStatus;
 using kernels::Mat;
 
-absl::Status Qwen35Model::MakeExpertTiers(int64_t n_slots, const ExpertTierOptions& options) {
+absl::Status Qwen35Model::MakeExpertTiers(const common::ExpertSlotClasses& slots,
+                                          const ExpertTierOptions& options) {
   std::vector<ExpertStacks> host;
   for (const LayerWeights& l : weights_.layers) {
     host.push_back({l.moe.gate_exps, l.moe.up_exps, l.moe.down_exps});
   }
   absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> tiers = ArenaExpertTiers::Create(
-      *backend_, *expert_layout_, std::move(host), n_slots, options.host_threads);
+      *backend_, *expert_layout_, std::move(host), slots, options.host_threads);
   if (!tiers.ok()) return tiers.status();
   tiers_ = std::move(*tiers);
   const common::ExpertPlacement initial = options.initial.value_or(
-      common::EvenExpertPlacement(hp_.n_layer, hp_.n_expert, tiers_->n_slots()));
+      common::EvenExpertPlacement(hp_.n_layer, hp_.n_expert, tiers_->slot_classes()));
   if (absl::StatusOr<ExpertMoves> moves = tiers_->SetTarget(initial, 0); !moves.ok()) {
     return absl::Status(moves.status().code(),
                         absl::StrCat("the start-up expert placement: ", moves.status().message()));

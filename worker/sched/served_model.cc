@@ -276,7 +276,7 @@ absl::Status PlanExpertSplit(const std::string& path, const common::GgufFile& fi
   const uint64_t left = in.budget_bytes - needed;
   const uint64_t want = e.auto_sized ? left : std::min(e.requested_bytes, e.routed_bytes);
   if (want > left) {
-    const uint64_t fit_slots = left / e.slot_bytes;
+    const auto fit_slots = static_cast<uint64_t>(layout->SlotsFor(left).total_slots());
     return absl::ResourceExhaustedError(absl::StrCat(
         BaseName(path), ": --expert-vram ", HumanBytes(e.requested_bytes), " does not fit: at --ctx ",
         options.ctx, " x --parallel ", options.n_parallel, " the ", in.budget_name, " budget of ",
@@ -291,8 +291,10 @@ absl::Status PlanExpertSplit(const std::string& path, const common::GgufFile& fi
   if (want >= e.routed_bytes) {
     e.all_on_device = true;
   } else {
-    e.n_slots = static_cast<int64_t>(
-        std::min<uint64_t>(want / e.slot_bytes, static_cast<uint64_t>(e.n_experts())));
+    const common::ExpertSlotClasses slots = layout->SlotsFor(want);
+    e.n_slots = slots.total_slots();
+    e.split_bytes = want;
+    e.arena_bytes = slots.device_bytes();
   }
   return absl::OkStatus();
 }

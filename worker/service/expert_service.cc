@@ -117,9 +117,15 @@ void ModelExperts::FillStats(const std::string& name, pb::ExpertStats& out) {
   if (tiers_ != nullptr) {
     out.set_slot_bytes(tiers_->slot_bytes());
     out.set_device_slots(static_cast<int32_t>(tiers_->n_slots()));
-    out.set_device_budget_bytes(options_.device_budget_bytes > 0
-                                    ? options_.device_budget_bytes
-                                    : tiers_->slot_bytes() * tiers_->n_slots());
+    const common::ExpertSlotClasses classes = tiers_->slot_classes();
+    out.set_device_budget_bytes(options_.device_budget_bytes > 0 ? options_.device_budget_bytes
+                                                                 : classes.device_bytes());
+    for (int32_t c = 0; c < classes.n_class(); ++c) {
+      pb::ExpertSlotClass* k = out.add_slot_classes();
+      k->set_slot_bytes(classes.slot_bytes[static_cast<size_t>(c)]);
+      k->set_device_slots(static_cast<int32_t>(classes.slots[static_cast<size_t>(c)]));
+      for (int64_t l : classes.LayersOf(c)) k->add_layers(static_cast<int32_t>(l));
+    }
     const ExpertTierStats s = tiers_->stats();
     out.set_routed_total(routed_total());
     out.set_routed_device(routed_device());

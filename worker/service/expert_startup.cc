@@ -192,7 +192,8 @@ std::string ChooseStartupPlacement(const std::string& name, ModelExperts& expert
                        saved.status().message(), "; using the warm-up's counts instead"));
     } else if (!saved->has_value()) {
       Log(absl::StrCat(name, ": no saved expert placement in Redis for this model yet"));
-    } else if (use(common::HottestExpertPlacement(**saved, tiers->n_slots()), kStartupSaved)) {
+    } else if (use(common::HottestExpertPlacement(**saved, tiers->slot_classes()),
+                   kStartupSaved)) {
       return kStartupSaved;
     }
   }
@@ -202,11 +203,12 @@ std::string ChooseStartupPlacement(const std::string& name, ModelExperts& expert
     if (!counts.ok()) {
       Log(absl::StrCat(name, ": expert warm-up failed: ", counts.status().message(),
                        "; spreading the experts evenly"));
-    } else if (use(common::HottestExpertPlacement(*counts, tiers->n_slots()), kStartupWarmup)) {
+    } else if (use(common::HottestExpertPlacement(*counts, tiers->slot_classes()),
+                   kStartupWarmup)) {
       return kStartupWarmup;
     }
   }
-  use(common::EvenExpertPlacement(experts.n_layer(), experts.n_expert(), tiers->n_slots()),
+  use(common::EvenExpertPlacement(experts.n_layer(), experts.n_expert(), tiers->slot_classes()),
       kStartupEven);
   experts.set_startup_source(kStartupEven);
   return kStartupEven;
