@@ -58,6 +58,7 @@ class FakeUpstream {
       threads.swap(threads_);
     }
     for (std::thread& t : threads) t.join();
+    for (int fd : open_fds_) close(fd);
   }
 
   int port() const { return port_; }
