@@ -13,7 +13,7 @@
 // there is one and gives it back only when the answer was read exactly to its end and the server
 // keeps it open. A kept connection the server closed meanwhile (the request cannot be written,
 // or the connection ends or is reset before any byte of the answer) is retried once on a new
-// connection: the server answered nothing, so it acted on nothing.
+// connection: a server that closes an idle connection has not read the request on it.
 //
 // Key material: the key goes into the request's header only; every message that may hold text
 // from the upstream has the key replaced by "[redacted]", and a 401/403's body is not quoted.
