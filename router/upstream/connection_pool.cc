@@ -1,5 +1,6 @@
 #include "router/upstream/connection_pool.h"
 
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -18,27 +19,37 @@ ConnectionPool& ConnectionPool::Global() {
   return *pool;
 }
 
+void ConnectionPool::DropExpired(absl::Time now,
+                                 std::vector<std::unique_ptr<HttpConnection>>* dropped) {
+  // Every endpoint, not only the one asked for: an upstream removed by a reload is never asked
+  // for again, and its connections must not stay open for good.
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    std::deque<Idle>& list = it->second;
+    while (!list.empty() && now - list.front().since >= kIdleConnectionTimeout) {
+      dropped->push_back(std::move(list.front().connection));
+      list.pop_front();
+    }
+    it = list.empty() ? idle_.erase(it) : std::next(it);
+  }
+}
+
 std::unique_ptr<HttpConnection> ConnectionPool::Take(const std::string& key, absl::Time now) {
   std::vector<std::unique_ptr<HttpConnection>> dropped;  // closed outside the lock
   std::unique_ptr<HttpConnection> found;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    DropExpired(now, &dropped);
     auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
     std::deque<Idle>& list = it->second;
     while (!list.empty()) {
       Idle last = std::move(list.back());
       list.pop_back();
-      if (now - last.since < kIdleConnectionTimeout && last.connection->IdleUsable()) {
+      if (last.connection->IdleUsable()) {  // (none left past the timeout)
         found = std::move(last.connection);
         break;
       }
       dropped.push_back(std::move(last.connection));
-    }
-    // Whatever is left is older still: past the timeout if the newest was.
-    while (!list.empty() && now - list.front().since >= kIdleConnectionTimeout) {
-      dropped.push_back(std::move(list.front().connection));
-      list.pop_front();
     }
     if (list.empty()) idle_.erase(it);
   }
@@ -47,11 +58,12 @@ std::unique_ptr<HttpConnection> ConnectionPool::Take(const std::string& key, abs
 
 void ConnectionPool::Put(const std::string& key, std::unique_ptr<HttpConnection> connection,
                          absl::Time now) {
-  std::unique_ptr<HttpConnection> dropped;
+  std::vector<std::unique_ptr<HttpConnection>> dropped;  // closed outside the lock
   std::lock_guard<std::mutex> lock(mu_);
+  DropExpired(now, &dropped);
   std::deque<Idle>& list = idle_[key];
   if (list.size() >= static_cast<size_t>(kMaxIdleConnectionsPerEndpoint)) {
-    dropped = std::move(list.front().connection);
+    dropped.push_back(std::move(list.front().connection));
     list.pop_front();
   }
   list.push_back({std::move(connection), now});

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "router/config/upstream_config.h"
@@ -38,7 +39,8 @@ class ConnectionPool {
   static ConnectionPool& Global();
 
   // The most recently kept idle connection for `key` that still looks usable, or nullptr.
-  // Connections past the idle timeout or closed by the server are dropped on the way.
+  // Connections closed by the server are dropped on the way, and those of any endpoint past the
+  // idle timeout (`now`: the clock, a parameter for tests).
   std::unique_ptr<HttpConnection> Take(const std::string& key, absl::Time now);
   // Keeps `connection` idle for the next request to `key`.
   void Put(const std::string& key, std::unique_ptr<HttpConnection> connection, absl::Time now);
@@ -62,6 +64,10 @@ class ConnectionPool {
     std::unique_ptr<HttpConnection> connection;
     absl::Time since;
   };
+  // Moves the connections idle for kIdleConnectionTimeout or longer, of every endpoint, to
+  // `dropped`. Under mu_.
+  void DropExpired(absl::Time now, std::vector<std::unique_ptr<HttpConnection>>* dropped);
+
   mutable std::mutex mu_;
   std::map<std::string, std::deque<Idle>> idle_;  // oldest first
   std::map<std::string, Counts, std::less<>> counts_;

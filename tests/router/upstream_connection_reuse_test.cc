@@ -359,5 +359,63 @@ TEST(UpstreamConnectionReuseTest, MetricKindsAreCountedPerUpstream) {
   EXPECT_EQ(ConnectionPool::Global().counts(b.name).reused, 1);
 }
 
+// The pool itself, with the clock passed in: the cap per endpoint, the idle timeout (swept on
+// every endpoint, so that an upstream no longer asked for keeps nothing open), and keys that tell
+// endpoints and CA bundles apart.
+TEST(ConnectionPoolTest, IdleConnectionsAreCappedAndExpire) {
+  FakeUpstream server([](int, int) { return Reply{Whole()}; });
+  UpstreamUrl url;
+  url.host = "127.0.0.1";
+  url.port = static_cast<uint16_t>(server.port());
+  auto connect = [&] {
+    auto c = std::make_unique<HttpConnection>();
+    EXPECT_TRUE(c->Connect(url, "", absl::Now() + absl::Seconds(10)).ok());
+    return c;
+  };
+  ConnectionPool pool;
+  const std::string key = ConnectionKey(url, "");
+  const absl::Time t0 = absl::FromUnixSeconds(1'000'000'000);
+  for (int i = 0; i < kMaxIdleConnectionsPerEndpoint + 2; ++i) pool.Put(key, connect(), t0);
+  EXPECT_EQ(pool.idle(key), static_cast<size_t>(kMaxIdleConnectionsPerEndpoint));
+  EXPECT_NE(pool.Take(key, t0 + kIdleConnectionTimeout - absl::Seconds(1)), nullptr);
+  EXPECT_EQ(pool.idle(key), static_cast<size_t>(kMaxIdleConnectionsPerEndpoint - 1));
+  // Another endpoint's connection kept at the timeout: this endpoint's are closed.
+  UpstreamUrl other = url;
+  other.tls = true;
+  pool.Put(ConnectionKey(other, ""), connect(), t0 + kIdleConnectionTimeout);
+  EXPECT_EQ(pool.idle(key), 0u);
+  EXPECT_EQ(pool.Take(key, t0 + kIdleConnectionTimeout), nullptr);
+  EXPECT_EQ(pool.idle(ConnectionKey(other, "")), 1u);
+  EXPECT_EQ(pool.Take(ConnectionKey(other, ""), t0 + 2 * kIdleConnectionTimeout), nullptr);
+
+  EXPECT_NE(ConnectionKey(url, ""), ConnectionKey(url, "-----BEGIN CERTIFICATE-----"));
+  EXPECT_NE(ConnectionKey(url, ""), ConnectionKey(other, ""));
+  UpstreamUrl port = url;
+  ++port.port;
+  EXPECT_NE(ConnectionKey(url, ""), ConnectionKey(port, ""));
+  UpstreamUrl path = url;
+  path.path = "/other";
+  EXPECT_EQ(ConnectionKey(url, ""), ConnectionKey(path, ""));  // the same server
+}
+
+TEST(ConnectionPoolTest, AConnectionWithUnreadBytesIsNotTaken) {
+  FakeUpstream server([](int, int) { return Reply{Whole()}; });
+  UpstreamUrl url;
+  url.host = "127.0.0.1";
+  url.port = static_cast<uint16_t>(server.port());
+  auto c = std::make_unique<HttpConnection>();
+  ASSERT_TRUE(c->Connect(url, "", absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(c->Write("GET / HTTP/1.1\r\nHost: x\r\n\r\n", absl::Now() + absl::Seconds(10)).ok());
+  // The answer comes unread: bytes nobody asked for, by the time the connection is idle.
+  char byte;
+  ASSERT_TRUE(c->Read(&byte, 1, absl::Now() + absl::Seconds(10)).ok());
+  ConnectionPool pool;
+  const std::string key = ConnectionKey(url, "");
+  const absl::Time now = absl::Now();
+  pool.Put(key, std::move(c), now);
+  EXPECT_EQ(pool.Take(key, now), nullptr);
+  EXPECT_EQ(pool.idle(key), 0u);
+}
+
 }  // namespace
 }  // namespace deltaserve::router::upstream
