@@ -13,7 +13,7 @@
 # published Qwen3.5-122B-A10B hot-expert measurement), Zipf 1.0, and Zipf 1.0 drifting over 8
 # topics of 10,000 tokens each; --recorded adds a trace recorded from a skewed synthetic model
 # (bench/moe_routing_trace.cc). A what-if: the same models with every expert at the mean size
-# ("<model>-even"), i.e. what expert slots of exact bytes would give. The simulator is
+# ("<model>-even"), one expert size, beside the real sizes' slots per size. The simulator is
 # deterministic: the same build gives the same numbers.
 set -euo pipefail
 
@@ -115,7 +115,7 @@ for case in "122b-a10b rtx4090" "35b-a3b h100"; do
     done
   done
 done
-# The what-if of exact-byte slots: equal expert sizes.
+# The what-if of one expert size: every expert at the mean size.
 for model in 35b-a3b 122b-a10b; do
   for profile in rtx4090 h100; do
     for trace in uniform zipf0.5; do

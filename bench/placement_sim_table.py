@@ -48,7 +48,7 @@ def table(runs):
 
 def what_if_table(runs):
     """dynamic / n_cpu_moe with the real (mixed) expert sizes and with equal ones (<model>-even):
-    what expert slots of exact bytes would change."""
+    what one expert size (every expert at the mean size) would change."""
     keys = sorted((k for k in runs if k[0].endswith("-even")),
                   key=lambda k: (k[0], k[1], TRACE_ORDER.index(k[2]) if k[2] in TRACE_ORDER
                                  else 99, k[3]))
@@ -107,7 +107,7 @@ def plot(runs, directory):
                 ax.plot([r["expert_vram"] / 2**30 for r, _ in even],
                         [r["dynamic_vs_n_cpu_moe"] * m["n_cpu_moe"] for r, m in even],
                         "x", color="black", markersize=6,
-                        label="dynamic, what-if: slots of exact bytes")
+                        label="dynamic, what-if: one expert size")
             ax.set_title(f"{model}, {profile}, {trace}", fontsize=9)
             ax.set_xlabel("expert VRAM (GiB)")
             ax.set_ylabel("modelled decode tok/s")
