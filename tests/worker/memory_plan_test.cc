@@ -449,11 +449,13 @@ TEST(ExpertSplit, DeviceWeightsAreTheRestPlusTheExpertsOnTheDevice) {
   in.device_budget = true;
   in.experts = {.applies = true, .n_moe_layers = 8, .n_expert = 16,
                 .routed_bytes = kTinyMoeRouted, .slot_bytes = kTinyMoeSlot,
+                .split_bytes = 10 * kTinyMoeSlot + 7, .arena_bytes = 10 * kTinyMoeSlot,
                 .all_on_device = false, .n_slots = 10};
   absl::StatusOr<MemoryPlan> plan = PlanMemory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->weight_bytes, all - kTinyMoeRouted + 10 * kTinyMoeSlot);
-  EXPECT_EQ(plan->inputs.experts.tier_device_bytes(), 10 * kTinyMoeSlot);
+  // Load gets the bytes the split was made of (and splits them into the same slots).
+  EXPECT_EQ(plan->inputs.experts.tier_device_bytes(), 10 * kTinyMoeSlot + 7);
   EXPECT_EQ(RenderExpertSplit(*plan),
             "experts: 960.0 KiB of 12.00 MiB in VRAM (10 of 128 experts, 8 %), the rest in RAM "
             "(computed on the CPU); slots of 96.00 KiB [--expert-vram auto]");
@@ -472,6 +474,7 @@ TEST(ExpertSplit, DeviceWeightsAreTheRestPlusTheExpertsOnTheDevice) {
 
   in.experts.all_on_device = false;
   in.experts.n_slots = 0;
+  in.experts.split_bytes = in.experts.arena_bytes = 0;
   plan = PlanMemory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->weight_bytes, all - kTinyMoeRouted);
@@ -495,7 +498,10 @@ TEST(ExpertSplit, TheLineReadsAsTheSplit) {
   plan.inputs.budget_name = "VRAM";
   plan.inputs.experts = {.applies = true, .n_moe_layers = 40, .n_expert = 64,
                          .routed_bytes = 2560 * (uint64_t{4} << 20),
-                         .slot_bytes = uint64_t{4} << 20, .all_on_device = false, .n_slots = 512};
+                         .slot_bytes = uint64_t{4} << 20,
+                         .split_bytes = 512 * (uint64_t{4} << 20),
+                         .arena_bytes = 512 * (uint64_t{4} << 20), .all_on_device = false,
+                         .n_slots = 512};
   EXPECT_EQ(RenderExpertSplit(plan),
             "experts: 2.00 GiB of 10.00 GiB in VRAM (512 of 2,560 experts, 20 %), the rest in RAM "
             "(computed on the CPU); slots of 4.00 MiB [--expert-vram auto]");
