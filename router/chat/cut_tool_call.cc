@@ -72,24 +72,15 @@ CutCall ReadXmlCall(std::string_view markup, const ToolCatalog& tools) {
 // or npos when the text ends inside it.
 size_t JsonValueEnd(std::string_view text, size_t begin) {
   int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
+  internal::JsonStringTracker strings;
   for (size_t i = begin; i < text.size(); ++i) {
     const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-        if (depth == 0) return i + 1;
-      }
+    if (!strings.Outside(c)) {
+      if (!strings.in_string && depth == 0) return i + 1;  // a top-level string's closing quote
       continue;
     }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+    if (c == '"') continue;  // a string opens
+    if (c == '{' || c == '[') {
       ++depth;
     } else if (c == '}' || c == ']') {
       if (depth == 0) return i;  // a scalar ended by its object's close

@@ -150,30 +150,17 @@ struct JsonExtent {
 // Whether it is valid JSON is for the parser to say.
 JsonExtent ScanJsonObjectExtent(std::string_view text, size_t pos, bool final, ScanMemo* memo) {
   std::string closers;
-  bool in_string = false;
-  bool escaped = false;
+  JsonStringTracker strings;
   size_t start = pos;
   if (memo != nullptr && memo->json_begin == pos && memo->json_resume <= text.size()) {
     start = memo->json_resume;
     closers = memo->json_closers;
-    in_string = memo->json_in_string;
-    escaped = memo->json_escaped;
+    strings = memo->json_strings;
   }
   for (size_t i = start; i < text.size(); ++i) {
     const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+    if (!strings.Outside(c)) continue;
+    if (c == '{' || c == '[') {
       if (closers.size() >= kMaxJsonDepth) return {};
       closers.push_back(c == '{' ? '}' : ']');
     } else if (c == '}' || c == ']') {
@@ -186,8 +173,7 @@ JsonExtent ScanJsonObjectExtent(std::string_view text, size_t pos, bool final, S
     memo->json_begin = pos;
     memo->json_resume = text.size();
     memo->json_closers = closers;
-    memo->json_in_string = in_string;
-    memo->json_escaped = escaped;
+    memo->json_strings = strings;
   }
   return {Undecided(final), 0};
 }

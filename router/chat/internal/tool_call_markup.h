@@ -22,6 +22,29 @@ namespace deltaserve::router::internal {
 
 enum class ScanVerdict { kCall, kNotACall, kNeedMore };
 
+// Where a left-to-right scan of JSON text stands with respect to strings and their escapes, so
+// that the scanners built on it (bracket balancing, the end of a value) see only structure.
+struct JsonStringTracker {
+  bool in_string = false;
+  bool escaped = false;
+  // Feeds the next character: true when it is structure (outside every string; an opening
+  // quote counts as outside), false for a string's content or its closing quote.
+  bool Outside(char c) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      return false;
+    }
+    if (c == '"') in_string = true;
+    return true;
+  }
+};
+
 // Where a scan that answered kNeedMore stopped inside a long XML value or JSON object, so that
 // the next scan of a longer text (streaming) resumes there instead of rescanning from the start:
 // without it, holding a 100 KB call fed 4 bytes at a time costs seconds. Valid only while each
@@ -32,8 +55,7 @@ struct ScanMemo {
   size_t json_begin = std::string::npos;   // the object the extent scan last stopped in
   size_t json_resume = 0;
   std::string json_closers;  // the extent scan's state at json_resume
-  bool json_in_string = false;
-  bool json_escaped = false;
+  JsonStringTracker json_strings;
 };
 
 // A function call read from the text: a declared name and its typed arguments (an object).
