@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/collecting_sink.h"
 #include "tests/support/test_paths.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/constrained_decoding.h"
@@ -37,6 +38,7 @@ namespace deltaserve::worker {
 namespace {
 
 using common::grammar::OutputConstraintSpec;
+using ::deltaserve::testing::CollectingSink;
 using ::deltaserve::testing::GoldenPath;
 
 // The stated budget: a document of the sample, written by a model with random logits, in at
@@ -44,16 +46,6 @@ using ::deltaserve::testing::GoldenPath;
 constexpr int kTokenBudget = 512;
 constexpr int kRowsPerPart = 4;
 constexpr uint64_t kSeeds = 2;
-
-class CollectingSink : public GenerationSink {
- public:
-  void OnTokens(absl::Span<const GeneratedToken> tokens) override {
-    for (const GeneratedToken& t : tokens) this->tokens.push_back(t.token);
-  }
-  void OnFinish(const GenerationResult& r) override { result = r; }
-  std::vector<int32_t> tokens;
-  std::optional<GenerationResult> result;
-};
 
 // The schemas of the sample: kRowsPerPart rows of each part at evenly spaced indices.
 std::vector<std::pair<std::string, std::string>> CorpusSample() {

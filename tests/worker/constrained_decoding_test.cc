@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/collecting_sink.h"
 #include "tests/support/test_paths.h"
 #include "worker/engine/qwen35.h"
 #include "worker/sampling/sampler.h"
@@ -30,6 +31,7 @@ namespace {
 
 using common::grammar::CompiledGrammar;
 using common::grammar::OutputConstraintSpec;
+using ::deltaserve::testing::CollectingSink;
 using ::deltaserve::testing::GoldenPath;
 
 // answer: enum; n: integer 0..9; ok: boolean; note: string of at most 4 code points. All
@@ -58,16 +60,6 @@ void ExpectValid(const std::string& text) {
             4)
       << text;
 }
-
-class CollectingSink : public GenerationSink {
- public:
-  void OnTokens(absl::Span<const GeneratedToken> tokens) override {
-    for (const GeneratedToken& t : tokens) this->tokens.push_back(t.token);
-  }
-  void OnFinish(const GenerationResult& r) override { result = r; }
-  std::vector<int32_t> tokens;
-  std::optional<GenerationResult> result;
-};
 
 class ConstrainedDecodingTest : public ::testing::Test {
  protected:

@@ -14,11 +14,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "tests/support/collecting_sink.h"
 #include "tests/support/test_paths.h"
 
 namespace deltaserve::worker {
 namespace {
 
+using ::deltaserve::testing::CollectingSink;
 using ::deltaserve::testing::GoldenPath;
 using kernels::KernelStatus;
 using kernels::Mat;
@@ -127,16 +129,6 @@ class CountingBackend final : public kernels::Backend {
   absl::flat_hash_map<void*, size_t> sizes_;
   int64_t calls_ = 0;
   uint64_t live_ = 0, peak_ = 0;
-};
-
-class CollectingSink : public GenerationSink {
- public:
-  void OnTokens(absl::Span<const GeneratedToken> tokens) override {
-    for (const GeneratedToken& t : tokens) this->tokens.push_back(t.token);
-  }
-  void OnFinish(const GenerationResult& r) override { result = r; }
-  std::vector<int32_t> tokens;
-  std::optional<GenerationResult> result;
 };
 
 ServingOptions Options(int64_t ctx, int n_parallel, uint64_t budget) {
