@@ -2,7 +2,8 @@
 // and a hard deadline on every call, connect included, so that a request never waits on Redis
 // longer than its timeout (default 50 ms). hiredis encodes nothing and reads no socket here: it
 // only decodes replies (common/internal/redis_protocol.h); the socket, poll() and OpenSSL are
-// ours, which is what makes the deadline exact and TLS possible with Debian 12's hiredis 0.14.
+// ours (common/internal/redis_connection.h), which is what makes the deadline exact and TLS
+// possible with Debian 12's hiredis 0.14.
 //
 //   ASSIGN_OR_RETURN(RedisOptions options, ParseRedisUrl("redis://:secret@10.0.0.5:6379/2"));
 //   ASSIGN_OR_RETURN(std::unique_ptr<RedisClient> redis, RedisClient::Create(options));
