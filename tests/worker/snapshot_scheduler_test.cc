@@ -85,7 +85,8 @@ struct Harness {
   std::unique_ptr<Scheduler> sched;
   std::vector<std::shared_ptr<const LocalSnapshot>> published;
 
-  Harness(const std::string& name, int64_t pages, uint64_t snapshot_ram, int max_sequences = 2) {
+  Harness(const std::string& name, int64_t pages, uint64_t snapshot_ram, int max_sequences = 2,
+          int64_t step_tokens = 64, bool capture_inside_chunks = true) {
     backend = kernels::MakeCpuBackend(2);
     auto m = Qwen35Model::Load(GoldenPath(name + ".gguf"), *backend);
     EXPECT_TRUE(m.ok()) << m.status();
@@ -104,7 +105,8 @@ struct Harness {
     snapshots = std::make_shared<SnapshotCache>(cache, *slots, domain, snapshot_ram);
     SchedulerOptions o;
     o.max_sequences = max_sequences;
-    o.step_tokens = 64;
+    o.step_tokens = step_tokens;
+    o.capture_inside_chunks = capture_inside_chunks;
     o.max_context = 2048;
     o.snapshot_interval = 128;
     auto s = Scheduler::Create(*model, cache, *slots, o, /*eos_token_ids=*/{},
@@ -228,6 +230,8 @@ TEST_P(SnapshotSchedulerTest, TenTurnConversationEqualsColdRunsAndRestoresThePre
   EXPECT_EQ(s.snapshot_lookups, 10);
   EXPECT_EQ(s.snapshot_hits_ram, 9);
   EXPECT_EQ(s.snapshot_misses, 1);
+  // Chunks of 64 tokens: most message boundaries fall inside a chunk and are tapped.
+  EXPECT_GT(s.snapshot_tapped_captures, 0);
   const SnapshotCacheStats c = h.snapshots->stats();
   EXPECT_GT(c.captures, 10);
   std::printf("%s: %lld snapshots of %llu state bytes, %.1f us each; %lld restores, %.1f us each\n",
@@ -235,6 +239,54 @@ TEST_P(SnapshotSchedulerTest, TenTurnConversationEqualsColdRunsAndRestoresThePre
               static_cast<unsigned long long>(h.model->state_layout().bytes()),
               c.capture_us / c.captures, static_cast<long long>(c.restores),
               c.restores > 0 ? c.restore_us / c.restores : 0.0);
+}
+
+// A prompt of five messages runs as one chunk: its boundaries are snapshotted from state taps
+// (mid-page with 16-token pages, the pages already holding later positions). Requests that
+// branch off at each boundary resume from those snapshots, in RAM and, on another scheduler, as
+// Redis images, and equal cold runs. The same with taps off costs a chunk per message.
+TEST_P(SnapshotSchedulerTest, SnapshotsTakenInsideAChunkResumeBranchesExactly) {
+  for (bool taps : {true, false}) {
+    const std::string mode = taps ? " (taps)" : " (chunks end at boundaries)";
+    Harness h(GetParam(), 256, 256ull << 20, 2, /*step_tokens=*/512, taps);
+    Harness other(GetParam(), 256, 256ull << 20, 2, 512, taps);
+    Conversation conv(4242);
+    for (int m = 0; m < 5; ++m) conv.AddMessage(conv.RandomUserMessage(13 + 5 * m));
+    const std::vector<int32_t> prompt = conv.Prompt();
+    const uint64_t passes_before = h.model->counters().passes();
+    constexpr int kReply = 3;
+    auto first = h.Run(prompt, conv.boundaries, kReply);
+    // One prompt pass, a pass per later token, the turn-end pass; with taps off, a pass per
+    // message boundary more.
+    const uint64_t passes = h.model->counters().passes() - passes_before;
+    ExpectEqualsCold(*h.model, prompt, kReply, *first, GetParam() + mode);
+    EXPECT_EQ(passes, kReply + 1u + (taps ? 0u : conv.boundaries.size())) << mode;
+    EXPECT_EQ(h.sched->stats().snapshot_tapped_captures,
+              taps ? static_cast<int64_t>(conv.boundaries.size()) : 0)
+        << mode;
+    for (size_t at = 0; at + 1 < conv.boundaries.size(); ++at) {
+      // The history up to boundary `at`, then another user message.
+      Conversation branch(77 + static_cast<uint32_t>(at));
+      branch.history.assign(prompt.begin(), prompt.begin() + conv.boundaries[at]);
+      branch.boundaries.assign(conv.boundaries.begin(), conv.boundaries.begin() + at + 1);
+      branch.AddMessage(branch.RandomUserMessage(9));
+      const std::vector<int32_t> p = branch.Prompt();
+      const std::string what = GetParam() + mode + " branch at " + std::to_string(at);
+      auto local = h.Run(p, branch.boundaries, kReply);
+      ExpectEqualsCold(*h.model, p, kReply, *local, what);
+      EXPECT_EQ(local->result->cached_from, SnapshotSource::kRam) << what;
+      EXPECT_EQ(local->result->cached_prompt_tokens, conv.boundaries[at]) << what;
+      // The same snapshot as another worker fetches it.
+      std::shared_ptr<const LocalSnapshot> snap;
+      for (const auto& s : h.published) {
+        if (s->n_tokens() == conv.boundaries[at]) snap = s;
+      }
+      ASSERT_NE(snap, nullptr) << what;
+      auto remote = other.Run(p, branch.boundaries, kReply, ImageOf(*h.snapshots, *snap));
+      ExpectEqualsCold(*other.model, p, kReply, *remote, what + " from the image");
+      EXPECT_EQ(remote->result->cached_from, SnapshotSource::kRemote) << what;
+    }
+  }
 }
 
 TEST_P(SnapshotSchedulerTest, AnotherSchedulerResumesFromTheImage) {

@@ -84,12 +84,31 @@ std::shared_ptr<const LocalSnapshot> SnapshotCache::AddLocked(Entry entry) {
 absl::StatusOr<std::shared_ptr<const LocalSnapshot>> SnapshotCache::Capture(
     const SequenceState& seq, absl::Span<const int32_t> tokens, const common::SnapshotKey& key) {
   if (!enabled()) return nullptr;
-  const Clock::time_point t0 = Clock::now();
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n != seq.n_past || n == 0) {
     return absl::InternalError(absl::StrCat("a snapshot of ", n, " tokens of a sequence at ",
                                             seq.n_past));
   }
+  return CaptureWith(seq, tokens, key, nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<const LocalSnapshot>> SnapshotCache::CaptureTapped(
+    const SequenceState& seq, absl::Span<const int32_t> tokens, const common::SnapshotKey& key,
+    std::unique_ptr<uint8_t[]> tapped_state) {
+  if (!enabled()) return nullptr;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n > seq.n_past || n == 0 || tapped_state == nullptr) {
+    return absl::InternalError(absl::StrCat("a tapped snapshot of ", n,
+                                            " tokens of a sequence at ", seq.n_past));
+  }
+  return CaptureWith(seq, tokens, key, std::move(tapped_state));
+}
+
+absl::StatusOr<std::shared_ptr<const LocalSnapshot>> SnapshotCache::CaptureWith(
+    const SequenceState& seq, absl::Span<const int32_t> tokens, const common::SnapshotKey& key,
+    std::unique_ptr<uint8_t[]> state) {
+  const Clock::time_point t0 = Clock::now();
+  const int64_t n = static_cast<int64_t>(tokens.size());
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
@@ -104,12 +123,20 @@ absl::StatusOr<std::shared_ptr<const LocalSnapshot>> SnapshotCache::Capture(
     return nullptr;
   }
   entry->tokens_.assign(tokens.begin(), tokens.end());
-  entry->state_ = std::make_unique_for_overwrite<uint8_t[]>(state_bytes);
-  const auto& slot = static_cast<const RecurrentSlot&>(*seq.state);
-  if (absl::Status s = slots_->CopyToHost(slot.index(), entry->state_.get()); !s.ok()) {
-    ++stats_.capture_skipped;
-    return s;
+  if (state != nullptr) {
+    entry->state_ = std::move(state);
+  } else {
+    entry->state_ = std::make_unique_for_overwrite<uint8_t[]>(state_bytes);
+    const auto& slot = static_cast<const RecurrentSlot&>(*seq.state);
+    if (absl::Status s = slots_->CopyToHost(slot.index(), entry->state_.get()); !s.ok()) {
+      ++stats_.capture_skipped;
+      return s;
+    }
   }
+  // The pages of [0, n). Of a snapshot taken inside a pass (CaptureTapped) the last page may
+  // also hold positions >= n the sequence wrote in that pass: whoever continues from the
+  // snapshot writes those positions before attention reads them (copying the shared page
+  // first), so they are never seen.
   const int64_t pt = kv_->page_tokens();
   const absl::Span<const int32_t> pages = seq.kv->pages();
   const int64_t n_pages = (n + pt - 1) / pt;

@@ -114,6 +114,12 @@ class SnapshotCache {
   absl::StatusOr<std::shared_ptr<const LocalSnapshot>> Capture(const SequenceState& seq,
                                                                absl::Span<const int32_t> tokens,
                                                                const common::SnapshotKey& key);
+  // The same at a position inside the sequence's last forward pass: `tokens` (n <= n_past) with
+  // the recurrent state a StateTap (qwen35.h) copied after them (RecurrentStateLayout::bytes(),
+  // kept as the snapshot's state copy) and the pages holding [0, n).
+  absl::StatusOr<std::shared_ptr<const LocalSnapshot>> CaptureTapped(
+      const SequenceState& seq, absl::Span<const int32_t> tokens, const common::SnapshotKey& key,
+      std::unique_ptr<uint8_t[]> tapped_state);
 
   // The entry for the longest of `keys` (keys[i] is the key of positions[i], ascending) whose
   // position is at most `max_position` and whose tokens equal `prompt`'s first n; nullptr when
@@ -159,6 +165,10 @@ class SnapshotCache {
 
  private:
   using Entry = std::shared_ptr<LocalSnapshot>;
+  // Capture and CaptureTapped: `state` is the state copy, or null to copy seq's slot.
+  absl::StatusOr<std::shared_ptr<const LocalSnapshot>> CaptureWith(
+      const SequenceState& seq, absl::Span<const int32_t> tokens, const common::SnapshotKey& key,
+      std::unique_ptr<uint8_t[]> state);
   // Removes the least recently used entry (mu_ held). False when there is none.
   bool EvictOneLocked();
   void DropPagesLocked(const LocalSnapshot& snap);

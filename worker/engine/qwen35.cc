@@ -270,6 +270,15 @@ absl::Status Qwen35Model::Forward(absl::Span<const BatchEntry> batch, std::vecto
                                                 " tokens; its capacity is ",
                                                 e.sequence->kv->capacity()));
     }
+    int64_t tapped = 0;
+    for (const StateTap& tap : e.taps) {
+      if (tap.after <= tapped || tap.after >= n || tap.host == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a state tap after ", tap.after, " of ", n,
+            " tokens (taps must be inside the entry, ascending, with a host buffer)"));
+      }
+      tapped = tap.after;
+    }
     for (int64_t i = 0; i < n; ++i) {
       const int32_t id = e.tokens[i];
       if (id < 0 || id >= hp_.n_vocab) {
@@ -409,7 +418,9 @@ std::optional<uint64_t> Qwen35Model::StepGraphKey(absl::Span<const BatchEntry> b
   mix(batch.size());
   for (const BatchEntry& e : batch) {
     const int64_t n = static_cast<int64_t>(e.tokens.size());
-    if (n > kMaxGraphEntryTokens || e.LogitsRows() != n) return std::nullopt;  // prefill
+    if (n > kMaxGraphEntryTokens || e.LogitsRows() != n || !e.taps.empty()) {
+      return std::nullopt;  // prefill (a tap copies to the host mid-pass: not in a graph)
+    }
     mix(static_cast<uint64_t>(n));
   }
   if (failed_graph_keys_.count(key) != 0) return std::nullopt;
@@ -448,106 +459,6 @@ absl::Status Qwen35Model::RunOpsAsGraph(absl::Span<const BatchEntry> batch, int6
   graph_keys_.insert(key);
   DS_RUN(LaunchStepGraph, key);
   counters_->CountGraphLaunch(backend_->step_graph_stats().instantiated > before.instantiated);
-  return absl::OkStatus();
-}
-
-absl::Status Qwen35Model::PrepareDeltaNetStep(absl::Span<const BatchEntry> batch) {
-  state_ptrs_host_.clear();
-  const int64_t n_dn = static_cast<int64_t>(state_layout().n_layers);
-  const int64_t b_n = static_cast<int64_t>(batch.size());
-  for (const BatchEntry& e : batch) {
-    if (e.tokens.size() != 1) return absl::OkStatus();  // not a decode step
-  }
-  if (n_dn == 0 || b_n == 0) return absl::OkStatus();
-  state_ptrs_host_.resize(static_cast<size_t>(2 * n_dn * b_n));
-  for (int64_t layer = 0; layer < n_dn; ++layer) {
-    for (int64_t b = 0; b < b_n; ++b) {
-      const RecurrentState& slot = *batch[b].sequence->state;
-      state_ptrs_host_[(2 * layer) * b_n + b] = slot.conv(static_cast<int>(layer));
-      state_ptrs_host_[(2 * layer + 1) * b_n + b] = slot.delta(static_cast<int>(layer));
-    }
-  }
-  const auto needed = static_cast<int64_t>(state_ptrs_host_.size());
-  if (needed > state_ptr_capacity_) {
-    state_ptr_capacity_ = std::max(needed, 2 * state_ptr_capacity_);
-    state_ptr_buf_ = backend_->Allocate(static_cast<size_t>(state_ptr_capacity_) * sizeof(float*));
-    if (state_ptr_buf_.data() == nullptr) {
-      state_ptr_capacity_ = 0;
-      state_ptrs_host_.clear();
-      return absl::ResourceExhaustedError("no memory for the DeltaNet state pointers");
-    }
-  }
-  DS_RUN(CopyToDevice, state_ptr_buf_.data(), state_ptrs_host_.data(),
-         state_ptrs_host_.size() * sizeof(float*));
-  return absl::OkStatus();
-}
-
-absl::Status Qwen35Model::RunDeltaNet(const LayerWeights& l, int dn_index,
-                                      absl::Span<const BatchEntry> batch) {
-  const DeltaNetWeights& w = l.deltanet;
-  const int64_t nk = hp_.ssm_n_k_heads, nv = hp_.ssm_n_v_heads, dk = hp_.ssm_head_dim;
-  const float eps = static_cast<float>(hp_.rms_eps);
-  // The four input projections share xn: one grouped product (Backend::MatMulGroup).
-  {
-    const kernels::WeightView group_w[] = {w.qkv, w.z, w.beta, w.alpha};
-    Mat group_y[] = {ws_.qkv, ws_.z, ws_.beta, ws_.alpha};
-    DS_RUN(MatMulGroup, group_w, 4, ws_.xn, group_y);
-  }
-  if (!state_ptrs_host_.empty()) {
-    // A decode step: the rest of the layer up to out_proj is one op for the whole batch.
-    const int64_t b_n = static_cast<int64_t>(batch.size());
-    const size_t conv_at = static_cast<size_t>(2 * dn_index * b_n);
-    const size_t delta_at = conv_at + static_cast<size_t>(b_n);
-    auto* const* device_ptrs = static_cast<float* const*>(state_ptr_buf_.data());
-    kernels::DeltaNetStep step;
-    step.qkv = ws_.qkv;
-    step.z = ws_.z;
-    step.alpha = ws_.alpha;
-    step.beta = ws_.beta;
-    step.conv_w = w.conv;
-    step.conv_kernel = hp_.ssm_conv_kernel;
-    step.conv_states = device_ptrs + conv_at;
-    step.delta_states = device_ptrs + delta_at;
-    step.conv_states_host = state_ptrs_host_.data() + conv_at;
-    step.delta_states_host = state_ptrs_host_.data() + delta_at;
-    step.ssm_a = w.ssm_a;
-    step.dt_bias = w.dt_bias;
-    step.norm = w.norm;
-    step.l2_eps = eps;
-    step.norm_eps = eps;
-    step.n_k_heads = nk;
-    step.n_v_heads = nv;
-    step.head_dim = dk;
-    step.out = ws_.o;
-    DS_RUN(DeltaNetDecodeStep, step);
-    DS_RUN(MatMul, w.out, ws_.o, ws_.mix);
-    return absl::OkStatus();
-  }
-  DS_RUN(DeltaNetGates, ws_.alpha, ws_.beta, w.ssm_a, w.dt_bias);
-  Mat q = ws_.qkv.Cols(0, nk * dk);
-  Mat k = ws_.qkv.Cols(nk * dk, nk * dk);
-  Mat v = ws_.qkv.Cols(2 * nk * dk, nv * dk);
-  int64_t row = 0;
-  for (const BatchEntry& e : batch) {
-    const int64_t n = static_cast<int64_t>(e.tokens.size());
-    SequenceState& seq = *e.sequence;
-    Mat qkv = ws_.qkv.Rows(row, n);
-    DS_RUN(CausalConv1dSilu, qkv, w.conv, hp_.ssm_conv_kernel, seq.state->conv(dn_index), qkv);
-    row += n;
-  }
-  DS_RUN(L2Norm, q, dk, eps);
-  DS_RUN(L2Norm, k, dk, eps);
-  row = 0;
-  for (const BatchEntry& e : batch) {
-    const int64_t n = static_cast<int64_t>(e.tokens.size());
-    Mat o = ws_.o.Rows(row, n);
-    DS_RUN(GatedDeltaRule, q.Rows(row, n), k.Rows(row, n), v.Rows(row, n), ws_.alpha.Rows(row, n),
-           ws_.beta.Rows(row, n), nk, nv, dk, e.sequence->state->delta(dn_index), o);
-    row += n;
-  }
-  Mat o_heads = ws_.o.Reshaped(dk);
-  DS_RUN(GatedRmsNorm, o_heads, w.norm, ws_.z.Reshaped(dk), eps, o_heads);
-  DS_RUN(MatMul, w.out, ws_.o, ws_.mix);
   return absl::OkStatus();
 }
 

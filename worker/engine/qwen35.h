@@ -60,6 +60,18 @@ inline KvCacheOptions F32KvCache() {
   return {kernels::WeightType::kF32, kernels::WeightType::kF32, 256};
 }
 
+// A copy of a sequence's recurrent state taken inside a forward pass, after the first `after`
+// tokens of its entry (0 < after < the entry's token count): what the state would be had the
+// pass stopped there. The attention KV needs no copy: positions [0, n_past + after) are in the
+// sequence's pages once the pass has run. A session snapshot at a position inside a prefill
+// chunk takes its state from a tap, so the chunk need not stop there (a small chunk costs
+// nearly a decode step per token on the CPU). `host` holds RecurrentStateLayout::bytes():
+// [DeltaNet layer][conv window | delta-rule matrices] f32, the layout of a state slot.
+struct StateTap {
+  int64_t after = 0;
+  uint8_t* host = nullptr;
+};
+
 // Tokens of one sequence in a forward pass.
 struct BatchEntry {
   SequenceState* sequence;
@@ -67,6 +79,10 @@ struct BatchEntry {
   bool all_logits = false;  // logits for every token, else only for the last one
   bool no_logits = false;   // no logits rows at all (a prompt chunk that is not the last)
   int64_t last_logits = 0;  // > 0: rows for the last this-many tokens (speculative drafts)
+  // Recurrent state copies inside this entry's tokens, `after` strictly ascending. The delta
+  // rule and the conv run in pieces split at these positions, exactly as chunks ending there
+  // would (the projections and attention run once over all the tokens).
+  absl::Span<const StateTap> taps = {};
 
   // Logits rows this entry asks for, of its n tokens.
   int64_t LogitsRows() const {
@@ -162,6 +178,11 @@ class Qwen35Model {
   // Scratch activations for up to `tokens` tokens and `out_rows` logits rows.
   absl::Status ReserveWorkspace(int64_t tokens, int64_t out_rows);
   absl::Status RunDeltaNet(const LayerWeights& l, int dn_index, absl::Span<const BatchEntry> batch);
+  // The conv1d and the gated delta rule of RunDeltaNet for one entry's rows [row, row + n) of
+  // the workspace, in pieces split at its taps, each tap copying that part of the state.
+  absl::Status RunDeltaNetConv(const LayerWeights& l, int dn_index, const BatchEntry& e,
+                               int64_t row);
+  absl::Status RunDeltaRule(int dn_index, const BatchEntry& e, int64_t row);
   // For a pass whose entries have one token each (a decode step), every DeltaNet layer's
   // per-sequence conv and delta-state pointers, in backend memory for Backend::DeltaNetDecodeStep
   // (copied before any layer runs: nothing inside the layers allocates or copies).

@@ -95,6 +95,10 @@ struct SchedulerOptions {
   NgramDraftOptions ngram;
   int64_t snapshot_interval = 1024;   // tokens between snapshots inside one long message
   int max_snapshots_per_sequence = 8;  // snapshots one sequence takes at most (the last ones)
+  // Snapshot positions inside a prompt chunk are taken from state taps (StateTap, qwen35.h)
+  // instead of ending the chunk there. Off: every snapshot position ends a chunk (small chunks
+  // at message boundaries; kept for comparison).
+  bool capture_inside_chunks = true;
 };
 
 // One generation request.
@@ -181,6 +185,8 @@ struct SchedulerStats {
   int64_t snapshot_lookups = 0, snapshot_hits_ram = 0, snapshot_hits_remote = 0;
   int64_t snapshot_misses = 0, snapshot_tokens_reused = 0;
   int64_t snapshot_restore_failures = 0;  // a restore failed; the sequence ran cold
+  // Snapshots taken at positions inside a prompt chunk, from state taps (no chunk ended there).
+  int64_t snapshot_tapped_captures = 0;
   // Constrained decoding: sequences admitted with an output constraint, allowed-token masks
   // served from the scheduler's cache or computed, and constrained sequences ended with an error
   // (a grammar limit left no token, or a token did not continue the grammar).
@@ -297,6 +303,18 @@ class Scheduler {
   int64_t SharedPages(const RestorePoint& point) const;
   void RestoreAtAdmission(Sequence& seq, const RestorePoint& point, bool first_admission);
   void CaptureIfDue(Sequence& seq);
+  // Whether the snapshot position capture_at[index] is worth a snapshot (the prompt's last
+  // max_snapshots_per_sequence, a bounded number in the output).
+  bool WantsCapture(const Sequence& seq, size_t index) const;
+  // Plans this step's chunk of `seq` from n_past: `take` tokens wanted, cut where a snapshot
+  // position cannot be tapped; fills seq.taps. Returns the chunk's length and sets
+  // `next_capture` to the first snapshot position at or past the chunk's end (or max).
+  int64_t PlanChunk(Sequence& seq, int64_t take, int64_t& next_capture);
+  // After a pass: the snapshots of seq.taps (positions inside the chunk, before the state moved
+  // on), in position order.
+  void CaptureTaps(Sequence& seq, int64_t fed_before);
+  // A snapshot of seq's first n tokens: from the slot (n == n_past) or a tapped state.
+  void CaptureAt(Sequence& seq, int64_t n, std::unique_ptr<uint8_t[]> tapped_state);
   bool BeginClosing(Sequence& seq);
   void Release(Sequence& seq);
   // Between steps: one ExpertTiers::Advance when moves are wanted.

@@ -153,15 +153,8 @@ bool Scheduler::RunBatch() {
       if (s.closing) continue;
       const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.n_past();
       if ((pending <= small) != (pass == 0)) continue;
-      int64_t take = std::min(pending, budget);
-      // Chunked prefill stops at the next snapshot position.
-      while (s.next_capture < s.capture_at.size() && s.capture_at[s.next_capture] <= s.n_past()) {
-        ++s.next_capture;
-      }
-      const int64_t next_capture = s.next_capture < s.capture_at.size()
-                                       ? s.capture_at[s.next_capture]
-                                       : std::numeric_limits<int64_t>::max();
-      take = std::min(take, next_capture - s.n_past());
+      int64_t next_capture = 0;
+      const int64_t take = PlanChunk(s, std::min(pending, budget), next_capture);
       s.pending = take;
       s.feed.assign(s.tokens.begin() + s.n_past(), s.tokens.begin() + s.n_past() + take);
       s.draft.clear();
@@ -247,9 +240,14 @@ bool Scheduler::RunBatch() {
     live.push_back(s);
   }
   for (Sequence* s : batch) {
-    if (s->finished || s->state == nullptr) continue;
+    if (s->finished || s->state == nullptr) {
+      s->taps.clear();  // preempted: the chunk is planned again when it runs
+      s->tap_states.clear();
+      continue;
+    }
     const bool last = s->pending == static_cast<int64_t>(s->tokens.size()) - s->n_past();
     BatchEntry e{s->state.get(), s->feed, /*all_logits=*/false};
+    e.taps = s->taps;
     e.no_logits = !last;
     // The last real token and the drafts after it; the rows before are not sampled.
     e.last_logits = static_cast<int64_t>(s->draft.size()) + 1;
@@ -262,6 +260,8 @@ bool Scheduler::RunBatch() {
     for (Sequence* s : live) fed_before.push_back(s->n_past());
     if (absl::Status st = model_->Forward(entries, logits_); !st.ok()) {
       for (Sequence* s : live) {
+        s->taps.clear();
+        s->tap_states.clear();
         if (s->closing) {
           Release(*s);
         } else {
@@ -273,6 +273,7 @@ bool Scheduler::RunBatch() {
       for (size_t i = 0; i < live.size(); ++i) {
         Sequence& s = *live[i];
         if (!s.closing) CountPromptTokens(s, fed_before[i]);
+        CaptureTaps(s, fed_before[i]);  // before Consume, which may finish the sequence
         if (s.closing) {
           // The end-of-output snapshot, then the sequence's memory goes back.
           CaptureIfDue(s);

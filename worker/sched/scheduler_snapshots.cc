@@ -106,6 +106,58 @@ void Scheduler::RestoreAtAdmission(Sequence& seq, const RestorePoint& point,
   stats_.snapshot_tokens_reused += seq.result.cached_prompt_tokens;
 }
 
+bool Scheduler::WantsCapture(const Sequence& seq, size_t index) const {
+  const int64_t n = seq.capture_at[index];
+  const int max_taken = options_.max_snapshots_per_sequence;
+  if (n <= seq.prompt_len) {
+    // Of the prompt's positions only the last max_taken are worth a snapshot: a later request
+    // resumes from the deepest one it shares.
+    int64_t later = 0;
+    for (size_t i = index + 1; i < seq.capture_at.size(); ++i) {
+      if (seq.capture_at[i] <= seq.prompt_len) ++later;
+    }
+    return later < max_taken;
+  }
+  return static_cast<int>(seq.captured.size()) < 2 * max_taken;
+}
+
+int64_t Scheduler::PlanChunk(Sequence& seq, int64_t take, int64_t& next_capture) {
+  seq.taps.clear();
+  seq.tap_states.clear();
+  const int64_t n_past = seq.n_past();
+  while (seq.next_capture < seq.capture_at.size() && seq.capture_at[seq.next_capture] <= n_past) {
+    ++seq.next_capture;
+  }
+  // A snapshot position inside the chunk is tapped (the engine copies the state there and the
+  // chunk goes on) while taps are on and a sequence has fewer than a snapshot's worth of them;
+  // otherwise the chunk ends there, and the snapshot is taken from the slot after the pass.
+  const uint64_t state_bytes = slots_->layout().bytes();
+  const bool taps = options_.capture_inside_chunks && state_bytes > 0 &&
+                    snapshots_ != nullptr && snapshots_->enabled();
+  size_t i = seq.next_capture;
+  for (; i < seq.capture_at.size() && seq.capture_at[i] < n_past + take; ++i) {
+    const int64_t p = seq.capture_at[i];
+    if (!taps || static_cast<int>(seq.taps.size()) >= options_.max_snapshots_per_sequence) {
+      take = p - n_past;
+      break;
+    }
+    if (!WantsCapture(seq, i)) continue;
+    seq.tap_states.push_back(std::make_unique_for_overwrite<uint8_t[]>(state_bytes));
+    seq.taps.push_back({p - n_past, seq.tap_states.back().get()});
+  }
+  next_capture = i < seq.capture_at.size() ? seq.capture_at[i]
+                                           : std::numeric_limits<int64_t>::max();
+  return take;
+}
+
+void Scheduler::CaptureTaps(Sequence& seq, int64_t fed_before) {
+  for (size_t i = 0; i < seq.taps.size(); ++i) {
+    CaptureAt(seq, fed_before + seq.taps[i].after, std::move(seq.tap_states[i]));
+  }
+  seq.taps.clear();
+  seq.tap_states.clear();
+}
+
 void Scheduler::CaptureIfDue(Sequence& seq) {
   const int64_t n = seq.n_past();
   while (seq.next_capture < seq.capture_at.size() && seq.capture_at[seq.next_capture] < n) {
@@ -115,20 +167,11 @@ void Scheduler::CaptureIfDue(Sequence& seq) {
       seq.next_capture < seq.capture_at.size() && seq.capture_at[seq.next_capture] == n;
   if (!seq.closing && !at_position) return;
   if (at_position) ++seq.next_capture;
-  const int max_taken = options_.max_snapshots_per_sequence;
-  if (!seq.closing) {
-    if (n <= seq.prompt_len) {
-      // Of the prompt's positions only the last max_taken are worth a snapshot: a later request
-      // resumes from the deepest one it shares.
-      int64_t later = 0;
-      for (size_t i = seq.next_capture; i < seq.capture_at.size(); ++i) {
-        if (seq.capture_at[i] <= seq.prompt_len) ++later;
-      }
-      if (later >= max_taken) return;
-    } else if (static_cast<int>(seq.captured.size()) >= 2 * max_taken) {
-      return;
-    }
-  }
+  if (!seq.closing && !WantsCapture(seq, seq.next_capture - 1)) return;
+  CaptureAt(seq, n, nullptr);
+}
+
+void Scheduler::CaptureAt(Sequence& seq, int64_t n, std::unique_ptr<uint8_t[]> tapped_state) {
   const absl::Span<const int32_t> prefix = absl::Span<const int32_t>(seq.tokens).first(n);
   common::SnapshotKey key;
   auto it = std::lower_bound(seq.lookup_positions.begin(), seq.lookup_positions.end(), n);
@@ -141,9 +184,16 @@ void Scheduler::CaptureIfDue(Sequence& seq) {
     if (!keys.ok()) return;
     key = keys->front();
   }
+  const bool tapped = tapped_state != nullptr;
   absl::StatusOr<std::shared_ptr<const LocalSnapshot>> snap =
-      snapshots_->Capture(*seq.state, prefix, key);
-  if (snap.ok() && *snap != nullptr) seq.captured.push_back(std::move(*snap));
+      tapped ? snapshots_->CaptureTapped(*seq.state, prefix, key, std::move(tapped_state))
+             : snapshots_->Capture(*seq.state, prefix, key);
+  if (!snap.ok() || *snap == nullptr) return;
+  seq.captured.push_back(std::move(*snap));
+  if (tapped) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.snapshot_tapped_captures;
+  }
 }
 
 }  // namespace deltaserve::worker

@@ -316,6 +316,12 @@ void WriteWorkerMetrics(const WorkerService& service, common::PrometheusText& ou
                 "Snapshot lookups that restored a prefix, by the tier it came from.",
                 {{"model", name}, {"tier", "redis"}}, static_cast<double>(st.snapshot_hits_remote));
   }
+  for (const auto& [name, st] : stats) {
+    out.Counter("deltaserve_model_snapshot_tapped_captures_total",
+                "Snapshots taken at a position inside a prompt chunk (the recurrent state copied "
+                "mid-pass), where the chunk did not have to end.",
+                {{"model", name}}, static_cast<double>(st.snapshot_tapped_captures));
+  }
 
   // The engine's passes (worker/engine/forward_counters.h).
   struct Pass {

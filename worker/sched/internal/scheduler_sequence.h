@@ -54,6 +54,10 @@ struct Scheduler::Sequence {
   // write into a page a snapshot shares needs a copy, which a full cache can only make by
   // dropping the snapshot).
   std::vector<std::weak_ptr<const LocalSnapshot>> captured;
+  // This step's state taps (BatchEntry::taps: snapshot positions inside the chunk) and the
+  // host buffers they fill, which become the snapshots' state copies (CaptureTaps).
+  std::vector<StateTap> taps;
+  std::vector<std::unique_ptr<uint8_t[]>> tap_states;
   // Finished for the client; feeding the turn-end tokens (feed) for the end-of-output snapshot.
   bool closing = false;
   // Reasoning budget (GenerationRequest): -1 none; in_reasoning while inside the block.
