@@ -367,6 +367,9 @@ TEST(StrictScheduler, SnapshotsFromRamAndImagesMatchTheCpuBackend) {
         boundaries.push_back(static_cast<int32_t>(history.size()));
       }
       ASSERT_FALSE(h.published.empty());
+      // Boundaries inside 64-token chunks: some snapshots came from state taps (copies from
+      // device memory in the middle of a pass).
+      EXPECT_GT(h.sched->stats().snapshot_tapped_captures, 0);
       last = h.published.back();
       for (const auto& s : h.published) {
         // What the Redis tier encodes: the state copy and the KV pages read back to the host.
