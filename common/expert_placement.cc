@@ -189,6 +189,61 @@ absl::Status ValidateExpertPlacement(const ExpertPlacement& p, const ExpertSlotC
   return absl::OkStatus();
 }
 
+absl::StatusOr<ExpertSlotClasses> SplitForPlacement(const ExpertPlacement& p,
+                                                    const ExpertSlotClasses& current,
+                                                    uint64_t budget_bytes) {
+  if (absl::Status s = ValidateExpertPlacement(p, p.n_layer * p.n_expert); !s.ok()) return s;
+  if (absl::Status s = current.Check(p.n_layer); !s.ok()) return s;
+  const auto n_class = static_cast<size_t>(current.n_class());
+  std::vector<int64_t> count(n_class, 0), experts(n_class, 0);
+  for (size_t l = 0; l < p.device.size(); ++l) {
+    const auto c = static_cast<size_t>(current.layer_class[l]);
+    count[c] += static_cast<int64_t>(p.device[l].size());
+    experts[c] += p.n_expert;
+  }
+  long double bytes = 0;
+  bool fits = true;
+  for (size_t c = 0; c < n_class; ++c) {
+    bytes += static_cast<long double>(count[c]) * current.slot_bytes[c];
+    fits = fits && count[c] <= current.slots[c];
+  }
+  if (bytes > static_cast<long double>(budget_bytes)) {
+    if (n_class == 1 && current.slot_bytes[0] > 0) {  // one size: in experts, as plain budgets are
+      return absl::ResourceExhaustedError(
+          absl::StrCat(p.size(), " experts in device memory, the budget holds ",
+                       budget_bytes / current.slot_bytes[0]));
+    }
+    return absl::ResourceExhaustedError(
+        absl::StrCat(p.size(), " experts in device memory take ", static_cast<uint64_t>(bytes),
+                     " B of slots, the budget holds ", budget_bytes, " B"));
+  }
+  if (fits) return current;
+  ExpertSlotClasses out = current;
+  out.slots = count;
+  uint64_t left = budget_bytes - static_cast<uint64_t>(bytes);
+  for (size_t c = 0; c < n_class; ++c) {  // back towards the current split
+    if (out.slot_bytes[c] == 0 || current.slots[c] <= count[c]) continue;
+    const auto more = std::min<int64_t>(current.slots[c] - count[c],
+                                        static_cast<int64_t>(left / out.slot_bytes[c]));
+    out.slots[c] += more;
+    left -= static_cast<uint64_t>(more) * out.slot_bytes[c];
+  }
+  while (true) {  // what is left: one slot at a time, largest experts first
+    int64_t best = -1;
+    for (size_t c = 0; c < n_class; ++c) {
+      const bool full = out.slots[c] >= experts[c] || out.slot_bytes[c] > left;
+      if (out.slot_bytes[c] == 0 || full) continue;
+      if (best < 0 || out.slot_bytes[c] > out.slot_bytes[static_cast<size_t>(best)]) {
+        best = static_cast<int64_t>(c);
+      }
+    }
+    if (best < 0) break;
+    ++out.slots[static_cast<size_t>(best)];
+    left -= out.slot_bytes[static_cast<size_t>(best)];
+  }
+  return out;
+}
+
 namespace {
 
 // `f` applied to each class's layers as a model of their own, the results put back in place.

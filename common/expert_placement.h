@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace deltaserve::common {
 
@@ -96,6 +97,21 @@ ExpertSlotClasses SplitExpertBudget(std::vector<int32_t> layer_class,
 // holds more experts than its slots ("layers 0, 1, ...: 300 experts in device memory, their
 // slots of 7,680 B hold 256").
 absl::Status ValidateExpertPlacement(const ExpertPlacement& p, const ExpertSlotClasses& classes);
+
+// A worker whose slot classes share one budget of slot bytes re-divides it between the classes to
+// fit the placements it is given (worker/engine/expert_tiers.h): `p` is within budget when its
+// experts' slots take at most `budget_bytes` (class c's experts x slot_bytes[c], summed). The
+// classes `p` is then held in: `current` itself when each class's slots already hold its
+// experts (a placement that fits changes nothing); else each class gets the slots of its
+// experts, then, from the bytes left, back towards its slots in `current` (lowest class first),
+// then one slot at a time to the largest class that still has experts off the device and fits.
+// ResourceExhausted when the bytes exceed the budget ("600 experts in device memory take
+// 1200000 B of slots, the budget holds 1000000 B"; with one size, in experts as
+// ValidateExpertPlacement says it), InvalidArgument when `p` or `current` does not fit the model
+// (ValidateExpertPlacement's messages).
+absl::StatusOr<ExpertSlotClasses> SplitForPlacement(const ExpertPlacement& p,
+                                                    const ExpertSlotClasses& current,
+                                                    uint64_t budget_bytes);
 
 // EvenExpertPlacement and HottestExpertPlacement within each class, over its layers.
 ExpertPlacement EvenExpertPlacement(int64_t n_layer, int64_t n_expert,

@@ -117,6 +117,20 @@ LayerCurve CurveOf(const std::vector<double>& row, const std::vector<char>& resi
 // layers, in units of `q` experts (1 unless the problem is huge), option j of a layer keeping
 // min(j q, n_expert) experts. dp rows are kept for the walk back, which gives each layer from
 // the last the smallest option within rounding of the best: ties give the lower layers more.
+// One layer of the programme: cur[b] = min over options j <= b of prev[b - j] + cost[j].
+void AddLayer(const double* prev, const std::vector<double>& cost, int64_t units, double* cur) {
+  const auto options = static_cast<int64_t>(cost.size()) - 1;
+  for (int64_t b = 0; b <= units; ++b) cur[b] = prev[b] + cost[0];
+  for (int64_t j = 1; j <= options && j <= units; ++j) {
+    const double cj = cost[static_cast<size_t>(j)];
+    // Written so the compiler vectorises it: the strict < keeps the earlier (smaller) option.
+    for (int64_t b = j; b <= units; ++b) {
+      const double v = prev[b - j] + cj;
+      cur[b] = v < cur[b] ? v : cur[b];
+    }
+  }
+}
+
 std::vector<int64_t> ChooseCounts(const std::vector<LayerCurve>& curves, int64_t n_expert,
                                   int64_t slots, int64_t q) {
   const auto n_layer = static_cast<int64_t>(curves.size());
@@ -133,17 +147,8 @@ std::vector<int64_t> ChooseCounts(const std::vector<LayerCurve>& curves, int64_t
   };
   for (int64_t l = 0; l < n_layer; ++l) {
     option_cost(l, cost);
-    const double* prev = dp.data() + static_cast<size_t>(l) * width;
-    double* cur = dp.data() + static_cast<size_t>(l + 1) * width;
-    for (int64_t b = 0; b <= units; ++b) cur[b] = prev[b] + cost[0];
-    for (int64_t j = 1; j <= options && j <= units; ++j) {
-      const double cj = cost[static_cast<size_t>(j)];
-      // Written so the compiler vectorises it: the strict < keeps the earlier (smaller) option.
-      for (int64_t b = j; b <= units; ++b) {
-        const double v = prev[b - j] + cj;
-        cur[b] = v < cur[b] ? v : cur[b];
-      }
-    }
+    AddLayer(dp.data() + static_cast<size_t>(l) * width, cost, units,
+             dp.data() + static_cast<size_t>(l + 1) * width);
   }
   std::vector<int64_t> counts(static_cast<size_t>(n_layer), 0);
   int64_t b = units;
@@ -234,6 +239,33 @@ common::ExpertPlacement CostPlacement(const std::vector<std::vector<double>>& he
   return out;
 }
 
+// The programme's last row for every slot count up to `slots` (BestStepBySlots).
+std::vector<double> LeastCostBySlots(const std::vector<std::vector<double>>& heat,
+                                     const std::vector<std::vector<char>>& resident,
+                                     int64_t n_expert, int64_t slots, const PlanCosts& c,
+                                     double factor, double min_gain, bool discount) {
+  const auto n_layer = static_cast<int64_t>(heat.size());
+  const int64_t q = PlanningUnit(n_layer, n_expert, slots);
+  const int64_t units = slots / q;
+  const int64_t options = (n_expert + q - 1) / q;
+  std::vector<double> prev(static_cast<size_t>(units) + 1, 0.0), cur(prev.size());
+  std::vector<double> cost(static_cast<size_t>(options) + 1);
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const LayerCurve lc = CurveOf(heat[static_cast<size_t>(l)], resident[static_cast<size_t>(l)],
+                                  n_expert, c, factor, min_gain, discount);
+    for (int64_t j = 0; j <= options; ++j) {
+      cost[static_cast<size_t>(j)] = lc.cost[static_cast<size_t>(std::min(j * q, n_expert))];
+    }
+    AddLayer(prev.data(), cost, units, cur.data());
+    prev.swap(cur);
+  }
+  std::vector<double> out(static_cast<size_t>(slots) + 1);
+  for (int64_t s = 0; s <= slots; ++s) {
+    out[static_cast<size_t>(s)] = prev[static_cast<size_t>(s / q)];
+  }
+  return out;
+}
+
 // Moves between `current` (as a mask) and `placement`, and whether it changed.
 void Finish(ExpertPlan& plan, const std::vector<std::vector<char>>& resident,
             const common::ExpertPlacement& current) {
@@ -302,9 +334,49 @@ double ExpectedStepSeconds(const std::vector<std::vector<double>>& heat,
   return seconds;
 }
 
-ExpertPlan PlanDeviceExpertsByCost(const std::vector<std::vector<double>>& heat,
+bool TakeReorganisation(double plan_s, int64_t plan_whole, double candidate_s,
+                        int64_t candidate_whole, const PlannerOptions& options) {
+  const double gain = std::clamp(
+      candidate_whole > plan_whole ? options.structural_gain : options.replan_gain, 0.0, 1.0);
+  return candidate_s < plan_s * (1 - gain);
+}
+
+int64_t WholeLayers(const common::ExpertPlacement& p) {
+  int64_t n = 0;
+  for (const auto& l : p.device) {
+    n += p.n_expert > 0 && static_cast<int64_t>(l.size()) == p.n_expert;
+  }
+  return n;
+}
+
+std::vector<std::vector<double>> ShrinkCountNoise(const std::vector<std::vector<double>>& heat) {
+  std::vector<std::vector<double>> out = heat;
+  for (auto& row : out) {
+    if (row.size() < 2) continue;
+    double mean = 0;
+    for (double& h : row) {
+      h = CleanHeat(h);
+      mean += h;
+    }
+    mean /= static_cast<double>(row.size());
+    double var = 0;
+    for (double h : row) var += (h - mean) * (h - mean);
+    var /= static_cast<double>(row.size() - 1);
+    const double keep = var > mean ? 1 - mean / var : 0.0;
+    for (double& h : row) h = mean + keep * (h - mean);
+  }
+  return out;
+}
+
+ExpertPlan PlanDeviceExpertsByCost(const std::vector<std::vector<double>>& heat_in,
                                    const common::ExpertPlacement& current, int64_t n_slots,
                                    const PlanCosts& costs, const PlannerOptions& options) {
+  // The counts as they are rank experts for the plan with hysteresis; the reorganisation
+  // candidate, the choice between the two and the reported step times weigh the counts with
+  // their noise shrunk away (shrink_count_noise): a structure is not chosen on noise.
+  std::vector<std::vector<double>> shrunk;
+  if (options.shrink_count_noise) shrunk = ShrinkCountNoise(heat_in);
+  const std::vector<std::vector<double>>& heat = options.shrink_count_noise ? shrunk : heat_in;
   const auto n_layer = static_cast<int64_t>(heat.size());
   int64_t n_expert = 0;
   double total = 0;
@@ -338,13 +410,14 @@ ExpertPlan PlanDeviceExpertsByCost(const std::vector<std::vector<double>>& heat,
   // expected step is clearly shorter: a reorganisation the newcomers' discount would block,
   // such as completing layers on near-uniform traffic, where the gain is structural.
   ExpertPlan plan;
-  plan.placement = CostPlacement(heat, resident, n_expert, slots, c, factor, min_gain, true);
-  if (factor > 1 || min_gain > 0) {
+  plan.placement = CostPlacement(heat_in, resident, n_expert, slots, c, factor, min_gain, true);
+  if (factor > 1 || min_gain > 0 || options.shrink_count_noise) {
     common::ExpertPlacement free =
         CostPlacement(heat, resident, n_expert, slots, c, factor, min_gain, false);
-    const double gain = std::clamp(options.replan_gain, 0.0, 1.0);
-    if (!(free == plan.placement) && ExpectedStepSeconds(heat, free, c) <
-                                         ExpectedStepSeconds(heat, plan.placement, c) * (1 - gain)) {
+    if (!(free == plan.placement) &&
+        TakeReorganisation(ExpectedStepSeconds(heat, plan.placement, c),
+                           WholeLayers(plan.placement), ExpectedStepSeconds(heat, free, c),
+                           WholeLayers(free), options)) {
       plan.placement = std::move(free);
       plan.reorganised = true;
     }
@@ -457,6 +530,7 @@ ExpertPlan PlanPerClass(const std::vector<std::vector<double>>& heat,
     plan.reorganised = plan.reorganised || sub.reorganised;
   }
   plan.changed = !(current_fits && plan.placement == current);
+  plan.class_slots = classes.slots;
   return plan;
 }
 
@@ -486,6 +560,36 @@ ExpertPlan PlanDeviceExperts(const std::vector<std::vector<double>>& heat,
                         return PlanDeviceExperts(h, cur, classes.slots[static_cast<size_t>(c)],
                                                  options);
                       });
+}
+
+StepBySlots BestStepBySlots(const std::vector<std::vector<double>>& heat_in,
+                            const common::ExpertPlacement& current, int64_t max_slots,
+                            const PlanCosts& costs, const PlannerOptions& options) {
+  std::vector<std::vector<double>> shrunk;
+  if (options.shrink_count_noise) shrunk = ShrinkCountNoise(heat_in);
+  const std::vector<std::vector<double>>& heat = options.shrink_count_noise ? shrunk : heat_in;
+  const auto n_layer = static_cast<int64_t>(heat.size());
+  int64_t n_expert = 0;
+  double total = 0;
+  for (const auto& row : heat) {
+    n_expert = std::max(n_expert, static_cast<int64_t>(row.size()));
+    for (double h : row) total += CleanHeat(h);
+  }
+  const int64_t slots = std::clamp<int64_t>(max_slots, 0, n_layer * n_expert);
+  StepBySlots out;
+  if (!(total > 0) || n_layer == 0 || n_expert == 0) {
+    out.discounted.assign(static_cast<size_t>(slots) + 1, 0.0);
+    out.full = out.discounted;
+    return out;
+  }
+  PlanCosts c = costs;
+  c.k = std::clamp<int64_t>(c.k, 1, n_expert);
+  const std::vector<std::vector<char>> resident = ResidentMask(current, n_layer, n_expert);
+  const double factor = 1.0 + std::max(options.hysteresis, 0.0);
+  const double min_gain = std::max(options.min_gain, 0.0);
+  out.discounted = LeastCostBySlots(heat_in, resident, n_expert, slots, c, factor, min_gain, true);
+  out.full = LeastCostBySlots(heat, resident, n_expert, slots, c, factor, min_gain, false);
+  return out;
 }
 
 }  // namespace deltaserve::router

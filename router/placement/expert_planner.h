@@ -35,6 +35,17 @@ struct PlannerOptions {
   // when its expected step is shorter by more than this fraction (2 %): a reorganisation whose
   // gain is structural (fewer layers waiting for the host) rather than a few hotter experts.
   double replan_gain = 0.02;
+  // ... or by more than this fraction (0.2 %) when it keeps more layers whole. A whole layer's
+  // gain (no synchronisation) does not rest on which experts are hotter, so counting noise does
+  // not make it up; on an even load, whole layers beat the same slots spread over every layer
+  // by well under 1 % (which is all --n-cpu-moe gains there), and a one-off reorganisation of
+  // a steady load pays for its copies within a few intervals.
+  double structural_gain = 0.002;
+  // PlanDeviceExpertsByCost: make the reorganisation candidate from ShrinkCountNoise(heat),
+  // and weigh it against the plan with hysteresis (made from the heat as it is) on those
+  // counts, so that counting noise does not pass for skew when a structure is chosen (the
+  // router and the simulator set it; the reported step times are then the shrunk counts' too).
+  bool shrink_count_noise = false;
 };
 
 // One planning decision.
@@ -50,6 +61,9 @@ struct ExpertPlan {
   double expected_step_s = 0;
   double current_step_s = 0;
   bool reorganised = false;  // the reorganisation candidate was taken (replan_gain)
+  // The per-class planners (ExpertSlotClasses): the slots of each class the plan was made
+  // within (the classes' own, or the split PlanDeviceExpertsWithSplit chose). Empty otherwise.
+  std::vector<int64_t> class_slots;
 };
 
 // `heat` is [n_layer][n_expert] (decayed routed tokens, summed over the fleet's workers of the
@@ -151,5 +165,39 @@ ExpertPlan PlanDeviceExperts(const std::vector<std::vector<double>>& heat,
                              const common::ExpertPlacement& current,
                              const common::ExpertSlotClasses& classes,
                              const PlannerOptions& options);
+
+// Whether a reorganisation candidate (step `candidate_s`, `candidate_whole` whole layers)
+// replaces a plan (`plan_s`, `plan_whole`): shorter by more than options.structural_gain when it
+// keeps more layers whole, else by more than options.replan_gain.
+bool TakeReorganisation(double plan_s, int64_t plan_whole, double candidate_s,
+                        int64_t candidate_whole, const PlannerOptions& options);
+// Layers of `p` with every one of their n_expert experts on the device.
+int64_t WholeLayers(const common::ExpertPlacement& p);
+
+// Routed-token counts are noisy: experts used equally show counts that differ by about the square
+// root of their mean, and a plan made from them takes the noise for skew (it keeps the
+// "hottest" half of each layer where whole layers would serve better; on an even load that
+// costs about 1 %). Per layer this shrinks each count towards the layer's mean by the share of
+// the counts' spread that counting noise explains: with m the mean and V the counts' variance
+// across experts, h' = m + max(0, 1 - m / V) (h - m), taking the noise as Poisson (variance m;
+// decayed counts vary less, so this errs towards even). An even load plans as even; a skewed
+// one whose spread is far above the noise keeps its skew (Zipf 0.5 over 256 experts at 100
+// tokens per expert: factor 0.99). The order within a layer is kept.
+std::vector<std::vector<double>> ShrinkCountNoise(const std::vector<std::vector<double>>& heat);
+
+// What PlanDeviceExpertsByCost's programme finds for `heat`'s layers with at most s slots, for
+// every s = 0..max_slots (clamped to all the experts): the least modelled step (PlanCosts), as
+// the plan with hysteresis weighs it (`discounted`: newcomers ranked and credited at their
+// discounted heat against `current`) and as its reorganisation candidate does (`full`: the same
+// order, newcomers credited in full; with shrink_count_noise, of the shrunk counts). Both are
+// non-increasing in s. The split planner (expert_split_planner.h) weighs one expert size's
+// slots against another's with them. Heat that is all zero gives flat curves.
+struct StepBySlots {
+  std::vector<double> discounted;
+  std::vector<double> full;
+};
+StepBySlots BestStepBySlots(const std::vector<std::vector<double>>& heat,
+                            const common::ExpertPlacement& current, int64_t max_slots,
+                            const PlanCosts& costs, const PlannerOptions& options);
 
 }  // namespace deltaserve::router

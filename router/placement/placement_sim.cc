@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "router/placement/expert_split_planner.h"
 
 namespace deltaserve::router {
 namespace {
@@ -109,11 +110,18 @@ PolicyResult RunFixed(const ModelTrace& t, size_t first, const MoeModelShape& s,
 // The router's controller over modelled time (see SimulationOptions): PlanDeviceExpertsByCost
 // with the costs the router derives from its settings (`costs`), or without them
 // (`per_expert`: PlanDeviceExperts, SimulationResult::dynamic_per_expert).
+enum class DynamicPlanner {
+  kSplit,       // PlanDeviceExpertsWithSplit: the sizes' split follows the plan (the worker's)
+  kFixedSplit,  // PlanDeviceExpertsByCost within the start-up split
+  kPerExpert,   // PlanDeviceExperts within the start-up split
+};
+
 PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& s,
-                        const MachineProfile& p, const common::ExpertSlotClasses& classes,
+                        const MachineProfile& p, common::ExpertSlotClasses classes,
                         std::vector<std::vector<double>> heat, const common::ExpertPlacement& start,
                         const SimulationOptions& o, const std::vector<PlanCosts>& costs,
-                        bool per_expert) {
+                        DynamicPlanner planner) {
+  const uint64_t budget_bytes = classes.device_bytes();
   PolicyResult r;
   Tally tally;
   std::vector<uint8_t> device = FlagsOf(start, s);
@@ -144,8 +152,11 @@ PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& 
     if (now >= next_plan) {
       decay_to(now);
       const ExpertPlan plan =
-          per_expert ? PlanDeviceExperts(heat, target, classes, o.planner)
-                     : PlanDeviceExpertsByCost(heat, target, classes, costs, o.planner);
+          planner == DynamicPlanner::kPerExpert
+              ? PlanDeviceExperts(heat, target, classes, o.planner)
+          : planner == DynamicPlanner::kFixedSplit
+              ? PlanDeviceExpertsByCost(heat, target, classes, costs, o.planner)
+              : PlanDeviceExpertsWithSplit(heat, target, classes, costs, budget_bytes, o.planner);
       r.whole_layers = 0;
       for (const auto& l : plan.placement.device) {
         r.whole_layers += static_cast<int64_t>(l.size()) == s.n_expert;
@@ -155,6 +166,13 @@ PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& 
       if (plan.changed) {
         ++r.plans_changed;
         target = plan.placement;
+        // The worker re-divides its slot bytes when the placement needs it (the sizes' slots
+        // change at once here; the worker may re-copy a few experts at the boundary).
+        if (absl::StatusOr<common::ExpertSlotClasses> split =
+                common::SplitForPlacement(target, classes, budget_bytes);
+            split.ok()) {
+          classes = *std::move(split);
+        }
         const std::vector<uint8_t> wanted = FlagsOf(target, s);
         // Evictions take effect at once; copies queue, hottest first (as Advance copies them).
         for (size_t c = 0; c < device.size(); ++c) {
@@ -205,6 +223,7 @@ PolicyResult RunDynamic(const ModelTrace& t, size_t first, const MoeModelShape& 
   out.bytes_moved = bytes_moved;
   out.copy_seconds = r.copy_seconds;
   out.device_expert_bytes = classes.device_bytes();
+  out.class_slots = classes.slots;
   return out;
 }
 
@@ -445,8 +464,11 @@ absl::StatusOr<SimulationResult> SimulatePolicies(const ModelTrace& t, const Moe
     costs.push_back(PlanCostsFor(bytes, router_machine.gpu_bytes_per_s,
                                  router_machine.cpu_bytes_per_s, router_machine.layer_sync_s, t.k));
   }
-  r.dynamic = RunDynamic(t, first, s, p, classes, warm, start, o, costs, /*per_expert=*/false);
-  r.dynamic_per_expert = RunDynamic(t, first, s, p, classes, warm, start, o, costs, true);
+  r.dynamic = RunDynamic(t, first, s, p, classes, warm, start, o, costs, DynamicPlanner::kSplit);
+  r.dynamic_fixed_split =
+      RunDynamic(t, first, s, p, classes, warm, start, o, costs, DynamicPlanner::kFixedSplit);
+  r.dynamic_per_expert =
+      RunDynamic(t, first, s, p, classes, warm, start, o, costs, DynamicPlanner::kPerExpert);
   r.all_gpu = RunFixed(t, first, s, p, NCpuMoePlacement(s, 0));
   return r;
 }

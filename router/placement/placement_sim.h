@@ -130,7 +130,7 @@ struct SimulationOptions {
   // most move_bytes_per_step between steps (at least one expert).
   double interval_s = 30;
   double half_life_s = 60;
-  PlannerOptions planner;
+  PlannerOptions planner{.shrink_count_noise = true};
   uint64_t move_bytes_per_step = uint64_t{64} << 20;
   // The machine the router's placement settings describe (its device and host bandwidths and
   // per-layer synchronisation, from which PlanCostsFor makes the planner's costs with the slot
@@ -154,6 +154,7 @@ struct PolicyResult {
   int64_t moves_out = 0;
   uint64_t bytes_moved = 0;
   double copy_seconds = 0;
+  std::vector<int64_t> class_slots;  // the slots per expert size at the end
 };
 
 struct SimulationResult {
@@ -161,13 +162,17 @@ struct SimulationResult {
   int64_t slot_classes = 0;  // distinct expert sizes (one slot arena each)
   int64_t warmup_steps = 0;
   int64_t timed_steps = 0;
-  // dynamic is what the router runs (PlanDeviceExpertsByCost with the plan profile's costs).
+  // dynamic is what the router runs (PlanDeviceExpertsWithSplit with the plan profile's costs:
+  // the sizes' split follows the plan, within the start-up split's bytes).
   PolicyResult all_cpu, n_cpu_moe, static_hot, dynamic;
   // Every expert in device memory, whatever the budget: the bound the others approach.
   PolicyResult all_gpu;
   // The same loop planning hottest experts first without a cost model (PlanDeviceExperts):
   // what a per-expert cache does, for comparison.
   PolicyResult dynamic_per_expert;
+  // The same loop with the sizes' split fixed at start-up (PlanDeviceExpertsByCost within
+  // SlotClassesFor's split): what the plan's choice of the split gains.
+  PolicyResult dynamic_fixed_split;
   // n_cpu_moe for every N that fits the budget: (N, tok/s).
   std::vector<std::pair<int64_t, double>> n_cpu_moe_sweep;
 };

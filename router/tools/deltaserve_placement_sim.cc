@@ -125,6 +125,20 @@ std::vector<common::Flag> FlagTable(Options& o, bool& help) {
                    return DoubleFlag(v, &o.sim.planner.min_gain, 0, "--min-gain");
                  })
           .NonEmpty(),
+      CustomFlag("--count-noise",
+                 [&o](std::string_view v) {
+                   if (v != "shrink" && v != "keep") {
+                     return std::string("--count-noise takes shrink or keep");
+                   }
+                   o.sim.planner.shrink_count_noise = v == "shrink";
+                   return std::string();
+                 })
+          .NonEmpty(),
+      CustomFlag("--replan-gain",
+                 [&o](std::string_view v) {
+                   return DoubleFlag(v, &o.sim.planner.replan_gain, 0, "--replan-gain");
+                 })
+          .NonEmpty(),
       CustomFlag("--move-bytes", size(&o.sim.move_bytes_per_step)).NonEmpty(),
       IntegerFlag("--max-decode-tokens", &o.mapping.max_decode_tokens, 1,
                   common::kRoutingStepMaxTokens)
@@ -171,6 +185,10 @@ int Main(int argc, char** argv) {
                  "(2000 decode steps per conversation), --steps N (20000), --seed N;\n"
                  "--warmup-steps N (a tenth of the decode steps), --interval SECONDS (30),\n"
                  "--half-life SECONDS (60), --hysteresis H (0.25), --min-gain TOKENS (1),\n"
+                 "--replan-gain F (0.02: a reorganisation is taken when its modelled step is\n"
+                 "that much shorter; 0.002 when it keeps more layers whole),\n"
+                 "--count-noise shrink|keep (shrink, as the router does: plan from counts with\n"
+                 "their counting noise shrunk away),\n"
                  "--plan-profile NAME|FILE.json (the machine the router's placement costs\n"
                  "describe; default: --profile),\n"
                  "--move-bytes SIZE (64MiB copied between steps), --max-decode-tokens N (64:\n"
@@ -290,6 +308,7 @@ int Main(int argc, char** argv) {
   d["half_life_s"] = o.sim.half_life_s;
   d["hysteresis"] = o.sim.planner.hysteresis;
   d["whole_layers"] = r->dynamic.whole_layers;
+  d["class_slots"] = r->dynamic.class_slots;
   const MachineProfile& planned = o.sim.plan_profile ? *o.sim.plan_profile : *profile;
   d["plan_profile"] = planned.name;
   pol["all_gpu"] = PolicyJson(r->all_gpu);
@@ -298,6 +317,11 @@ int Main(int argc, char** argv) {
   pe["note"] = "the same loop planning hottest experts first, without the cost model";
   pe["plans_changed"] = r->dynamic_per_expert.plans_changed;
   pe["moves_in"] = r->dynamic_per_expert.moves_in;
+  ordered_json& fs = pol["dynamic_fixed_split"];
+  fs = PolicyJson(r->dynamic_fixed_split);
+  fs["note"] = "the same loop with each expert size's slots fixed at the start-up split";
+  fs["whole_layers"] = r->dynamic_fixed_split.whole_layers;
+  fs["class_slots"] = r->dynamic_fixed_split.class_slots;
   if (o.sweep) {
     ordered_json& s = out["n_cpu_moe_sweep"];
     s = ordered_json::array();

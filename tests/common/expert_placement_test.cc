@@ -79,5 +79,78 @@ TEST(ExpertPlacementTest, DescribeIsShort) {
             "layer 0: 2 experts (1, 2); layer 1: 0 experts; ... (2 experts in 6 layers)");
 }
 
+// Two sizes sharing 10,000 bytes: layers 0 and 2 of 1,000-byte experts, layer 1 of 2,000-byte
+// ones, 8 experts per layer; the division now: 4 small slots, 3 large (4,000 + 6,000 B).
+ExpertSlotClasses TwoSizes() {
+  ExpertSlotClasses c;
+  c.layer_class = {0, 1, 0};
+  c.slot_bytes = {1000, 2000};
+  c.slots = {4, 3};
+  return c;
+}
+
+TEST(ExpertPlacementTest, SplitForPlacementKeepsADivisionThatHoldsThePlacement) {
+  ExpertPlacement p = ExpertPlacement::Empty(3, 8);
+  p.device[0] = {0, 1};
+  p.device[1] = {2, 3, 4};
+  p.device[2] = {5, 6};
+  absl::StatusOr<ExpertSlotClasses> split = SplitForPlacement(p, TwoSizes(), 10'000);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(*split, TwoSizes());
+}
+
+TEST(ExpertPlacementTest, SplitForPlacementRedividesTheBytes) {
+  // Eight small experts (a whole layer 0) and one large: 10,000 B, more small slots than the
+  // division has; the bytes hold it: 8 small slots, 1 large.
+  ExpertPlacement p = ExpertPlacement::Empty(3, 8);
+  p.device[0] = {0, 1, 2, 3, 4, 5, 6, 7};
+  p.device[1] = {0};
+  absl::StatusOr<ExpertSlotClasses> split = SplitForPlacement(p, TwoSizes(), 10'000);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->slots, (std::vector<int64_t>{8, 1}));
+  EXPECT_EQ(split->layer_class, TwoSizes().layer_class);
+  EXPECT_TRUE(ValidateExpertPlacement(p, *split).ok());
+  // Six small and one large: 8,000 B, 2,000 left: back towards the old division first (the
+  // large class had 3, gets one more), so 6 and 2.
+  p.device[0] = {0, 1, 2, 3, 4, 5};
+  split = SplitForPlacement(p, TwoSizes(), 10'000);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->slots, (std::vector<int64_t>{6, 2}));
+  // Five small and one large, 3,000 left: the large class back to 2 (1,000 left), then one
+  // more small slot: 6 and 2, every byte that holds a slot used.
+  p.device[0] = {0, 1, 2, 3, 4};
+  split = SplitForPlacement(p, TwoSizes(), 10'000);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->slots, (std::vector<int64_t>{6, 2}));
+  EXPECT_LE(split->device_bytes(), 10'000u);
+}
+
+TEST(ExpertPlacementTest, SplitForPlacementRefusesMoreBytesThanTheBudget) {
+  // Nine small and one large: 11,000 B of 10,000.
+  ExpertPlacement p = ExpertPlacement::Empty(3, 8);
+  p.device[0] = {0, 1, 2, 3, 4, 5, 6, 7};
+  p.device[2] = {0};
+  p.device[1] = {0};
+  absl::StatusOr<ExpertSlotClasses> split = SplitForPlacement(p, TwoSizes(), 10'000);
+  EXPECT_EQ(split.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(split.status().message(),
+            "10 experts in device memory take 11000 B of slots, the budget holds 10000 B");
+  // A bad placement is InvalidArgument, as ValidateExpertPlacement says.
+  p.device[1] = {9};
+  EXPECT_EQ(SplitForPlacement(p, TwoSizes(), 10'000).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // One size: said in experts.
+  ExpertPlacement one = ExpertPlacement::Empty(3, 8);
+  one.device[0] = {0, 1, 2, 3, 4, 5, 6, 7};
+  one.device[1] = {0, 1, 2};
+  EXPECT_EQ(
+      SplitForPlacement(one, ExpertSlotClasses::Single(3, 10, 1000), 10'500).status().message(),
+      "11 experts in device memory, the budget holds 10");
+  // Classes of another model too.
+  ExpertPlacement four = ExpertPlacement::Empty(4, 8);
+  EXPECT_EQ(SplitForPlacement(four, TwoSizes(), 10'000).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace deltaserve::common

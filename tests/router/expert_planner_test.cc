@@ -419,7 +419,8 @@ TEST(CostPlannerTest, AStructuralGainTheHysteresisWouldBlockIsTaken) {
   //   layers 0, 1 whole: 2 x 0.1 + 2 x (2 + 0.3)                                      = 4.8
   // With hysteresis each newcomer is credited (100 - 1) / 1.25 = 79.2 of its 100, which makes
   // the whole layers cost 2 x (0.1 + 2 x 0.104) + 4.6 = 5.216 > 5.029: blocked. The plan
-  // without it is 4.5 % shorter (more than replan_gain, 2 %): taken.
+  // without it is 4.5 % shorter (more than replan_gain, 2 %, and than structural_gain, the bar
+  // of a plan with more whole layers, 0.2 %): taken.
   const Heat even(4, std::vector<double>(8, 100));
   const ExpertPlacement halves = Placement(4, 8, {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3},
                                                   {0, 1, 2, 3}});
@@ -434,10 +435,17 @@ TEST(CostPlannerTest, AStructuralGainTheHysteresisWouldBlockIsTaken) {
   // Planned again from its result, it stays.
   const ExpertPlan again = PlanDeviceExpertsByCost(even, plan.placement, 16, c, PlannerOptions{});
   EXPECT_FALSE(again.changed);
-  // A replan_gain above the 4.5 % keeps the halves.
+  // A structural_gain above the 4.5 % keeps the halves; replan_gain alone does not (the whole
+  // layers are a structural gain).
   PlannerOptions strict;
   strict.replan_gain = 0.05;
+  EXPECT_TRUE(PlanDeviceExpertsByCost(even, halves, 16, c, strict).changed);
+  strict.structural_gain = 0.05;
   EXPECT_FALSE(PlanDeviceExpertsByCost(even, halves, 16, c, strict).changed);
+  // With a bar of 4 % either way it is still taken; at 5 % not.
+  EXPECT_TRUE(TakeReorganisation(5.029, 0, 4.8, 2, {.replan_gain = 0.04, .structural_gain = 0.04}));
+  EXPECT_FALSE(TakeReorganisation(5.029, 2, 4.8, 2, {.replan_gain = 0.05, .structural_gain = 0}));
+  EXPECT_TRUE(TakeReorganisation(5.029, 2, 4.8, 2, {.replan_gain = 0.04, .structural_gain = 0.5}));
 }
 
 TEST(CostPlannerTest, MismatchedCurrentAndBadHeatAsInPlanDeviceExperts) {

@@ -299,10 +299,53 @@ TEST(PlacementPoliciesTest, TwoExpertSizesHoldExactlyTheirBytesOnAUniformTrace) 
   EXPECT_EQ(r->n_slots, 16);
   EXPECT_EQ(r->slot_classes, 2);
   EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
+  // Within those slots the plan holds the same two layers whole, as --n-cpu-moe 2 does.
+  EXPECT_EQ(r->dynamic_fixed_split.whole_layers, 2);
+  EXPECT_EQ(r->dynamic_fixed_split.device_expert_bytes, 2000u);
+  EXPECT_DOUBLE_EQ(r->dynamic_fixed_split.host_layer_share, 0.5);
+  EXPECT_LE(r->dynamic_fixed_split.seconds,
+            r->n_cpu_moe.seconds + r->dynamic_fixed_split.copy_seconds + 1e-9);
+  // Dividing the bytes itself, it does better: the small layers 0 and 2 whole (1,600 bytes)
+  // and two large experts of layer 1 or 3 in the 400 left (300 of them used).
+  EXPECT_EQ(r->dynamic.class_slots, (std::vector<int64_t>{16, 2}));
   EXPECT_EQ(r->dynamic.whole_layers, 2);
-  EXPECT_EQ(r->dynamic.device_expert_bytes, 2000u);
+  EXPECT_EQ(r->dynamic.device_expert_bytes, 1900u);
+  EXPECT_GT(r->dynamic.tok_s, r->n_cpu_moe.tok_s);
+}
+
+TEST(PlacementPoliciesTest, ThePlanDividesTheSlotBytesBetweenSizesLikeWholeLayers) {
+  // Layers 0 and 1 of 150-byte experts, 2 and 3 of 100-byte ones; 1,600 bytes: --n-cpu-moe 2
+  // holds layers 2 and 3 whole. The start-up division (each size its share of the bytes)
+  // gives 6 large and 7 small slots, no whole layer in either size; the plan re-divides the
+  // bytes into 16 small slots and holds the same two layers whole.
+  MoeModelShape s = HandShape(4, 8, 2);
+  s.expert_bytes = {150, 150, 100, 100};
+  const common::ExpertSlotClasses classes = SlotClassesFor(s, 1600);
+  EXPECT_EQ(classes.slots, (std::vector<int64_t>{6, 7}));
+  absl::StatusOr<common::RoutingTrace> rec = SyntheticRoutingTrace(
+      {.n_layer = 4, .n_expert = 8, .k = 2, .skew = 0, .topics = 1, .steps = 2000});
+  ASSERT_TRUE(rec.ok());
+  absl::StatusOr<ModelTrace> t = MapTrace(*rec, s, {});
+  ASSERT_TRUE(t.ok());
+  MachineProfile p = HandProfile();
+  p.layer_sync_s = 4;
+  p.pcie_bytes_per_s = 8e6;
+  SimulationOptions o;
+  o.warmup_steps = 1000;
+  o.interval_s = 100;
+  o.half_life_s = 1e6;
+  o.expert_vram_bytes = 1600;
+  absl::StatusOr<SimulationResult> r = SimulatePolicies(*t, s, p, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
+  EXPECT_EQ(r->dynamic.class_slots, (std::vector<int64_t>{0, 16}));
+  EXPECT_EQ(r->dynamic.whole_layers, 2);
   EXPECT_DOUBLE_EQ(r->dynamic.host_layer_share, 0.5);
   EXPECT_LE(r->dynamic.seconds, r->n_cpu_moe.seconds + r->dynamic.copy_seconds + 1e-9);
+  // Within the start-up division no layer can be whole: below --n-cpu-moe.
+  EXPECT_EQ(r->dynamic_fixed_split.class_slots, (std::vector<int64_t>{6, 7}));
+  EXPECT_EQ(r->dynamic_fixed_split.whole_layers, 0);
+  EXPECT_LT(r->dynamic_fixed_split.tok_s, r->n_cpu_moe.tok_s);
 }
 
 TEST(PlacementPoliciesTest, BadInputsAreRefused) {
