@@ -11,39 +11,29 @@
 // The interpreter is $DELTASERVE_OPENAI_PYTHON, else build/ci-venv/bin/python3 (tests/run_all.sh
 // installs openai-agents there). Without an interpreter that can `import agents` the test is
 // SKIPPED with the reason.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <ostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/integration/router_service.h"
-#include "tests/support/child_process.h"
+#include "tests/integration/sdk_python.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
 namespace deltaserve {
 namespace {
 
-using ::deltaserve::testing::BinaryPath;
-using ::deltaserve::testing::ChildProcess;
+using ::deltaserve::testing::FindSdkPython;
 using ::deltaserve::testing::FixturesDir;
 using ::deltaserve::testing::FixturesPath;
-using ::deltaserve::testing::Http;
+using ::deltaserve::testing::RouterService;
 using ::deltaserve::testing::RunProcess;
-
-std::string SdkPython() {
-  const char* env = std::getenv("DELTASERVE_OPENAI_PYTHON");
-  return env != nullptr && *env != '\0' ? env : DELTASERVE_OPENAI_AGENTS_DEFAULT_PYTHON;
-}
+using ::deltaserve::testing::ScriptedReplies;
+using ::deltaserve::testing::SdkPython;
 
 // A fixture template and what a model using it writes.
 struct TemplateCase {
@@ -59,7 +49,7 @@ const TemplateCase kTemplates[] = {
 };
 
 // What the model "says" on each of the six Generate calls (three runs of two turns).
-nlohmann::json ScriptedOutputs(const TemplateCase& t) {
+std::vector<std::string> ScriptedOutputs(const TemplateCase& t) {
   std::string call =
       t.xml_calls ? "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                     "<parameter=unit>\nC\n</parameter>\n</function>\n</tool_call>"
@@ -70,7 +60,7 @@ nlohmann::json ScriptedOutputs(const TemplateCase& t) {
     call = "The user wants the weather; I will call the tool.\n</think>\n\n" + call;
     answer = "The tool answered.\n</think>\n\n" + answer;
   }
-  return nlohmann::json::array({call, answer, call, answer, call, answer});
+  return {call, answer, call, answer, call, answer};
 }
 
 void PrintTo(const TemplateCase& t, std::ostream* os) { *os << t.name; }
@@ -93,45 +83,17 @@ TEST(OpenAiAgentsTemplates, EveryFixtureTemplateIsACase) {
 
 TEST_P(OpenAiAgentsTest, AgentLoopWithAFunctionToolStreamedForcedAndNot) {
   const TemplateCase& t = GetParam();
-  const std::string python = SdkPython();
-  if (::access(python.c_str(), X_OK) != 0) {
-    GTEST_SKIP()
-        << "no Python for openai-agents at " << python
-        << " (set DELTASERVE_OPENAI_PYTHON, or run tests/run_all.sh, which makes that venv)";
-  }
-  const auto probe = RunProcess({python, "-c", "import agents, openai; print(openai.__version__)"});
-  if (probe.exit_code != 0) {
-    GTEST_SKIP() << python
-                 << " cannot import agents (pip install openai-agents==0.3.3): " << probe.err;
-  }
-  const std::string outputs = ::testing::TempDir() + "/agents_outputs_" + t.name + "_" +
-                              std::to_string(::getpid()) + ".json";
-  std::ofstream(outputs) << ScriptedOutputs(t).dump();
-  ChildProcess worker({BinaryPath("tests/router/deltaserve-scripted-worker"), "--outputs", outputs,
-                       "--chat-template",
-                       FixturesPath(std::string("templates/") + t.name + ".jinja"), "--piece-bytes",
-                       "5"});
-  auto line = worker.WaitForLine("listening on ", std::chrono::seconds(30));
-  ASSERT_TRUE(line.has_value()) << worker.err();
-  const std::string worker_addr = line->substr(line->find("listening on ") + 13);
-  ChildProcess router(
-      {BinaryPath("router/deltaserve-router"), "--listen", "127.0.0.1:0", "--worker", worker_addr});
-  auto rline = router.WaitForLine("listening on ", std::chrono::seconds(30));
-  ASSERT_TRUE(rline.has_value()) << router.err();
-  const int port = std::atoi(rline->substr(rline->rfind(':') + 1).c_str());
-  bool ready = false;
-  for (int i = 0; i < 600 && !ready; ++i) {
-    ready = Http(port, "GET", "/ready").status == 200;
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(ready) << router.err();
+  const SdkPython py = FindSdkPython(
+      "DELTASERVE_OPENAI_PYTHON", DELTASERVE_OPENAI_AGENTS_DEFAULT_PYTHON,
+      "import agents, openai; print(openai.__version__)", "pip install openai-agents==0.3.3");
+  if (!py.skip_reason.empty()) GTEST_SKIP() << py.skip_reason;
+  RouterService s(ScriptedReplies{ScriptedOutputs(t),
+                                  FixturesPath(std::string("templates/") + t.name + ".jinja")});
+  ASSERT_GT(s.port(), 0);
 
-  const auto run = RunProcess({python, DELTASERVE_OPENAI_AGENTS_SCRIPT, "--base-url",
-                               "http://127.0.0.1:" + std::to_string(port) + "/v1"});
-  EXPECT_EQ(run.exit_code, 0) << "openai " << probe.out << run.out << run.err
-                              << "\n--- router stderr ---\n"
-                              << router.err() << "\n--- worker stderr ---\n"
-                              << worker.err();
+  const auto run =
+      RunProcess({py.path, DELTASERVE_OPENAI_AGENTS_SCRIPT, "--base-url", s.base_url() + "/v1"});
+  EXPECT_EQ(run.exit_code, 0) << "openai " << py.probe_out << run.out << run.err << s.Logs();
 }
 
 INSTANTIATE_TEST_SUITE_P(FixtureTemplates, OpenAiAgentsTest, ::testing::ValuesIn(kTemplates),

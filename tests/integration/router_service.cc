@@ -7,6 +7,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/support/test_paths.h"
 
 namespace deltaserve::testing {
@@ -46,6 +48,15 @@ RawHttpReply ParseReply(const std::string& raw) {
     pos = eol + 2 + len + 2;
   }
   return r;
+}
+
+// A file in the test's temporary directory named after this process and the running test
+// (a parameterized test's '/' replaced), so that tests running at once never share one.
+std::string TempFileForThisTest(const std::string& what, const std::string& extension) {
+  std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::replace(test.begin(), test.end(), '/', '_');
+  return ::testing::TempDir() + "/" + what + "_" + std::to_string(::getpid()) + "_" + test +
+         extension;
 }
 
 }  // namespace
@@ -145,6 +156,11 @@ RouterService::RouterService(const std::string& config_text,
       "--listen", "127.0.0.1:0", "--threads", "1", "--ctx", "256", "--parallel", "2", "--ram",
       "2GiB", "--cache-type-k", "f32", "--cache-type-v", "f32"};
   worker_argv.insert(worker_argv.end(), worker_args.begin(), worker_args.end());
+  Start(worker_argv, config_text);
+}
+
+void RouterService::Start(const std::vector<std::string>& worker_argv,
+                          const std::string& config_text) {
   worker_ = std::make_unique<ChildProcess>(worker_argv);
   auto line = worker_->WaitForLine("listening on ", seconds(60));
   EXPECT_TRUE(line.has_value()) << worker_->err();
@@ -153,8 +169,7 @@ RouterService::RouterService(const std::string& config_text,
   std::vector<std::string> argv = {BinaryPath("router/deltaserve-router"), "--listen",
                                    "127.0.0.1:0", "--worker", worker_addr};
   if (!config_text.empty()) {
-    config_path_ = ::testing::TempDir() + "/router_service_" + std::to_string(::getpid()) + "_" +
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".yaml";
+    config_path_ = TempFileForThisTest("router_service", ".yaml");
     std::ofstream(config_path_) << config_text;
     argv.push_back("--config");
     argv.push_back(config_path_);
@@ -172,6 +187,27 @@ RouterService::RouterService(const std::string& config_text,
     std::this_thread::sleep_for(milliseconds(50));
   }
   ADD_FAILURE() << "router never became ready: " << router_->err();
+}
+
+RouterService::RouterService(const ScriptedReplies& scripted) {
+  outputs_path_ = TempFileForThisTest("scripted_outputs", ".json");
+  std::ofstream(outputs_path_) << nlohmann::json(scripted.outputs).dump();
+  Start({BinaryPath("tests/router/deltaserve-scripted-worker"), "--outputs", outputs_path_,
+         "--chat-template", scripted.chat_template, "--piece-bytes", "5"},
+        "");
+}
+
+RouterService::~RouterService() {
+  if (!outputs_path_.empty()) std::remove(outputs_path_.c_str());
+}
+
+std::string RouterService::base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+std::string RouterService::Logs() {
+  std::string logs;
+  if (router_ != nullptr) logs += "\n--- router stderr ---\n" + router_->err();
+  if (worker_ != nullptr) logs += "\n--- worker stderr ---\n" + worker_->err();
+  return logs;
 }
 
 }  // namespace deltaserve::testing

@@ -55,24 +55,48 @@ RawHttpReply Http(int port, const std::string& method, const std::string& path,
 // router's own hashing); empty on failure.
 std::string Sha256HexWithTool(const std::string& text);
 
-// A worker serving "tiny" (tiny-dense-f32.gguf, context 256) and a router in front of it, ready
-// (GET /ready answered 200) when the constructor returns, or port() == 0 with a test failure.
+// What a deltaserve-scripted-worker (tests/router/scripted_worker.h, the ScriptedWorker TEST
+// DOUBLE as a process) stands in for a model with: it reports `chat_template` and replays
+// `outputs` through the real gRPC contract, one per Generate call in order, in 5-byte pieces, so
+// tool calls and reasoning come back exactly as scripted.
+struct ScriptedReplies {
+  std::vector<std::string> outputs;
+  std::string chat_template;  // path of a template file (../shared/fixtures/templates)
+};
+
+// A worker serving "tiny" (tiny-dense-f32.gguf, context 256), or a scripted worker, and a router
+// in front of it, ready (GET /ready answered 200) when the constructor returns, or port() == 0
+// with a test failure.
 class RouterService {
  public:
   // `config_text`: YAML for the router's --config (empty: none). `worker_args` are appended to
   // the worker's command line (a later flag overrides the default one, e.g. "--ctx", "2048").
   explicit RouterService(const std::string& config_text = "",
                          const std::vector<std::string>& worker_args = {});
+  // The router (no --config) in front of deltaserve-scripted-worker replaying `scripted`.
+  explicit RouterService(const ScriptedReplies& scripted);
+  ~RouterService();
+  RouterService(const RouterService&) = delete;
+  RouterService& operator=(const RouterService&) = delete;
+
   int port() const { return port_; }
+  // "http://127.0.0.1:PORT", what the SDK checks are given (OpenAI's clients with "/v1").
+  std::string base_url() const;
   ChildProcess& router() { return *router_; }
   ChildProcess& worker() { return *worker_; }
+  // The router's and then the worker's stderr under headings, for a failure message.
+  std::string Logs();
   // The --config file written from `config_text` ("" when none), e.g. to rewrite before SIGHUP.
   const std::string& config_path() const { return config_path_; }
 
  private:
+  // Starts `worker_argv`, then the router in front of it, and waits until it is ready.
+  void Start(const std::vector<std::string>& worker_argv, const std::string& config_text);
+
   std::unique_ptr<ChildProcess> worker_, router_;
   int port_ = 0;
   std::string config_path_;
+  std::string outputs_path_;  // the scripted worker's --outputs file, removed by the destructor
 };
 
 }  // namespace deltaserve::testing

@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -26,13 +25,16 @@
 
 #include "gtest/gtest.h"
 #include "tests/integration/router_service.h"
+#include "tests/integration/sdk_python.h"
 #include "tests/support/subprocess.h"
 
 namespace deltaserve {
 namespace {
 
+using ::deltaserve::testing::FindSdkPython;
 using ::deltaserve::testing::RouterService;
 using ::deltaserve::testing::RunProcess;
+using ::deltaserve::testing::SdkPython;
 using ::deltaserve::testing::Sha256HexWithTool;
 
 // Examples per operation and phase; with the seed this keeps a run to 10–20 s of requests
@@ -43,28 +45,14 @@ constexpr int kSeed = 17;
 // The description's examples ask for "qwen3.5-4b"; the worker serves the golden model as "tiny".
 constexpr char kModels[] = "models:\n  - name: qwen3.5-4b\n    served_name: tiny\n";
 
-std::string SchemathesisPython() {
-  const char* env = std::getenv("DELTASERVE_SCHEMATHESIS_PYTHON");
-  return env != nullptr && *env != '\0' ? env : DELTASERVE_SCHEMATHESIS_DEFAULT_PYTHON;
+SdkPython SchemathesisPython() {
+  return FindSdkPython("DELTASERVE_SCHEMATHESIS_PYTHON", DELTASERVE_SCHEMATHESIS_DEFAULT_PYTHON,
+                       "import schemathesis; print(schemathesis.__version__)",
+                       "pip install schemathesis==4.32.5");
 }
 
-// Empty when the interpreter can run schemathesis, else why not (the skip reason).
-std::string WhyNoSchemathesis(const std::string& python) {
-  if (::access(python.c_str(), X_OK) != 0) {
-    return "no Python for schemathesis at " + python +
-           " (set DELTASERVE_SCHEMATHESIS_PYTHON, or run tests/run_all.sh, which installs "
-           "schemathesis==4.32.5 into build/ci-venv)";
-  }
-  const auto probe =
-      RunProcess({python, "-c", "import schemathesis; print(schemathesis.__version__)"});
-  if (probe.exit_code != 0) {
-    return python + " cannot import schemathesis (pip install schemathesis==4.32.5): " + probe.err;
-  }
-  return "";
-}
-
-void RunCheck(RouterService& service, const std::string& mode, const std::string& api_key) {
-  const std::string python = SchemathesisPython();
+void RunCheck(const std::string& python, RouterService& service, const std::string& mode,
+              const std::string& api_key) {
   const std::string out =
       ::testing::TempDir() + "/schemathesis_" + mode + "_" + std::to_string(::getpid());
   std::vector<std::string> argv = {
@@ -91,22 +79,23 @@ void RunCheck(RouterService& service, const std::string& mode, const std::string
       std::cout << line << "\n";
     }
   }
-  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\n--- router stderr ---\n"
-                              << service.router().err();
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << service.Logs();
   // The router is still up after every request (a crash would also show as failed requests).
   EXPECT_EQ(service.router().Wait(std::chrono::milliseconds(0)), std::nullopt)
       << service.router().err();
 }
 
 TEST(SchemathesisTest, NoApiKeys) {
-  if (std::string why = WhyNoSchemathesis(SchemathesisPython()); !why.empty()) GTEST_SKIP() << why;
+  const SdkPython py = SchemathesisPython();
+  if (!py.skip_reason.empty()) GTEST_SKIP() << py.skip_reason;
   RouterService s(kModels);
   ASSERT_GT(s.port(), 0);
-  RunCheck(s, "open", "");
+  RunCheck(py.path, s, "open", "");
 }
 
 TEST(SchemathesisTest, WithApiKeys) {
-  if (std::string why = WhyNoSchemathesis(SchemathesisPython()); !why.empty()) GTEST_SKIP() << why;
+  const SdkPython py = SchemathesisPython();
+  if (!py.skip_reason.empty()) GTEST_SKIP() << py.skip_reason;
   // The digest comes from sha256sum, not from the router's own hashing.
   const std::string digest = Sha256HexWithTool("sk-schemathesis");
   ASSERT_EQ(digest.size(), 64u);
@@ -119,7 +108,7 @@ TEST(SchemathesisTest, WithApiKeys) {
             "    max_concurrent_requests: 1\n";
   RouterService s(config);
   ASSERT_GT(s.port(), 0);
-  RunCheck(s, "keyed", "sk-schemathesis");
+  RunCheck(py.path, s, "keyed", "sk-schemathesis");
 }
 
 }  // namespace

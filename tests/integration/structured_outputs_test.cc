@@ -11,39 +11,29 @@
 // The interpreter is $DELTASERVE_OPENAI_PYTHON, else build/ci-venv/bin/python3 (tests/run_all.sh
 // installs openai and jsonschema there). Without one that imports both the test is SKIPPED with
 // the reason.
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "tests/integration/router_service.h"
+#include "tests/integration/sdk_python.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
 
 namespace deltaserve {
 namespace {
 
+using ::deltaserve::testing::FindSdkPython;
 using ::deltaserve::testing::FixturesPath;
 using ::deltaserve::testing::RouterService;
 using ::deltaserve::testing::RunProcess;
-
-std::string SdkPython() {
-  const char* env = std::getenv("DELTASERVE_OPENAI_PYTHON");
-  return env != nullptr && *env != '\0' ? env : DELTASERVE_STRUCTURED_OUTPUTS_DEFAULT_PYTHON;
-}
+using ::deltaserve::testing::SdkPython;
 
 TEST(StructuredOutputsTest, SchemasAndForcedToolCallsThroughTheSdk) {
-  const std::string python = SdkPython();
-  if (::access(python.c_str(), X_OK) != 0) {
-    GTEST_SKIP() << "no Python for the OpenAI SDK at " << python
-                 << " (set DELTASERVE_OPENAI_PYTHON, or run tests/run_all.sh's venv step)";
-  }
-  const auto probe = RunProcess({python, "-c", "import openai, jsonschema, pydantic"});
-  if (probe.exit_code != 0) {
-    GTEST_SKIP() << python << " cannot import openai, jsonschema and pydantic: " << probe.err;
-  }
+  const SdkPython py = FindSdkPython(
+      "DELTASERVE_OPENAI_PYTHON", DELTASERVE_STRUCTURED_OUTPUTS_DEFAULT_PYTHON,
+      "import openai, jsonschema, pydantic", "pip install openai==1.109.1 jsonschema pydantic");
+  if (!py.skip_reason.empty()) GTEST_SKIP() << py.skip_reason;
   const std::string config =
       "models:\n"
       "  - name: tiny\n"
@@ -55,12 +45,10 @@ TEST(StructuredOutputsTest, SchemasAndForcedToolCallsThroughTheSdk) {
   RouterService s(config, {"--ctx", "2048", "--parallel", "4"});
   ASSERT_GT(s.port(), 0);
   // The script bounds itself (signal.alarm(1200)) and says where it stopped; this is the backstop.
-  const auto run = RunProcess({python, DELTASERVE_STRUCTURED_OUTPUTS_SCRIPT, "--base-url",
-                               "http://127.0.0.1:" + std::to_string(s.port()) + "/v1"},
-                              std::chrono::seconds(1260));
-  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\n--- router stderr ---\n"
-                              << s.router().err() << "\n--- worker stderr ---\n"
-                              << s.worker().err();
+  const auto run = RunProcess(
+      {py.path, DELTASERVE_STRUCTURED_OUTPUTS_SCRIPT, "--base-url", s.base_url() + "/v1"},
+      std::chrono::seconds(1260));
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << s.Logs();
 }
 
 }  // namespace
