@@ -21,11 +21,23 @@ json WorkerJson(const PlacementWorkerView& w) {
                       {"device_experts", l.device_experts},
                       {"recent_hit_share", Share(l.recent_hit_share)}});
   }
+  json classes = json::array();
+  for (const PlacementSlotClassView& c : w.slot_classes) {
+    const json planned = c.planned_slots >= 0 ? json(c.planned_slots) : json(nullptr);
+    classes.push_back({{"slot_bytes", c.slot_bytes},
+                       {"slots", c.slots},
+                       {"used", c.used},
+                       {"planned_slots", planned},
+                       {"layers", c.layers}});
+  }
+  const json budget = w.slot_budget_bytes > 0 ? json(w.slot_budget_bytes) : json(nullptr);
   return {{"address", w.address},
           {"outcome", w.outcome},
           {"model_fingerprint", w.model_fingerprint},
           {"tiered", w.tiered},
           {"device_slots", w.device_slots},
+          {"slot_classes", std::move(classes)},
+          {"slot_budget_bytes", budget},
           {"hit_share", Share(w.hit_share)},
           {"routed_total", w.routed_total},
           {"routed_device", w.routed_device},

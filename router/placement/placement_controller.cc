@@ -15,6 +15,7 @@
 #include "common/expert_placement.h"
 #include "common/str_util.h"
 #include "router/placement/expert_planner.h"
+#include "router/placement/expert_split_planner.h"
 #include "router/placement/worker_expert_stats.h"
 
 namespace deltaserve::router {
@@ -70,6 +71,24 @@ std::vector<PlacementLayerView> LayerViews(const ExpertPlacement& current,
     for (double h : heat[l]) all += h;
     for (int32_t e : current.device[l]) device += heat[l][static_cast<size_t>(e)];
     if (all > 0) v.recent_hit_share = device / all;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<PlacementSlotClassView> SlotClassViews(const common::ExpertSlotClasses& classes,
+                                                   const ExpertPlacement& current) {
+  std::vector<PlacementSlotClassView> out;
+  for (int32_t c = 0; c < classes.n_class(); ++c) {
+    PlacementSlotClassView v;
+    v.slot_bytes = classes.slot_bytes[static_cast<size_t>(c)];
+    v.slots = classes.slots[static_cast<size_t>(c)];
+    for (int64_t l : classes.LayersOf(c)) {
+      v.layers.push_back(static_cast<int32_t>(l));
+      if (l < static_cast<int64_t>(current.device.size())) {
+        v.used += static_cast<int64_t>(current.device[static_cast<size_t>(l)].size());
+      }
+    }
     out.push_back(std::move(v));
   }
   return out;
@@ -293,6 +312,8 @@ PlacementModelView PlacementController::CycleModel(
     wv.generation = s.placement_generation();
     wv.startup_source = s.startup_source();
     wv.layers = LayerViews(p.current, p.heat);
+    wv.slot_classes = SlotClassViews(SlotClassesOf(s), p.current);
+    wv.slot_budget_bytes = s.slot_budget_bytes();
     p.address = address;
     p.stats = *std::move(stats);
     p.view = &wv;
@@ -423,7 +444,8 @@ void PlacementController::PlanGroup(const std::string& model, Group& g,
   }
 
   // Plan and push, worker by worker.
-  const PlannerOptions options{.hysteresis = settings.hysteresis, .min_gain = settings.min_gain};
+  const PlannerOptions options{
+      .hysteresis = settings.hysteresis, .min_gain = settings.min_gain, .shrink_count_noise = true};
   std::optional<ExpertPlacement> largest_plan;
   int64_t largest_slots = -1;
   for (Polled* p : g.workers) {
@@ -446,8 +468,15 @@ void PlacementController::PlanGroup(const std::string& model, Group& g,
                                    settings.host_bandwidth_gbs * 1e9, settings.layer_sync_us * 1e-6,
                                    p->stats.n_expert_used() > 0 ? p->stats.n_expert_used() : 1));
     }
-    const ExpertPlan plan = PlanDeviceExpertsByCost(heat, p->current, classes, costs, options);
+    // A worker that divides its slot bytes between the sizes as a placement needs gets the
+    // division with the plan; one whose division is fixed (slot_budget_bytes 0) is planned
+    // within it.
+    const ExpertPlan plan = PlanDeviceExpertsWithSplit(heat, p->current, classes, costs,
+                                                       p->stats.slot_budget_bytes(), options);
     ++result.plans;
+    for (size_t c = 0; c < wv.slot_classes.size() && c < plan.class_slots.size(); ++c) {
+      wv.slot_classes[c].planned_slots = plan.class_slots[c];
+    }
     wv.planned_moves_in = plan.moves_in;
     wv.planned_moves_out = plan.moves_out;
     wv.planned_whole_layers = plan.whole_layers;

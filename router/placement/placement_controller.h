@@ -53,6 +53,15 @@ struct PlacementLayerView {
   double recent_hit_share = -1;
 };
 
+// The device slots of one expert size on one worker, as of the last cycle.
+struct PlacementSlotClassView {
+  uint64_t slot_bytes = 0;
+  int64_t slots = 0;  // the worker's slots of this size now
+  int64_t used = 0;   // of those, holding an expert (the worker's device experts of these layers)
+  std::vector<int32_t> layers;  // the layers whose experts have this size
+  int64_t planned_slots = -1;   // the last plan's slots of this size; -1 before a plan
+};
+
 // One worker of one model, as of the last cycle.
 struct PlacementWorkerView {
   std::string address;
@@ -78,6 +87,10 @@ struct PlacementWorkerView {
   int64_t planned_whole_layers = -1;
   double planned_moe_step_us = -1;
   double current_moe_step_us = -1;
+  // The slots per expert size (one entry of every layer from a worker that reports none), and
+  // the bytes they share when the worker divides them as each placement needs (0: fixed).
+  std::vector<PlacementSlotClassView> slot_classes;
+  uint64_t slot_budget_bytes = 0;
   std::vector<PlacementLayerView> layers;
 };
 

@@ -1,13 +1,15 @@
 // The router's placement loop (router/placement/placement_controller.h) over real gRPC against
 // ScriptedWorker test doubles (scripted_worker.h), without Redis: a worker that vanishes before
 // or during a cycle, moves pending, untiered and malformed workers, the off switch,
-// GET /admin/placement and its keys, the metrics, the planner's machine settings. The clock is fixed. (With a real Redis:
-// placement_controller_redis_test.cc.)
+// GET /admin/placement and its keys (and its slots per expert size), the metrics, the planner's
+// machine settings. The clock is fixed. (With a real Redis: placement_controller_redis_test.cc.)
 #include "router/placement/placement_controller.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/expert_placement.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -218,6 +220,59 @@ TEST(PlacementControllerTest, TheSettingsMachineDecidesBetweenWholeLayersAndHotE
   ASSERT_EQ(fleet[0].placement_requests().size(), 2u);
   EXPECT_EQ(Pushed(fleet[0].placement_requests()[1]), (Rows{{0, 1, 2, 3}, {0, 1, 2, 3}}));
   EXPECT_EQ(WorkerView(controller, fleet[0].address()).planned_whole_layers, 0);
+}
+
+TEST(PlacementControllerTest, TheAdminViewShowsTheSlotsPerExpertSize) {
+  // Layer 0's experts take 1,000 bytes, layer 1's 1,500; the worker divides 5,000 bytes between
+  // them as placements need, two slots each now, experts 0 and 1 of each layer in them. Layer
+  // 0's expert 5 is hot, and layer 1's expert 3.
+  v1::ExpertStats stats = Stats(kFp, {{0, 5, 100}, {1, 3, 80}});
+  stats.set_slot_bytes(1500);
+  stats.set_slot_budget_bytes(5000);
+  for (int c = 0; c < 2; ++c) {
+    v1::ExpertSlotClass* k = stats.add_slot_classes();
+    k->set_slot_bytes(c == 0 ? 1000 : 1500);
+    k->set_device_slots(2);
+    k->add_layers(c);
+  }
+  Fleet fleet(2);
+  fleet[0].SetExpertStats(kModel, stats);
+  fleet[1].SetExpertStats(kModel, Stats(kFp, {{0, 5, 100}, {1, 3, 80}}));  // reports no sizes
+  PlacementController controller(&fleet.StartPool(), Settings(), [] { return kNowMs; });
+  EXPECT_EQ(controller.RunOnce().pushes, 2);
+
+  const nlohmann::json body = PlacementAdminJson(controller, "");
+  ASSERT_EQ(body["models"][0]["workers"].size(), 2u);
+  nlohmann::json sized, plain;
+  for (const nlohmann::json& w : body["models"][0]["workers"]) {
+    (w["address"] == fleet[0].address() ? sized : plain) = w;
+  }
+  EXPECT_EQ(sized["slot_budget_bytes"], 5000);
+  const nlohmann::json& classes = sized["slot_classes"];
+  ASSERT_EQ(classes.size(), 2u);
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_EQ(classes[c]["slot_bytes"], c == 0 ? 1000 : 1500);
+    EXPECT_EQ(classes[c]["slots"], 2);
+    EXPECT_EQ(classes[c]["used"], 2);
+    EXPECT_EQ(classes[c]["layers"], nlohmann::json({c}));
+  }
+  // The plan's division fits the bytes, and the placement pushed fits the division.
+  const int64_t planned0 = classes[0]["planned_slots"], planned1 = classes[1]["planned_slots"];
+  EXPECT_LE(planned0 * 1000 + planned1 * 1500, 5000);
+  ASSERT_EQ(fleet[0].placement_requests().size(), 1u);
+  const Rows pushed = Pushed(fleet[0].placement_requests()[0]);
+  EXPECT_LE(static_cast<int64_t>(pushed[0].size()), planned0);
+  EXPECT_LE(static_cast<int64_t>(pushed[1].size()), planned1);
+  EXPECT_TRUE(std::find(pushed[0].begin(), pushed[0].end(), 5) != pushed[0].end());
+  EXPECT_TRUE(std::find(pushed[1].begin(), pushed[1].end(), 3) != pushed[1].end());
+
+  // A worker that reports no sizes: one of every layer, its four slots, the division fixed.
+  EXPECT_EQ(plain["slot_budget_bytes"], nullptr);
+  ASSERT_EQ(plain["slot_classes"].size(), 1u);
+  EXPECT_EQ(plain["slot_classes"][0]["slots"], 4);
+  EXPECT_EQ(plain["slot_classes"][0]["used"], 4);
+  EXPECT_EQ(plain["slot_classes"][0]["planned_slots"], 4);
+  EXPECT_EQ(plain["slot_classes"][0]["layers"], nlohmann::json({0, 1}));
 }
 
 }  // namespace

@@ -319,6 +319,50 @@ TEST_P(ExpertTiersEngineTest, PlacementsChangedDuringTheGenerationMoveOverSevera
   EXPECT_TRUE(device.violations().empty()) << device.Report();
 }
 
+TEST_P(ExpertTiersEngineTest, ANewDivisionOfTheArenaDuringTheGenerationChangesNoOutput) {
+  StrictDeviceBackend device(2);
+  std::unique_ptr<Qwen35Model> model = Load(device, Slots(kSlots));
+  ASSERT_NE(model, nullptr);
+  ExpertTiers* tiers = model->expert_tiers();
+  ASSERT_NE(tiers, nullptr);
+  const common::ExpertSlotClasses classes = Classes(kSlots);
+  const uint64_t bytes = tiers->slot_budget_bytes();
+  ASSERT_EQ(bytes, classes.device_bytes());
+  // Every byte of the arena to one size: as many of its experts as fit, layer by layer.
+  auto all_to = [&](int32_t c) {
+    ExpertPlacement p = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+    int64_t n = static_cast<int64_t>(bytes / classes.slot_bytes[static_cast<size_t>(c)]);
+    for (int64_t l : classes.LayersOf(c)) {
+      for (int32_t e = 0; e < kTestMoeExperts && n > 0; ++e, --n) p.device[l].push_back(e);
+    }
+    return p;
+  };
+  const ExpertPlacement first = all_to(0), last = all_to(classes.n_class() - 1);
+  std::vector<std::vector<int64_t>> divisions;
+  auto between = [&](int step) {
+    if (step == 2) {
+      ASSERT_TRUE(tiers->SetTarget(first, 1).ok());
+    } else if (step == 6) {
+      ASSERT_TRUE(tiers->SetTarget(last, 2).ok());  // before the first is reached
+    }
+    if (step >= 2) {
+      ASSERT_TRUE(tiers->Advance(1).ok());
+    }
+    const common::ExpertSlotClasses now = tiers->slot_classes();
+    EXPECT_LE(now.device_bytes(), bytes);
+    if (divisions.empty() || divisions.back() != now.slots) divisions.push_back(now.slots);
+  };
+  ExpectSameAsReference(Generate(*model, between), "the arena divided anew during the generation");
+  while (tiers->stats().moves_pending > 0) ASSERT_TRUE(tiers->Advance(1 << 20).ok());
+  EXPECT_EQ(tiers->Current(), last);
+  if (classes.n_class() > 1) {
+    // Three divisions: the start-up one, all to the first size, all to the last.
+    EXPECT_EQ(divisions.size(), 3u);
+    EXPECT_EQ(tiers->slot_classes().slots.back(), last.size());
+  }
+  EXPECT_TRUE(device.violations().empty()) << device.Report();
+}
+
 TEST_P(ExpertTiersEngineTest, RefusedPlacementsChangeNothing) {
   StrictDeviceBackend device(2);
   const common::ExpertSlotClasses classes = Classes(kSlots);
@@ -334,15 +378,17 @@ TEST_P(ExpertTiersEngineTest, RefusedPlacementsChangeNothing) {
     unknown_expert.device[1].push_back(kTestMoeExperts);
     ExpertPlacement over =
         common::EvenExpertPlacement(kTestMoeLayers, kTestMoeExperts, classes.total_slots() + 1);
-    // As many experts as the slots, one class's too many: refused as well.
+    // More experts of one size than the arena's bytes hold (the slots of every size together):
+    // refused as well.
     ExpertPlacement lopsided = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+    const auto too_many = static_cast<int64_t>(classes.device_bytes() / classes.slot_bytes[0]) + 1;
     int64_t n = 0;
     for (int64_t l : classes.LayersOf(0)) {
-      for (int32_t e = 0; e < kTestMoeExperts && n < classes.total_slots(); ++e, ++n) {
+      for (int32_t e = 0; e < kTestMoeExperts && n < too_many; ++e, ++n) {
         lopsided.device[l].push_back(e);
       }
     }
-    if (classes.n_class() > 1) {
+    if (n == too_many) {
       EXPECT_EQ(tiers->SetTarget(lopsided, 7).status().code(),
                 absl::StatusCode::kResourceExhausted);
     }

@@ -189,7 +189,8 @@ TEST_F(ExpertTiersTest, LayoutComesFromTheTensorTable) {
 }
 
 // Per expert size: the budget holds as many experts as their exact slot sizes allow, each class
-// in its own arena with its own stride, and a class's layers cannot use another class's slots.
+// in its own region of one arena with its own stride; a placement may divide the arena's bytes
+// anew (never beyond them).
 TEST_F(ExpertTiersTest, SlotsPerSize) {
   ASSERT_EQ(layout_.classes.size(), 2u);
   std::vector<int64_t> experts(2, 0);
@@ -223,16 +224,17 @@ TEST_F(ExpertTiersTest, SlotsPerSize) {
   EXPECT_EQ(layout_.SlotsFor(all - 1).total_slots(), kTestMoeLayers * kTestMoeExperts - 1);
   EXPECT_LT(static_cast<int64_t>((all - 1) / large), kTestMoeLayers * kTestMoeExperts - 1);
 
-  // Three slots of class 0, two of class 1, each in its own arena.
+  // Three slots of class 0, two of class 1, in one arena.
   StrictDeviceBackend device(1);
   common::ExpertSlotClasses slots = layout_.SlotsFor(0);
   slots.slots = {3, 2};
   auto made = ArenaExpertTiers::Create(device, layout_, HostStacks(), slots, 1);
   ASSERT_TRUE(made.ok()) << made.status();
   ArenaExpertTiers& tiers = **made;
-  EXPECT_EQ(device.live_allocations(), 2u);
+  EXPECT_EQ(device.live_allocations(), 1u);
   EXPECT_EQ(tiers.n_slots(), 5);
   EXPECT_EQ(tiers.arena_bytes(), 3 * sizes[0] + 2 * sizes[1]);
+  EXPECT_EQ(tiers.slot_budget_bytes(), 3 * sizes[0] + 2 * sizes[1]);
   EXPECT_EQ(tiers.slot_classes().slots, (std::vector<int64_t>{3, 2}));
   const std::vector<int64_t> layers0 = slots.LayersOf(0), layers1 = slots.LayersOf(1);
   ASSERT_FALSE(layers0.empty());
@@ -254,16 +256,59 @@ TEST_F(ExpertTiersTest, SlotsPerSize) {
     EXPECT_EQ(d.down.count, slots.slots[c]) << l;
     for (int32_t e : fits.device[l]) ExpectSlotHolds(device, tiers, l, e);
   }
-  // Five experts, as many as the slots, but four of class 0: refused, nothing changes.
-  ExpertPlacement lopsided = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
-  lopsided.device[layers0[0]] = {0, 1, 2, 3};
-  lopsided.device[layers1[0]] = {4};
-  const absl::StatusOr<ExpertMoves> r = tiers.SetTarget(lopsided, 2);
+  // More experts than the arena's bytes hold (all of class 1's slots and four more of the
+  // larger size): refused, nothing changes.
+  const size_t big = sizes[0] >= sizes[1] ? 0 : 1, little = 1 - big;
+  const std::vector<int64_t>& big_layers = big == 0 ? layers0 : layers1;
+  const std::vector<int64_t>& little_layers = big == 0 ? layers1 : layers0;
+  ExpertPlacement over = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+  for (int32_t e = 0; e < 4; ++e) over.device[big_layers[0]].push_back(e);
+  over.device[little_layers[0]] = {0, 1};
+  ASSERT_GT(4 * sizes[big] + 2 * sizes[little], tiers.arena_bytes());
+  const absl::StatusOr<ExpertMoves> r = tiers.SetTarget(over, 2);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
-  EXPECT_NE(r.status().message().find("hold 3"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("the budget holds"), std::string::npos) << r.status();
   EXPECT_EQ(tiers.Target(), fits);
   EXPECT_EQ(tiers.Current(), fits);
   EXPECT_EQ(tiers.stats().generation, 1u);
+
+  // As many experts of the smaller size as the bytes hold beside one of the larger: the arena
+  // is divided anew (the larger size's region shrinks to one slot, the smaller's grows), the
+  // experts at the moved boundary are copied again, and every slot holds its expert's bytes.
+  const auto n_little = static_cast<int64_t>((tiers.arena_bytes() - sizes[big]) / sizes[little]);
+  ASSERT_GT(n_little, slots.slots[little]);
+  ExpertPlacement lopsided = ExpertPlacement::Empty(kTestMoeLayers, kTestMoeExperts);
+  lopsided.device[big_layers[0]] = fits.device[big_layers[0]].empty()
+                                       ? std::vector<int32_t>{0}
+                                       : std::vector<int32_t>{fits.device[big_layers[0]][0]};
+  int64_t placed = 0;
+  for (int64_t l : little_layers) {
+    for (int32_t e = 0; e < kTestMoeExperts && placed < n_little; ++e, ++placed) {
+      lopsided.device[l].push_back(e);
+    }
+  }
+  ASSERT_EQ(placed, n_little);
+  ASSERT_TRUE(tiers.SetTarget(lopsided, 3).ok());
+  EXPECT_EQ(tiers.slot_classes().slots, slots.slots);  // until Advance divides it
+  ASSERT_TRUE(tiers.Advance(~uint64_t{0}).ok());
+  EXPECT_EQ(tiers.Current(), lopsided);
+  EXPECT_EQ(tiers.stats().moves_pending, 0);
+  const common::ExpertSlotClasses now = tiers.slot_classes();
+  EXPECT_EQ(now.slots[little], n_little);
+  EXPECT_EQ(now.slots[big], 1);
+  EXPECT_EQ(now.total_slots(), tiers.n_slots());
+  EXPECT_LE(now.device_bytes(), tiers.arena_bytes());
+  for (int64_t l = 0; l < kTestMoeLayers; ++l) {
+    EXPECT_EQ(tiers.DeviceStacks(l).down.count, now.slots[layout_.layer_class[l]]) << l;
+    for (int32_t e : lopsided.device[l]) ExpectSlotHolds(device, tiers, l, e);
+  }
+  // And back: the first division holds `fits` again.
+  ASSERT_TRUE(tiers.SetTarget(fits, 4).ok());
+  ASSERT_TRUE(tiers.Advance(~uint64_t{0}).ok());
+  EXPECT_EQ(tiers.Current(), fits);
+  for (int64_t l = 0; l < kTestMoeLayers; ++l) {
+    for (int32_t e : fits.device[l]) ExpectSlotHolds(device, tiers, l, e);
+  }
   EXPECT_TRUE(device.violations().empty()) << device.Report();
 }
 

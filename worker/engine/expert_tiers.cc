@@ -42,18 +42,12 @@ absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> ArenaExpertTiers::Create(
     }
   }
   std::unique_ptr<ArenaExpertTiers> t(new ArenaExpertTiers(device, layout, std::move(host), slots));
-  for (size_t c = 0; c < layout.classes.size(); ++c) {
-    const int64_t n = slots.slots[c];
-    if (n == 0) {
-      t->arenas_.emplace_back();
-      continue;
-    }
-    const uint64_t bytes = static_cast<uint64_t>(n) * layout.classes[c].slot_bytes;
-    t->arenas_.push_back(device.Allocate(static_cast<size_t>(bytes)));
-    if (t->arenas_.back().data() == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "backend ", common::Sv(device.name()), " has no memory for ", n, " expert slots of ",
-          layout.classes[c].slot_bytes, " bytes (", bytes, " bytes)"));
+  if (t->budget_bytes_ > 0) {
+    t->arena_ = device.Allocate(static_cast<size_t>(t->budget_bytes_));
+    if (t->arena_.data() == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("backend ", common::Sv(device.name()), " has no memory for ",
+                       slots.total_slots(), " expert slots (", t->budget_bytes_, " bytes)"));
     }
   }
   t->host_backend_ = kernels::MakeCpuBackend(host_threads);
@@ -66,16 +60,90 @@ ArenaExpertTiers::ArenaExpertTiers(kernels::Backend& device, const ExpertSlotLay
     : device_(device),
       layout_(layout),
       host_(std::move(host)),
+      budget_bytes_(slots.device_bytes()),
       slots_(slots),
+      target_slots_(slots),
       slot_of_(static_cast<size_t>(layout.n_layer * layout.n_expert), -1),
       target_(common::ExpertPlacement::Empty(layout.n_layer, layout.n_expert)) {
-  // Slot 0 of each class is handed out first (popped from the back).
+  region_at_ = RegionsOf(slots_);
   free_slots_.resize(slots.slots.size());
   for (size_t c = 0; c < slots.slots.size(); ++c) {
-    for (int64_t s = slots.slots[c] - 1; s >= 0; --s) {
-      free_slots_[c].push_back(static_cast<int32_t>(s));
+    for (int64_t s = 0; s < slots.slots[c]; ++s) free_slots_[c].push_back(static_cast<int32_t>(s));
+  }
+}
+
+int64_t ArenaExpertTiers::n_slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.total_slots();
+}
+
+common::ExpertSlotClasses ArenaExpertTiers::slot_classes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_;
+}
+
+std::vector<uint64_t> ArenaExpertTiers::RegionsOf(const common::ExpertSlotClasses& split) const {
+  const size_t n = split.slots.size();
+  std::vector<uint64_t> at(n, 0);
+  uint64_t next = 0;
+  for (size_t c = 0; c + 1 < n; ++c) {
+    at[c] = next;
+    next += static_cast<uint64_t>(split.slots[c]) * split.slot_bytes[c];
+  }
+  if (n > 1) {
+    at[n - 1] = budget_bytes_ - static_cast<uint64_t>(split.slots[n - 1]) * split.slot_bytes[n - 1];
+  }
+  return at;
+}
+
+int32_t ArenaExpertTiers::TakeFreeSlot(size_t c) {
+  std::vector<int32_t>& free = free_slots_[c];
+  if (free.empty()) return -1;
+  // The region of the last class (of several) ends at the arena's end: its highest slots first;
+  // the others start at their region's start: their lowest first. A later split then finds the
+  // experts away from the boundaries that move.
+  const bool from_top = free_slots_.size() > 1 && c + 1 == free_slots_.size();
+  const auto it = from_top ? std::max_element(free.begin(), free.end())
+                           : std::min_element(free.begin(), free.end());
+  const int32_t slot = *it;
+  *it = free.back();
+  free.pop_back();
+  return slot;
+}
+
+void ArenaExpertTiers::ApplySplitLocked() {
+  const std::vector<uint64_t> at = RegionsOf(target_slots_);
+  for (auto& free : free_slots_) free.clear();
+  std::vector<std::vector<char>> used(target_slots_.slots.size());
+  for (size_t c = 0; c < used.size(); ++c) {
+    used[c].assign(static_cast<size_t>(target_slots_.slots[c]), 0);
+  }
+  for (int64_t l = 0; l < layout_.n_layer; ++l) {
+    const auto c = static_cast<size_t>(layout_.layer_class[static_cast<size_t>(l)]);
+    const uint64_t size = layout_.classes[c].slot_bytes;
+    for (int32_t e = 0; e < layout_.n_expert; ++e) {
+      int32_t& slot = slot_of_[l * layout_.n_expert + e];
+      if (slot < 0) continue;
+      // The same bytes under the new split: a slot of the class's new region, or gone.
+      const uint64_t bytes_at = region_at_[c] + static_cast<uint64_t>(slot) * size;
+      const bool kept = bytes_at >= at[c] && (bytes_at - at[c]) % size == 0 &&
+                        (bytes_at - at[c]) / size < static_cast<uint64_t>(target_slots_.slots[c]);
+      if (kept) {
+        slot = static_cast<int32_t>((bytes_at - at[c]) / size);
+        used[c][static_cast<size_t>(slot)] = 1;
+      } else {
+        slot = -1;
+        ++moves_out_;
+      }
     }
   }
+  for (size_t c = 0; c < used.size(); ++c) {
+    for (size_t s = 0; s < used[c].size(); ++s) {
+      if (used[c][s] == 0) free_slots_[c].push_back(static_cast<int32_t>(s));
+    }
+  }
+  slots_ = target_slots_;
+  region_at_ = at;
 }
 
 ArenaExpertTiers::~ArenaExpertTiers() {
@@ -125,8 +193,10 @@ absl::StatusOr<ExpertMoves> ArenaExpertTiers::SetTarget(const common::ExpertPlac
         "the placement is for ", target.n_layer, " layers of ", target.n_expert,
         " experts; the model has ", layout_.n_layer, " layers of ", layout_.n_expert, " experts"));
   }
-  if (absl::Status s = common::ValidateExpertPlacement(target, slots_); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<common::ExpertSlotClasses> split =
+      common::SplitForPlacement(target, target_slots_, budget_bytes_);
+  if (!split.ok()) return split.status();
   ExpertMoves moves;
   for (int64_t l = 0; l < layout_.n_layer; ++l) {
     for (int32_t e = 0; e < layout_.n_expert; ++e) {
@@ -141,6 +211,7 @@ absl::StatusOr<ExpertMoves> ArenaExpertTiers::SetTarget(const common::ExpertPlac
     }
   }
   target_ = target;
+  target_slots_ = *std::move(split);
   generation_ = generation;
   moves_pending_ = moves.moves_in + moves.moves_out;
   return moves;
@@ -166,6 +237,9 @@ absl::StatusOr<uint64_t> ArenaExpertTiers::Advance(uint64_t max_bytes) {
         }
       }
     }
+    // Then the arena's division, once the slots the new split takes from a class are free of
+    // the experts the target drops.
+    if (target_slots_.slots != slots_.slots) ApplySplitLocked();
     for (int64_t l = 0; l < layout_.n_layer; ++l) {
       for (int32_t e : target_.device[static_cast<size_t>(l)]) {
         if (slot_of_[l * layout_.n_expert + e] < 0) ins.push_back({l, e});
@@ -181,14 +255,13 @@ absl::StatusOr<uint64_t> ArenaExpertTiers::Advance(uint64_t max_bytes) {
     const uint64_t bytes = layout_.expert_bytes[static_cast<size_t>(m.layer)];
     if (copied > 0 && copied + bytes > max_bytes) break;
     const auto c = static_cast<size_t>(layout_.layer_class[static_cast<size_t>(m.layer)]);
-    std::vector<int32_t>& free = free_slots_[c];
-    if (free.empty()) {
+    const int32_t slot = TakeFreeSlot(c);
+    if (slot < 0) {
       return absl::InternalError("expert tiers: no free slot for a placement that fits");
     }
-    const int32_t slot = free.back();
     const ExpertSlotClass& k = layout_.classes[c];
-    auto* base =
-        static_cast<uint8_t*>(arenas_[c].data()) + static_cast<size_t>(slot) * k.slot_bytes;
+    auto* base = static_cast<uint8_t*>(arena_.data()) + region_at_[c] +
+                 static_cast<size_t>(slot) * k.slot_bytes;
     const ExpertStacks& h = host_[static_cast<size_t>(m.layer)];
     const std::pair<const kernels::WeightView*, uint64_t> parts[] = {
         {&h.gate, k.gate_at}, {&h.up, k.up_at}, {&h.down, k.down_at}};
@@ -196,13 +269,13 @@ absl::StatusOr<uint64_t> ArenaExpertTiers::Advance(uint64_t max_bytes) {
       const kernels::WeightView one = w->Matrix(m.expert);
       const KernelStatus s = device_.CopyToDevice(base + at, one.data, one.out * one.row_bytes);
       if (s != KernelStatus::kOk) {
+        free_slots_[c].push_back(slot);
         return absl::InternalError(
             absl::StrCat("copying expert ", m.expert, " of layer ", m.layer,
                          " to the device failed: ", common::Sv(kernels::KernelStatusName(s))));
       }
     }
     // The copy is complete (queued before any later op on a GPU): the next pass uses the slot.
-    free.pop_back();
     std::lock_guard<std::mutex> lock(mu_);
     slot_of_[m.layer * layout_.n_expert + m.expert] = slot;
     ++moves_in_;
@@ -231,7 +304,7 @@ ExpertStacks ArenaExpertTiers::DeviceStacks(int64_t layer) const {
   const auto c = static_cast<size_t>(layout_.layer_class[static_cast<size_t>(layer)]);
   const ExpertSlotClass& k = layout_.classes[c];
   auto over_arena = [&](kernels::WeightView w, uint64_t at) {
-    w.data = static_cast<const uint8_t*>(arenas_[c].data()) + at;
+    w.data = static_cast<const uint8_t*>(arena_.data()) + region_at_[c] + at;
     w.count = slots_.slots[c];
     w.matrix_stride = k.slot_bytes;
     return w;

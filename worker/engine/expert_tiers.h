@@ -6,15 +6,21 @@
 // two partial sums: weights never cross PCIe per token, only the routed tokens' activations and
 // outputs do.
 //
-// Device memory is one arena per distinct expert size (a slot class of ExpertSlotLayout: layers
-// whose experts take the same bytes), of slots of exactly that size; any slot of a class may hold
-// any of its layers' experts, so within a class the planner may give hot layers more experts
-// than cold ones. The budget (--expert-vram) is split over the classes by SlotsFor (each its
-// share of the bytes in proportion to its experts' bytes), so the same bytes hold as many
-// experts as their sizes allow rather than as many slots of the largest layer's size. The
-// backend sees, per layer, expert stacks over its class's arena (WeightView::matrix_stride =
-// the class's slot_bytes, a base and a stride per layer) and expert ids remapped to slots; ids
-// of experts not on that side are -1 (MoeFfn skips them).
+// Device memory is one arena, divided into a region per distinct expert size (a slot class of
+// ExpertSlotLayout: layers whose experts take the same bytes) of slots of exactly that size; any
+// slot of a class may hold any of its layers' experts, so within a class the planner may give hot
+// layers more experts than cold ones. The budget (--expert-vram) is first split over the classes
+// by SlotsFor (each its share of the bytes in proportion to its experts' bytes), so the same
+// bytes hold as many experts as their sizes allow rather than as many slots of the largest
+// layer's size; a placement may then divide the same bytes differently (any placement whose
+// slots fit the arena is accepted: common::SplitForPlacement), and Advance moves the regions'
+// boundaries. The regions of all classes but the last are laid out from the arena's start, the
+// last class's from its end, so with two sizes a new split only touches the slots at the
+// boundary between them (experts there are evicted and copied again into their new region);
+// with more sizes the middle regions may shift and be copied again. The backend sees, per
+// layer, expert stacks over its class's region (WeightView::matrix_stride = the class's
+// slot_bytes, a base and a stride per layer) and expert ids remapped to slots; ids of experts
+// not on that side are -1 (MoeFfn skips them).
 //
 // Moves: SetTarget records a target placement (any thread); Advance (the engine thread, between
 // steps) copies experts into free slots, a bounded number of bytes per call, and switches an
@@ -96,19 +102,23 @@ class ExpertTiers {
   // Device bytes of the largest slot, and slots in all arenas (experts the budget holds).
   virtual uint64_t slot_bytes() const = 0;
   virtual int64_t n_slots() const = 0;
-  // The slots per expert size and each layer's size class (what a placement must respect).
+  // The slots per expert size now and each layer's size class. Any thread.
   virtual common::ExpertSlotClasses slot_classes() const {
     return common::ExpertSlotClasses::Single(n_layer(), n_slots(), slot_bytes());
   }
+  // The bytes the sizes' slots share, when a placement may divide them differently from
+  // slot_classes() (common::SplitForPlacement); 0 when each size's slots are fixed.
+  virtual uint64_t slot_budget_bytes() const { return 0; }
 
   // The placement the forward pass uses now (experts whose copy is complete). Any thread.
   virtual common::ExpertPlacement Current() const = 0;
   // The target the moves work towards. Any thread.
   virtual common::ExpertPlacement Target() const = 0;
 
-  // Validates `target` (ValidateExpertPlacement against slot_classes(); a shape other than the
-  // model's is InvalidArgument) and makes it the target, replacing any earlier one not yet
-  // reached; nothing changes on error. Any thread; returns at once.
+  // Validates `target` (against slot_classes(), or, with a slot_budget_bytes(), against those
+  // bytes: common::SplitForPlacement; a shape other than the model's is InvalidArgument) and
+  // makes it the target, replacing any earlier one not yet reached; nothing changes on error.
+  // Any thread; returns at once.
   virtual absl::StatusOr<ExpertMoves> SetTarget(const common::ExpertPlacement& target,
                                                 uint64_t generation) = 0;
   // The engine thread, between forward passes: evicts what the target no longer holds and
@@ -134,10 +144,10 @@ struct ExpertStacks {
 // engine thread.
 class ArenaExpertTiers final : public ExpertTiers {
  public:
-  // Allocates, per class of `layout`, slots.slots[c] slots of its slot_bytes on `device` (no
-  // arena for a class without slots) and a CPU backend of `host_threads` threads. Every expert
-  // starts on the host (an empty placement). `host` has one entry per layer, each stack's shape
-  // as in the file; `slots` is layout.SlotsFor(bytes) or any split of the same classes.
+  // Allocates one arena of slots.device_bytes() on `device` (none when that is 0), divided as
+  // `slots` says at first, and a CPU backend of `host_threads` threads. Every expert starts on
+  // the host (an empty placement). `host` has one entry per layer, each stack's shape as in the
+  // file; `slots` is layout.SlotsFor(bytes) or any split of the same classes.
   static absl::StatusOr<std::unique_ptr<ArenaExpertTiers>> Create(
       kernels::Backend& device, const ExpertSlotLayout& layout, std::vector<ExpertStacks> host,
       const common::ExpertSlotClasses& slots, int host_threads);
@@ -146,8 +156,9 @@ class ArenaExpertTiers final : public ExpertTiers {
   int64_t n_layer() const override { return layout_.n_layer; }
   int64_t n_expert() const override { return layout_.n_expert; }
   uint64_t slot_bytes() const override { return layout_.slot_bytes; }
-  int64_t n_slots() const override { return slots_.total_slots(); }
-  common::ExpertSlotClasses slot_classes() const override { return slots_; }
+  int64_t n_slots() const override;
+  common::ExpertSlotClasses slot_classes() const override;
+  uint64_t slot_budget_bytes() const override { return budget_bytes_; }
   common::ExpertPlacement Current() const override;
   common::ExpertPlacement Target() const override;
   absl::StatusOr<ExpertMoves> SetTarget(const common::ExpertPlacement& target,
@@ -156,8 +167,8 @@ class ArenaExpertTiers final : public ExpertTiers {
   ExpertTierStats stats() const override;
 
   // --- the forward pass (engine thread) ---
-  // Layer `layer`'s stacks over its class's arena (count: the class's slots, matrix_stride: its
-  // slot_bytes), for ids remapped to slots. Only valid when that class has slots.
+  // Layer `layer`'s stacks over its class's region (count: the class's slots, matrix_stride:
+  // its slot_bytes), for ids remapped to slots. Only valid when that class has slots.
   ExpertStacks DeviceStacks(int64_t layer) const;
   const ExpertStacks& HostStacks(int64_t layer) const { return host_[static_cast<size_t>(layer)]; }
   // Layer `layer`'s expert -> slot (-1: on the host), as this pass uses it (n_expert entries).
@@ -173,7 +184,7 @@ class ArenaExpertTiers final : public ExpertTiers {
     routed_total_.fetch_add(total, std::memory_order_relaxed);
     routed_device_.fetch_add(device, std::memory_order_relaxed);
   }
-  uint64_t arena_bytes() const { return slots_.device_bytes(); }
+  uint64_t arena_bytes() const { return budget_bytes_; }
   const ExpertSlotLayout& layout() const { return layout_; }
 
  private:
@@ -181,17 +192,29 @@ class ArenaExpertTiers final : public ExpertTiers {
                    std::vector<ExpertStacks> host, const common::ExpertSlotClasses& slots);
   // Moves still needed between slot_of_ and target_ (mu_ held).
   void CountPendingLocked();
+  // Where each class's region starts in the arena under `split` (see the file comment).
+  std::vector<uint64_t> RegionsOf(const common::ExpertSlotClasses& split) const;
+  // The engine thread, mu_ held: divides the arena as target_slots_ says; experts whose slot is
+  // no longer in their class's region go back to the host (copied again by the moves).
+  void ApplySplitLocked();
+  // A free slot of class c: the one nearest the region's anchored end (see RegionsOf).
+  int32_t TakeFreeSlot(size_t c);
   common::ExpertPlacement CurrentLocked() const;
   void HostLoop();
 
   kernels::Backend& device_;
   const ExpertSlotLayout layout_;
   const std::vector<ExpertStacks> host_;
-  const common::ExpertSlotClasses slots_;
-  std::vector<kernels::DeviceBuffer> arenas_;  // per class (empty buffer: no slots)
+  const uint64_t budget_bytes_;  // the arena
+  kernels::DeviceBuffer arena_;  // empty when budget_bytes_ is 0
   std::unique_ptr<kernels::Backend> host_backend_;
 
   mutable std::mutex mu_;
+  // The split in use and each class's region start. Written by the engine thread (Advance)
+  // under mu_; the engine thread reads them without the lock, others with it.
+  common::ExpertSlotClasses slots_;
+  std::vector<uint64_t> region_at_;
+  common::ExpertSlotClasses target_slots_;  // mu_: the split target_ is held in
   // [n_layer][n_expert]: slot or -1. Written by the engine thread (Advance) under mu_; the engine
   // thread reads it without the lock, others (Current) with it.
   std::vector<int32_t> slot_of_;

@@ -116,8 +116,9 @@ void ModelExperts::FillStats(const std::string& name, pb::ExpertStats& out) {
   out.set_tiered(tiers_ != nullptr);
   if (tiers_ != nullptr) {
     out.set_slot_bytes(tiers_->slot_bytes());
-    out.set_device_slots(static_cast<int32_t>(tiers_->n_slots()));
-    const common::ExpertSlotClasses classes = tiers_->slot_classes();
+    const common::ExpertSlotClasses classes = tiers_->slot_classes();  // one read: consistent
+    out.set_device_slots(static_cast<int32_t>(classes.total_slots()));
+    out.set_slot_budget_bytes(tiers_->slot_budget_bytes());
     out.set_device_budget_bytes(options_.device_budget_bytes > 0 ? options_.device_budget_bytes
                                                                  : classes.device_bytes());
     for (int32_t c = 0; c < classes.n_class(); ++c) {
