@@ -22,6 +22,8 @@
 #include "common/grammar/output_constraint.h"
 #include "deltaserve/v1/worker.grpc.pb.h"
 #include "worker/cache/redis_snapshot_tier.h"
+#include "worker/service/model_info.h"
+#include "worker/service/request_from_proto.h"
 #include "worker/sched/served_model.h"
 
 namespace deltaserve::worker {
@@ -97,18 +99,5 @@ class WorkerService final : public deltaserve::v1::Worker::CallbackService {
   std::atomic<int64_t> active_streams_{0};
   WorkerCounters counters_;
 };
-
-// The sampling settings of a request, the model's defaults where a field is unset; validation is
-// the sampler's (Sampler::Create), at Submit.
-SamplingParams SamplingFromProto(const deltaserve::v1::SamplingParams& p);
-
-// GenerateRequest.output_constraint as the grammar compiler's spec; InvalidArgument for a kind
-// or tool-call format this worker does not know.
-absl::StatusOr<common::grammar::OutputConstraintSpec> ConstraintFromProto(
-    const deltaserve::v1::OutputConstraint& constraint);
-
-// Fills `info` for one served model; the tokenizer only when `with_tokenizer`.
-void DescribeModel(const std::string& name, ServedModel& model, bool with_tokenizer,
-                   deltaserve::v1::ModelInfo& info);
 
 }  // namespace deltaserve::worker
