@@ -233,6 +233,11 @@ def worker():
              ("Redis read/s", f"sum(rate(deltaserve_model_snapshot_redis_fetched_bytes_total{{{S}}}[{RI}]))"),
              ("Redis written/s", f"sum(rate(deltaserve_model_snapshot_redis_written_bytes_total{{{S}}}[{RI}]))")],
             unit="bytes")
+    b.panel("Snapshot captures", "Snapshots taken per second, and of them those taken inside a "
+            "prompt chunk from a state tap (the chunk ran on past the message boundary).",
+            [("all", f"sum(rate(deltaserve_model_snapshot_captures_total{{{S}}}[{RI}]))"),
+             ("inside a chunk", f"sum(rate(deltaserve_model_snapshot_tapped_captures_total{{{S}}}[{RI}]))")],
+            unit="ops")
     b.panel("Redis errors", "Redis calls that failed or timed out per second, by operation (the "
             "request ran without Redis).",
             [("{{op}}", f"sum by (op) (rate(deltaserve_model_snapshot_redis_errors_total{{{S}}}[{RI}]))")])
