@@ -2,9 +2,10 @@
 # The simulated MoE expert placement comparison of docs/benchmarks.md ("MoE expert placement"):
 # deltaserve-placement-sim over both model shapes, both machine profiles and a set of routing
 # traces, at expert VRAM budgets of a quarter and a half of all routed experts, plus a sweep of
-# budgets for the plot. One JSON file per run under OUT (default bench/results/placement_sim),
-# then bench/placement_sim_table.py prints the markdown table and draws the plot (when
-# matplotlib is in build/sim-venv or the python given with --python).
+# budgets (every tenth) for the plot and for uniform routing on every model and machine. One
+# JSON file per run under OUT (default bench/results/placement_sim), then
+# bench/placement_sim_table.py prints the markdown tables and draws the plot (when matplotlib
+# is in build/sim-venv or the python given with --python).
 #
 #   bench/placement_sim_bench.sh [--bin build/release] [--out DIR] [--recorded FILE.trace]
 #                                [--python PY] [--quick]
@@ -106,12 +107,20 @@ for model in 35b-a3b 122b-a10b; do
     done
   done
 done
-# The plot's sweep: one model and machine per panel, every tenth of the experts.
-for case in "122b-a10b rtx4090" "35b-a3b h100"; do
-  read -r model profile <<< "${case}"
-  for trace in uniform zipf0.5 zipf1.0-drift; do
-    for fraction in 0.1 0.2 0.3 0.4 0.6 0.75 0.9; do
-      run "${model}" "${profile}" "${trace}" "${fraction}"
+# The plot's sweep: one model and machine per panel, every tenth of the experts; uniform
+# routing over the same budgets for every model and machine (dynamic is never to fall below
+# --n-cpu-moe there).
+for model in 35b-a3b 122b-a10b; do
+  for profile in rtx4090 h100; do
+    traces_here=(uniform)
+    if [[ "${model} ${profile}" == "122b-a10b rtx4090" || "${model} ${profile}" == "35b-a3b h100" ]]
+    then
+      traces_here+=(zipf0.5 zipf1.0-drift)
+    fi
+    for trace in "${traces_here[@]}"; do
+      for fraction in 0.1 0.2 0.3 0.4 0.6 0.75 0.9; do
+        run "${model}" "${profile}" "${trace}" "${fraction}"
+      done
     done
   done
 done

@@ -2,9 +2,10 @@
 """Markdown table and plot of deltaserve-placement-sim results (bench/placement_sim_bench.sh).
 
     placement_sim_table.py DIR      reads DIR/<model>_<profile>_<trace>_<fraction>.json, prints
-                                    the tables of docs/benchmarks.md (the policies; the
-                                    what-if of equal expert sizes, <model>-even) and, when
-                                    matplotlib is importable, writes DIR/placement_sim.png
+                                    the tables of docs/benchmarks.md (the policies; uniform
+                                    routing at every budget; the what-if of equal expert
+                                    sizes, <model>-even) and, when matplotlib is importable,
+                                    writes DIR/placement_sim.png
 """
 import glob
 import json
@@ -29,7 +30,7 @@ def load(directory):
 def table(runs):
     print("| model | machine | trace | expert VRAM | all_cpu | n_cpu_moe (N) | static | dynamic "
           "| dynamic / n_cpu_moe | hit share static / dynamic | whole layers | "
-          "per-expert / n_cpu_moe |")
+          "fixed split / n_cpu_moe |")
     print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     keys = sorted((k for k in runs if k[3] in (0.25, 0.5) and not k[0].endswith("-even")),
                   key=lambda k: (k[0], k[1], TRACE_ORDER.index(k[2]) if k[2] in TRACE_ORDER
@@ -43,7 +44,29 @@ def table(runs):
               f"{r['dynamic']:.1f} | **{r['dynamic_vs_n_cpu_moe']:.2f}** | "
               f"{p['static']['device_hit_share']:.2f} / {p['dynamic']['device_hit_share']:.2f} | "
               f"{p['dynamic']['whole_layers']} | "
-              f"{p['dynamic_per_expert']['tok_s'] / r['n_cpu_moe']:.2f} |")
+              f"{p['dynamic_fixed_split']['tok_s'] / r['n_cpu_moe']:.2f} |")
+
+
+def uniform_table(runs):
+    """Uniform routing at every budget run: dynamic / n_cpu_moe (4 decimals), with the sizes'
+    split fixed at start-up beside it, per model and machine."""
+    cases = sorted({(k[0], k[1]) for k in runs if k[2] == "uniform" and not k[0].endswith("-even")})
+    fractions = sorted({k[3] for k in runs if k[2] == "uniform" and not k[0].endswith("-even")})
+    if not cases:
+        return
+    print()
+    print("| model | machine | " + " | ".join(f"{f:.0%}" for f in fractions) + " |")
+    print("| --- | --- | " + " | ".join("---:" for _ in fractions) + " |")
+    for model, profile in cases:
+        cells = []
+        for f in fractions:
+            r = runs.get((model, profile, "uniform", f))
+            if r is None:
+                cells.append("-")
+                continue
+            fixed = r["policies"]["dynamic_fixed_split"]["tok_s"] / r["n_cpu_moe"]
+            cells.append(f"{r['dynamic_vs_n_cpu_moe']:.4f} ({fixed:.4f})")
+        print(f"| {model} | {profile} | " + " | ".join(cells) + " |")
 
 
 def what_if_table(runs):
@@ -98,6 +121,8 @@ def plot(runs, directory):
                 ax.plot(gib, [r[policy] for _, r in pts], style, label=policy, markersize=3)
             ax.plot(gib, [r["policies"]["dynamic_per_expert"]["tok_s"] for _, r in pts], "-.",
                     color="grey", linewidth=1, label="hottest experts first (no cost model)")
+            ax.plot(gib, [r["policies"]["dynamic_fixed_split"]["tok_s"] for _, r in pts], ":",
+                    color="black", linewidth=1, label="dynamic, sizes' split fixed")
             # The what-if of equal expert sizes, as its dynamic / n_cpu_moe ratio times this
             # panel's n_cpu_moe (equal sizes shift n_cpu_moe itself by a few per cent).
             even = [(runs[k], runs[(model, profile, trace, k[3])]) for k in sorted(runs)
@@ -129,6 +154,7 @@ def main():
         print(f"no results in {sys.argv[1]}", file=sys.stderr)
         return 1
     table(runs)
+    uniform_table(runs)
     what_if_table(runs)
     plot(runs, sys.argv[1])
     return 0
