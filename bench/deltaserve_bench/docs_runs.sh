@@ -6,12 +6,13 @@
 #   bench/deltaserve_bench/docs_runs.sh soak  [--minutes 30]    # router + 2 workers + Redis, faults
 #   bench/deltaserve_bench/docs_runs.sh versus                   # DeltaServe, then llama-cpp-python
 #   bench/deltaserve_bench/docs_runs.sh ttft [--rounds 3]        # chat TTFT vs C++ llama-server
+#   bench/deltaserve_bench/docs_runs.sh ttft-ab [--rounds 4]     # the same probe, two builds
 #
 # Environment: BUILD (default build/release: deltaserve-worker, -router, -synth), MODEL (default
 # build/bench/synth-0.8b-q4_k_m.gguf, made with deltaserve-synth when missing), LLAMA_VENV (a
 # venv with llama-cpp-python[server]==0.3.36, for `versus`), LLAMA_SERVER (llama.cpp's
-# llama-server binary, for `ttft`), OUT (default build/bench/dsbench), WORKLOADS (for `versus`,
-# default "ctx mt conc").
+# llama-server binary, for `ttft`), BUILD_B (the second build, for `ttft-ab`), OUT (default
+# build/bench/dsbench), WORKLOADS (for `versus`, default "ctx mt conc").
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,11 +34,16 @@ while [[ $# -gt 0 ]]; do
     *) echo "docs_runs.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
-[[ "${what}" == soak || "${what}" == versus || "${what}" == ttft ]] ||
-  { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[[ "${what}" == soak || "${what}" == versus || "${what}" == ttft || "${what}" == ttft-ab ]] ||
+  { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 if [[ "${what}" == ttft ]]; then
   [[ -x "${LLAMA_SERVER:-}" ]] ||
     { echo "docs_runs.sh ttft: set LLAMA_SERVER to llama.cpp's llama-server binary" >&2; exit 2; }
+fi
+if [[ "${what}" == ttft-ab ]]; then
+  [[ -x "${BUILD_B:-}/worker/deltaserve-worker" ]] ||
+    { echo "docs_runs.sh ttft-ab: set BUILD_B to a second build folder" >&2; exit 2; }
+  [[ -n "${BUILD:-}" ]] || { echo "docs_runs.sh ttft-ab: set BUILD (the first build)" >&2; exit 2; }
 fi
 
 # shellcheck source=bench/lock.sh
@@ -84,6 +90,38 @@ peer_up() {
   echo "docs_runs.sh: the peer server did not answer $1 on port ${port}" >&2
   return 1
 }
+
+if [[ "${what}" == ttft-ab ]]; then
+  # The DeltaServe half of `ttft` for two builds, BUILD (a) and BUILD_B (b), alternating within
+  # each round (a first in odd rounds, b first in even ones), each round with its own seed and
+  # fresh processes; then ttft_ab_table.py compares the resumed turns' worker prefill times and
+  # each turn's TTFT against the bound.
+  ctx=8192
+  turns=(--sessions 1 --turns 6 --system-tokens 3000 --user-tokens 110 --tool-ratio 0
+         --max-tokens 16 --think-time 0.5)
+  for round in $(seq 1 "${rounds}"); do
+    seed=$((100 + round))
+    order="a b"
+    (( round % 2 == 0 )) && order="b a"
+    for side in ${order}; do
+      side_build=${build}
+      [[ "${side}" == b ]] && side_build=${BUILD_B}
+      state="${out}/ttft-ab-fleet"
+      run="${out}/ttft-ab-r${round}-${side}"
+      rm -rf "${state}" "${run}"
+      url=$("${fleet}" "${state}" start --model "${model}" --build "${side_build}" --workers 1 \
+        --threads 2 --ctx "${ctx}" --parallel 1 --snapshot-ram 2GiB)
+      "${bench}" multi-turn --url "${url}" --model bench --label "build ${side}" --no-progress \
+        --seed "${seed}" "${turns[@]}" --out "${run}"
+      cp "${state}/worker1.log" "${run}/worker.log"
+      "${fleet}" "${state}" stop
+      sleep 2
+    done
+  done
+  python3 bench/deltaserve_bench/ttft_ab_table.py "${out}" "${rounds}" | tee "${out}/ttft-ab-table.md"
+  cat /proc/loadavg >>"${out}/${what}-machine.txt"
+  exit 0
+fi
 
 if [[ "${what}" == ttft ]]; then
   # Chat TTFT through the API, one conversation at a time: a 3,000-token system prompt and
