@@ -14,7 +14,8 @@
 #   gated_delta_rule, moe, cpu_backend, cpu_backend_layer) and cpu_features_test: they run the
 #   kernels through ActiveIsa(), so only DELTASERVE_CPU_ISA reaches their other paths;
 # - of the golden label, the engine against llama.cpp's logits (engine_golden_test) and on the
-#   paged / quantized KV caches (paged_kv_golden_test, kv_cache_quality_test): every kernel the
+#   paged / quantized KV caches (paged_kv_golden_test, kv_cache_quality_test), and the state taps
+#   inside a pass (state_tap_golden_test): every kernel the
 #   engine dispatches (matrix products with the activation quantizer, attention with each K/V
 #   read, norms, conv, the delta rule, MoE), end to end, within the golden tolerances. The other
 #   golden tests (GGUF parsing, the tokenizer, scheduler and serving logic on the same engine)
