@@ -86,7 +86,8 @@ struct Harness {
   std::vector<std::shared_ptr<const LocalSnapshot>> published;
 
   Harness(const std::string& name, int64_t pages, uint64_t snapshot_ram, int max_sequences = 2,
-          int64_t step_tokens = 64, bool capture_inside_chunks = true) {
+          int64_t step_tokens = 64, bool capture_inside_chunks = true,
+          uint64_t max_step_tap_bytes = 512ull << 20) {
     backend = kernels::MakeCpuBackend(2);
     auto m = Qwen35Model::Load(GoldenPath(name + ".gguf"), *backend);
     EXPECT_TRUE(m.ok()) << m.status();
@@ -107,6 +108,7 @@ struct Harness {
     o.max_sequences = max_sequences;
     o.step_tokens = step_tokens;
     o.capture_inside_chunks = capture_inside_chunks;
+    o.max_step_tap_bytes = max_step_tap_bytes;
     o.max_context = 2048;
     o.snapshot_interval = 128;
     auto s = Scheduler::Create(*model, cache, *slots, o, /*eos_token_ids=*/{},
@@ -244,12 +246,18 @@ TEST_P(SnapshotSchedulerTest, TenTurnConversationEqualsColdRunsAndRestoresThePre
 // A prompt of five messages runs as one chunk: its boundaries are snapshotted from state taps
 // (mid-page with 16-token pages, the pages already holding later positions). Requests that
 // branch off at each boundary resume from those snapshots, in RAM and, on another scheduler, as
-// Redis images, and equal cold runs. The same with taps off costs a chunk per message.
+// Redis images, and equal cold runs. The same with taps off costs a chunk per message; with one
+// tap's bytes per step, a chunk per two messages.
 TEST_P(SnapshotSchedulerTest, SnapshotsTakenInsideAChunkResumeBranchesExactly) {
-  for (bool taps : {true, false}) {
-    const std::string mode = taps ? " (taps)" : " (chunks end at boundaries)";
-    Harness h(GetParam(), 256, 256ull << 20, 2, /*step_tokens=*/512, taps);
-    Harness other(GetParam(), 256, 256ull << 20, 2, 512, taps);
+  enum Mode { kTaps, kOff, kOneTapPerStep };
+  for (Mode m : {kTaps, kOff, kOneTapPerStep}) {
+    const bool taps = m != kOff;
+    const std::string mode = m == kTaps  ? " (taps)"
+                             : m == kOff ? " (chunks end at boundaries)"
+                                         : " (one tap per step)";
+    const uint64_t tap_bytes = m == kOneTapPerStep ? 1 : 512ull << 20;
+    Harness h(GetParam(), 256, 256ull << 20, 2, /*step_tokens=*/512, taps, tap_bytes);
+    Harness other(GetParam(), 256, 256ull << 20, 2, 512, taps, tap_bytes);
     Conversation conv(4242);
     for (int m = 0; m < 5; ++m) conv.AddMessage(conv.RandomUserMessage(13 + 5 * m));
     const std::vector<int32_t> prompt = conv.Prompt();
@@ -257,12 +265,14 @@ TEST_P(SnapshotSchedulerTest, SnapshotsTakenInsideAChunkResumeBranchesExactly) {
     constexpr int kReply = 3;
     auto first = h.Run(prompt, conv.boundaries, kReply);
     // One prompt pass, a pass per later token, the turn-end pass; with taps off, a pass per
-    // message boundary more.
+    // message boundary more; with one tap per step, the chunks [0, b1) [b1, b3) [b3, end), the
+    // taps at b0, b2 and b4.
     const uint64_t passes = h.model->counters().passes() - passes_before;
     ExpectEqualsCold(*h.model, prompt, kReply, *first, GetParam() + mode);
-    EXPECT_EQ(passes, kReply + 1u + (taps ? 0u : conv.boundaries.size())) << mode;
-    EXPECT_EQ(h.sched->stats().snapshot_tapped_captures,
-              taps ? static_cast<int64_t>(conv.boundaries.size()) : 0)
+    ASSERT_EQ(conv.boundaries.size(), 5u);
+    const uint64_t extra_passes = m == kTaps ? 0 : m == kOff ? 5 : 2;
+    EXPECT_EQ(passes, kReply + 1u + extra_passes) << mode;
+    EXPECT_EQ(h.sched->stats().snapshot_tapped_captures, m == kTaps ? 5 : m == kOff ? 0 : 3)
         << mode;
     for (size_t at = 0; at + 1 < conv.boundaries.size(); ++at) {
       // The history up to boundary `at`, then another user message.

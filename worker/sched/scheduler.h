@@ -99,6 +99,10 @@ struct SchedulerOptions {
   // instead of ending the chunk there. Off: every snapshot position ends a chunk (small chunks
   // at message boundaries; kept for comparison).
   bool capture_inside_chunks = true;
+  // Host memory the state taps of one step may take (each a state copy, which becomes the
+  // snapshot's); past it a chunk ends at the next snapshot position instead. One tap per step is
+  // always allowed.
+  uint64_t max_step_tap_bytes = 512ull << 20;
 };
 
 // One generation request.
@@ -309,7 +313,9 @@ class Scheduler {
   // Plans this step's chunk of `seq` from n_past: `take` tokens wanted, cut where a snapshot
   // position cannot be tapped; fills seq.taps. Returns the chunk's length and sets
   // `next_capture` to the first snapshot position at or past the chunk's end (or max).
-  int64_t PlanChunk(Sequence& seq, int64_t take, int64_t& next_capture);
+  // `step_tap_bytes`: the tap buffers of this step so far (host memory), bounded by
+  // SchedulerOptions::max_step_tap_bytes beyond the step's first tap.
+  int64_t PlanChunk(Sequence& seq, int64_t take, int64_t& next_capture, uint64_t& step_tap_bytes);
   // After a pass: the snapshots of seq.taps (positions inside the chunk, before the state moved
   // on), in position order.
   void CaptureTaps(Sequence& seq, int64_t fed_before);

@@ -144,6 +144,7 @@ void Scheduler::Consume(Sequence& seq, absl::Span<const float> logits, int64_t n
 bool Scheduler::RunBatch() {
   // Decode-like sequences (few pending tokens) first, then prompt chunks, under the budget.
   int64_t budget = options_.step_tokens;
+  uint64_t step_tap_bytes = 0;
   std::vector<Sequence*> batch;
   const int64_t small = 1 + options_.ngram.draft_max;
   for (int pass = 0; pass < 2; ++pass) {
@@ -154,7 +155,7 @@ bool Scheduler::RunBatch() {
       const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.n_past();
       if ((pending <= small) != (pass == 0)) continue;
       int64_t next_capture = 0;
-      const int64_t take = PlanChunk(s, std::min(pending, budget), next_capture);
+      const int64_t take = PlanChunk(s, std::min(pending, budget), next_capture, step_tap_bytes);
       s.pending = take;
       s.feed.assign(s.tokens.begin() + s.n_past(), s.tokens.begin() + s.n_past() + take);
       s.draft.clear();

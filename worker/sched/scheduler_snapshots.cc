@@ -121,7 +121,8 @@ bool Scheduler::WantsCapture(const Sequence& seq, size_t index) const {
   return static_cast<int>(seq.captured.size()) < 2 * max_taken;
 }
 
-int64_t Scheduler::PlanChunk(Sequence& seq, int64_t take, int64_t& next_capture) {
+int64_t Scheduler::PlanChunk(Sequence& seq, int64_t take, int64_t& next_capture,
+                             uint64_t& step_tap_bytes) {
   seq.taps.clear();
   seq.tap_states.clear();
   const int64_t n_past = seq.n_past();
@@ -129,19 +130,23 @@ int64_t Scheduler::PlanChunk(Sequence& seq, int64_t take, int64_t& next_capture)
     ++seq.next_capture;
   }
   // A snapshot position inside the chunk is tapped (the engine copies the state there and the
-  // chunk goes on) while taps are on and a sequence has fewer than a snapshot's worth of them;
-  // otherwise the chunk ends there, and the snapshot is taken from the slot after the pass.
+  // chunk goes on) while taps are on, the sequence has fewer than a snapshot's worth of them and
+  // the step's tap buffers stay within max_step_tap_bytes (a large model's state is tens of MB, and
+  // several prompts may start in one step); otherwise the chunk ends there, and the snapshot is
+  // taken from the slot after the pass.
   const uint64_t state_bytes = slots_->layout().bytes();
   const bool taps = options_.capture_inside_chunks && state_bytes > 0 &&
                     snapshots_ != nullptr && snapshots_->enabled();
   size_t i = seq.next_capture;
   for (; i < seq.capture_at.size() && seq.capture_at[i] < n_past + take; ++i) {
     const int64_t p = seq.capture_at[i];
-    if (!taps || static_cast<int>(seq.taps.size()) >= options_.max_snapshots_per_sequence) {
+    if (taps && !WantsCapture(seq, i)) continue;  // no snapshot due there: nothing to stop for
+    if (!taps || static_cast<int>(seq.taps.size()) >= options_.max_snapshots_per_sequence ||
+        (step_tap_bytes > 0 && step_tap_bytes + state_bytes > options_.max_step_tap_bytes)) {
       take = p - n_past;
       break;
     }
-    if (!WantsCapture(seq, i)) continue;
+    step_tap_bytes += state_bytes;
     seq.tap_states.push_back(std::make_unique_for_overwrite<uint8_t[]>(state_bytes));
     seq.taps.push_back({p - n_past, seq.tap_states.back().get()});
   }
