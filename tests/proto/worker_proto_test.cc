@@ -506,6 +506,7 @@ constexpr FrozenField kFrozenFields[] = {
     {"ExpertStats", "device_slots", 12},
     {"ExpertStats", "device_budget_bytes", 13},
     {"ExpertStats", "slot_classes", 14},
+    {"ExpertStats", "slot_budget_bytes", 15},
     {"ExpertSlotClass", "slot_bytes", 1},
     {"ExpertSlotClass", "device_slots", 2},
     {"ExpertSlotClass", "layers", 3},
