@@ -15,6 +15,8 @@
 //   chunked form, flash-decoding and tiled attention must agree.
 // - Batch invariance (F32): two prefills batched equal each alone, and one sequence's decode
 //   logits are the same within 1e-3 whether it decodes alone or beside 1..7 others.
+// - State taps (F32): the recurrent state copied to the host inside a pass equals the state of
+//   a pass ending at that position within 1e-3 of the state's scale.
 // - The scheduler on the GPU: greedy requests batched give the tokens they give alone; n = 3
 //   greedy choices (forks: state slot copied on the device, pages shared) give the lone run's
 //   tokens; a conversation resumed from RAM snapshots (state device -> host -> device) and from
@@ -215,6 +217,52 @@ TEST_P(CudaConsistencyTest, DecodeAndChunkedPrefillEqualOneShotPrefill) {
   const std::vector<float> whole = RunChunked(*gpu_.model, tokens, tokens.size());
   for (size_t chunk : {size_t{1}, size_t{7}, size_t{64}, size_t{299}}) {
     EXPECT_LE(MaxAbsDiff(RunChunked(*gpu_.model, tokens, chunk), whole), 1e-3) << "chunk " << chunk;
+  }
+}
+
+// State taps (BatchEntry::taps, the snapshots a prefill chunk takes at message boundaries) on
+// the device: each tap, copied to the host in the middle of the pass, equals the state of a pass
+// that ends at its position (1e-3 of the state's scale: the device's chunked delta rule and
+// products are summed in another order than the CPU's, as in the chunked-prefill test above).
+TEST_P(CudaConsistencyTest, StateTapsEqualThePassEndingThere) {
+  const std::vector<int32_t>& tokens = golden_.sequences.back().tokens;  // len300
+  const RecurrentStateLayout layout = gpu_.model->state_layout();
+  auto state_of = [&](const SequenceState& seq) {
+    std::vector<float> out;
+    for (int i = 0; i < layout.n_layers; ++i) {
+      std::vector<float> conv(layout.conv_floats), delta(layout.delta_floats);
+      EXPECT_EQ(gpu_.backend->CopyToHost(conv.data(), seq.state->conv(i),
+                                         conv.size() * sizeof(float)),
+                kernels::KernelStatus::kOk);
+      EXPECT_EQ(gpu_.backend->CopyToHost(delta.data(), seq.state->delta(i),
+                                         delta.size() * sizeof(float)),
+                kernels::KernelStatus::kOk);
+      out.insert(out.end(), conv.begin(), conv.end());
+      out.insert(out.end(), delta.begin(), delta.end());
+    }
+    return out;
+  };
+  const std::vector<int64_t> at = {1, 63, 64, 150, 299};
+  std::vector<std::vector<uint8_t>> bufs(at.size(), std::vector<uint8_t>(layout.bytes()));
+  std::vector<StateTap> taps;
+  for (size_t i = 0; i < at.size(); ++i) taps.push_back({at[i], bufs[i].data()});
+  auto seq = gpu_.model->NewSequence(400);
+  ASSERT_TRUE(seq.ok());
+  BatchEntry e{seq->get(), tokens};
+  e.taps = taps;
+  std::vector<float> logits;
+  ASSERT_TRUE(gpu_.model->Forward({&e, 1}, logits).ok());
+  for (size_t i = 0; i < at.size(); ++i) {
+    auto ref = gpu_.model->NewSequence(400);
+    ASSERT_TRUE(ref.ok());
+    BatchEntry r{ref->get(), absl::Span<const int32_t>(tokens.data(), static_cast<size_t>(at[i]))};
+    ASSERT_TRUE(gpu_.model->Forward({&r, 1}, logits).ok());
+    const std::vector<float> want = state_of(**ref);
+    std::vector<float> got(want.size());
+    std::memcpy(got.data(), bufs[i].data(), got.size() * sizeof(float));
+    double scale = 1.0;
+    for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    EXPECT_LE(MaxAbsDiff(got, want), 1e-3 * scale) << "tap after " << at[i];
   }
 }
 
