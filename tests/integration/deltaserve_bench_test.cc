@@ -11,35 +11,28 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "tests/integration/router_service.h"
+#include "tests/integration/sdk_python.h"
 #include "tests/support/subprocess.h"
 
 namespace deltaserve {
 namespace {
 
+using ::deltaserve::testing::FindSdkPython;
 using ::deltaserve::testing::RouterService;
 using ::deltaserve::testing::RunProcess;
-
-std::string BenchPython() {
-  const char* env = std::getenv("DELTASERVE_BENCH_PYTHON");
-  return env != nullptr && *env != '\0' ? env : DELTASERVE_BENCH_DEFAULT_PYTHON;
-}
+using ::deltaserve::testing::SdkPython;
 
 TEST(DeltaServeBenchTest, EveryWorkloadAgainstTwoRealServers) {
-  const std::string python = BenchPython();
-  if (::access(python.c_str(), X_OK) != 0) {
-    GTEST_SKIP() << "no Python for deltaserve-bench at " << python
-                 << " (set DELTASERVE_BENCH_PYTHON, or run: bench/deltaserve-bench --setup)";
-  }
-  const auto probe = RunProcess({python, "-c", "import httpx, matplotlib, numpy, tqdm"});
-  if (probe.exit_code != 0) {
-    GTEST_SKIP() << python << " cannot import deltaserve-bench's packages "
-                 << "(bench/deltaserve_bench/requirements.txt): " << probe.err;
-  }
+  const SdkPython py = FindSdkPython(
+      "DELTASERVE_BENCH_PYTHON", DELTASERVE_BENCH_DEFAULT_PYTHON,
+      "import httpx, matplotlib, numpy, tqdm",
+      "bench/deltaserve-bench --setup installs bench/deltaserve_bench/requirements.txt");
+  if (!py.skip_reason.empty()) GTEST_SKIP() << py.skip_reason;
+  const std::string& python = py.path;
   // --snapshot-ram: the multi-turn checks expect cached tokens on later turns.
   RouterService a("", {"--ctx", "1024", "--parallel", "4", "--snapshot-ram", "256MiB"});
   ASSERT_GT(a.port(), 0);

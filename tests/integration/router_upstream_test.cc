@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/router_service.h"
+#include "tests/integration/sdk_python.h"
 #include "tests/support/child_process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_paths.h"
@@ -37,10 +38,12 @@ namespace {
 using json = nlohmann::json;
 using ::deltaserve::testing::BinaryPath;
 using ::deltaserve::testing::ChildProcess;
+using ::deltaserve::testing::FindSdkPython;
 using ::deltaserve::testing::Http;
 using ::deltaserve::testing::RawHttpReply;
 using ::deltaserve::testing::RouterService;
 using ::deltaserve::testing::RunProcess;
+using ::deltaserve::testing::SdkPython;
 using ::deltaserve::testing::Sha256HexWithTool;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -489,21 +492,12 @@ TEST_F(UpstreamTest, TranslationPassThroughFaultsAndKeys) {
   ::unsetenv("UPSTREAM_TEST_ANTHROPIC_KEY");
 }
 
-std::string SdkPython() {
-  const char* env = std::getenv("DELTASERVE_OPENAI_PYTHON");
-  return env != nullptr && *env != '\0' ? env : DELTASERVE_UPSTREAM_SDK_DEFAULT_PYTHON;
-}
-
 TEST(UpstreamSdkTest, OfficialClientsFallBackToTheUpstreamWhenTheLocalWorkerIsDown) {
-  const std::string python = SdkPython();
-  if (::access(python.c_str(), X_OK) != 0) {
-    GTEST_SKIP() << "no Python for the SDKs at " << python
-                 << " (set DELTASERVE_OPENAI_PYTHON, or run tests/run_all.sh, which makes it)";
-  }
-  const auto probe = RunProcess({python, "-c", "import openai, anthropic"});
-  if (probe.exit_code != 0) {
-    GTEST_SKIP() << python << " cannot import openai and anthropic: " << probe.err;
-  }
+  const SdkPython py =
+      FindSdkPython("DELTASERVE_OPENAI_PYTHON", DELTASERVE_UPSTREAM_SDK_DEFAULT_PYTHON,
+                    "import openai, anthropic", "pip install openai==1.109.1 anthropic==2.10.0");
+  if (!py.skip_reason.empty()) GTEST_SKIP() << py.skip_reason;
+  const std::string& python = py.path;
   RouterService remote;  // the upstream: another deltaserve-router with its worker
   ASSERT_GT(remote.port(), 0);
   RouterService local("models: [{name: tiny}]\nupstreams:\n  - {name: remote, kind: openai, base_url: "
