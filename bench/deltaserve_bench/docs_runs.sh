@@ -91,14 +91,17 @@ peer_up() {
   return 1
 }
 
+# The chat-TTFT probe of `ttft` and `ttft-ab`: one conversation, a 3,000-token system prompt,
+# 110-token user turns, 6 turns, 16 tokens out, context 8,192.
+ctx=8192
+turns=(--sessions 1 --turns 6 --system-tokens 3000 --user-tokens 110 --tool-ratio 0
+       --max-tokens 16 --think-time 0.5)
+
 if [[ "${what}" == ttft-ab ]]; then
   # The DeltaServe half of `ttft` for two builds, BUILD (a) and BUILD_B (b), alternating within
   # each round (a first in odd rounds, b first in even ones), each round with its own seed and
   # fresh processes; then ttft_ab_table.py compares the resumed turns' worker prefill times and
   # each turn's TTFT against the bound.
-  ctx=8192
-  turns=(--sessions 1 --turns 6 --system-tokens 3000 --user-tokens 110 --tool-ratio 0
-         --max-tokens 16 --think-time 0.5)
   for round in $(seq 1 "${rounds}"); do
     seed=$((100 + round))
     order="a b"
@@ -132,9 +135,6 @@ if [[ "${what}" == ttft ]]; then
   # llama-server runs with its defaults for reuse: `cache_prompt` on (the slot keeps the last
   # prompt's KV and recurrent state, with context checkpoints for hybrid models) and a RAM
   # prompt cache (--cache-ram, 8 GiB); it renders the model's own template (--jinja).
-  ctx=8192
-  turns=(--sessions 1 --turns 6 --system-tokens 3000 --user-tokens 110 --tool-ratio 0
-         --max-tokens 16 --think-time 0.5)
   for round in $(seq 1 "${rounds}"); do
     seed=$((100 + round))
     state="${out}/ttft-fleet"
