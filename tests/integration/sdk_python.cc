@@ -14,7 +14,7 @@ SdkPython FindSdkPython(const char* env_var, const std::string& default_python,
   const char* env = std::getenv(env_var);
   py.path = env != nullptr && *env != '\0' ? env : default_python;
   if (::access(py.path.c_str(), X_OK) != 0) {
-    py.skip_reason = "no Python for the SDK check at " + py.path + " (set " + env_var +
+    py.skip_reason = "no Python interpreter at " + py.path + " (set " + env_var +
                      ", or run tests/run_all.sh, which makes that venv: " + install_hint + ")";
     return py;
   }
