@@ -178,6 +178,11 @@ def overview():
             [("{{type}} tokens/s {{upstream}}", f"sum by (upstream, type) (rate(deltaserve_router_upstream_tokens_total{{{U}}}[{RI}]))"),
              ("in flight {{upstream}}", f"sum by (upstream) (deltaserve_router_upstream_in_flight{{{U}}})"),
              ("circuit open {{upstream}}", f"max by (upstream) (deltaserve_router_upstream_circuit_open{{{U}}})")])
+    b.panel("Upstream connections", "Connections upstream requests used per second: opened for "
+            "the request (new: TCP and TLS handshakes) or kept from an earlier one (reused; "
+            "docs/upstreams.md, connection reuse).",
+            [("{{kind}} {{upstream}}", f"sum by (upstream, kind) (rate(deltaserve_router_upstream_connections_total{{{U}}}[{RI}]))")],
+            unit="ops")
     return b
 
 
