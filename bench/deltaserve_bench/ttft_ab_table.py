@@ -12,39 +12,37 @@ cold prefill rate of that conversation's first turn + 100 ms.
 
 from __future__ import annotations
 
-import json
-import re
 import statistics
 import sys
 from pathlib import Path
 
-REQUEST = re.compile(r"prompt=(\d+) cached=(\d+) cached_from=(\w+).*prefill_ms=([\d.]+)")
+from ttft_table import load, resumed_bound, resumed_requests
 
 
 def resumed_prefill(log: Path) -> list[tuple[int, float]]:
     """(new tokens, prefill_ms) of every request the worker resumed from a snapshot."""
     out = []
-    for line in log.read_text().splitlines():
-        m = REQUEST.search(line)
-        if m and m[3] != "none":
-            out.append((int(m[1]) - int(m[2]), float(m[4])))
+    for fields in resumed_requests(log):
+        try:
+            out.append((int(fields["prompt"]) - int(fields["cached"]), float(fields["prefill_ms"])))
+        except (KeyError, ValueError):
+            continue
     return out
 
 
-def bound_ratios(results: Path) -> list[float]:
+def bound_ratios(run: Path) -> list[float]:
     """Each resumed turn's client TTFT over its bound."""
-    recs = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    recs = [r for r in recs if r.get("workload") == "multi-turn" and r.get("ok")]
+    recs = load(run)
     cold = [r for r in recs if r["turn"] == 0]
     if not cold:
         return []
-    rate = cold[0]["prompt_tokens"] / cold[0]["ttft_s"]
     ratios = []
     for r in recs:
         if r["turn"] == 0 or r.get("cached_tokens") is None:
             continue
-        new = r["prompt_tokens"] - r["cached_tokens"]
-        ratios.append(r["ttft_s"] / (1.15 * new / rate + 0.1))
+        bound = resumed_bound(r["prompt_tokens"] - r["cached_tokens"], cold[0]["prompt_tokens"],
+                              cold[0]["ttft_s"])
+        ratios.append(r["ttft_s"] / bound)
     return ratios
 
 
@@ -58,10 +56,8 @@ def main() -> int:
         turns, ratios = [], []
         for r in range(1, rounds + 1):
             run = out / f"ttft-ab-r{r}-{side}"
-            if (run / "worker.log").exists():
-                turns += resumed_prefill(run / "worker.log")
-            if (run / "results.jsonl").exists():
-                ratios += bound_ratios(run / "results.jsonl")
+            turns += resumed_prefill(run / "worker.log")
+            ratios += bound_ratios(run)
         rows[side] = (turns, ratios)
     # Two groups of new-token counts: split halfway between the smallest and the largest.
     counts = [n for turns, _ in rows.values() for n, _ in turns]

@@ -41,15 +41,26 @@ def cold_and_resumed(recs: list[dict]) -> tuple[float | None, float | None, dict
             statistics.median(r["ttft_s"] for r in later) if later else None, info)
 
 
-def worker_split(log: Path) -> dict | None:
-    """Medians over the resumed turns of the worker's request lines (docs/metrics.md, Logs)."""
+def resumed_requests(log: Path) -> list[dict]:
+    """The fields of the worker's request lines (docs/metrics.md, Logs) of the requests it
+    resumed from a snapshot."""
     if not log.exists():
-        return None
+        return []
+    return [dict(re.findall(r"(\w+)=(\S+)", line))
+            for line in log.read_text(errors="replace").splitlines()
+            if line.startswith("request ") and "cached_from=none" not in line]
+
+
+def resumed_bound(new_tokens: float, cold_prompt: float, cold_s: float) -> float:
+    """Our bound for a resumed turn's TTFT, seconds: 1.15 x (new tokens / the cold prefill
+    rate) + 100 ms."""
+    return 1.15 * new_tokens / (cold_prompt / cold_s) + 0.100
+
+
+def worker_split(log: Path) -> dict | None:
+    """Medians over the resumed turns of the worker's request lines."""
     rows = []
-    for line in log.read_text(errors="replace").splitlines():
-        if not line.startswith("request ") or "cached_from=none" in line:
-            continue
-        fields = dict(re.findall(r"(\w+)=(\S+)", line))
+    for fields in resumed_requests(log):
         try:
             rows.append({k: float(fields[k]) for k in
                          ("queue_ms", "ttft_ms", "restore_ms", "prefill_ms", "prompt", "cached")})
@@ -80,10 +91,9 @@ def main() -> int:
     for n in range(1, rounds + 1):
         ds_c, ds_r, info = cold_and_resumed(load(out / f"ttft-r{n}-deltaserve"))
         ll_c, ll_r, _ = cold_and_resumed(load(out / f"ttft-r{n}-llama-server"))
-        # Our own bound for a resumed turn: 1.15 x (new tokens / the cold prefill rate) + 100 ms.
         bound = None
         if ds_c and info["cold_prompt"] and info["new_tokens"] is not None:
-            bound = 1.15 * info["new_tokens"] / (info["cold_prompt"] / ds_c) + 0.100
+            bound = resumed_bound(info["new_tokens"], info["cold_prompt"], ds_c)
         print(f"| {n} | {info['cold_prompt']} | {ms(ds_c)} | {ms(ll_c)} | {ratio(ds_c, ll_c)} "
               f"| {info['new_tokens']} | {ms(ds_r)} | {ms(bound)} | {ms(ll_r)} "
               f"| {ratio(ds_r, ll_r)} |")

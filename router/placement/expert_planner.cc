@@ -7,8 +7,12 @@
 #include <numeric>
 #include <queue>
 
+#include "router/placement/internal/planner_heat.h"
+
 namespace deltaserve::router {
 namespace {
+
+using internal::CleanHeat;
 
 // One (layer, expert) pair and its heat. Rank order: hotter first, ties to the lower layer,
 // then the lower expert id; so "best" means first in that order and "coldest" last. The same
@@ -26,11 +30,6 @@ bool Before(const Ranked& a, const Ranked& b) {
   return a.expert < b.expert;
 }
 
-// Heat as the planner uses it: counts come from workers over the network and are summed, so a
-// NaN, infinity or negative value means nothing trustworthy; it plans as 0 (never preferred,
-// never protected).
-double CleanHeat(double h) { return std::isfinite(h) && h > 0 ? h : 0.0; }
-
 // current.device as a resident mask over [n_layer][n_expert]; nothing when its shape differs from
 // the heat's. Ids out of range and duplicates are ignored (the worker validates what it gets;
 // here they only mean "not resident").
@@ -38,10 +37,7 @@ std::vector<std::vector<char>> ResidentMask(const common::ExpertPlacement& curre
                                             int64_t n_expert) {
   std::vector<std::vector<char>> mask(static_cast<size_t>(n_layer),
                                       std::vector<char>(static_cast<size_t>(n_expert), 0));
-  if (current.n_layer != n_layer || current.n_expert != n_expert ||
-      static_cast<int64_t>(current.device.size()) != n_layer) {
-    return mask;
-  }
+  if (!internal::PlacementFits(current, n_layer, n_expert)) return mask;
   for (int64_t l = 0; l < n_layer; ++l) {
     for (int32_t e : current.device[static_cast<size_t>(l)]) {
       if (e >= 0 && e < n_expert) mask[static_cast<size_t>(l)][static_cast<size_t>(e)] = 1;
@@ -377,13 +373,9 @@ ExpertPlan PlanDeviceExpertsByCost(const std::vector<std::vector<double>>& heat_
   std::vector<std::vector<double>> shrunk;
   if (options.shrink_count_noise) shrunk = ShrinkCountNoise(heat_in);
   const std::vector<std::vector<double>>& heat = options.shrink_count_noise ? shrunk : heat_in;
-  const auto n_layer = static_cast<int64_t>(heat.size());
-  int64_t n_expert = 0;
-  double total = 0;
-  for (const auto& row : heat) {
-    n_expert = std::max(n_expert, static_cast<int64_t>(row.size()));
-    for (double h : row) total += CleanHeat(h);
-  }
+  const internal::HeatShape shape = internal::ShapeOf(heat);
+  const int64_t n_layer = shape.n_layer, n_expert = shape.n_expert;
+  const double total = shape.total;
   PlanCosts c = costs;
   c.k = std::clamp<int64_t>(c.k, 1, std::max<int64_t>(n_expert, 1));
   auto finish_costs = [&](ExpertPlan& plan) {
@@ -497,8 +489,7 @@ ExpertPlan PlanPerClass(const std::vector<std::vector<double>>& heat,
                         const common::ExpertSlotClasses& classes, bool classes_ok, F plan_class) {
   const auto n_layer = static_cast<int64_t>(heat.size());
   const int64_t n_expert = heat.empty() ? 0 : static_cast<int64_t>(heat[0].size());
-  const bool current_fits = current.n_layer == n_layer && current.n_expert == n_expert &&
-                            static_cast<int64_t>(current.device.size()) == n_layer;
+  const bool current_fits = internal::PlacementFits(current, n_layer, n_expert);
   ExpertPlan plan;
   plan.placement = common::ExpertPlacement::Empty(n_layer, n_expert);
   if (!classes_ok || !classes.Check(n_layer).ok()) {
@@ -511,14 +502,9 @@ ExpertPlan PlanPerClass(const std::vector<std::vector<double>>& heat,
   for (int32_t c = 0; c < classes.n_class(); ++c) {
     const std::vector<int64_t> layers = classes.LayersOf(c);
     if (layers.empty()) continue;
-    std::vector<std::vector<double>> sub_heat;
-    common::ExpertPlacement sub_current =
-        common::ExpertPlacement::Empty(static_cast<int64_t>(layers.size()), n_expert);
-    for (size_t i = 0; i < layers.size(); ++i) {
-      sub_heat.push_back(heat[static_cast<size_t>(layers[i])]);
-      if (current_fits) sub_current.device[i] = current.device[static_cast<size_t>(layers[i])];
-    }
-    const ExpertPlan sub = plan_class(sub_heat, sub_current, c);
+    const internal::LayerSlice slice =
+        internal::SliceLayers(heat, current, current_fits, layers, n_expert);
+    const ExpertPlan sub = plan_class(slice.heat, slice.current, c);
     for (size_t i = 0; i < layers.size() && i < sub.placement.device.size(); ++i) {
       plan.placement.device[static_cast<size_t>(layers[i])] = sub.placement.device[i];
     }
@@ -568,13 +554,9 @@ StepBySlots BestStepBySlots(const std::vector<std::vector<double>>& heat_in,
   std::vector<std::vector<double>> shrunk;
   if (options.shrink_count_noise) shrunk = ShrinkCountNoise(heat_in);
   const std::vector<std::vector<double>>& heat = options.shrink_count_noise ? shrunk : heat_in;
-  const auto n_layer = static_cast<int64_t>(heat.size());
-  int64_t n_expert = 0;
-  double total = 0;
-  for (const auto& row : heat) {
-    n_expert = std::max(n_expert, static_cast<int64_t>(row.size()));
-    for (double h : row) total += CleanHeat(h);
-  }
+  const internal::HeatShape shape = internal::ShapeOf(heat);
+  const int64_t n_layer = shape.n_layer, n_expert = shape.n_expert;
+  const double total = shape.total;
   const int64_t slots = std::clamp<int64_t>(max_slots, 0, n_layer * n_expert);
   StepBySlots out;
   if (!(total > 0) || n_layer == 0 || n_expert == 0) {

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "router/placement/internal/planner_heat.h"
+
 namespace deltaserve::router {
 namespace {
 
@@ -54,37 +56,28 @@ ExpertPlan PlanDeviceExpertsWithSplit(const std::vector<std::vector<double>>& he
                                       const PlannerOptions& options) {
   const auto n_layer = static_cast<int64_t>(heat.size());
   const int64_t n_expert = heat.empty() ? 0 : static_cast<int64_t>(heat[0].size());
-  double total = 0;
-  for (const auto& row : heat) {
-    for (double h : row) total += std::isfinite(h) && h > 0 ? h : 0;
-  }
+  const double total = internal::ShapeOf(heat).total;
   bool sized = true;
   for (uint64_t b : classes.slot_bytes) sized = sized && b > 0;
   if (budget_bytes == 0 || !(total > 0) || !sized || classes.n_class() > 2 ||
       static_cast<int64_t>(costs.size()) != classes.n_class() || !classes.Check(n_layer).ok()) {
     return PlanDeviceExpertsByCost(heat, current, classes, costs, options);
   }
-  const bool current_fits = current.n_layer == n_layer && current.n_expert == n_expert &&
-                            static_cast<int64_t>(current.device.size()) == n_layer;
+  const bool current_fits = internal::PlacementFits(current, n_layer, n_expert);
 
   // Per class: the least step for every slot count it could take.
   std::vector<std::vector<double>> discounted, full;
   std::vector<int64_t> capacity;
   for (int32_t c = 0; c < classes.n_class(); ++c) {
     const std::vector<int64_t> layers = classes.LayersOf(c);
-    std::vector<std::vector<double>> sub_heat;
-    common::ExpertPlacement sub_current =
-        common::ExpertPlacement::Empty(static_cast<int64_t>(layers.size()), n_expert);
-    for (size_t i = 0; i < layers.size(); ++i) {
-      sub_heat.push_back(heat[static_cast<size_t>(layers[i])]);
-      if (current_fits) sub_current.device[i] = current.device[static_cast<size_t>(layers[i])];
-    }
+    const internal::LayerSlice slice =
+        internal::SliceLayers(heat, current, current_fits, layers, n_expert);
     const auto cap = static_cast<int64_t>(layers.size()) * n_expert;
     capacity.push_back(cap);
     const int64_t most = std::min<int64_t>(
         cap, static_cast<int64_t>(budget_bytes / classes.slot_bytes[static_cast<size_t>(c)]));
     StepBySlots curves =
-        BestStepBySlots(sub_heat, sub_current, most, costs[static_cast<size_t>(c)], options);
+        BestStepBySlots(slice.heat, slice.current, most, costs[static_cast<size_t>(c)], options);
     discounted.push_back(std::move(curves.discounted));
     full.push_back(std::move(curves.full));
   }

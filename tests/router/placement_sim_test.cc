@@ -147,6 +147,29 @@ ModelTrace TraceOf(const MoeModelShape& s, int64_t steps,
   return t;
 }
 
+// Uniform routing (2,000 steps over 4 layers of 8 experts, k = 2) on shape `s`, simulated where
+// a synchronisation (4 s) costs more than a whole layer's device reads, copies are nearly free
+// (these tests are about placements) and the counts are learnt over 1,000 steps (about 1,000
+// routes per expert: a short warm-up's noise looks like skew to any planner), with
+// `expert_vram_bytes` of expert slots.
+absl::StatusOr<SimulationResult> SimulateUniform4x8(const MoeModelShape& s,
+                                                    uint64_t expert_vram_bytes) {
+  absl::StatusOr<common::RoutingTrace> rec = SyntheticRoutingTrace(
+      {.n_layer = 4, .n_expert = 8, .k = 2, .skew = 0, .topics = 1, .steps = 2000});
+  if (!rec.ok()) return rec.status();
+  absl::StatusOr<ModelTrace> t = MapTrace(*rec, s, {});
+  if (!t.ok()) return t.status();
+  MachineProfile p = HandProfile();
+  p.layer_sync_s = 4;
+  p.pcie_bytes_per_s = 8e6;
+  SimulationOptions o;
+  o.warmup_steps = 1000;
+  o.interval_s = 100;
+  o.half_life_s = 1e6;
+  o.expert_vram_bytes = expert_vram_bytes;
+  return SimulatePolicies(*t, s, p, o);
+}
+
 TEST(PlacementPoliciesTest, HandCaseAllCpuAndTheBestNCpuMoeWithinTheBudget) {
   const MoeModelShape s = HandShape(2, 4, 2);
   const ModelTrace t = TraceOf(s, 10, [](int64_t) { return std::vector<int32_t>{0, 1}; });
@@ -235,22 +258,9 @@ TEST(PlacementPoliciesTest, OnAUniformTraceTheRoutersPlanIsNeverBelowNCpuMoe) {
   // are learnt over 1,000 steps (about 1,000 routes per expert): a short warm-up's noise looks
   // like skew to any planner.
   const MoeModelShape s = HandShape(4, 8, 2);
-  absl::StatusOr<common::RoutingTrace> rec = SyntheticRoutingTrace(
-      {.n_layer = 4, .n_expert = 8, .k = 2, .skew = 0, .topics = 1, .steps = 2000});
-  ASSERT_TRUE(rec.ok());
-  absl::StatusOr<ModelTrace> t = MapTrace(*rec, s, {});
-  ASSERT_TRUE(t.ok());
-  MachineProfile p = HandProfile();
-  p.layer_sync_s = 4;
-  p.pcie_bytes_per_s = 8e6;  // copies nearly free: this is about placements
-  SimulationOptions o;
-  o.warmup_steps = 1000;
-  o.interval_s = 100;
-  o.half_life_s = 1e6;
   // Two layers' worth: the plan keeps two whole layers, as --n-cpu-moe 2 does: the same cost
   // per step but for the copies of its first plan (at most 16 experts, 0.2 ms in all).
-  o.expert_vram_bytes = 1600;
-  absl::StatusOr<SimulationResult> r = SimulatePolicies(*t, s, p, o);
+  absl::StatusOr<SimulationResult> r = SimulateUniform4x8(s, 1600);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
   EXPECT_EQ(r->dynamic.whole_layers, 2);
@@ -261,8 +271,7 @@ TEST(PlacementPoliciesTest, OnAUniformTraceTheRoutersPlanIsNeverBelowNCpuMoe) {
   EXPECT_LT(r->dynamic_per_expert.tok_s, r->n_cpu_moe.tok_s);
   // Two and a half layers' worth: --n-cpu-moe still holds two layers; the plan adds four
   // experts to a third, which then reads 1 host expert per step on average instead of 2.
-  o.expert_vram_bytes = 2000;
-  r = SimulatePolicies(*t, s, p, o);
+  r = SimulateUniform4x8(s, 2000);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
   EXPECT_EQ(r->dynamic.whole_layers, 2);
@@ -281,20 +290,7 @@ TEST(PlacementPoliciesTest, TwoExpertSizesHoldExactlyTheirBytesOnAUniformTrace) 
   EXPECT_EQ(classes.layer_class, (std::vector<int32_t>{0, 1, 0, 1}));
   EXPECT_EQ(classes.slot_bytes, (std::vector<uint64_t>{100, 150}));
   EXPECT_EQ(classes.slots, (std::vector<int64_t>{8, 8}));
-  absl::StatusOr<common::RoutingTrace> rec = SyntheticRoutingTrace(
-      {.n_layer = 4, .n_expert = 8, .k = 2, .skew = 0, .topics = 1, .steps = 2000});
-  ASSERT_TRUE(rec.ok());
-  absl::StatusOr<ModelTrace> t = MapTrace(*rec, s, {});
-  ASSERT_TRUE(t.ok());
-  MachineProfile p = HandProfile();
-  p.layer_sync_s = 4;
-  p.pcie_bytes_per_s = 8e6;
-  SimulationOptions o;
-  o.warmup_steps = 1000;
-  o.interval_s = 100;
-  o.half_life_s = 1e6;
-  o.expert_vram_bytes = 2000;
-  absl::StatusOr<SimulationResult> r = SimulatePolicies(*t, s, p, o);
+  absl::StatusOr<SimulationResult> r = SimulateUniform4x8(s, 2000);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->n_slots, 16);
   EXPECT_EQ(r->slot_classes, 2);
@@ -322,20 +318,7 @@ TEST(PlacementPoliciesTest, ThePlanDividesTheSlotBytesBetweenSizesLikeWholeLayer
   s.expert_bytes = {150, 150, 100, 100};
   const common::ExpertSlotClasses classes = SlotClassesFor(s, 1600);
   EXPECT_EQ(classes.slots, (std::vector<int64_t>{6, 7}));
-  absl::StatusOr<common::RoutingTrace> rec = SyntheticRoutingTrace(
-      {.n_layer = 4, .n_expert = 8, .k = 2, .skew = 0, .topics = 1, .steps = 2000});
-  ASSERT_TRUE(rec.ok());
-  absl::StatusOr<ModelTrace> t = MapTrace(*rec, s, {});
-  ASSERT_TRUE(t.ok());
-  MachineProfile p = HandProfile();
-  p.layer_sync_s = 4;
-  p.pcie_bytes_per_s = 8e6;
-  SimulationOptions o;
-  o.warmup_steps = 1000;
-  o.interval_s = 100;
-  o.half_life_s = 1e6;
-  o.expert_vram_bytes = 1600;
-  absl::StatusOr<SimulationResult> r = SimulatePolicies(*t, s, p, o);
+  absl::StatusOr<SimulationResult> r = SimulateUniform4x8(s, 1600);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->n_cpu_moe.n_cpu_moe, 2);
   EXPECT_EQ(r->dynamic.class_slots, (std::vector<int64_t>{0, 16}));

@@ -33,12 +33,11 @@ uint8_t* RecurrentStateSlots::SlotBase(int slot) const {
 }
 
 float* RecurrentStateSlots::conv(int slot, int layer) const {
-  return reinterpret_cast<float*>(SlotBase(slot)) +
-         static_cast<int64_t>(layer) * (layout_.conv_floats + layout_.delta_floats);
+  return reinterpret_cast<float*>(SlotBase(slot)) + layout_.conv_offset(layer);
 }
 
 float* RecurrentStateSlots::delta(int slot, int layer) const {
-  return conv(slot, layer) + layout_.conv_floats;
+  return reinterpret_cast<float*>(SlotBase(slot)) + layout_.delta_offset(layer);
 }
 
 absl::StatusOr<int> RecurrentStateSlots::Acquire() {

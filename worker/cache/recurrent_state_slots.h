@@ -25,6 +25,12 @@ struct RecurrentStateLayout {
   int64_t conv_floats = 0;    // (kernel - 1) * conv channels, per layer
   int64_t delta_floats = 0;   // n_v_heads * head_dim * head_dim, per layer
 
+  // Where DeltaNet layer `layer`'s conv window and delta-rule matrices start in a slot, in
+  // floats: [layer][conv | delta].
+  int64_t conv_offset(int layer) const {
+    return static_cast<int64_t>(layer) * (conv_floats + delta_floats);
+  }
+  int64_t delta_offset(int layer) const { return conv_offset(layer) + conv_floats; }
   // Bytes of one slot (every layer, f32).
   uint64_t bytes() const {
     return static_cast<uint64_t>(n_layers) * (conv_floats + delta_floats) * sizeof(float);

@@ -118,8 +118,7 @@ absl::Status Qwen35Model::RunDeltaNetConv(const LayerWeights& l, int dn_index,
   const int64_t n = static_cast<int64_t>(e.tokens.size());
   float* state = e.sequence->state->conv(dn_index);
   const RecurrentStateLayout layout = state_layout();
-  const uint64_t offset = static_cast<uint64_t>(dn_index) *
-                          (layout.conv_floats + layout.delta_floats) * sizeof(float);
+  const uint64_t offset = layout.conv_offset(dn_index) * sizeof(float);
   int64_t done = 0;
   for (size_t i = 0; i <= e.taps.size(); ++i) {
     const int64_t end = i < e.taps.size() ? e.taps[i].after : n;
@@ -141,10 +140,7 @@ absl::Status Qwen35Model::RunDeltaRule(int dn_index, const BatchEntry& e, int64_
   const int64_t n = static_cast<int64_t>(e.tokens.size());
   float* state = e.sequence->state->delta(dn_index);
   const RecurrentStateLayout layout = state_layout();
-  const uint64_t offset = (static_cast<uint64_t>(dn_index) *
-                               (layout.conv_floats + layout.delta_floats) +
-                           layout.conv_floats) *
-                          sizeof(float);
+  const uint64_t offset = layout.delta_offset(dn_index) * sizeof(float);
   int64_t done = 0;
   for (size_t i = 0; i <= e.taps.size(); ++i) {
     const int64_t end = i < e.taps.size() ? e.taps[i].after : n;
